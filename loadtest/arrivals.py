@@ -1,0 +1,125 @@
+"""Arrival processes: each turns a seeded RNG into send offsets (integer ns from t0).
+
+Open-loop processes yield a non-decreasing sequence of offsets (strictly increasing for the random
+ones), computed from a running float sum and rounded once per offset, so a long run does not
+drift. The closed-loop ``concurrency`` process has no offsets: its users send when their previous
+request is done; what it fixes before t0 is the sequence of think times.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Protocol
+
+from .clock import NS_PER_S
+from .errors import ScenarioError
+from .scenario import (BurstArrival, ConcurrencyArrival, ConstantArrival, GammaArrival, PoissonArrival,
+                       TraceArrival)
+
+
+class ArrivalProcess(Protocol):
+    def offsets_ns(self, rng: random.Random) -> Iterator[int]: ...
+
+
+@dataclass(frozen=True)
+class Constant:
+    rate: float
+
+    def offsets_ns(self, rng: random.Random) -> Iterator[int]:
+        return (round(k * NS_PER_S / self.rate) for k in itertools.count())
+
+
+@dataclass(frozen=True)
+class Poisson:
+    rate: float
+
+    def offsets_ns(self, rng: random.Random) -> Iterator[int]:
+        t = 0.0
+        while True:
+            yield round(t * NS_PER_S)
+            t += rng.expovariate(self.rate)
+
+
+@dataclass(frozen=True)
+class Gamma:
+    """Gamma gaps with mean 1/rate and coefficient of variation ``cv`` (shape 1/cv², cv=1 is Poisson)."""
+
+    rate: float
+    cv: float
+
+    def offsets_ns(self, rng: random.Random) -> Iterator[int]:
+        shape = 1.0 / (self.cv * self.cv)
+        scale = 1.0 / (self.rate * shape)
+        t = 0.0
+        while True:
+            yield round(t * NS_PER_S)
+            t += rng.gammavariate(shape, scale)
+
+
+@dataclass(frozen=True)
+class Burst:
+    def offsets_ns(self, rng: random.Random) -> Iterator[int]:
+        return itertools.repeat(0)
+
+
+@dataclass(frozen=True)
+class Trace:
+    offsets: tuple[int, ...]
+
+    def offsets_ns(self, rng: random.Random) -> Iterator[int]:
+        return iter(self.offsets)
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """``users`` senders; each waits ``think`` after its previous response."""
+
+    users: int
+    think_ns: int
+    exponential: bool
+
+    def think_times_ns(self, rng: random.Random) -> Iterator[int]:
+        if not self.exponential or self.think_ns == 0:
+            return itertools.repeat(self.think_ns)
+        return (round(rng.expovariate(1.0) * self.think_ns) for _ in itertools.count())
+
+
+def read_trace(path: Path, time_scale: float) -> tuple[int, ...]:
+    """One offset in seconds a line, or JSONL objects with ``offset`` (s); ``#`` comments allowed."""
+    offsets, previous = [], 0
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            value = json.loads(line)
+            seconds = float(value["offset"] if isinstance(value, dict) else value)
+        except (ValueError, KeyError, TypeError):
+            raise ScenarioError([f"{path}:{lineno}: offset: expected seconds or {{\"offset\": seconds}}, got {line[:60]!r}"]) from None
+        ns = round(seconds * time_scale * NS_PER_S)
+        if ns < 0 or ns < previous:
+            raise ScenarioError([f"{path}:{lineno}: offset: offsets must be non-negative and non-decreasing"])
+        offsets.append(ns)
+        previous = ns
+    if not offsets:
+        raise ScenarioError([f"{path}:1: offset: the trace holds no offsets"])
+    return tuple(offsets)
+
+
+# kind -> factory(spec, resolve_path) ; ``resolve_path`` maps a scenario-relative name to a Path.
+ARRIVALS: dict[str, Callable] = {
+    "constant": lambda s, _: Constant(s.rate),
+    "poisson": lambda s, _: Poisson(s.rate),
+    "gamma": lambda s, _: Gamma(s.rate, s.cv),
+    "burst": lambda s, _: Burst(),
+    "trace": lambda s, resolve: Trace(read_trace(resolve(s.file), s.time_scale)),
+    "concurrency": lambda s, _: ClosedLoop(s.users, s.think_time, s.think == "exponential"),
+}
+
+
+def make_arrival(spec: ConstantArrival | PoissonArrival | GammaArrival | BurstArrival | TraceArrival | ConcurrencyArrival,
+                 resolve: Callable[[str], Path]) -> ArrivalProcess | ClosedLoop:
+    return ARRIVALS[spec.kind](spec, resolve)

@@ -1,0 +1,23 @@
+"""Systems under test. Each ``kind`` maps to the module that implements it, imported on demand
+so that a scenario for the ``sim`` backend never imports torch."""
+from __future__ import annotations
+
+import importlib
+
+from .base import Backend, BackendInfo
+
+# kind -> "module:factory"; the factory takes (spec, clock, context) and returns a Backend.
+REGISTRY: dict[str, str] = {
+    "sim": "loadtest.backends.sim:SimBackend",
+    "noop": "loadtest.backends.noop:NoopBackend",
+    "transformers": "loadtest.backends.transformers:TransformersBackend",
+}
+
+
+def create_backend(spec, clock, context=None) -> Backend:
+    module_name, _, attr = REGISTRY[spec.kind].partition(":")
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory(spec, clock, context)
+
+
+__all__ = ["Backend", "BackendInfo", "REGISTRY", "create_backend"]

@@ -1,0 +1,31 @@
+"""The Backend protocol: the system under test, seen from the runner."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Protocol
+
+from ..events import BackendEvent
+from ..tokenizer import Tokenizer
+from ..workload import PlannedRequest
+
+
+@dataclass
+class BackendInfo:
+    """What was loaded, for the result: ``details`` lands in ``metrics.json`` as is."""
+
+    name: str
+    tokenizer: Tokenizer
+    details: dict = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    async def start(self) -> BackendInfo:
+        """Load and warm up; return what was loaded. Called once, before the plan is built."""
+
+    def submit(self, req: PlannedRequest, prompt_ids: list[int] | None) -> AsyncIterator[BackendEvent]:
+        """Run one request; yield Admitted / Tokens / Finished or Failed, each stamped."""
+
+    async def stop(self) -> dict:
+        """Release everything; return end-of-run facts (``peak_mem_mb``, ...)."""
+
+    needs_prompt_ids: bool  # False: the runner skips materialising prompt token ids

@@ -1,0 +1,25 @@
+"""``kind: noop``: every request answered at once with all its tokens. Measures the harness alone."""
+from __future__ import annotations
+
+from ..events import Admitted, Finished, Tokens
+from ..tokenizer import ByteTokenizer
+from .base import BackendInfo
+
+
+class NoopBackend:
+    needs_prompt_ids = False
+
+    def __init__(self, spec, clock, context=None) -> None:
+        self.clock = clock
+
+    async def start(self) -> BackendInfo:
+        return BackendInfo("noop", ByteTokenizer())
+
+    async def submit(self, req, prompt_ids):
+        now = self.clock.now_ns()
+        yield Admitted(now)
+        yield Tokens((now,) * req.output_tokens)
+        yield Finished(now, req.output_tokens, req.input_tokens)
+
+    async def stop(self) -> dict:
+        return {}

@@ -1,0 +1,34 @@
+"""The exception tree. The CLI maps each family to an exit code (see ``cli.py``)."""
+from __future__ import annotations
+
+
+class LoadtestError(Exception):
+    """Base of every error loadtest raises on purpose."""
+
+
+class ScenarioError(LoadtestError):
+    """The scenario (file, overrides or referenced files) is invalid. Exit code 2.
+
+    ``problems`` holds one ``"file:line: field.path: message"`` line per problem.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class BackendError(LoadtestError):
+    """The system under test could not start or died. Exit code 4."""
+
+
+class RequestFailed(LoadtestError):
+    """One request failed; the run goes on. ``error_type`` is what gets counted."""
+
+    def __init__(self, error_type: str, message: str = "") -> None:
+        self.error_type = error_type
+        super().__init__(f"{error_type}: {message}" if message else error_type)
+
+
+class RequestTimeout(RequestFailed):
+    def __init__(self, message: str = "") -> None:
+        super().__init__("Timeout", message)

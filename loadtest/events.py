@@ -1,0 +1,45 @@
+"""What a backend says about a request: tiny frozen records, each stamped with ``t_ns``.
+
+Backends only stamp events; the recorder does all the arithmetic (MLPerf LoadGen's rule: the
+system under test only reports completions). A backend that produces several tokens at once (one
+decode step of a batch, or an HTTP chunk carrying several tokens) sends one ``Tokens`` with one
+stamp per token, so the event stream stays short at tens of thousands of tokens per second.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The engine put the request into a running batch."""
+
+    t_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """Output tokens now on the host: one monotonic stamp per token, non-decreasing."""
+
+    t_ns: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The last token arrived. ``output_tokens`` is what the engine says it generated."""
+
+    t_ns: int
+    output_tokens: int
+    input_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The request failed; ``error_type`` is the counted category (an exception class name)."""
+
+    t_ns: int
+    error_type: str
+    message: str = ""
+
+
+BackendEvent = Admitted | Tokens | Finished | Failed

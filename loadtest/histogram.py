@@ -1,0 +1,95 @@
+"""Latency distributions: an hdrh histogram in integer µs that never silently loses a value.
+
+Range 1 µs .. 1 h at 3 significant figures (MEASUREMENT.md). A value over the range is clamped
+to the top and counted in ``over_range``; a value under 1 µs is recorded as 0 (a real, sub-µs
+measurement). ``record_corrected_value`` is never used: latencies already count from the intended
+send time, and correcting again would double count. Percentiles are computed from the histogram
+alone, so a histogram decoded from ``metrics.json`` reproduces every reported figure exactly.
+"""
+from __future__ import annotations
+
+from hdrh.histogram import HdrHistogram
+
+LOWEST_US = 1
+HIGHEST_US = 3_600_000_000
+SIGNIFICANT_FIGURES = 3
+PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+
+class LatencyHistogram:
+    """Integer-µs HDR histogram plus the count of values clamped at the top of the range."""
+
+    __slots__ = ("hdr", "over_range")
+
+    def __init__(self, hdr: HdrHistogram | None = None, over_range: int = 0) -> None:
+        self.hdr = hdr or HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
+        self.over_range = over_range
+
+    def record_ns(self, ns: int) -> None:
+        self.record_us(ns // 1000)
+
+    def record_us(self, us: int) -> None:
+        if us > HIGHEST_US:
+            self.over_range += 1
+            us = HIGHEST_US
+        elif us < 0:
+            raise ValueError(f"negative latency {us} µs: timestamps out of order")
+        self.hdr.record_value(us)
+
+    @property
+    def count(self) -> int:
+        return self.hdr.get_total_count()
+
+    def add(self, other: "LatencyHistogram") -> None:
+        self.hdr.add(other.hdr)
+        self.over_range += other.over_range
+
+    def percentile_ms(self, p: float) -> float:
+        return self.hdr.get_value_at_percentile(p) / 1000.0
+
+    def count_above_us(self, threshold_us: int) -> int:
+        """How many recorded values are certainly above ``threshold_us`` (bucket-exact)."""
+        at_or_below = 0
+        for item in self.hdr.get_recorded_iterator():
+            if item.value_iterated_to <= threshold_us:
+                at_or_below += item.count_at_value_iterated_to
+        return self.count - at_or_below
+
+    def summary_ms(self) -> dict:
+        """``{count, mean, stddev, min, p50, p90, p95, p99, p999, max, over_range}`` in ms."""
+        n = self.count
+        if n == 0:
+            return {"count": 0, "over_range": self.over_range}
+        out = {
+            "count": n,
+            "mean": round(self.hdr.get_mean_value() / 1000.0, 6),
+            "stddev": round(self.hdr.get_stddev() / 1000.0, 6),
+            "min": self.hdr.get_min_value() / 1000.0,
+        }
+        for p in PERCENTILES:
+            out[_percentile_key(p)] = self.percentile_ms(p)
+        out["max"] = self.hdr.get_max_value() / 1000.0
+        out["over_range"] = self.over_range
+        return out
+
+    def encode(self) -> str:
+        """The hdrh compressed encoding (itself base64 text), safe to put in JSON."""
+        return self.hdr.encode().decode("ascii")
+
+    @classmethod
+    def decode(cls, text: str, over_range: int = 0) -> "LatencyHistogram":
+        return cls(HdrHistogram.decode(text.encode("ascii")), over_range)
+
+
+def _percentile_key(p: float) -> str:
+    return "p" + (str(int(p)) if float(p).is_integer() else str(p).replace(".", ""))
+
+
+def merge(histograms) -> LatencyHistogram:
+    total = LatencyHistogram()
+    for h in histograms:
+        total.add(h)
+    return total
+
+
+__all__ = ["LatencyHistogram", "merge", "PERCENTILES"]

@@ -1,0 +1,215 @@
+"""Events -> histograms. All latency arithmetic happens here, once per request, at completion.
+
+During a request only its token stamps are appended (a list append per token); when it finishes,
+its TTFT, ITL gaps, TPOT, E2E, queue time and dispatch lag are computed and recorded. Requests
+are binned by completion time into intervals; ITL, TTFT and E2E are recorded once, into their
+interval's histogram, and the whole-run histogram is the exact merge of the intervals (hdrh
+merges losslessly). A closed interval is merged, encoded and freed, so memory stays flat.
+
+Throughput counts what happened inside the measured window [start, end): output tokens stamped
+in it, requests finished in it. A count-based window ends when its last measured request is
+done, which is only known at the end; completions after that moment are kept aside until then.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .histogram import LatencyHistogram
+from .workload import PlannedRequest
+
+INTERVAL_METRICS = ("ttft", "itl", "e2e")
+WHOLE_ONLY_METRICS = ("ttft_service", "tpot", "e2e_service", "queue", "dispatch_lag")
+ALL_METRICS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
+
+
+@dataclass(slots=True)
+class RequestState:
+    """One request in flight: its plan, its stamps so far."""
+
+    req: PlannedRequest
+    intended_ns: int
+    sent_ns: int
+    admitted_ns: int | None = None
+    stamps: list[int] = field(default_factory=list)
+    done_ns: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class Interval:
+    index: int
+    histograms: dict[str, LatencyHistogram]
+    completed: int = 0
+    failed: int = 0
+    output_tokens: int = 0  # stamped in this interval (any request)
+
+
+class Recorder:
+    def __init__(self, t0_ns: int, interval_ns: int, window_start_ns: int | None, window_end_ns: int | None) -> None:
+        self.t0 = t0_ns
+        self.interval_ns = interval_ns
+        self.window_start = None if window_start_ns is None else t0_ns + window_start_ns
+        self.window_end = None if window_end_ns is None else t0_ns + window_end_ns
+        self.whole = {m: LatencyHistogram() for m in WHOLE_ONLY_METRICS}
+        self.merged = {m: LatencyHistogram() for m in INTERVAL_METRICS}
+        self.open: dict[int, Interval] = {}
+        self.closed: list[dict] = []  # summaries + encoded histograms of closed intervals
+        self.token_bins: Counter[int] = Counter()
+        self.completed = self.failed = self.warmup = self.warmup_failed = 0
+        self.errors_by_type: Counter[str] = Counter()
+        self.single_token = 0  # requests with <2 tokens: TPOT undefined, counted not recorded
+        self.token_count_mismatch = 0
+        self.output_tokens_measured = self.input_tokens_measured = 0
+        self.window_tokens = self.window_input_tokens = self.window_completions = 0
+        self._after_last_measured: list[RequestState] = []
+        self.last_measured_done: int | None = None
+        self.first_measured_intended: int | None = None
+        self.records: list[dict] | None = None
+
+    # -- the per-request path -------------------------------------------------------------
+
+    def set_window_start(self, t_ns: int) -> None:
+        """Closed loop, count-based warmup: the window opens when the first measured request is sent."""
+        if self.window_start is None:
+            self.window_start = t_ns
+
+    def finish(self, st: RequestState) -> None:
+        self._count_window(st)
+        if st.req.warmup:
+            self.warmup += 1
+            self._keep_record(st)
+            return
+        if st.error is not None:
+            self.failed += 1
+            self.errors_by_type[st.error] += 1
+            self._interval(st.done_ns).failed += 1
+            self._keep_record(st)
+            self._mark_measured_done(st)
+            return
+        self.completed += 1
+        self._record_latencies(st)
+        self._keep_record(st)
+        self._mark_measured_done(st)
+
+    def _record_latencies(self, st: RequestState) -> None:
+        stamps, intended, sent = st.stamps, st.intended_ns, st.sent_ns
+        iv = self._interval(st.done_ns)
+        iv.completed += 1
+        h = iv.histograms
+        self.output_tokens_measured += len(stamps)
+        self.input_tokens_measured += st.req.input_tokens
+        if st.output_tokens is not None and st.output_tokens != len(stamps):
+            self.token_count_mismatch += 1
+        if stamps:
+            h["ttft"].record_ns(stamps[0] - intended)
+            self.whole["ttft_service"].record_ns(stamps[0] - sent)
+            itl = h["itl"]
+            prev = stamps[0]
+            for t in stamps[1:]:
+                itl.record_us((t - prev) // 1000)
+                prev = t
+            if len(stamps) >= 2:
+                self.whole["tpot"].record_ns((stamps[-1] - stamps[0]) // (len(stamps) - 1))
+            else:
+                self.single_token += 1
+        else:
+            self.single_token += 1
+        h["e2e"].record_ns(st.done_ns - intended)
+        self.whole["e2e_service"].record_ns(st.done_ns - sent)
+        self.whole["dispatch_lag"].record_ns(sent - intended)
+        if st.admitted_ns is not None:
+            self.whole["queue"].record_ns(max(0, st.admitted_ns - intended))
+
+    def _count_window(self, st: RequestState) -> None:
+        """Tokens and completions inside [window_start, window_end), for throughput."""
+        stamps = st.stamps
+        if stamps:
+            first, last = (stamps[0] - self.t0) // self.interval_ns, (stamps[-1] - self.t0) // self.interval_ns
+            if first == last:
+                self.token_bins[first] += len(stamps)
+            else:
+                for t in stamps:
+                    self.token_bins[(t - self.t0) // self.interval_ns] += 1
+        start = self.window_start
+        if start is None:
+            return  # a warmup request finishing before the window opened
+        lo = bisect_left(stamps, start)
+        hi = len(stamps) if self.window_end is None else bisect_left(stamps, self.window_end)
+        self.window_tokens += max(0, hi - lo)
+        if lo == 0 and hi > 0:
+            self.window_input_tokens += st.req.input_tokens
+        if st.error is None and st.done_ns >= start and (self.window_end is None or st.done_ns < self.window_end):
+            self.window_completions += 1
+        if self.window_end is None and (st.req.warmup or st.error is not None):
+            self._after_last_measured.append(st)
+
+    def _mark_measured_done(self, st: RequestState) -> None:
+        if self.window_end is None and st.error is None:
+            self._after_last_measured.clear()
+        if self.last_measured_done is None or st.done_ns > self.last_measured_done:
+            self.last_measured_done = st.done_ns
+
+    def _interval(self, t_ns: int) -> Interval:
+        k = (t_ns - self.t0) // self.interval_ns
+        iv = self.open.get(k)
+        if iv is None:
+            iv = self.open[k] = Interval(k, {m: LatencyHistogram() for m in INTERVAL_METRICS})
+            for old in [j for j in self.open if j < k - 2]:
+                self._close(self.open.pop(old))
+        return iv
+
+    def _close(self, iv: Interval) -> None:
+        for m, h in iv.histograms.items():
+            self.merged[m].add(h)
+        self.closed.append({
+            "index": iv.index, "completed": iv.completed, "failed": iv.failed,
+            "ttft_p50_ms": _p(iv.histograms["ttft"], 50), "ttft_p99_ms": _p(iv.histograms["ttft"], 99),
+            "itl_p50_ms": _p(iv.histograms["itl"], 50), "itl_p99_ms": _p(iv.histograms["itl"], 99),
+            "e2e_p50_ms": _p(iv.histograms["e2e"], 50), "e2e_p99_ms": _p(iv.histograms["e2e"], 99),
+            "histograms": {m: h.encode() for m, h in iv.histograms.items() if h.count},
+        })
+
+    def _keep_record(self, st: RequestState) -> None:
+        if self.records is None:
+            return
+        rel = lambda t: None if t is None else t - self.t0  # noqa: E731
+        self.records.append({
+            "index": st.req.index, "warmup": st.req.warmup, "intended_ns": rel(st.intended_ns),
+            "sent_ns": rel(st.sent_ns), "admitted_ns": rel(st.admitted_ns), "done_ns": rel(st.done_ns),
+            "input_tokens": st.req.input_tokens, "output_tokens": len(st.stamps), "error": st.error,
+            "token_ns": [t - self.t0 for t in st.stamps],
+        })
+
+    # -- end of run -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Merge every open interval and settle a count-based window's end."""
+        for k in sorted(self.open):
+            self._close(self.open.pop(k))
+        self.closed.sort(key=lambda c: c["index"])
+        if self.window_end is None and self.last_measured_done is not None:
+            self.window_end = self.last_measured_done + 1
+            for st in self._after_last_measured:  # finished after the window closed
+                self.window_tokens -= len(st.stamps) - bisect_left(st.stamps, self.window_end)
+                if st.stamps and st.stamps[0] >= self.window_end:
+                    self.window_input_tokens -= st.req.input_tokens
+                if st.error is None and st.done_ns >= self.window_end:
+                    self.window_completions -= 1
+            self._after_last_measured.clear()
+
+    def histograms(self) -> dict[str, LatencyHistogram]:
+        return {m: (self.merged[m] if m in self.merged else self.whole[m]) for m in ALL_METRICS}
+
+    def live_ttft_p99_ms(self) -> float | None:
+        """For the progress display: p99 TTFT over the open intervals (cheap, approximate)."""
+        hs = [iv.histograms["ttft"] for iv in self.open.values() if iv.histograms["ttft"].count]
+        if not hs:
+            return None
+        return max(h.percentile_ms(99) for h in hs)
+
+
+def _p(h: LatencyHistogram, p: float) -> float | None:
+    return h.percentile_ms(p) if h.count else None

@@ -1,0 +1,63 @@
+"""The end-of-run summary in the terminal (rich tables), from a metrics dict."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
+COLS = ("p50", "p90", "p95", "p99", "p999", "max")
+VERDICT_STYLE = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}
+
+
+def _ms(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def render(metrics: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    status = metrics["status"]
+    style = {"ok": "green", "invalid": "yellow", "interrupted": "yellow", "failed": "red"}.get(status, "white")
+    console.print(f"[bold]{metrics['name']}[/bold]  status: [{style}]{status}[/{style}]")
+    if "latency_ms" not in metrics:
+        for reason in metrics.get("validity", {}).get("reasons", []):
+            console.print(f"  [red]{reason}[/red]")
+        return
+    table = Table(title="latency (ms)", title_justify="left")
+    table.add_column("metric")
+    table.add_column("count", justify="right")
+    for c in COLS:
+        table.add_column(c, justify="right")
+    for m in ROWS:
+        s = metrics["latency_ms"][m]
+        table.add_row(m, str(s["count"]), *(_ms(s.get(c)) for c in COLS))
+    console.print(table)
+    r, t = metrics["requests"], metrics["throughput"]
+    console.print(
+        f"requests: {r['completed']} completed, {r['failed']} failed, {r['warmup']} warmup, {r['cancelled']} cancelled"
+        + (f"  errors: {r['errors_by_type']}" if r["errors_by_type"] else ""))
+    if t["window_s"]:
+        console.print(f"throughput over {t['window_s']:.3g} s window: {t['output_tokens_per_s']:.1f} output tok/s, "
+                      f"{t['total_tokens_per_s']:.1f} total tok/s, {t['requests_per_s']:.2f} req/s")
+    loop = metrics["harness"]["loop_lag_ms"]
+    lag = metrics["latency_ms"]["dispatch_lag"]
+    console.print(f"harness: dispatch lag p99 {_ms(lag.get('p99'))} ms, event-loop lag p99 {_ms(loop.get('p99'))} ms")
+    for reason in metrics["validity"]["reasons"]:
+        console.print(f"[yellow]invalid: {reason}[/yellow]")
+    for warning in metrics["validity"]["warnings"]:
+        console.print(f"[yellow]warning: {warning}[/yellow]")
+    render_sla(metrics.get("sla"), console)
+
+
+def render_sla(sla: dict | None, console: Console) -> None:
+    if not sla:
+        return
+    table = Table(title=f"SLA: {sla['verdict']}", title_justify="left", title_style=VERDICT_STYLE[sla["verdict"]])
+    for col in ("check", "verdict", "observed", "bound", "evidence"):
+        table.add_column(col)
+    for c in sla["checks"]:
+        obs = "-" if c["observed"] is None else f"{c['observed']:.4g} {c['unit']}".strip()
+        table.add_row(c["name"], f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]", obs,
+                      f"{c['op']} {c['bound']:g} {c['unit']}".strip(), c["reason"])
+    console.print(table)

@@ -1,0 +1,126 @@
+"""The raw result of a run -> ``metrics.json`` (the source of truth every report reads).
+
+Validity is judged here from the numbers, separately from pass/fail: a run whose client fell
+behind is invalid whatever its latencies say (they still include the delay).
+"""
+from __future__ import annotations
+
+from .histogram import LatencyHistogram
+from .recorder import ALL_METRICS
+from .runner import RunOutcome
+from .scenario import Scenario
+
+SCHEMA = "loadtest/metrics/v1"
+
+DEFINITIONS = {
+    "ttft": "time to first token: first token on the host - intended send time",
+    "ttft_service": "first token - actual send time (hides client lag; kept for comparison)",
+    "itl": "inter-token latency: every gap between consecutive tokens, pooled over requests",
+    "tpot": "time per output token: (last token - first token) / (tokens - 1), per request with >= 2 tokens",
+    "e2e": "end to end: last token - intended send time",
+    "e2e_service": "last token - actual send time",
+    "queue": "admitted into a running batch - intended send time",
+    "dispatch_lag": "actual send - intended send time: the harness's own lateness",
+    "output_tokens_per_s": "output tokens stamped inside the measured window / window length",
+    "total_tokens_per_s": "(input tokens of requests whose first token fell in the window + output tokens in it) / window",
+    "requests_per_s": "requests completed inside the measured window / window length",
+}
+
+
+def judge_validity(scenario: Scenario, outcome: RunOutcome, hists: dict[str, LatencyHistogram]) -> dict:
+    v = scenario.load.validity
+    reasons, warnings = [], []
+    lag = hists["dispatch_lag"]
+    if lag.count and lag.percentile_ms(99) * 1e6 > v.max_dispatch_lag_p99:
+        reasons.append(f"dispatch lag p99 {lag.percentile_ms(99):.3f} ms > {v.max_dispatch_lag_p99 / 1e6:g} ms: "
+                       "the client could not keep up (latencies include the delay)")
+    loop = outcome.loop_lag
+    if loop.count and loop.percentile_ms(99) * 1e6 > v.max_loop_lag_p99:
+        reasons.append(f"event-loop lag p99 {loop.percentile_ms(99):.3f} ms > {v.max_loop_lag_p99 / 1e6:g} ms: "
+                       "the client's event loop was saturated")
+    rec = outcome.recorder
+    if rec.completed < v.min_completed:
+        reasons.append(f"{rec.completed} measured requests completed, fewer than {v.min_completed}")
+    if rec.token_count_mismatch:
+        warnings.append(f"{rec.token_count_mismatch} requests: the backend's token count differs from the token stamps")
+    for m, h in hists.items():
+        if h.over_range:
+            warnings.append(f"{m}: {h.over_range} values over 1 h, counted at 1 h")
+    if outcome.throttled:
+        warnings.append(f"{outcome.throttled} requests held over 1 ms by max_rate (latency counts from the plan)")
+    return {"valid": not reasons, "reasons": reasons, "warnings": warnings}
+
+
+def build_metrics(*, scenario: Scenario, scenario_path: str, scenario_sha256: str, outcome: RunOutcome,
+                  backend: dict, environment: dict, planned: int | None, started_at: str) -> dict:
+    rec = outcome.recorder
+    hists = rec.histograms()
+    validity = judge_validity(scenario, outcome, hists)
+    status = outcome.status if outcome.status != "ok" else ("ok" if validity["valid"] else "invalid")
+    window_s = _window_s(rec)
+    throughput = {
+        "requests_per_s": _rate(rec.window_completions, window_s),
+        "output_tokens_per_s": _rate(rec.window_tokens, window_s),
+        "total_tokens_per_s": _rate(rec.window_tokens + rec.window_input_tokens, window_s),
+        "output_tokens_in_window": rec.window_tokens,
+        "window_s": window_s,
+    }
+    latency = {m: hists[m].summary_ms() for m in ALL_METRICS}
+    e2e = latency["e2e"]
+    return {
+        "schema": SCHEMA,
+        "status": status,
+        "name": scenario.name,
+        "started_at": started_at,
+        "scenario_file": scenario_path,
+        "scenario": scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "environment": environment,
+        "backend": backend,
+        "requests": {
+            "planned": planned, "sent": outcome.sent, "completed": rec.completed, "failed": rec.failed,
+            "warmup": rec.warmup, "cancelled": outcome.cancelled, "errors_by_type": dict(rec.errors_by_type),
+            "under_two_tokens": rec.single_token, "output_tokens": rec.output_tokens_measured,
+            "input_tokens": rec.input_tokens_measured,
+        },
+        "window": {
+            "start_s": None if rec.window_start is None else (rec.window_start - outcome.t0_ns) / 1e9,
+            "end_s": None if rec.window_end is None else (rec.window_end - outcome.t0_ns) / 1e9,
+            "length_s": window_s, "run_s": (outcome.end_ns - outcome.t0_ns) / 1e9,
+        },
+        "latency_ms": latency,
+        "throughput": throughput,
+        "harness": {"loop_lag_ms": outcome.loop_lag.summary_ms(), "throttled_requests": outcome.throttled,
+                    "failure": outcome.failure},
+        "validity": validity,
+        "timeseries": {"interval_s": rec.interval_ns / 1e9, "points": _points(rec)},
+        "histograms": {m: hists[m].encode() for m in ALL_METRICS},
+        "histograms_over_range": {m: hists[m].over_range for m in ALL_METRICS},
+        "loop_lag_histogram": outcome.loop_lag.encode(),
+        "definitions": DEFINITIONS,
+        # Flat headline keys for scripts and the profiling playbooks (end-to-end percentiles).
+        "output_tokens_per_s": throughput["output_tokens_per_s"],
+        "p50_ms": e2e.get("p50"), "p95_ms": e2e.get("p95"), "p99_ms": e2e.get("p99"),
+        "peak_mem_mb": backend.get("peak_mem_mb"),
+        "commit": environment.get("commit"),
+    }
+
+
+def _window_s(rec) -> float | None:
+    if rec.window_start is None or rec.window_end is None or rec.window_end <= rec.window_start:
+        return None
+    return (rec.window_end - rec.window_start) / 1e9
+
+
+def _rate(n: int, seconds: float | None) -> float | None:
+    return None if not seconds else n / seconds
+
+
+def _points(rec) -> list[dict]:
+    width = rec.interval_ns / 1e9
+    by_index = {c["index"]: c for c in rec.closed}
+    indices = sorted(set(by_index) | set(rec.token_bins))
+    points = []
+    for k in indices:
+        c = by_index.get(k, {"index": k, "completed": 0, "failed": 0, "histograms": {}})
+        points.append({**c, "t_s": k * width, "output_tokens_per_s": rec.token_bins.get(k, 0) / width})
+    return points

@@ -1,0 +1,251 @@
+"""Dispatch at absolute intended times; warmup, measure, drain; watch the watcher.
+
+Open loop: one dispatcher walks the plan, sleeping until ``t0 + offset`` (never a relative
+sleep, so lateness never accumulates) and hands each request to its own task. Closed loop: one
+task per user, each sending ``think`` after its previous response. Latency always counts from the
+intended time; ``sent - intended`` is the dispatch lag, and an event-loop probe measures how long
+a ready callback waits. When either is too high the run is marked invalid, with the reason.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+
+from .clock import Clock
+from .errors import BackendError
+from .events import Admitted, Failed, Finished, Tokens
+from .histogram import LatencyHistogram
+from .recorder import Recorder, RequestState
+from .scenario import Load
+from .workload import Plan, PlannedRequest
+
+LOOP_PROBE_NS = 10_000_000
+
+
+@dataclass
+class RunOutcome:
+    recorder: Recorder
+    t0_ns: int
+    end_ns: int
+    status: str  # ok | interrupted | failed (validity is judged later, from the numbers)
+    loop_lag: LatencyHistogram
+    sent: int
+    cancelled: int
+    failure: str | None = None
+    throttled: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Runner:
+    def __init__(self, plan: Plan, backend, tokenizer, clock: Clock, load: Load, interval_ns: int,
+                 keep_records: bool = False) -> None:
+        self.plan, self.backend, self.tokenizer, self.clock, self.load = plan, backend, tokenizer, clock, load
+        self.interval_ns = interval_ns
+        self.keep_records = keep_records
+        self.recorder: Recorder | None = None
+        self.t0: int | None = None
+        self.sent = self.in_flight = self.cancelled = self.throttled = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._cancel_reason: str | None = None
+        self._failure: str | None = None
+        self._stop = asyncio.Event()
+        self._throttler = None
+        if load.max_rate is not None:
+            from asyncio_throttle import Throttler
+
+            # A ceiling on top of the schedule, not the schedule: the sliding window admits at
+            # most max_rate sends in any second.
+            self._throttler = Throttler(rate_limit=max(1, round(load.max_rate)), period=1.0, retry_interval=0.001)
+
+    # -- public -------------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "interrupted") -> None:
+        """Stop dispatching and end in-flight requests now (Ctrl-C, or a crashed backend)."""
+        if self._cancel_reason is None:
+            self._cancel_reason = reason
+        self._stop.set()
+
+    async def run(self, start_delay_ns: int = 1_000_000) -> RunOutcome:
+        self.t0 = self.clock.now_ns() + start_delay_ns
+        if hasattr(self.backend, "set_origin"):
+            self.backend.set_origin(self.t0)
+        rec = self.recorder = Recorder(self.t0, self.interval_ns, self.plan.window_start_ns, self.plan.window_end_ns)
+        if self.keep_records:
+            rec.records = []
+        loop_lag = LatencyHistogram()
+        probe = asyncio.create_task(self._probe_loop(loop_lag))
+        closed = self.plan.closed_loop is not None
+        dispatch = asyncio.create_task(self._dispatch_closed() if closed else self._dispatch_open())
+        window_end = None if self.plan.window_end_ns is None else self.t0 + self.plan.window_end_ns
+        # Closed loop: users hold their in-flight request, so the dispatcher only ends when they
+        # do; a time window's end is then also the end of sending.
+        await self._wait(dispatch, window_end if closed else None, until_idle=False)
+        if not self._stop.is_set():
+            deadline = max(self.clock.now_ns(), window_end or 0) + self.load.drain_timeout
+            await self._wait(dispatch, deadline, until_idle=True)
+        dispatch.cancel()
+        await self._cancel_all(self._cancel_reason or "drain")
+        probe.cancel()
+        await asyncio.gather(probe, dispatch, return_exceptions=True)
+        rec.close()
+        status = {"interrupted": "interrupted", "failed": "failed"}.get(self._cancel_reason or "", "ok")
+        return RunOutcome(rec, self.t0, self.clock.now_ns(), status, loop_lag, self.sent, self.cancelled,
+                          self._failure, self.throttled)
+
+    def stats(self) -> dict:
+        rec = self.recorder
+        return {
+            "elapsed_s": 0.0 if self.t0 is None else max(0, self.clock.now_ns() - self.t0) / 1e9,
+            "sent": self.sent, "in_flight": self.in_flight,
+            "completed": 0 if rec is None else rec.completed + rec.warmup,
+            "failed": 0 if rec is None else rec.failed,
+            "ttft_p99_ms": None if rec is None else rec.live_ttft_p99_ms(),
+            "planned": self.plan.planned_count,
+        }
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    async def _dispatch_open(self) -> None:
+        for req in self.plan.requests:
+            intended = self.t0 + req.offset_ns
+            await self.clock.sleep_until(intended)
+            wait = await self._throttle()
+            self._spawn(self._drive(req, intended, self.clock.now_ns(), wait))
+
+    async def _dispatch_closed(self) -> None:
+        cl = self.plan.closed_loop
+        counter = itertools.count()
+        users = [asyncio.create_task(self._user(counter)) for _ in range(cl.users)]
+        try:
+            await asyncio.gather(*users)
+        finally:
+            for u in users:
+                u.cancel()
+
+    async def _user(self, counter) -> None:
+        plan, t0 = self.plan, self.t0
+        end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
+        intended = t0
+        while True:
+            if end is not None and intended >= end:
+                return
+            index = next(counter)
+            if plan.planned_count is not None and index >= plan.planned_count:
+                return
+            warmup = (intended - t0 < plan.warmup_ns) if plan.warmup_ns is not None else index < (plan.warmup_requests or 0)
+            req = plan.source.next(index, None, warmup)
+            await self.clock.sleep_until(intended)
+            wait = await self._throttle()
+            if not warmup:
+                self.recorder.set_window_start(intended)
+            task = self._spawn(self._drive(req, intended, self.clock.now_ns(), wait))
+            st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
+            intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times())
+
+    def _think_times(self):
+        if not hasattr(self, "_think_iter"):
+            self._think_iter = self.plan.closed_loop.think_times_ns(self.plan.think_rng)
+        return self._think_iter
+
+    async def _throttle(self) -> int:
+        if self._throttler is None:
+            return 0
+        before = self.clock.now_ns()
+        await self._throttler.acquire()
+        waited = self.clock.now_ns() - before
+        self.throttled += waited > 1_000_000
+        return waited
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- one request ------------------------------------------------------------------------------
+
+    async def _drive(self, req: PlannedRequest, intended: int, sent: int, throttle_wait: int) -> RequestState:
+        # The limiter's hold is the user's own ceiling, not the harness lagging: keep it out of
+        # the dispatch lag by moving `sent` back by it (latencies still count from `intended`).
+        st = RequestState(req, intended, sent - throttle_wait)
+        self.sent += 1
+        self.in_flight += 1
+        try:
+            if self.load.request_timeout is None:
+                await self._consume(st)
+            else:
+                await asyncio.wait_for(self._consume(st), self.load.request_timeout / 1e9)
+        except asyncio.TimeoutError:
+            self._fail(st, "Timeout")
+        except asyncio.CancelledError:
+            if self._cancel_reason in (None, "drain"):
+                self._fail(st, "DrainTimeout")
+            else:
+                self.cancelled += 1
+                self.in_flight -= 1
+                return st
+        except BackendError as exc:
+            self._fail(st, type(exc).__name__)
+            self._failure = str(exc)
+            self.request_stop("failed")
+        except Exception as exc:  # a backend bug fails this request, not the run
+            self._fail(st, type(exc).__name__)
+        self.in_flight -= 1
+        self.recorder.finish(st)
+        return st
+
+    async def _consume(self, st: RequestState) -> None:
+        prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer) if self.backend.needs_prompt_ids else None
+        async for ev in self.backend.submit(st.req, prompt_ids):
+            kind = type(ev)
+            if kind is Tokens:
+                st.stamps.extend(ev.t_ns)
+            elif kind is Admitted:
+                st.admitted_ns = ev.t_ns
+            elif kind is Finished:
+                st.done_ns, st.output_tokens = ev.t_ns, ev.output_tokens
+            elif kind is Failed:
+                st.done_ns, st.error = ev.t_ns, ev.error_type
+        if st.done_ns is None:
+            self._fail(st, "NoFinishEvent")
+
+    def _fail(self, st: RequestState, error_type: str) -> None:
+        st.error = error_type
+        st.done_ns = self.clock.now_ns()
+
+    # -- drain and stop -------------------------------------------------------------------------
+
+    async def _wait(self, dispatch: asyncio.Task, deadline_ns: int | None, until_idle: bool) -> None:
+        """Until stop, the deadline, or: dispatch done (and, with ``until_idle``, nothing in flight)."""
+        stopper = asyncio.ensure_future(self._stop.wait())
+        sleeper = None if deadline_ns is None else asyncio.ensure_future(self.clock.sleep_until(deadline_ns))
+        try:
+            while not self._stop.is_set() and not (sleeper and sleeper.done()):
+                if dispatch.done() and (not until_idle or not self._tasks):
+                    return
+                waiting = {stopper} | ({sleeper} if sleeper else set())
+                waiting |= set(self._tasks) if dispatch.done() else {dispatch}
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if sleeper:
+                sleeper.cancel()
+
+    async def _cancel_all(self, reason: str) -> None:
+        if self._cancel_reason is None:
+            self._cancel_reason = reason
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _probe_loop(self, hist: LatencyHistogram) -> None:
+        """Event-loop lag: how long a callback made ready now waits before it runs."""
+        loop = asyncio.get_running_loop()
+        now = self.clock.now_ns
+        while True:
+            await asyncio.sleep(LOOP_PROBE_NS / 1e9)
+            t = now()
+            loop.call_soon(lambda t=t: hist.record_ns(now() - t))

@@ -1,0 +1,193 @@
+"""The scenario: a strict, frozen, declarative description of one load test.
+
+Every model forbids unknown keys and documents each field. Validators are pure: they never touch
+the GPU, the network or any file (files a scenario names are checked by ``scenario_file``).
+"""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+
+from .backend_specs import BackendSpec, SimSpec
+from .scenario_types import Duration, Rate
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=True)
+
+
+# --- token-length distributions -------------------------------------------------------------
+
+class _Clipped(_Model):
+    min: int = Field(1, ge=1, description="Lengths below this are raised to it.")
+    max: int = Field(1_000_000, ge=1, description="Lengths above this are lowered to it.")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
+        return self
+
+
+class FixedLength(_Model):
+    dist: Literal["fixed"]
+    value: int = Field(ge=1, description="Every request has this many tokens.")
+
+
+class UniformLength(_Clipped):
+    dist: Literal["uniform"]
+
+
+class NormalLength(_Clipped):
+    dist: Literal["normal"]
+    mean: float = Field(gt=0, description="Mean length in tokens.")
+    std: float = Field(ge=0, description="Standard deviation in tokens.")
+
+
+class LognormalLength(_Clipped):
+    dist: Literal["lognormal"]
+    mean: float = Field(gt=0, description="Mean length in tokens (of the distribution, not of its log).")
+    sigma: float = Field(ge=0, description="Standard deviation of the log of the length.")
+
+
+LengthDist = Annotated[Union[FixedLength, UniformLength, NormalLength, LognormalLength], Field(discriminator="dist")]
+LengthSpec = Union[Annotated[int, Field(ge=1)], LengthDist]
+
+
+# --- arrival processes ----------------------------------------------------------------------
+
+class ConstantArrival(_Model):
+    kind: Literal["constant"]
+    rate: Rate = Field(description="Requests per second, evenly spaced.")
+
+
+class PoissonArrival(_Model):
+    kind: Literal["poisson"]
+    rate: Rate = Field(description="Mean requests per second; exponential gaps.")
+
+
+class GammaArrival(_Model):
+    kind: Literal["gamma"]
+    rate: Rate = Field(description="Mean requests per second.")
+    cv: float = Field(gt=0, description="Burstiness: coefficient of variation of the gaps (1 = Poisson).")
+
+
+class ConcurrencyArrival(_Model):
+    kind: Literal["concurrency"]
+    users: int = Field(ge=1, description="Closed loop: this many users, each sends when its last request is done.")
+    think_time: Duration = Field(0, description="Pause between a user's response and its next request.")
+    think: Literal["fixed", "exponential"] = Field("fixed", description="Think time fixed, or exponential with that mean.")
+
+
+class BurstArrival(_Model):
+    kind: Literal["burst"]
+
+
+class TraceArrival(_Model):
+    kind: Literal["trace"]
+    file: str = Field(description="Offsets to replay: one number of seconds a line, or JSONL with an 'offset' key.")
+    time_scale: float = Field(1.0, gt=0, description="Multiply every offset (0.5 = twice as fast).")
+
+
+Arrival = Annotated[
+    Union[ConstantArrival, PoissonArrival, GammaArrival, ConcurrencyArrival, BurstArrival, TraceArrival],
+    Field(discriminator="kind"),
+]
+
+
+# --- sections ---------------------------------------------------------------------------------
+
+class Seeds(_Model):
+    schedule: int = Field(0, ge=0, description="Arrival times (and think times).")
+    prompts: int = Field(0, ge=0, description="Prompt text and dataset order.")
+    lengths: int = Field(0, ge=0, description="Input and output token lengths.")
+
+
+class Workload(_Model):
+    input_tokens: LengthSpec | None = Field(None, description="Synthetic prompt length (tokens of the backend's tokenizer).")
+    dataset: str | None = Field(None, description="JSONL file: one {\"prompt\": ...} or {\"messages\": [...]} a line.")
+    output_tokens: LengthSpec = Field(128, description="Output length: exact (fixed) or the cap (natural).")
+    output: Literal["fixed", "natural"] = Field("fixed", description="fixed: ignore EOS, generate exactly; natural: stop at EOS.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_prompt_source(cls, data):
+        if isinstance(data, dict):
+            has_input, has_dataset = data.get("input_tokens") is not None, data.get("dataset") is not None
+            if has_input and has_dataset:
+                raise ValueError("give either input_tokens or dataset, not both")
+            if not has_input and not has_dataset:
+                data = {**data, "input_tokens": 128}
+        return data
+
+
+class Validity(_Model):
+    max_dispatch_lag_p99: Duration = Field("5ms", description="Over this, the client was the bottleneck: run invalid.")
+    max_loop_lag_p99: Duration = Field("20ms", description="Event-loop lag p99 over this: run invalid.")
+    min_completed: int = Field(1, ge=0, description="Fewer completed measured requests: run invalid.")
+
+
+class Load(_Model):
+    arrival: Arrival = Field(description="How requests arrive.")
+    duration: Duration | None = Field(None, description="Measured window length (give this or requests).")
+    requests: int | None = Field(None, ge=1, description="Measured request count (give this or duration).")
+    warmup: Duration | None = Field(None, description="Warmup by time before the window; excluded from statistics.")
+    warmup_requests: int | None = Field(None, ge=0, description="Warmup by count before the window.")
+    drain_timeout: Duration = Field("60s", description="After the window, how long in-flight requests may finish.")
+    request_timeout: Duration | None = Field(None, description="A request still running after this fails with Timeout.")
+    max_rate: Rate | None = Field(None, description="Ceiling on sends per second over any arrival process (a limiter).")
+    validity: Validity = Field(default_factory=Validity, description="When the run is marked invalid.")
+
+    @model_validator(mode="after")
+    def _window(self):
+        trace = self.arrival.kind == "trace"
+        if (self.duration is None) == (self.requests is None) and not trace:
+            raise ValueError("give exactly one of duration or requests")
+        if self.duration is not None and self.requests is not None:
+            raise ValueError("give exactly one of duration or requests")
+        if self.warmup is not None and self.warmup_requests is not None:
+            raise ValueError("give at most one of warmup or warmup_requests")
+        if self.arrival.kind == "burst" and (self.duration is not None or self.warmup is not None):
+            raise ValueError("a burst sends everything at t0: give requests (and warmup_requests), not durations")
+        return self
+
+
+# --- SLA: one optional field per metric and percentile, generated ----------------------------
+
+SLA_METRICS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue")
+SLA_PERCENTILES = ("p50", "p90", "p95", "p99", "p999")
+_SLA_LATENCY_FIELDS = {
+    f"{m}_{p}": (Duration | None, Field(None, description=f"{m} {p} must be at most this."))
+    for m in SLA_METRICS
+    for p in SLA_PERCENTILES
+}
+Sla = create_model(
+    "Sla",
+    __base__=_Model,
+    __doc__="Service-level objectives; each becomes a PASS / FAIL / INCONCLUSIVE check.",
+    error_rate=(float | None, Field(None, ge=0, le=1, description="Failed / finished requests must be at most this.")),
+    output_tokens_per_s=(float | None, Field(None, ge=0, description="Output tokens/s must be at least this.")),
+    requests_per_s=(float | None, Field(None, ge=0, description="Completed requests/s must be at least this.")),
+    confidence=(float, Field(0.99, gt=0.5, lt=1, description="Confidence a percentile PASS needs (MLPerf early stopping).")),
+    **_SLA_LATENCY_FIELDS,
+)
+
+
+class Outputs(_Model):
+    dir: str | None = Field(None, description="Run directory (default reports/<name>-<UTC time>); --out overrides.")
+    requests_jsonl: bool = Field(False, description="Also write requests.jsonl: one line of raw timestamps a request.")
+    interval: Duration = Field("1s", description="Time-series bucket width.")
+
+
+class Scenario(_Model):
+    """One load test: what to drive, with what, how hard, and what counts as good."""
+
+    name: str = Field(min_length=1, description="Names the run and its directory.")
+    seeds: Seeds = Field(default_factory=Seeds, description="One seed per random dimension.")
+    backend: BackendSpec = Field(default_factory=SimSpec, description="The system under test, by kind.")
+    workload: Workload = Field(default_factory=Workload, description="Prompts and lengths.")
+    load: Load = Field(description="Arrivals, window, warmup, drain.")
+    sla: Sla | None = Field(None, description="Objectives that decide the exit code.")
+    outputs: Outputs = Field(default_factory=Outputs, description="What to write, and where.")

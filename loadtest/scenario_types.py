@@ -1,0 +1,13 @@
+"""Field types shared by the scenario models: durations and rates as users write them."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field, PlainSerializer
+
+from .units import format_duration_ns, parse_duration_ns, parse_rate_per_s
+
+# Integer ns inside; "30s", "500ms", 2.5 (seconds) outside; echoed back in the shortest unit.
+Duration = Annotated[int, BeforeValidator(parse_duration_ns), PlainSerializer(format_duration_ns, return_type=str)]
+# Requests per second; "4/s", "120/m" or a bare number.
+Rate = Annotated[float, BeforeValidator(parse_rate_per_s), Field(gt=0)]

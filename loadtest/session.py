@@ -1,0 +1,116 @@
+"""Wiring: scenario -> backend -> plan -> runner -> metrics.json (+ SLA verdict).
+
+This is the Python API the CLI calls; a notebook can call ``run_scenario`` the same way.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import atomic, environment
+from .backends import create_backend
+from .clock import Clock, MonotonicClock
+from .errors import BackendError
+from .results import build_metrics
+from .runner import Runner
+from .scenario_file import LoadedScenario, resolve_path
+from .sla import evaluate
+from .workload import build_plan
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    metrics: dict
+
+    @property
+    def status(self) -> str:
+        return self.metrics["status"]
+
+    @property
+    def sla_verdict(self) -> str | None:
+        sla = self.metrics.get("sla")
+        return None if sla is None else sla["verdict"]
+
+
+def default_out_dir(name: str) -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / f"{name}-{stamp}"
+
+
+def run_scenario(loaded: LoadedScenario, out_dir: str | Path | None = None, *, clock: Clock | None = None,
+                 progress=None, handle_signals: bool = False) -> RunResult:
+    """Run on a fresh event loop (the real clock unless one is given); write the run directory."""
+    return asyncio.run(run_scenario_async(loaded, out_dir, clock=clock or MonotonicClock(), progress=progress,
+                                          handle_signals=handle_signals))
+
+
+async def run_scenario_async(loaded: LoadedScenario, out_dir, *, clock: Clock, progress=None,
+                             handle_signals: bool = False) -> RunResult:
+    scenario = loaded.scenario
+    out = Path(out_dir) if out_dir is not None else Path(scenario.outputs.dir) if scenario.outputs.dir else default_out_dir(scenario.name)
+    started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label, never a duration
+    env_facts = lambda: environment.collect(scenario.seeds.model_dump(), loaded.sha256)  # noqa: E731
+    backend = create_backend(scenario.backend, clock, {"base_dir": loaded.base_dir})
+    try:
+        info = await backend.start()
+    except BackendError as exc:
+        metrics = _failed_start(loaded, started_at, env_facts(), str(exc))
+        atomic.write_json(out / "metrics.json", metrics)
+        return RunResult(out, metrics)
+    plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(loaded, name))
+    runner = Runner(plan, backend, info.tokenizer, clock, scenario.load, scenario.outputs.interval,
+                    keep_records=scenario.outputs.requests_jsonl)
+    restore = _install_sigint(runner) if handle_signals else None
+    progress_task = asyncio.create_task(progress(runner)) if progress else None
+    try:
+        outcome = await runner.run()
+    finally:
+        if progress_task:
+            progress_task.cancel()
+            await asyncio.gather(progress_task, return_exceptions=True)
+        if restore:
+            restore()
+        facts = await backend.stop()
+    metrics = build_metrics(scenario=scenario, scenario_path=str(loaded.path), scenario_sha256=loaded.sha256,
+                            outcome=outcome, backend={"kind": scenario.backend.kind, "name": info.name,
+                                                      **info.details, **facts},
+                            environment=env_facts(), planned=plan.planned_count, started_at=started_at)
+    metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
+    if outcome.recorder.records is not None:
+        atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
+    atomic.write_json(out / "metrics.json", metrics)
+    return RunResult(out, metrics)
+
+
+def _install_sigint(runner: Runner):
+    """First Ctrl-C: stop, write the partial result (status interrupted). Second: exit at once."""
+    loop = asyncio.get_running_loop()
+    pressed = []
+
+    def on_sigint():
+        if pressed:
+            os._exit(130)
+        pressed.append(True)
+        runner.request_stop("interrupted")
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):
+        return None
+    return lambda: loop.remove_signal_handler(signal.SIGINT)
+
+
+def _failed_start(loaded: LoadedScenario, started_at: str, env: dict, error: str) -> dict:
+    from .results import SCHEMA
+
+    return {"schema": SCHEMA, "status": "failed", "name": loaded.scenario.name, "started_at": started_at,
+            "scenario_file": str(loaded.path),
+            "scenario": loaded.scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "environment": env, "backend": {"kind": loaded.scenario.backend.kind, "error": error},
+            "validity": {"valid": False, "reasons": [f"backend failed to start: {error}"], "warnings": []},
+            "sla": None, "commit": env.get("commit")}

@@ -1,0 +1,50 @@
+"""Token counting for backends without a tokenizer of their own: a byte-level tokenizer.
+
+One token per UTF-8 byte (ids 0..255) plus BOS (256) and EOS (257), so token counts are always
+defined and a multi-byte character is several tokens, as with real byte-level BPE fallbacks.
+The :class:`Tokenizer` protocol is what the workload needs from any tokenizer.
+"""
+from __future__ import annotations
+
+import random
+from typing import Protocol, Sequence
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+    eos_token_id: int | None
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def render_chat(self, messages: list[dict]) -> str | None:
+        """The prompt text for a chat, or None when there is no chat template."""
+
+    def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
+        """``n`` ids of ordinary (non-special) tokens."""
+
+
+class ByteTokenizer:
+    vocab_size = 258
+    bos_token_id = 256
+    eos_token_id = 257
+    name = "loadtest-bytes"
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def render_chat(self, messages: list[dict]) -> str | None:
+        return None
+
+    def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
+        # Printable ASCII: a synthetic prompt that reads as text when logged.
+        return [rng.randrange(32, 127) for _ in range(n)]
+
+
+def render_messages_plainly(messages: list[dict]) -> str:
+    """The fallback rendering of a chat when the model has no template: ``role: content`` lines."""
+    return "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages) + "\nassistant:"

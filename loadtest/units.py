@@ -1,0 +1,67 @@
+"""Parsing human quantities: durations (``500ms``, ``30s``, ``2m``) and rates (``4/s``).
+
+Durations are returned as integer nanoseconds; a bare number means seconds. Rates are requests per
+second as floats; a bare number means per second.
+"""
+from __future__ import annotations
+
+import re
+
+_DURATION_UNITS_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "min": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+_RATE_UNITS_PER_S = {"s": 1.0, "sec": 1.0, "m": 1 / 60, "min": 1 / 60, "h": 1 / 3600}
+_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_DURATION_RE = re.compile(rf"^\s*{_NUMBER}\s*([a-zµ]*)\s*$")
+_RATE_RE = re.compile(rf"^\s*{_NUMBER}\s*(?:/\s*([a-z]+)|rps|req/s)?\s*$")
+
+
+def parse_duration_ns(value: object) -> int:
+    """``"500ms"`` -> 500_000_000; ``1.5`` -> 1_500_000_000. Negative or unknown units raise ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"duration must not be negative, got {value}")
+        return round(value * 1_000_000_000)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a duration such as 30s or 500ms, got {value!r}")
+    match = _DURATION_RE.match(value)
+    if not match:
+        raise ValueError(f"cannot read {value!r} as a duration (examples: 30s, 500ms, 2m, 1.5)")
+    number, unit = match.groups()
+    if unit not in _DURATION_UNITS_NS and unit != "":
+        raise ValueError(f"unknown duration unit {unit!r} in {value!r} (use ns, us, ms, s, m, h)")
+    return round(float(number) * _DURATION_UNITS_NS.get(unit, 1_000_000_000))
+
+
+def parse_rate_per_s(value: object) -> float:
+    """``"4/s"`` -> 4.0; ``"120/m"`` -> 2.0; ``20`` -> 20.0."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a rate, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"expected a rate such as 20 or 4/s, got {value!r}")
+    match = _RATE_RE.match(value)
+    if not match:
+        raise ValueError(f"cannot read {value!r} as a rate (examples: 20, 4/s, 120/m)")
+    number, unit = match.groups()
+    if unit is not None and unit not in _RATE_UNITS_PER_S:
+        raise ValueError(f"unknown rate unit {unit!r} in {value!r} (use /s, /m, /h)")
+    return float(number) * _RATE_UNITS_PER_S.get(unit or "s", 1.0)
+
+
+def format_duration_ns(ns: int) -> str:
+    """Shortest exact-ish human form, for echoing config back: 1_500_000_000 -> ``1.5s``."""
+    for unit, size in (("h", 3_600_000_000_000), ("m", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
+        if ns >= size:
+            return f"{ns / size:g}{unit}"
+    return f"{ns}ns"

@@ -1,0 +1,187 @@
+"""From scenario to ``Plan``: what each request asks for, and (open loop) when it is sent.
+
+Three seeded streams, one per random dimension (``seeds.schedule``, ``.prompts``, ``.lengths``),
+so changing the arrival process never changes the prompts, and the same seeds always give a
+byte-identical plan (``Plan.to_jsonl``). Everything is decided before t0.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .arrivals import ClosedLoop, make_arrival
+from .errors import ScenarioError
+from .scenario import FixedLength, LognormalLength, NormalLength, Scenario, UniformLength
+from .tokenizer import Tokenizer, render_messages_plainly
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    index: int
+    offset_ns: int | None  # from t0; None in a closed loop (the user's previous response decides)
+    input_tokens: int
+    output_tokens: int  # exact (fixed output) or the cap (natural output)
+    prompt_seed: int  # synthetic prompt: seeds its token ids
+    dataset_row: int | None  # dataset prompt: the row
+    warmup: bool
+    ignore_eos: bool
+
+
+# --- lengths ------------------------------------------------------------------------------
+
+def _sampler(spec) -> Callable[[random.Random], int]:
+    if isinstance(spec, int):
+        return lambda rng: spec
+    if isinstance(spec, FixedLength):
+        return lambda rng: spec.value
+    clip = lambda x: int(min(spec.max, max(spec.min, round(x))))  # noqa: E731
+    if isinstance(spec, UniformLength):
+        return lambda rng: rng.randint(spec.min, spec.max)
+    if isinstance(spec, NormalLength):
+        return lambda rng: clip(rng.gauss(spec.mean, spec.std))
+    if isinstance(spec, LognormalLength):
+        mu = math.log(spec.mean) - spec.sigma**2 / 2  # so that the distribution's mean is `mean`
+        return lambda rng: clip(rng.lognormvariate(mu, spec.sigma))
+    raise TypeError(spec)
+
+
+# --- datasets -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DatasetPrompt:
+    text: str
+    token_ids: tuple[int, ...]
+
+
+def read_dataset(path: Path, tokenizer: Tokenizer) -> list[DatasetPrompt]:
+    """JSONL rows ``{"prompt": str}`` or ``{"messages": [...]}``; chats use the model's template."""
+    rows = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError([f"{path}:{lineno}: not JSON: {exc.msg}"]) from None
+        text = _row_text(row, tokenizer, path, lineno)
+        rows.append(DatasetPrompt(text, tuple(tokenizer.encode(text))))
+    if not rows:
+        raise ScenarioError([f"{path}:1: the dataset holds no prompts"])
+    return rows
+
+
+def _row_text(row: object, tokenizer: Tokenizer, path: Path, lineno: int) -> str:
+    if isinstance(row, dict) and isinstance(row.get("prompt"), str):
+        return row["prompt"]
+    if isinstance(row, dict) and isinstance(row.get("messages"), list):
+        msgs = row["messages"]
+        if all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs) and msgs:
+            return tokenizer.render_chat(msgs) or render_messages_plainly(msgs)
+        raise ScenarioError([f"{path}:{lineno}: messages: expected a list of {{role, content}}"])
+    raise ScenarioError([f"{path}:{lineno}: expected {{\"prompt\": ...}} or {{\"messages\": [...]}}"])
+
+
+# --- the plan -------------------------------------------------------------------------------
+
+class RequestSource:
+    """The deterministic sequence of request contents (lengths, prompts), independent of timing."""
+
+    def __init__(self, scenario: Scenario, dataset: list[DatasetPrompt] | None) -> None:
+        w = scenario.workload
+        self._lengths = random.Random(scenario.seeds.lengths)
+        self._prompts = random.Random(scenario.seeds.prompts)
+        self._input = None if dataset else _sampler(w.input_tokens)
+        self._output = _sampler(w.output_tokens)
+        self._dataset = dataset
+        self._order: list[int] = []
+        self._ignore_eos = w.output == "fixed"
+
+    def next(self, index: int, offset_ns: int | None, warmup: bool) -> PlannedRequest:
+        out = self._output(self._lengths)
+        if self._dataset is None:
+            n_in, row = self._input(self._lengths), None
+        else:
+            if not self._order:  # a fresh seeded shuffle each pass over the dataset
+                self._order = list(range(len(self._dataset)))
+                self._prompts.shuffle(self._order)
+            row = self._order.pop()
+            n_in = len(self._dataset[row].token_ids)
+        seed = self._prompts.getrandbits(63)
+        return PlannedRequest(index, offset_ns, n_in, out, seed, row, warmup, self._ignore_eos)
+
+
+@dataclass
+class Plan:
+    """Open loop: ``requests`` with offsets. Closed loop: ``closed_loop`` and ``source`` instead.
+
+    ``window_start_ns`` / ``window_end_ns`` are offsets from t0; a window that ends when its last
+    request is done has ``window_end_ns`` None. ``warmup_count``/``measured_count`` are known for
+    open-loop plans and for count-based closed-loop windows.
+    """
+
+    requests: list[PlannedRequest]
+    window_start_ns: int | None
+    window_end_ns: int | None
+    closed_loop: ClosedLoop | None = None
+    source: RequestSource | None = None
+    think_rng: random.Random | None = None
+    warmup_ns: int | None = None
+    warmup_requests: int | None = None
+    measured_requests: int | None = None
+    dataset: list[DatasetPrompt] | None = None
+
+    def to_jsonl(self) -> str:
+        return "".join(json.dumps(asdict(r), separators=(",", ":")) + "\n" for r in self.requests)
+
+    def prompt_ids(self, req: PlannedRequest, tokenizer: Tokenizer) -> list[int]:
+        if req.dataset_row is not None:
+            return list(self.dataset[req.dataset_row].token_ids)
+        return tokenizer.random_prompt_ids(random.Random(req.prompt_seed), req.input_tokens)
+
+    @property
+    def planned_count(self) -> int | None:
+        if self.closed_loop is None:
+            return len(self.requests)
+        if self.measured_requests is not None:
+            return (self.warmup_requests or 0) + self.measured_requests
+        return None
+
+
+def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str], Path]) -> Plan:
+    load = scenario.load
+    dataset = read_dataset(resolve(scenario.workload.dataset), tokenizer) if scenario.workload.dataset else None
+    source = RequestSource(scenario, dataset)
+    arrival = make_arrival(load.arrival, resolve)
+    schedule_rng = random.Random(scenario.seeds.schedule)
+    if isinstance(arrival, ClosedLoop):
+        return Plan([], load.warmup or 0 if load.warmup_requests is None else None,
+                    None if load.duration is None else (load.warmup or 0) + load.duration,
+                    arrival, source, schedule_rng, load.warmup, load.warmup_requests, load.requests, dataset)
+    requests = list(_open_loop(load, arrival.offsets_ns(schedule_rng), source))
+    measured = [r for r in requests if not r.warmup]
+    if not measured:
+        raise ScenarioError(["load: the plan holds no measured request (window empty, or the trace ends in warmup)"])
+    start = load.warmup if load.warmup is not None else measured[0].offset_ns
+    end = start + load.duration if load.duration is not None else None
+    return Plan(requests, start, end, warmup_ns=load.warmup, warmup_requests=load.warmup_requests,
+                measured_requests=len(measured), dataset=dataset)
+
+
+def _open_loop(load, offsets: Iterator[int], source: RequestSource) -> Iterator[PlannedRequest]:
+    n_warm = load.warmup_requests or 0
+    window_start, measured = load.warmup, 0
+    for index, offset in enumerate(offsets):
+        warmup = offset < load.warmup if load.warmup is not None else index < n_warm
+        if not warmup:
+            if window_start is None:
+                window_start = offset
+            if load.requests is not None and measured >= load.requests:
+                return
+            if load.duration is not None and offset >= window_start + load.duration:
+                return
+            measured += 1
+        yield source.next(index, offset, warmup)
