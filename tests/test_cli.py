@@ -1,0 +1,152 @@
+"""End to end through the CLI: exit codes, bad input (property 12), interrupts and files (11)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+SIM_DEMO = {
+    "name": "sim-demo", "seeds": {"schedule": 1, "prompts": 2, "lengths": 3},
+    "backend": {"kind": "sim", "max_concurrency": 4, "prefill_ms_per_token": 0.01, "decode_ms_per_token": 1},
+    "workload": {"input_tokens": 100, "output_tokens": {"dist": "uniform", "min": 4, "max": 8}},
+    "load": {"arrival": {"kind": "poisson", "rate": 40}, "duration": "1s", "warmup": "200ms"},
+}
+
+
+def cli(*args, timeout=60, **kw):
+    return subprocess.run([sys.executable, "-m", "loadtest", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def write(tmp_path: Path, data, name="s.yml") -> Path:
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def test_run_writes_metrics_at_exactly_out(tmp_path):
+    out = tmp_path / "exactly" / "here"
+    r = cli("run", write(tmp_path, SIM_DEMO), "--out", out, "--quiet")
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["status"] == "ok" and m["schema"] == "loadtest/metrics/v1"
+    for key in ("scenario", "environment", "requests", "latency_ms", "throughput", "validity", "histograms",
+                "p50_ms", "p95_ms", "p99_ms", "peak_mem_mb", "commit", "output_tokens_per_s"):
+        assert key in m
+    assert set(m["latency_ms"]) == {"ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag"}
+    assert m["environment"]["seeds"] == {"schedule": 1, "prompts": 2, "lengths": 3}
+    assert not list(out.glob(".*.tmp"))  # no temp files left behind
+
+
+def test_set_overrides_and_requests_jsonl(tmp_path):
+    out = tmp_path / "run"
+    r = cli("run", write(tmp_path, SIM_DEMO), "--out", out, "-q", "--set", "load.arrival.rate=20",
+            "--set", "outputs.requests_jsonl=true")
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["scenario"]["load"]["arrival"]["rate"] == 20.0
+    rows = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(rows) == m["requests"]["sent"]
+    assert all(len(r["token_ns"]) == r["output_tokens"] for r in rows)
+
+
+def test_sla_fail_exits_1_and_inconclusive_exits_3(tmp_path):
+    failing = {**SIM_DEMO, "sla": {"ttft_p50": "1us"}}
+    assert cli("run", write(tmp_path, failing), "-o", tmp_path / "a", "-q").returncode == 1
+    thin = {**SIM_DEMO, "sla": {"ttft_p99": "10s"}}  # ~40 samples: too few for a p99 claim
+    r = cli("run", write(tmp_path, thin), "-o", tmp_path / "b", "-q")
+    assert r.returncode == 3 and "INCONCLUSIVE" in r.stdout
+
+
+BAD_CASES = {
+    "yaml": ("name: x\nload:\n  arrival: {kind: poisson\n  rate: 5\n", ":4:", "YAML error"),
+    "unknown key": ("name: x\nload:\n  arrival: {kind: poisson, rate: 5}\n  duration: 1s\n  durration: 2s\n", ":5:", "load.durration"),
+    "negative rate": ("name: x\nload:\n  arrival: {kind: poisson, rate: -5}\n  duration: 1s\n", ":3:", "load.arrival.rate"),
+    "percentile": ("name: x\nload: {arrival: {kind: burst}, requests: 1}\nsla:\n  ttft_p101: 5ms\n", ":4:", "sla.ttft_p101"),
+    "wrong type": ("name: x\nload:\n  arrival: {kind: constant, rate: 5}\n  requests: many\n", ":4:", "load.requests"),
+    "missing model": ("name: x\nbackend: {kind: transformers, model: ./nowhere}\nload: {arrival: {kind: burst}, requests: 1}\n",
+                      ":2:", "backend.model"),
+}
+
+
+def test_bad_input_exits_2_fast_with_file_line_and_field(tmp_path):
+    for label, (text, line, field) in BAD_CASES.items():
+        path = write(tmp_path, text, f"{label.replace(' ', '_')}.yml")
+        t = time.monotonic()
+        r = cli("run", path)
+        elapsed = time.monotonic() - t
+        assert r.returncode == 2, (label, r.stderr)
+        assert f"{path}{line}" in r.stderr and field in r.stderr, (label, r.stderr)
+        assert elapsed < 5, label  # the process, Python start-up included; the check itself is ms
+
+
+def test_validation_never_imports_torch(tmp_path):
+    path = write(tmp_path, BAD_CASES["missing model"][0])
+    code = ("import sys; from loadtest.scenario_file import load_scenario\n"
+            f"try: load_scenario({str(path)!r})\nexcept Exception: pass\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_validate_command(tmp_path):
+    good = write(tmp_path, SIM_DEMO, "good.yml")
+    assert cli("validate", good).returncode == 0
+    bad = write(tmp_path, BAD_CASES["unknown key"][0], "bad.yml")
+    r = cli("validate", good, bad)
+    assert r.returncode == 2 and "durration" in r.stderr
+
+
+def test_ctrl_c_writes_partial_result_and_exits_130(tmp_path):
+    long_run = {**SIM_DEMO, "load": {"arrival": {"kind": "constant", "rate": 50}, "duration": "60s"}}
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "loadtest", "run", str(write(tmp_path, long_run)), "-o", str(out), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["status"] == "interrupted" and m["requests"]["completed"] > 0
+
+
+def test_report_rerenders_from_metrics_json(tmp_path):
+    out = tmp_path / "run"
+    assert cli("run", write(tmp_path, SIM_DEMO), "-o", out, "-q").returncode == 0
+    r = cli("report", out)
+    assert r.returncode == 0 and (out / "report.md").exists()
+    assert "## Latency (ms)" in (out / "report.md").read_text()
+
+
+def test_watcher_is_watched_blocking_client_marks_run_invalid(tmp_path):
+    """A client that blocks its own event loop falls behind: invalid, with the reason (property 4)."""
+    code = f"""
+import asyncio, time, json
+from loadtest.backends import REGISTRY
+from loadtest.backends.noop import NoopBackend
+class Blocking(NoopBackend):
+    async def submit(self, req, prompt_ids):
+        time.sleep(0.02)  # holds the event loop: nothing else can be dispatched meanwhile
+        async for ev in super().submit(req, prompt_ids):
+            yield ev
+import loadtest.backends.noop as noop
+noop.NoopBackend = Blocking
+from loadtest.scenario_file import load_scenario
+from loadtest.session import run_scenario
+import yaml, pathlib
+p = pathlib.Path({str(tmp_path)!r}) / "w.yml"
+p.write_text(yaml.safe_dump({{"name": "w", "backend": {{"kind": "noop"}}, "workload": {{"input_tokens": 1, "output_tokens": 1}},
+    "load": {{"arrival": {{"kind": "constant", "rate": 200}}, "duration": "1s"}}}}))
+m = run_scenario(load_scenario(p), pathlib.Path({str(tmp_path)!r}) / "wrun").metrics
+print(json.dumps({{"status": m["status"], "reasons": m["validity"]["reasons"], "e2e_p99": m["latency_ms"]["e2e"]["p99"]}}))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["status"] == "invalid"
+    assert any("dispatch lag" in reason for reason in out["reasons"])
+    assert out["e2e_p99"] > 100  # latencies still include the delay

@@ -1,0 +1,43 @@
+from loadtest.histogram import HIGHEST_US, LatencyHistogram, merge
+
+
+def test_over_range_is_counted_and_clamped_not_dropped():
+    h = LatencyHistogram()
+    h.record_us(5)
+    h.record_us(HIGHEST_US + 10)
+    assert h.count == 2
+    assert h.over_range == 1
+    assert h.summary_ms()["over_range"] == 1
+
+
+def test_sub_microsecond_is_recorded_as_zero():
+    h = LatencyHistogram()
+    h.record_ns(400)
+    assert h.count == 1 and h.hdr.get_max_value() == 0
+
+
+def test_decoded_histogram_reproduces_every_percentile_exactly():
+    h = LatencyHistogram()
+    for v in range(1, 20_000, 7):
+        h.record_us(v * 13)
+    again = LatencyHistogram.decode(h.encode())
+    assert again.summary_ms() == h.summary_ms()
+
+
+def test_merge_equals_histogram_of_the_union():
+    parts = [LatencyHistogram() for _ in range(3)]
+    union = LatencyHistogram()
+    for i in range(9000):
+        v = (i * 7919) % 100_000 + 1
+        parts[i % 3].record_us(v)
+        union.record_us(v)
+    assert merge(parts).summary_ms() == union.summary_ms()
+
+
+def test_count_above_is_exact_at_bucket_edges():
+    h = LatencyHistogram()
+    for v in (100, 200, 300, 400):
+        h.record_us(v)
+    assert h.count_above_us(250) == 2
+    assert h.count_above_us(400) == 0
+    assert h.count_above_us(99) == 4
