@@ -44,29 +44,21 @@ class NoopSpec(Spec):
     kind: Literal["noop"] = "noop"
 
 
-class ContinuousSpec(Spec):
-    block_size: int = Field(256, ge=1, description="KV-cache block size in tokens (paged attention).")
-    num_blocks: int | None = Field(None, ge=1, description="KV-cache blocks; default: sized from free memory.")
-    max_batch_tokens: int | None = Field(None, ge=1, description="Tokens per step across the batch.")
-    use_cuda_graph: bool | None = Field(None, description="Capture decode steps in CUDA graphs (default: on for CUDA).")
-    attn_implementation: str = Field("sdpa_paged", description="Paged attention kernel: sdpa_paged, eager_paged, paged_attention.")
-
-
 class TransformersSpec(Spec):
     """A Hugging Face transformers model run in-process, in an engine worker process."""
 
     kind: Literal["transformers"] = "transformers"
     model: str = Field(description="Local model directory, hub id (from the local cache), or dummy:<architecture>.")
-    mode: Literal["single", "static", "continuous"] = Field("static", description="single: batch 1; static: padded batches; continuous: in-flight batching.")
+    # Continuous (in-flight) batching through transformers' manager is not built yet: issue 3.
+    mode: Literal["single", "static"] = Field("static", description="single: batch 1; static: padded dynamic batches.")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto picks cuda:0 when there is a GPU.")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU.")
     attn_implementation: str | None = Field(None, description="eager, sdpa, flash_attention_2, ... (default: transformers' choice).")
     compile: bool = Field(False, description="Static KV cache + torch.compile (CUDA graphs) for decode.")
-    max_batch_size: int = Field(8, ge=1, description="static: largest batch; continuous: most requests in flight.")
+    max_batch_size: int = Field(8, ge=1, description="static: the largest batch.")
     max_wait_ms: float = Field(5.0, ge=0, description="static: longest a request waits for its batch to fill.")
     seed: int = Field(0, ge=0, description="torch seed for dummy weights and sampling.")
     trust_remote_code: bool = Field(False, description="Run code shipped with the model (stated in the report when on).")
-    continuous: ContinuousSpec = Field(default_factory=ContinuousSpec, description="Continuous-batching manager settings.")
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         if self.model.startswith("dummy:"):

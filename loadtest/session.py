@@ -63,6 +63,14 @@ async def run_scenario_async(loaded: LoadedScenario, out_dir, *, clock: Clock, p
         atomic.write_json(out / "metrics.json", metrics)
         return RunResult(out, metrics)
     plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(loaded, name))
+    if hasattr(backend, "prepare"):
+        try:
+            info.details.update(await backend.prepare(plan))
+        except BackendError as exc:
+            await backend.stop()
+            metrics = _failed_start(loaded, started_at, env_facts(), str(exc))
+            atomic.write_json(out / "metrics.json", metrics)
+            return RunResult(out, metrics)
     runner = Runner(plan, backend, info.tokenizer, clock, scenario.load, scenario.outputs.interval,
                     keep_records=scenario.outputs.requests_jsonl)
     restore = _install_sigint(runner) if handle_signals else None

@@ -10,7 +10,7 @@ from .base import Backend, BackendInfo
 REGISTRY: dict[str, str] = {
     "sim": "loadtest.backends.sim:SimBackend",
     "noop": "loadtest.backends.noop:NoopBackend",
-    "transformers": "loadtest.backends.transformers:TransformersBackend",
+    "transformers": "loadtest.backends.hf_local:TransformersBackend",
 }
 
 

@@ -1,0 +1,219 @@
+"""The engine worker process: loads the model, batches requests, stamps tokens on the host.
+
+Runs in its own process (spawned): a Python ``generate()`` loop holds the GIL and would delay
+the harness's dispatch, and a process isolates a CUDA OOM or crash. Protocol (tuples over two
+one-way pipes):
+
+    in : ("req", rid, prompt_ids, max_new, ignore_eos, eos_id) | ("cancel", rid) | ("warmup", shapes) | ("stop",)
+    out: ("ready", info) | ("admitted", t_ns, [rid]) | ("tokens", t_ns, [rid])   # one per decode step
+         | ("done", t_ns, rid, n) | ("failed", t_ns, [rid], type, message) | ("warmed", seconds) | ("stopped", facts)
+
+Every stamp is ``time.monotonic_ns()`` taken right after the step's new tokens were copied to
+the host (``.tolist()`` synchronises with the device), in this process.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+
+STOP = ("stop",)
+
+
+def main(inbox_conn, outbox_conn, spec: dict, base_dir: str) -> None:
+    out = outbox_conn
+    try:
+        engine = Engine(spec, base_dir, out)
+    except Exception as exc:  # load failure: say why, then exit
+        out.send(("load_failed", f"{type(exc).__name__}: {exc}", traceback.format_exc(limit=5)))
+        return
+    inbox: queue.Queue = queue.Queue()
+    cancelled: set = set()
+    threading.Thread(target=_pump, args=(inbox_conn, inbox, cancelled), daemon=True).start()
+    out.send(("ready", engine.info))
+    engine.serve(inbox, cancelled)
+
+
+def _pump(conn, inbox: queue.Queue, cancelled: set) -> None:
+    """Reads the parent's pipe into a queue the engine can poll with a timeout."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            inbox.put(STOP)
+            return
+        if msg[0] == "cancel":
+            cancelled.add(msg[1])
+        else:
+            inbox.put(msg)
+
+
+class Engine:
+    def __init__(self, spec: dict, base_dir: str, out) -> None:
+        import torch
+
+        from .model_loading import load_model
+
+        self.spec, self.out, self.torch = spec, out, torch
+        t = time.monotonic()
+        self.model, self.device, self.info = load_model(spec, base_dir)
+        self.info["load_s"] = round(time.monotonic() - t, 3)
+        self.batches = 0
+        self.fault_oom_batch = int(os.environ.get("LOADTEST_FAULT_OOM_BATCH", "0"))
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def serve(self, inbox: queue.Queue, cancelled: set) -> None:
+        max_bs = 1 if self.spec["mode"] == "single" else self.spec["max_batch_size"]
+        max_wait = 0.0 if self.spec["mode"] == "single" else self.spec["max_wait_ms"] / 1000
+        while True:
+            msg = inbox.get()
+            if msg[0] == "stop":
+                break
+            if msg[0] == "warmup":
+                self._warmup(msg[1])
+                continue
+            batch = [msg]
+            deadline = time.monotonic() + max_wait
+            while len(batch) < max_bs:
+                try:
+                    nxt = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if nxt[0] != "req":
+                    inbox.put(nxt)  # stop/warmup: handled after this batch
+                    break
+                batch.append(nxt)
+            batch = [r for r in batch if r[1] not in cancelled]
+            if batch:
+                self._run_batch(batch, cancelled)
+        self.out.send(("stopped", self._facts()))
+
+    def _run_batch(self, batch: list, cancelled: set) -> None:
+        torch = self.torch
+        rids = [r[1] for r in batch]
+        self.out.send(("admitted", time.monotonic_ns(), rids))
+        self.batches += 1
+        try:
+            if self.fault_oom_batch and self.batches == self.fault_oom_batch:
+                raise torch.OutOfMemoryError("injected by LOADTEST_FAULT_OOM_BATCH")
+            self._generate(batch, cancelled)
+        except torch.OutOfMemoryError as exc:
+            self._fail_rest(rids, "CudaOOM", str(exc)[:200])
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        except Exception as exc:
+            self._fail_rest(rids, type(exc).__name__, str(exc)[:200])
+
+    def _fail_rest(self, rids, error_type: str, message: str) -> None:
+        pending = [rid for rid in rids if rid not in getattr(self, "_finished", set())]
+        if pending:
+            self.out.send(("failed", time.monotonic_ns(), pending, error_type, message))
+
+    def _generate(self, batch: list, cancelled: set) -> None:
+        torch = self.torch
+        width = max(len(r[2]) for r in batch)
+        pad = self.info.get("pad_token_id", 0)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, r in enumerate(batch):  # left padding: every row's next token lands in the last column
+            ids[i, width - len(r[2]):] = torch.tensor(r[2], dtype=torch.long)
+            mask[i, width - len(r[2]):] = 1
+        max_new = max(r[3] for r in batch)
+        ignore_eos = all(r[4] for r in batch)
+        eos = batch[0][5]
+        streamer = StepStreamer(batch, self.out, cancelled)
+        self._finished = streamer.finished
+        kwargs = dict(max_new_tokens=max_new, do_sample=False, streamer=streamer, pad_token_id=pad,
+                      eos_token_id=None if ignore_eos else eos)
+        if ignore_eos:
+            kwargs["min_new_tokens"] = max_new
+        if self.spec.get("compile"):
+            kwargs["cache_implementation"] = "static"
+        with torch.inference_mode():
+            self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        streamer.close_rest()
+
+    def _warmup(self, shapes: list) -> None:
+        t = time.monotonic()
+        for batch_size, prompt_len, new_tokens in shapes:
+            fake = [("req", -1 - i, [65] * prompt_len, new_tokens, True, None) for i in range(batch_size)]
+            streamer_out = _NullOut()
+            saved, self.out = self.out, streamer_out
+            try:
+                self._generate(fake, set())
+            finally:
+                self.out = saved
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+        self.out.send(("warmed", round(time.monotonic() - t, 3)))
+
+    def _facts(self) -> dict:
+        torch = self.torch
+        facts = {"batches": self.batches}
+        if self.device.type == "cuda":
+            facts["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+        else:
+            import resource
+
+            facts["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        return facts
+
+
+class _NullOut:
+    def send(self, msg) -> None:
+        pass
+
+
+class StepStreamer:
+    """``generate()`` calls ``put`` once with the prompt, then once per step with the new tokens."""
+
+    def __init__(self, batch: list, out, cancelled: set) -> None:
+        self.rids = [r[1] for r in batch]
+        self.caps = [r[3] for r in batch]
+        self.eos = [None if r[4] else r[5] for r in batch]
+        self.counts = [0] * len(batch)
+        self.active = [True] * len(batch)
+        self.finished: set = set()
+        self.out, self.cancelled = out, cancelled
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        tokens = value.tolist()  # device -> host: the token is on the host after this line
+        t = time.monotonic_ns()
+        if not isinstance(tokens, list):
+            tokens = [tokens]
+        stamped = []
+        for i, tok in enumerate(tokens):
+            if not self.active[i]:
+                continue
+            if self.rids[i] in self.cancelled:
+                self.active[i] = False
+                continue
+            self.counts[i] += 1
+            stamped.append(self.rids[i])
+            if self.counts[i] >= self.caps[i] or (self.eos[i] is not None and tok == self.eos[i]):
+                self.active[i] = False
+        if stamped:
+            self.out.send(("tokens", t, stamped))
+        for i, rid in enumerate(self.rids):
+            if not self.active[i] and rid not in self.finished and rid not in self.cancelled:
+                self.finished.add(rid)
+                self.out.send(("done", t, rid, self.counts[i]))
+
+    def end(self) -> None:
+        pass
+
+    def close_rest(self) -> None:
+        """Rows still active when generate returned (it stopped early): finish them as they are."""
+        t = time.monotonic_ns()
+        for i, rid in enumerate(self.rids):
+            if rid not in self.finished and rid not in self.cancelled:
+                self.finished.add(rid)
+                self.out.send(("done", t, rid, self.counts[i]))

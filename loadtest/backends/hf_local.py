@@ -1,0 +1,160 @@
+"""``kind: transformers``: a local Hugging Face model driven through an engine worker process.
+
+The harness side: spawns the worker, sends requests down one pipe, and a reader thread turns
+the worker's per-step messages into events for each request's async iterator (one
+``call_soon_threadsafe`` per decode step, not per token). If the worker dies, every request in
+flight fails with ``BackendError`` and the run ends with what it measured.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from ..errors import BackendError
+from ..events import Admitted, Failed, Finished, Tokens
+from .base import BackendInfo
+
+_DEATH = object()
+
+
+class TransformersBackend:
+    needs_prompt_ids = True
+
+    def __init__(self, spec, clock, context=None) -> None:
+        self.spec = spec
+        self.base_dir = str((context or {}).get("base_dir", Path.cwd()))
+        self._queues: dict[int, asyncio.Queue] = {}
+        self._proc = None
+        self._reply: asyncio.Queue | None = None
+        self._dead: str | None = None
+
+    async def start(self) -> BackendInfo:
+        import multiprocessing as mp
+
+        from .engine_worker import main
+        from .hf_tokenizer import load_tokenizer
+
+        ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
+        to_worker_r, self._to_worker = ctx.Pipe(duplex=False)
+        self._from_worker, from_worker_w = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=main, args=(to_worker_r, from_worker_w, self.spec.model_dump(), self.base_dir),
+                                 daemon=True, name="loadtest-engine")
+        self._proc.start()
+        to_worker_r.close()
+        from_worker_w.close()
+        self._loop = asyncio.get_running_loop()
+        self._reply = asyncio.Queue()
+        tokenizer = await self._loop.run_in_executor(None, load_tokenizer, self.spec.model, self.base_dir,
+                                                     self.spec.trust_remote_code)
+        threading.Thread(target=self._read, daemon=True, name="loadtest-engine-reader").start()
+        msg = await self._reply.get()
+        if msg is _DEATH or msg[0] == "load_failed":
+            detail = self._dead if msg is _DEATH else msg[1]
+            await self.stop()
+            raise BackendError(f"engine worker could not load {self.spec.model!r}: {detail}")
+        info = msg[1]
+        self.tokenizer = tokenizer
+        name = f"transformers:{self.spec.model} ({self.spec.mode}, {info['device']}, {info['dtype']})"
+        info["tokenizer"] = getattr(tokenizer, "name", type(tokenizer).__name__)
+        return BackendInfo(name, tokenizer, info)
+
+    async def prepare(self, plan) -> dict:
+        """Warm up every batch shape the run will use, before t0; returns how long it took."""
+        longest = max((r.input_tokens for r in plan.requests), default=128) if plan.requests else 128
+        sizes = [1] if self.spec.mode == "single" else sorted({1, self.spec.max_batch_size})
+        if self.spec.compile and self.spec.mode == "static":
+            sizes = list(range(1, self.spec.max_batch_size + 1))
+        self._to_worker.send(("warmup", [(bs, longest, 4) for bs in sizes]))
+        msg = await self._reply.get()
+        if msg is _DEATH:
+            raise BackendError(f"engine worker died during warm-up: {self._dead}")
+        return {"warmup_s": msg[1], "warmup_batch_sizes": sizes}
+
+    async def submit(self, req, prompt_ids):
+        if self._dead:
+            raise BackendError(self._dead)
+        q: asyncio.Queue = asyncio.Queue()
+        rid = req.index
+        self._queues[rid] = q
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        self._to_worker.send(("req", rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
+        finished = False
+        try:
+            while True:
+                ev = await q.get()
+                if ev is _DEATH:
+                    raise BackendError(self._dead or "engine worker died")
+                yield ev
+                if type(ev) in (Finished, Failed):
+                    finished = True
+                    return
+        finally:
+            self._queues.pop(rid, None)
+            if not finished and not self._dead:
+                try:
+                    self._to_worker.send(("cancel", rid))
+                except OSError:
+                    pass
+
+    async def stop(self) -> dict:
+        facts: dict = {}
+        if self._proc is None:
+            return facts
+        if self._proc.is_alive() and not self._dead:
+            try:
+                self._to_worker.send(("stop",))
+                msg = await asyncio.wait_for(self._reply.get(), timeout=30)
+                if msg is not _DEATH and msg[0] == "stopped":
+                    facts = msg[1]
+            except (OSError, asyncio.TimeoutError):
+                pass
+        await self._loop.run_in_executor(None, self._proc.join, 10)
+        if self._proc.is_alive():
+            self._proc.kill()
+        return facts
+
+    # -- reader thread -> event loop ------------------------------------------------------------
+
+    def _read(self) -> None:
+        conn = self._from_worker
+        while True:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                self._proc.join(1)
+                self._loop.call_soon_threadsafe(self._on_death, self._proc.exitcode)
+                return
+            self._loop.call_soon_threadsafe(self._on_message, msg)
+
+    def _on_message(self, msg) -> None:
+        kind = msg[0]
+        queues = self._queues
+        if kind == "tokens":
+            ev = Tokens((msg[1],))
+            for rid in msg[2]:
+                q = queues.get(rid)
+                if q is not None:
+                    q.put_nowait(ev)
+        elif kind == "admitted":
+            ev = Admitted(msg[1])
+            for rid in msg[2]:
+                if rid in queues:
+                    queues[rid].put_nowait(ev)
+        elif kind == "done":
+            if msg[2] in queues:
+                queues[msg[2]].put_nowait(Finished(msg[1], msg[3]))
+        elif kind == "failed":
+            ev = Failed(msg[1], msg[3], msg[4])
+            for rid in msg[2]:
+                if rid in queues:
+                    queues[rid].put_nowait(ev)
+        else:  # ready / load_failed / warmed / stopped: replies to start, prepare, stop
+            self._reply.put_nowait(msg)
+
+    def _on_death(self, exitcode) -> None:
+        if self._dead is None:
+            self._dead = f"engine worker exited (exit code {exitcode})"
+        for q in self._queues.values():
+            q.put_nowait(_DEATH)
+        self._reply.put_nowait(_DEATH)

@@ -1,0 +1,51 @@
+"""A Hugging Face tokenizer behind loadtest's ``Tokenizer`` protocol (used in the harness process)."""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+
+class HFTokenizer:
+    def __init__(self, tok) -> None:
+        self._tok = tok
+        self.name = getattr(tok, "name_or_path", "hf")
+        self.vocab_size = len(tok)
+        self.eos_token_id = tok.eos_token_id
+        self._special = set(tok.all_special_ids)
+        self._ordinary = [i for i in range(self.vocab_size) if i not in self._special]
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def render_chat(self, messages: list[dict]) -> str | None:
+        if not getattr(self._tok, "chat_template", None):
+            return None
+        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
+        ordinary = self._ordinary
+        return [ordinary[rng.randrange(len(ordinary))] for _ in range(n)]
+
+
+def load_tokenizer(model: str, base_dir, trust_remote_code: bool):
+    """The model's tokenizer, or the built-in byte tokenizer where it has none (dummy models)."""
+    from pathlib import Path
+
+    from ..tokenizer import ByteTokenizer
+
+    if model.startswith("dummy:"):
+        return ByteTokenizer()
+    import transformers
+
+    path = Path(model).expanduser()
+    if not path.is_absolute() and (Path(base_dir) / path).is_dir():
+        path = Path(base_dir) / path
+    target = str(path) if path.is_dir() else model
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(target, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return ByteTokenizer()
+    return HFTokenizer(tok)

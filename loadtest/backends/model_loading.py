@@ -1,0 +1,72 @@
+"""Loading a transformers model (in the engine worker): local folder, cached hub id, or dummy.
+
+No network, ever: hub ids load with ``local_files_only``. ``dummy:<arch>`` builds the real
+architecture from its config with random weights, directly on the target device and dtype.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..model_shapes import DUMMY_ARCHITECTURES
+
+
+def resolve_device(name: str):
+    import torch
+
+    if name == "auto":
+        name = "cuda:0" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device):
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+def load_model(spec: dict, base_dir: str):
+    import torch
+    import transformers
+
+    device = resolve_device(spec["device"])
+    dtype = resolve_dtype(spec["dtype"], device)
+    torch.manual_seed(spec["seed"])
+    attn = {"attn_implementation": spec["attn_implementation"]} if spec.get("attn_implementation") else {}
+    name = spec["model"]
+    if name.startswith("dummy:"):
+        arch = name.split(":", 1)[1]
+        cfg = dict(DUMMY_ARCHITECTURES[arch])
+        config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+        with torch.device(device):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, **attn)
+        source = f"dummy weights, {arch} shapes"
+    else:
+        path = Path(os.path.expanduser(name))
+        if not path.is_absolute() and (Path(base_dir) / path).is_dir():
+            path = Path(base_dir) / path
+        target = str(path) if path.is_dir() else name
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            target, dtype=dtype, local_files_only=True, trust_remote_code=spec["trust_remote_code"], **attn
+        ).to(device)
+        source = str(target)
+    model.eval()
+    config = model.config
+    pad = getattr(model.generation_config, "pad_token_id", None)
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if pad is None:
+        pad = eos if isinstance(eos, int) else (eos[0] if eos else 0)
+    n_params = sum(p.numel() for p in model.parameters())
+    info = {
+        "model": name, "source": source, "architecture": type(model).__name__, "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype).removeprefix("torch."), "parameters": n_params,
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "attn_implementation": getattr(config, "_attn_implementation", None), "mode": spec["mode"],
+        "compile": spec["compile"], "trust_remote_code": spec["trust_remote_code"], "pad_token_id": pad,
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "cuda": torch.version.cuda if device.type == "cuda" else None,
+    }
+    return model, device, info
