@@ -61,7 +61,9 @@ class Engine:
         self.model, self.device, self.info = load_model(spec, base_dir)
         self.info["load_s"] = round(time.monotonic() - t, 3)
         self.batches = 0
+        # Fault injection for tests: an OOM in batch N, or the worker dying at batch N.
         self.fault_oom_batch = int(os.environ.get("LOADTEST_FAULT_OOM_BATCH", "0"))
+        self.fault_exit_batch = int(os.environ.get("LOADTEST_FAULT_EXIT_BATCH", "0"))
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -97,6 +99,8 @@ class Engine:
         self.out.send(("admitted", time.monotonic_ns(), rids))
         self.batches += 1
         try:
+            if self.fault_exit_batch and self.batches == self.fault_exit_batch:
+                os._exit(3)
             if self.fault_oom_batch and self.batches == self.fault_oom_batch:
                 raise torch.OutOfMemoryError("injected by LOADTEST_FAULT_OOM_BATCH")
             self._generate(batch, cancelled)
