@@ -1,0 +1,31 @@
+"""GPU tests (opt-in: ``python -m pytest -m gpu``): every mode on a dummy Llama-3.2-1B."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _run(tmp_path, backend: dict, load: dict) -> dict:
+    import yaml
+
+    from loadtest.scenario_file import load_scenario
+    from loadtest.session import run_scenario
+
+    path = tmp_path / "s.yml"
+    path.write_text(yaml.safe_dump({
+        "name": "gpu", "backend": {"kind": "transformers", "model": "dummy:llama-3.2-1b", "device": "cuda", **backend},
+        "workload": {"input_tokens": 128, "output_tokens": 16}, "load": load}))
+    return run_scenario(load_scenario(path), tmp_path / "run").metrics
+
+
+@pytest.mark.parametrize("backend", [{"mode": "single"}, {"mode": "static", "max_batch_size": 8, "max_wait_ms": 20}])
+def test_mode_on_gpu(tmp_path, backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    m = _run(tmp_path, backend, {"arrival": {"kind": "burst"}, "requests": 16})
+    assert m["status"] == "ok" and m["requests"]["completed"] == 16
+    assert m["backend"]["device"].startswith("cuda") and m["backend"]["dtype"] == "bfloat16"
+    assert m["latency_ms"]["itl"]["count"] == 16 * 15
+    assert m["peak_mem_mb"] > 2000  # 1.24 B bf16 parameters alone are ~2.4 GB
