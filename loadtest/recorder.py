@@ -36,6 +36,7 @@ class RequestState:
     done_ns: int | None = None
     output_tokens: int | None = None
     error: str | None = None
+    lag_from_ns: int | None = None  # dispatch lag counts from here (intended, or the max_rate release)
 
 
 @dataclass
@@ -119,7 +120,7 @@ class Recorder:
             self.single_token += 1
         h["e2e"].record_ns(st.done_ns - intended)
         self.whole["e2e_service"].record_ns(st.done_ns - sent)
-        self.whole["dispatch_lag"].record_ns(sent - intended)
+        self.whole["dispatch_lag"].record_ns(sent - (st.lag_from_ns or intended))
         if st.admitted_ns is not None:
             self.whole["queue"].record_ns(max(0, st.admitted_ns - intended))
 

@@ -51,6 +51,7 @@ class Runner:
         self._failure: str | None = None
         self._stop = asyncio.Event()
         self._throttler = None
+        self._throttle_exit = 0
         if load.max_rate is not None:
             from asyncio_throttle import Throttler
 
@@ -110,8 +111,8 @@ class Runner:
         for req in self.plan.requests:
             intended = self.t0 + req.offset_ns
             await self.clock.sleep_until(intended)
-            wait = await self._throttle()
-            self._spawn(self._drive(req, intended, self.clock.now_ns(), wait))
+            held_until = await self._throttle()
+            self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
 
     async def _dispatch_closed(self) -> None:
         cl = self.plan.closed_loop
@@ -136,10 +137,10 @@ class Runner:
             warmup = (intended - t0 < plan.warmup_ns) if plan.warmup_ns is not None else index < (plan.warmup_requests or 0)
             req = plan.source.next(index, None, warmup)
             await self.clock.sleep_until(intended)
-            wait = await self._throttle()
+            held_until = await self._throttle()
             if not warmup:
                 self.recorder.set_window_start(intended)
-            task = self._spawn(self._drive(req, intended, self.clock.now_ns(), wait))
+            task = self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
             st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
             intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times())
 
@@ -149,13 +150,20 @@ class Runner:
         return self._think_iter
 
     async def _throttle(self) -> int:
+        """Wait for the max_rate limiter; returns the last time any send was held by it.
+
+        Requests queued behind a held one reach the front late because of the ceiling, not because
+        the harness lagged, so dispatch lag counts from max(intended, that time).
+        """
         if self._throttler is None:
             return 0
         before = self.clock.now_ns()
         await self._throttler.acquire()
-        waited = self.clock.now_ns() - before
-        self.throttled += waited > 1_000_000
-        return waited
+        now = self.clock.now_ns()
+        if now - before > 1_000_000:
+            self.throttled += 1
+            self._throttle_exit = now
+        return self._throttle_exit
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -165,10 +173,9 @@ class Runner:
 
     # -- one request ------------------------------------------------------------------------------
 
-    async def _drive(self, req: PlannedRequest, intended: int, sent: int, throttle_wait: int) -> RequestState:
-        # The limiter's hold is the user's own ceiling, not the harness lagging: keep it out of
-        # the dispatch lag by moving `sent` back by it (latencies still count from `intended`).
-        st = RequestState(req, intended, sent - throttle_wait)
+    async def _drive(self, req: PlannedRequest, intended: int, sent: int, held_until: int) -> RequestState:
+        # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go.
+        st = RequestState(req, intended, sent, lag_from_ns=max(intended, held_until))
         self.sent += 1
         self.in_flight += 1
         try:

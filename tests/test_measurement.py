@@ -198,3 +198,23 @@ def test_closed_loop_count_window(run_virtual_fn):
     assert m["requests"]["completed"] == 40 and m["requests"]["warmup"] == 8 and m["requests"]["sent"] == 48
     # 4 users on 2 slots of 10 ms: half the users wait one service time; queue time shows it.
     assert m["latency_ms"]["queue"]["max"] >= 5.0
+
+
+def test_max_rate_is_a_ceiling_and_its_hold_counts_in_latency_not_in_dispatch_lag(tmp_path):
+    """asyncio-throttle caps sends at max_rate per sliding second (real clock: it reads time.monotonic)."""
+    import yaml
+
+    from loadtest.scenario_file import load_scenario
+    from loadtest.session import run_scenario
+
+    path = tmp_path / "s.yml"
+    path.write_text(yaml.safe_dump({"name": "cap", "backend": {"kind": "noop"},
+                                    "workload": {"input_tokens": 1, "output_tokens": 1},
+                                    "load": {"arrival": {"kind": "burst"}, "requests": 25, "max_rate": 10}}))
+    m = run_scenario(load_scenario(path), tmp_path / "run").metrics
+    assert m["requests"]["completed"] == 25
+    # 10 go at once, 10 a second later, 5 two seconds later: the last waited >= 2 s from t0.
+    assert m["latency_ms"]["e2e"]["max"] >= 1990
+    assert m["latency_ms"]["e2e"]["p50"] >= 990
+    assert m["latency_ms"]["dispatch_lag"]["p99"] < 5  # the hold is the user's ceiling, not client lag
+    assert m["status"] == "ok" and any("max_rate" in w for w in m["validity"]["warnings"])
