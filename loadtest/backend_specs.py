@@ -44,21 +44,31 @@ class NoopSpec(Spec):
     kind: Literal["noop"] = "noop"
 
 
+class ContinuousSpec(Spec):
+    """transformers' continuous-batching manager settings; unset = the manager's own choice."""
+
+    block_size: int | None = Field(None, ge=1, description="KV-cache page/block size in tokens.")
+    num_blocks: int | None = Field(None, ge=1, description="KV-cache blocks (default: sized from free memory).")
+    max_batch_tokens: int | None = Field(None, ge=1, description="Most tokens in one step across the batch.")
+    use_cuda_graph: bool | None = Field(None, description="Capture steps in CUDA graphs (default: the manager decides).")
+
+
 class TransformersSpec(Spec):
     """A Hugging Face transformers model run in-process, in an engine worker process."""
 
     kind: Literal["transformers"] = "transformers"
     model: str = Field(description="Local model directory, hub id (from the local cache), or dummy:<architecture>.")
-    # Continuous (in-flight) batching through transformers' manager is not built yet: issue 3.
-    mode: Literal["single", "static"] = Field("static", description="single: batch 1; static: padded dynamic batches.")
+    mode: Literal["single", "static", "continuous"] = Field(
+        "static", description="single: batch 1; static: padded dynamic batches; continuous: in-flight batching.")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto picks cuda:0 when there is a GPU.")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU.")
     attn_implementation: str | None = Field(None, description="eager, sdpa, flash_attention_2, ... (default: transformers' choice).")
     compile: bool = Field(False, description="Static KV cache + torch.compile (CUDA graphs) for decode.")
-    max_batch_size: int = Field(8, ge=1, description="static: the largest batch.")
+    max_batch_size: int = Field(8, ge=1, description="static: the largest batch; continuous: most requests per step.")
     max_wait_ms: float = Field(5.0, ge=0, description="static: longest a request waits for its batch to fill.")
     seed: int = Field(0, ge=0, description="torch seed for dummy weights and sampling.")
     trust_remote_code: bool = Field(False, description="Run code shipped with the model (stated in the report when on).")
+    continuous: ContinuousSpec = Field(default_factory=ContinuousSpec, description="continuous mode: manager settings.")
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         if self.model.startswith("dummy:"):

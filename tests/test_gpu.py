@@ -19,7 +19,8 @@ def _run(tmp_path, backend: dict, load: dict) -> dict:
     return run_scenario(load_scenario(path), tmp_path / "run").metrics
 
 
-@pytest.mark.parametrize("backend", [{"mode": "single"}, {"mode": "static", "max_batch_size": 8, "max_wait_ms": 20}])
+@pytest.mark.parametrize("backend", [{"mode": "single"}, {"mode": "static", "max_batch_size": 8, "max_wait_ms": 20},
+                                     {"mode": "continuous", "max_batch_size": 8}])
 def test_mode_on_gpu(tmp_path, backend):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

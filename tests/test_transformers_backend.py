@@ -123,3 +123,17 @@ def test_missing_model_is_a_scenario_error_not_a_crash(tmp_path):
 
     with pytest.raises(ScenarioError, match=r"s.yml:2: backend.model"):
         load_scenario(path)
+
+
+def test_continuous_mode_streams_every_token(tmp_path, tiny_model_dir):
+    m, rows = run(tmp_path, tiny_model_dir,
+                  {"mode": "continuous", "max_batch_size": 4, "continuous": {"num_blocks": 64, "max_batch_tokens": 256}},
+                  {"arrival": {"kind": "poisson", "rate": 20}, "requests": 12},
+                  workload={"input_tokens": {"dist": "uniform", "min": 4, "max": 40}, "output_tokens": {"dist": "uniform", "min": 3, "max": 9}})
+    assert m["status"] == "ok" and m["requests"]["completed"] == 12
+    assert m["backend"]["continuous"]["num_blocks"] == 64
+    for r in rows:
+        assert 3 <= r["output_tokens"] <= 9 and len(r["token_ns"]) == r["output_tokens"]
+        assert r["token_ns"] == sorted(r["token_ns"])
+        assert r["sent_ns"] <= r["token_ns"][0] <= r["done_ns"]
+    assert m["latency_ms"]["ttft"]["p50"] < m["latency_ms"]["e2e"]["p50"]

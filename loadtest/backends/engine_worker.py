@@ -6,6 +6,7 @@ one-way pipes):
 
     in : ("req", rid, prompt_ids, max_new, ignore_eos, eos_id) | ("cancel", rid) | ("warmup", shapes) | ("stop",)
     out: ("ready", info) | ("admitted", t_ns, [rid]) | ("tokens", t_ns, [rid])   # one per decode step
+         | ("stamps", [(rid, (t_ns, ...)), ...])   # continuous mode: per-token stamps, one message per poll
          | ("done", t_ns, rid, n) | ("failed", t_ns, [rid], type, message) | ("warmed", seconds) | ("stopped", facts)
 
 Every stamp is ``time.monotonic_ns()`` taken right after the step's new tokens were copied to
@@ -32,8 +33,21 @@ def main(inbox_conn, outbox_conn, spec: dict, base_dir: str) -> None:
     inbox: queue.Queue = queue.Queue()
     cancelled: set = set()
     threading.Thread(target=_pump, args=(inbox_conn, inbox, cancelled), daemon=True).start()
+    if spec["mode"] == "continuous":
+        from .engine_continuous import ContinuousEngine
+
+        try:
+            served = ContinuousEngine(engine)
+        except Exception as exc:
+            out.send(("load_failed", f"continuous batching manager: {type(exc).__name__}: {exc}", traceback.format_exc(limit=5)))
+            return
+        engine.info["continuous"] = {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+                                     for k, v in served.settings.items()}
+        engine.info["stamp_source"] = served.stamp_source
+    else:
+        served = engine
     out.send(("ready", engine.info))
-    engine.serve(inbox, cancelled)
+    served.serve(inbox, cancelled)
 
 
 def _pump(conn, inbox: queue.Queue, cancelled: set) -> None:

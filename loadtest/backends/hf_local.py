@@ -63,6 +63,7 @@ class TransformersBackend:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""
         longest = max((r.input_tokens for r in plan.requests), default=128) if plan.requests else 128
         sizes = [1] if self.spec.mode == "single" else sorted({1, self.spec.max_batch_size})
+        # ``continuous`` warms by running max_batch_size requests through the manager at once.
         if self.spec.compile and self.spec.mode == "static":
             sizes = list(range(1, self.spec.max_batch_size + 1))
         self._to_worker.send(("warmup", [(bs, longest, 4) for bs in sizes]))
@@ -136,6 +137,11 @@ class TransformersBackend:
                 q = queues.get(rid)
                 if q is not None:
                     q.put_nowait(ev)
+        elif kind == "stamps":
+            for rid, t_ns in msg[1]:
+                q = queues.get(rid)
+                if q is not None:
+                    q.put_nowait(Tokens(t_ns))
         elif kind == "admitted":
             ev = Admitted(msg[1])
             for rid in msg[2]:

@@ -33,6 +33,10 @@ def load_model(spec: dict, base_dir: str):
 
     device = resolve_device(spec["device"])
     dtype = resolve_dtype(spec["dtype"], device)
+    if device.type == "cpu":
+        # A CPU model would otherwise take every core, and the harness's dispatch would queue
+        # behind it: leave one core to the harness.
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     torch.manual_seed(spec["seed"])
     attn = {"attn_implementation": spec["attn_implementation"]} if spec.get("attn_implementation") else {}
     name = spec["model"]
