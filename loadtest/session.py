@@ -51,48 +51,87 @@ def run_scenario(loaded: LoadedScenario, out_dir: str | Path | None = None, *, c
 
 async def run_scenario_async(loaded: LoadedScenario, out_dir, *, clock: Clock, progress=None,
                              handle_signals: bool = False) -> RunResult:
-    scenario = loaded.scenario
-    out = Path(out_dir) if out_dir is not None else Path(scenario.outputs.dir) if scenario.outputs.dir else default_out_dir(scenario.name)
-    started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label, never a duration
-    env_facts = lambda: environment.collect(scenario.seeds.model_dump(), loaded.sha256)  # noqa: E731
-    backend = create_backend(scenario.backend, clock, {"base_dir": loaded.base_dir})
+    session = Session(clock, progress=progress, handle_signals=handle_signals)
     try:
-        info = await backend.start()
-    except BackendError as exc:
-        metrics = _failed_start(loaded, started_at, env_facts(), str(exc))
-        atomic.write_json(out / "metrics.json", metrics)
-        return RunResult(out, metrics)
-    plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(loaded, name))
-    if hasattr(backend, "prepare"):
+        return await session.run_point(loaded, out_dir)
+    finally:
+        await session.close()
+
+
+class Session:
+    """A loaded backend that runs one or more points (a run, a sweep, repeats) without reloading.
+
+    Between points, a backend whose spec changes only in settings it can take live (the
+    batcher's size and wait, say) is reconfigured; any other change reloads it.
+    """
+
+    def __init__(self, clock: Clock, *, progress=None, handle_signals: bool = False) -> None:
+        self.clock, self.progress, self.handle_signals = clock, progress, handle_signals
+        self.backend = self.info = self.spec = None
+
+    async def close(self) -> dict:
+        facts = {}
+        if self.backend is not None:
+            facts = await self.backend.stop()
+            self.backend = self.info = self.spec = None
+        return facts
+
+    async def _ensure_backend(self, loaded: LoadedScenario) -> None:
+        spec = loaded.scenario.backend
+        if self.backend is not None and spec != self.spec:
+            hot = getattr(self.backend, "reconfigure", None)
+            if hot is None or not await hot(spec):
+                await self.close()
+            else:
+                self.spec = spec
+        if self.backend is None:
+            backend = create_backend(spec, self.clock, {"base_dir": loaded.base_dir})
+            self.info = await backend.start()  # BackendError propagates: nothing loaded
+            self.backend, self.spec = backend, spec
+
+    async def run_point(self, loaded: LoadedScenario, out_dir) -> RunResult:
+        scenario = loaded.scenario
+        out = Path(out_dir) if out_dir is not None else Path(scenario.outputs.dir) if scenario.outputs.dir else default_out_dir(scenario.name)
+        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label, never a duration
+        env_facts = lambda: environment.collect(scenario.seeds.model_dump(), loaded.sha256)  # noqa: E731
         try:
-            info.details.update(await backend.prepare(plan))
+            await self._ensure_backend(loaded)
+            plan = build_plan(scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name))
+            details = dict(self.info.details)
+            if hasattr(self.backend, "prepare"):
+                details.update(await self.backend.prepare(plan))
         except BackendError as exc:
-            await backend.stop()
+            await self.close()
             metrics = _failed_start(loaded, started_at, env_facts(), str(exc))
             atomic.write_json(out / "metrics.json", metrics)
             return RunResult(out, metrics)
-    runner = Runner(plan, backend, info.tokenizer, clock, scenario.load, scenario.outputs.interval,
-                    keep_records=scenario.outputs.requests_jsonl)
-    restore = _install_sigint(runner) if handle_signals else None
-    progress_task = asyncio.create_task(progress(runner)) if progress else None
-    try:
-        outcome = await runner.run()
-    finally:
-        if progress_task:
-            progress_task.cancel()
-            await asyncio.gather(progress_task, return_exceptions=True)
-        if restore:
-            restore()
-        facts = await backend.stop()
-    metrics = build_metrics(scenario=scenario, scenario_path=str(loaded.path), scenario_sha256=loaded.sha256,
-                            outcome=outcome, backend={"kind": scenario.backend.kind, "name": info.name,
-                                                      **info.details, **facts},
-                            environment=env_facts(), planned=plan.planned_count, started_at=started_at)
-    metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
-    if outcome.recorder.records is not None:
-        atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
-    atomic.write_json(out / "metrics.json", metrics)
-    return RunResult(out, metrics)
+        outcome = await self._run(plan, scenario)
+        facts = await self.backend.point_facts() if hasattr(self.backend, "point_facts") else {}
+        if outcome.status == "failed":
+            facts.update(await self.close())
+        metrics = build_metrics(scenario=scenario, scenario_path=str(loaded.path), scenario_sha256=loaded.sha256,
+                                outcome=outcome, backend={"kind": scenario.backend.kind, "name": self.info.name if self.info else None,
+                                                          **details, **facts},
+                                environment=env_facts(), planned=plan.planned_count, started_at=started_at)
+        metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
+        if outcome.recorder.records is not None:
+            atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
+        atomic.write_json(out / "metrics.json", metrics)
+        return RunResult(out, metrics)
+
+    async def _run(self, plan, scenario):
+        runner = Runner(plan, self.backend, self.info.tokenizer, self.clock, scenario.load, scenario.outputs.interval,
+                        keep_records=scenario.outputs.requests_jsonl)
+        restore = _install_sigint(runner) if self.handle_signals else None
+        progress_task = asyncio.create_task(self.progress(runner)) if self.progress else None
+        try:
+            return await runner.run()
+        finally:
+            if progress_task:
+                progress_task.cancel()
+                await asyncio.gather(progress_task, return_exceptions=True)
+            if restore:
+                restore()
 
 
 def _install_sigint(runner: Runner):

@@ -70,6 +70,8 @@ class ContinuousEngine:
                 if msg[0] == "warmup":
                     self._warmup(msg[1])
                     continue
+                if self.base.handle_control(msg):
+                    continue
                 self._add(msg)
                 continue  # take every waiting request before the next poll
             for rid in [k for k, v in self.live.items() if v["rid"] in cancelled]:

@@ -82,14 +82,13 @@ class Engine:
     # -- the loop -----------------------------------------------------------------------------
 
     def serve(self, inbox: queue.Queue, cancelled: set) -> None:
-        max_bs = 1 if self.spec["mode"] == "single" else self.spec["max_batch_size"]
-        max_wait = 0.0 if self.spec["mode"] == "single" else self.spec["max_wait_ms"] / 1000
         while True:
+            max_bs = 1 if self.spec["mode"] == "single" else self.spec["max_batch_size"]
+            max_wait = 0.0 if self.spec["mode"] == "single" else self.spec["max_wait_ms"] / 1000
             msg = inbox.get()
             if msg[0] == "stop":
                 break
-            if msg[0] == "warmup":
-                self._warmup(msg[1])
+            if self.handle_control(msg):
                 continue
             batch = [msg]
             deadline = time.monotonic() + max_wait
@@ -106,6 +105,18 @@ class Engine:
             if batch:
                 self._run_batch(batch, cancelled)
         self.out.send(("stopped", self._facts()))
+
+    def handle_control(self, msg) -> bool:
+        """warmup / configure / facts: True when ``msg`` was one of them."""
+        if msg[0] == "warmup":
+            self._warmup(msg[1])
+        elif msg[0] == "configure":
+            self.spec = {**self.spec, **msg[1]}
+        elif msg[0] == "facts":
+            self.out.send(("facts", self._facts(reset=True)))
+        else:
+            return False
+        return True
 
     def _run_batch(self, batch: list, cancelled: set) -> None:
         torch = self.torch
@@ -169,11 +180,15 @@ class Engine:
             self.torch.cuda.reset_peak_memory_stats()
         self.out.send(("warmed", round(time.monotonic() - t, 3)))
 
-    def _facts(self) -> dict:
+    def _facts(self, reset: bool = False) -> dict:
         torch = self.torch
-        facts = {"batches": self.batches}
+        facts = {"batches": self.batches - getattr(self, "_batches_reported", 0)}
+        if reset:
+            self._batches_reported = self.batches
         if self.device.type == "cuda":
             facts["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+            if reset:
+                torch.cuda.reset_peak_memory_stats(self.device)
         else:
             import resource
 

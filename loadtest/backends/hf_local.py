@@ -98,6 +98,25 @@ class TransformersBackend:
                 except OSError:
                     pass
 
+    HOT_FIELDS = {"max_batch_size", "max_wait_ms"}
+
+    async def reconfigure(self, spec) -> bool:
+        """Take a new batcher size/wait live (static and single modes); False: reload needed."""
+        changed = {k for k in type(spec).model_fields if getattr(spec, k) != getattr(self.spec, k)}
+        if self._dead or self.spec.mode == "continuous" or not changed <= self.HOT_FIELDS:
+            return False
+        self._to_worker.send(("configure", {k: getattr(spec, k) for k in self.HOT_FIELDS}))
+        self.spec = spec
+        return True
+
+    async def point_facts(self) -> dict:
+        """Peak memory and batches since the last call (the worker resets its peak counter)."""
+        if self._dead:
+            return {}
+        self._to_worker.send(("facts",))
+        msg = await self._reply.get()
+        return {} if msg is _DEATH else msg[1]
+
     async def stop(self) -> dict:
         facts: dict = {}
         if self._proc is None:
@@ -155,7 +174,7 @@ class TransformersBackend:
             for rid in msg[2]:
                 if rid in queues:
                     queues[rid].put_nowait(ev)
-        else:  # ready / load_failed / warmed / stopped: replies to start, prepare, stop
+        else:  # ready / load_failed / warmed / facts / stopped: replies to start, prepare, point_facts, stop
             self._reply.put_nowait(msg)
 
     def _on_death(self, exitcode) -> None:

@@ -53,6 +53,13 @@ class SimBackend:
         """Stalls are placed relative to t0 (``at: 10s`` = ten seconds into the schedule)."""
         self._origin = t0_ns
 
+    async def reconfigure(self, spec) -> bool:
+        """Everything about the simulated server can change between points, once idle."""
+        if self._waiters or self._free != self.spec.max_concurrency:
+            return False
+        self.__init__(spec, self.clock)
+        return True
+
     async def start(self) -> BackendInfo:
         return BackendInfo("sim", ByteTokenizer(), {"spec": self.spec.model_dump(mode="json", by_alias=True)})
 
