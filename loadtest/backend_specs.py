@@ -36,6 +36,8 @@ class SimSpec(Spec):
     decode_ms_per_token: float = Field(5.0, ge=0, description="Time between output tokens.")
     stalls: tuple[Stall, ...] = Field((), description="Intervals with no progress: [{at: 10s, for: 2s}].")
     fail_every: int | None = Field(None, ge=1, description="Every Nth submitted request fails (SimulatedFailure).")
+    kv_capacity_tokens: int | None = Field(None, ge=1, description="KV memory: a request whose tokens would overflow it "
+                                           "among those in flight fails with CudaOOM (simulates batches too big to fit).")
 
 
 class NoopSpec(Spec):

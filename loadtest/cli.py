@@ -73,6 +73,74 @@ def run(
 
 
 @app.command()
+def sweep(
+    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="backend.max_batch_size values: 1,2,4,8"),
+    rates: Optional[str] = typer.Option(None, "--rates", help="load.arrival.rate values (req/s): 1,2,5"),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="load.arrival.users values: 1,4,16"),
+    param: List[str] = typer.Option([], "--param", help="Any field: dotted.key=v1,v2,... (repeatable: a grid; "
+                                                        "key1,key2=v1,v2 ties two fields to the same values)."),
+    find_max_rate: bool = typer.Option(False, "--find-max-rate", help="Search the highest rate that meets the SLA."),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="--find-max-rate: relative width of the final bracket."),
+    stop_at_oom: bool = typer.Option(False, "--stop-at-oom", help="End the sweep cleanly at the first CUDA OOM point."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (exactly this path)."),
+    set_: List[str] = typer.Option([], "--set", help="Override a field for every point: dotted.key=value."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress display."),
+) -> None:
+    """Run the scenario at several settings (model loaded once): curves, frontier, knee, sweep.json."""
+    import asyncio
+
+    from rich.console import Console
+
+    from .clock import MonotonicClock
+    from .errors import LoadtestError, ScenarioError
+    from .progress import live_progress
+    from .reporters import sweep_report
+    from . import sweep as sweeps
+    from .session import Session, default_out_dir
+
+    loaded = _load(scenario, set_)
+    console = Console()
+    out = out or default_out_dir(f"{loaded.scenario.name}-sweep")
+    try:
+        axes = sweeps.parse_axes(batch_sizes, rates, concurrency, param)
+        if not axes and not find_max_rate:
+            raise ScenarioError(["sweep: give --batch-sizes, --rates, --concurrency, --param or --find-max-rate"])
+    except ScenarioError as exc:
+        for line in exc.problems:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+
+    async def go():
+        session = Session(MonotonicClock(), progress=None if quiet or not console.is_terminal else live_progress(),
+                          handle_signals=True)
+        try:
+            if find_max_rate:
+                return await sweeps.find_max_rate(scenario, set_, out, session, tolerance)
+            return (await sweeps.run_sweep(scenario, set_, axes, out, session, stop_at_oom)).doc
+        finally:
+            await session.close()
+
+    try:
+        doc = asyncio.run(go())
+    except ScenarioError as exc:
+        for line in exc.problems:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    except LoadtestError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_FAILED)
+    sweep_report.render_terminal(doc, console)
+    paths = sweep_report.write(doc, out)
+    console.print(f"sweep: {out / 'sweep.json'}  report: {', '.join(str(p) for p in paths)}")
+    if doc["status"] == "interrupted":
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if find_max_rate and doc["status"] != "ok":
+        raise typer.Exit(EXIT_SLA_FAIL)
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command()
 def validate(files: List[Path] = typer.Argument(..., help="Scenario files."),
              set_: List[str] = typer.Option([], "--set", help="Override a field: dotted.key=value.")) -> None:
     """Check scenario files without running anything (no model load, no GPU)."""
@@ -93,9 +161,16 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario files."),
 
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run directory holding metrics.json.")) -> None:
-    """Re-render the summary of a saved run from its metrics.json alone."""
-    from .reporters import markdown, terminal
+    """Re-render a saved run (report.md, report.html) or sweep (sweep.md, sweep.html) from its JSON alone."""
+    from .reporters import html, markdown, sweep_report, terminal
 
+    if (run_dir / "sweep.json").exists():
+        from rich.console import Console
+
+        doc = json.loads((run_dir / "sweep.json").read_text())
+        sweep_report.render_terminal(doc, Console())
+        typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(doc, run_dir)))
+        raise typer.Exit(EXIT_OK)
     path = run_dir / "metrics.json"
     try:
         metrics = json.loads(path.read_text())
@@ -104,7 +179,8 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory holding met
         raise typer.Exit(EXIT_USAGE)
     terminal.render(metrics)
     md = markdown.write(metrics, run_dir)
-    typer.echo(f"report: {md}")
+    page = html.write_run(metrics, run_dir)
+    typer.echo(f"report: {md}, {page}")
     raise typer.Exit(exit_code(metrics) if metrics.get("status") else EXIT_USAGE)
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from .histogram import LatencyHistogram
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-_LATENCY_KEY = re.compile(r"^(?P<metric>[a-z_]+)_p(?P<pct>50|90|95|99|999)$")
+_LATENCY_KEY = re.compile(r"^(?P<metric>[a-z0-9_]+)_p(?P<pct>50|90|95|99|999)$")
 
 
 @dataclass(frozen=True)
@@ -120,6 +120,8 @@ def evaluate(sla: dict, metrics: dict) -> dict:
             checks.append(error_rate_check(r["failed"], r["failed"] + r["completed"], float(value), confidence))
         elif key in ("output_tokens_per_s", "requests_per_s"):
             checks.append(floor_check(key, metrics["throughput"].get(key), float(value), key.rsplit("_per_s")[0] + "/s"))
+        else:  # the Sla model admits no other key: never let a check vanish silently
+            raise ValueError(f"SLA key {key!r} has no check")
     return {"verdict": overall(checks, metrics["status"]), "checks": [asdict(c) for c in checks]}
 
 

@@ -48,6 +48,7 @@ class SimBackend:
         self._work = WorkClock([(s.at, s.for_) for s in spec.stalls])
         self._prefill_ns = round(spec.prefill_ms_per_token * 1e6)
         self._decode_ns = round(spec.decode_ms_per_token * 1e6)
+        self._kv_in_use = 0
 
     def set_origin(self, t0_ns: int) -> None:
         """Stalls are placed relative to t0 (``at: 10s`` = ten seconds into the schedule)."""
@@ -72,9 +73,18 @@ class SimBackend:
             yield Failed(self.clock.now_ns(), "SimulatedFailure", f"request {req.index}: fail_every={self.spec.fail_every}")
             return
         await self._acquire()
+        need = req.input_tokens + req.output_tokens
+        cap = self.spec.kv_capacity_tokens
         try:
-            async for event in self._serve(req):
-                yield event
+            if cap is not None and self._kv_in_use + need > cap:
+                yield Failed(self.clock.now_ns(), "CudaOOM", f"simulated KV cache: {self._kv_in_use} + {need} > {cap} tokens")
+                return
+            self._kv_in_use += need
+            try:
+                async for event in self._serve(req):
+                    yield event
+            finally:
+                self._kv_in_use -= need
         finally:
             self._release()
 
@@ -101,8 +111,7 @@ class SimBackend:
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():
                 self._release()  # the slot was handed over just as we were cancelled: pass it on
-            elif fut in self._waiters:
-                self._waiters.remove(fut)
+            # else: a cancelled future stays in the deque; _release skips it (O(1), not O(n))
             raise
 
     def _release(self) -> None:

@@ -1,0 +1,49 @@
+"""Sweep reports: the terminal table, ``sweep.md`` and ``sweep.html``, from sweep.json alone."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .. import atomic
+from . import html
+
+COLS = ("x", "status", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p99_ms")
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+
+
+def render_terminal(doc: dict, console: Console) -> None:
+    table = Table(title=f"sweep over {doc['axis']} ({doc['status']})", title_justify="left")
+    for c in COLS:
+        table.add_column(c, justify="right")
+    for c in doc["curve"]:
+        table.add_row(*(_fmt(c.get(k)) for k in COLS))
+    console.print(table)
+    console.print(f"knee: {doc['knee']}  frontier: {doc['frontier']}")
+    if doc.get("max_rate"):
+        mr = doc["max_rate"]
+        console.print(f"highest rate meeting the SLA: {mr['rate']} req/s (first failing: {mr['first_failing_rate']}, "
+                      f"tolerance {mr['tolerance']:.0%})")
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# Sweep over `{doc['axis']}`", "", f"status: **{doc['status']}**", "",
+             "| " + " | ".join(COLS) + " |", "|" + "---|" * len(COLS)]
+    lines += ["| " + " | ".join(_fmt(c.get(k)) for k in COLS) + " |" for c in doc["curve"]]
+    lines += ["", f"Knee (highest output tok/s ÷ p99 E2E): **{doc['knee']}**; frontier: {doc['frontier']}"]
+    if doc.get("max_rate"):
+        mr = doc["max_rate"]
+        lines += ["", f"Highest rate meeting the SLA: **{mr['rate']} req/s** (first failing {mr['first_failing_rate']}, "
+                      f"tolerance {mr['tolerance']:.0%})."]
+    return "\n".join(lines) + "\n"
+
+
+def write(doc: dict, out: Path) -> list[Path]:
+    md, page = Path(out) / "sweep.md", Path(out) / "sweep.html"
+    atomic.write_text(md, markdown(doc))
+    atomic.write_text(page, html.sweep_html(doc))
+    return [md, page]
