@@ -21,6 +21,7 @@ from .scenario import Load
 from .workload import Plan, PlannedRequest
 
 LOOP_PROBE_NS = 10_000_000
+FLUSH_S = 0.005
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Runner:
         self.t0: int | None = None
         self.sent = self.in_flight = self.cancelled = self.throttled = 0
         self._tasks: set[asyncio.Task] = set()
+        self._finished: list[RequestState] = []  # recorded in batches, off the dispatch path
+        self._flush_handle = None
         self._cancel_reason: str | None = None
         self._failure: str | None = None
         self._stop = asyncio.Event()
@@ -89,6 +92,9 @@ class Runner:
         await self._cancel_all(self._cancel_reason or "drain")
         probe.cancel()
         await asyncio.gather(probe, dispatch, return_exceptions=True)
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._flush()
         rec.close()
         status = {"interrupted": "interrupted", "failed": "failed"}.get(self._cancel_reason or "", "ok")
         return RunOutcome(rec, self.t0, self.clock.now_ns(), status, loop_lag, self.sent, self.cancelled,
@@ -199,8 +205,18 @@ class Runner:
         except Exception as exc:  # a backend bug fails this request, not the run
             self._fail(st, type(exc).__name__)
         self.in_flight -= 1
-        self.recorder.finish(st)
+        self._finished.append(st)
+        if self._flush_handle is None:
+            # Recording (µs per token) waits a moment: when a whole batch completes at once, the
+            # closed-loop users re-send first, and the arithmetic runs after, in one go.
+            self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_S, self._flush)
         return st
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        done, self._finished = self._finished, []
+        for st in done:
+            self.recorder.finish(st)
 
     async def _consume(self, st: RequestState) -> None:
         prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer) if self.backend.needs_prompt_ids else None

@@ -25,6 +25,9 @@ class Tokenizer(Protocol):
         """``n`` ids of ordinary (non-special) tokens."""
 
 
+_PRINTABLE = range(32, 127)
+
+
 class ByteTokenizer:
     vocab_size = 258
     bos_token_id = 256
@@ -42,7 +45,7 @@ class ByteTokenizer:
 
     def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
         # Printable ASCII: a synthetic prompt that reads as text when logged.
-        return [rng.randrange(32, 127) for _ in range(n)]
+        return rng.choices(_PRINTABLE, k=n)
 
 
 def render_messages_plainly(messages: list[dict]) -> str:

@@ -26,8 +26,7 @@ class HFTokenizer:
         return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
-        ordinary = self._ordinary
-        return [ordinary[rng.randrange(len(ordinary))] for _ in range(n)]
+        return rng.choices(self._ordinary, k=n)
 
 
 def load_tokenizer(model: str, base_dir, trust_remote_code: bool):
