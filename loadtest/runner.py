@@ -49,6 +49,8 @@ class Runner:
         self.sent = self.in_flight = self.cancelled = self.throttled = 0
         self._tasks: set[asyncio.Task] = set()
         self._finished: list[RequestState] = []  # recorded in batches, off the dispatch path
+        cl = plan.closed_loop
+        self._think_times = cl.think_times_ns(plan.think_rng) if cl else None  # one seeded stream, all users
         self._flush_handle = None
         self._cancel_reason: str | None = None
         self._failure: str | None = None
@@ -148,12 +150,7 @@ class Runner:
                 self.recorder.set_window_start(intended)
             task = self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
             st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
-            intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times())
-
-    def _think_times(self):
-        if not hasattr(self, "_think_iter"):
-            self._think_iter = self.plan.closed_loop.think_times_ns(self.plan.think_rng)
-        return self._think_iter
+            intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
 
     async def _throttle(self) -> int:
         """Wait for the max_rate limiter; returns the last time any send was held by it.
