@@ -184,6 +184,47 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory holding met
     raise typer.Exit(exit_code(metrics) if metrics.get("status") else EXIT_USAGE)
 
 
+@app.command("gate")
+def gate_cmd(
+    run_dir: Path = typer.Argument(..., help="A run directory holding metrics.json."),
+    sla: Path = typer.Option(..., "--sla", help="SLA file: the mapping of a scenario's sla: block."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per check)."),
+    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here "
+                                                "(default: $GITHUB_STEP_SUMMARY when set)."),
+) -> None:
+    """Judge a saved run against an SLA: exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE or invalid run."""
+    import os
+
+    from rich.console import Console
+
+    from . import atomic, gate
+    from .errors import ScenarioError
+    from .reporters import terminal
+
+    try:
+        spec = gate.load_sla(sla)
+        result = gate.gate(run_dir, spec)
+    except ScenarioError as exc:
+        for line in exc.problems:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    except (OSError, json.JSONDecodeError) as exc:
+        typer.echo(f"error: {run_dir / 'metrics.json'}: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    console = Console()
+    terminal.render_sla(result, console)
+    for reason in result["reasons"]:
+        console.print(f"[yellow]run {result['status']}: {reason}[/yellow]")
+    name = run_dir.name
+    if junit:
+        atomic.write_text(junit, gate.junit_xml(result, name))
+    summary = markdown_out or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
+    if summary:
+        with open(summary, "a", encoding="utf-8") as f:  # step summaries accumulate
+            f.write(gate.markdown(result, name))
+    raise typer.Exit(gate.EXIT[result["verdict"]])
+
+
 @app.command()
 def version() -> None:
     """Print the version."""
