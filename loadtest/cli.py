@@ -52,7 +52,7 @@ def run(
     loaded = _load(scenario, set_)
     from rich.console import Console
 
-    from .errors import LoadtestError
+    from .errors import LoadtestError, ScenarioError
     from .progress import live_progress
     from .reporters import terminal
     from .session import run_scenario
@@ -63,7 +63,7 @@ def run(
                               handle_signals=True)
     except LoadtestError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE if exc.__class__.__name__ == "ScenarioError" else EXIT_FAILED)
+        raise typer.Exit(EXIT_USAGE if isinstance(exc, ScenarioError) else EXIT_FAILED)
     if as_json:
         typer.echo(json.dumps(result.metrics, indent=2))
     else:

@@ -20,15 +20,3 @@ class ScenarioError(LoadtestError):
 class BackendError(LoadtestError):
     """The system under test could not start or died. Exit code 4."""
 
-
-class RequestFailed(LoadtestError):
-    """One request failed; the run goes on. ``error_type`` is what gets counted."""
-
-    def __init__(self, error_type: str, message: str = "") -> None:
-        self.error_type = error_type
-        super().__init__(f"{error_type}: {message}" if message else error_type)
-
-
-class RequestTimeout(RequestFailed):
-    def __init__(self, message: str = "") -> None:
-        super().__init__("Timeout", message)

@@ -161,14 +161,10 @@ def _where(root, path: Path, loc: tuple, origins: dict) -> str:
         if loc[:n] in origins:
             return f"--set {origins[loc[:n]]}"
     node, line = root, 1
-    for part in loc:
-        child = _child(node, part)
-        if child is None:
+    for part in loc:  # the deepest node of the path that the file has
+        node = _child(node, part)
+        if node is None:
             break
-        node, line = child, child.start_mark.line + 1
-    else:
-        return f"{path}:{line}"
-    if node is not None:
         line = node.start_mark.line + 1
     return f"{path}:{line}"
 

@@ -81,6 +81,7 @@ class Engine:
         self.model, self.device, self.info = load_model(spec, base_dir)
         self.info["load_s"] = round(time.monotonic() - t, 3)
         self.batches = 0
+        self._batches_reported = 0
         # Fault injection for tests: an OOM in batch N, or the worker dying at batch N.
         self.fault_oom_batch = int(os.environ.get("LOADTEST_FAULT_OOM_BATCH", "0"))
         self.fault_exit_batch = int(os.environ.get("LOADTEST_FAULT_EXIT_BATCH", "0"))
@@ -127,6 +128,7 @@ class Engine:
     def _run_batch(self, batch: list, cancelled: set) -> None:
         torch = self.torch
         rids = [r[1] for r in batch]
+        finished: set = set()  # rows already reported done: a late failure spares them
         self.out.send(("admitted", time.monotonic_ns(), rids))
         self.batches += 1
         try:
@@ -134,20 +136,20 @@ class Engine:
                 os._exit(3)
             if self.fault_oom_batch and self.batches == self.fault_oom_batch:
                 raise torch.OutOfMemoryError("injected by LOADTEST_FAULT_OOM_BATCH")
-            self._generate(batch, cancelled)
+            self._generate(batch, cancelled, self.out, finished)
         except torch.OutOfMemoryError as exc:
-            self._fail_rest(rids, "CudaOOM", str(exc)[:200])
+            self._fail_rest(rids, finished, "CudaOOM", str(exc)[:200])
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         except Exception as exc:
-            self._fail_rest(rids, type(exc).__name__, str(exc)[:200])
+            self._fail_rest(rids, finished, type(exc).__name__, str(exc)[:200])
 
-    def _fail_rest(self, rids, error_type: str, message: str) -> None:
-        pending = [rid for rid in rids if rid not in getattr(self, "_finished", set())]
+    def _fail_rest(self, rids, finished: set, error_type: str, message: str) -> None:
+        pending = [rid for rid in rids if rid not in finished]
         if pending:
             self.out.send(("failed", time.monotonic_ns(), pending, error_type, message))
 
-    def _generate(self, batch: list, cancelled: set) -> None:
+    def _generate(self, batch: list, cancelled: set, out, finished: set) -> None:
         torch = self.torch
         width = max(len(r[2]) for r in batch)
         pad = self.info.get("pad_token_id", 0)
@@ -159,8 +161,7 @@ class Engine:
         max_new = max(r[3] for r in batch)
         ignore_eos = all(r[4] for r in batch)
         eos = batch[0][5]
-        streamer = StepStreamer(batch, self.out, cancelled)
-        self._finished = streamer.finished
+        streamer = StepStreamer(batch, out, cancelled, finished)
         kwargs = dict(max_new_tokens=max_new, do_sample=False, streamer=streamer, pad_token_id=pad,
                       eos_token_id=None if ignore_eos else eos)
         if ignore_eos:
@@ -175,12 +176,7 @@ class Engine:
         t = time.monotonic()
         for batch_size, prompt_len, new_tokens in shapes:
             fake = [("req", -1 - i, [65] * prompt_len, new_tokens, True, None) for i in range(batch_size)]
-            streamer_out = _NullOut()
-            saved, self.out = self.out, streamer_out
-            try:
-                self._generate(fake, set())
-            finally:
-                self.out = saved
+            self._generate(fake, set(), _NullOut(), set())
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
             self.torch.cuda.reset_peak_memory_stats()
@@ -188,7 +184,7 @@ class Engine:
 
     def _facts(self, reset: bool = False) -> dict:
         torch = self.torch
-        facts = {"batches": self.batches - getattr(self, "_batches_reported", 0)}
+        facts = {"batches": self.batches - self._batches_reported}
         if reset:
             self._batches_reported = self.batches
         if self.device.type == "cuda":
@@ -210,13 +206,13 @@ class _NullOut:
 class StepStreamer:
     """``generate()`` calls ``put`` once with the prompt, then once per step with the new tokens."""
 
-    def __init__(self, batch: list, out, cancelled: set) -> None:
+    def __init__(self, batch: list, out, cancelled: set, finished: set) -> None:
         self.rids = [r[1] for r in batch]
         self.caps = [r[3] for r in batch]
         self.eos = [None if r[4] else r[5] for r in batch]
         self.counts = [0] * len(batch)
         self.active = [True] * len(batch)
-        self.finished: set = set()
+        self.finished = finished
         self.out, self.cancelled = out, cancelled
         self._prompt_seen = False
 
