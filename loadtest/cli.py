@@ -17,6 +17,7 @@ EXIT_OK, EXIT_SLA_FAIL, EXIT_USAGE, EXIT_INVALID, EXIT_FAILED, EXIT_INTERRUPTED 
 
 
 def exit_code(metrics: dict) -> int:
+    """For a metrics.json or a repeat.json (its pooled status and SLA verdict)."""
     status = metrics["status"]
     if status == "interrupted":
         return EXIT_INTERRUPTED
@@ -45,31 +46,66 @@ def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (exactly this path)."),
     set_: List[str] = typer.Option([], "--set", help="Override a field: dotted.key=value (repeatable)."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Run N times with schedule seeds seed..seed+N-1 (model loaded "
+                                                        "once); report the median and spread (repeat.json)."),
+    gate_: bool = typer.Option(False, "--gate", help="Gate the result inline, as `loadtest gate` would."),
+    sla: Optional[Path] = typer.Option(None, "--sla", help="--gate: SLA file (default: the scenario's sla: block)."),
+    baseline: List[Path] = typer.Option([], "--baseline", help="--gate: baseline run or repeat directory (repeatable)."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="--gate: write JUnit XML here."),
+    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="--gate: write a Markdown summary here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress display."),
-    as_json: bool = typer.Option(False, "--json", help="Print metrics.json to stdout instead of tables."),
+    as_json: bool = typer.Option(False, "--json", help="Print metrics.json (repeat.json) to stdout instead of tables."),
 ) -> None:
-    """Run one load test and write its run directory (metrics.json)."""
+    """Run one load test and write its run directory (metrics.json); --repeat N for replicates."""
+    import asyncio
+
     loaded = _load(scenario, set_)
     from rich.console import Console
 
+    from .clock import MonotonicClock
     from .errors import LoadtestError, ScenarioError
     from .progress import live_progress
+    from .repeat import run_repeats
     from .reporters import terminal
-    from .session import run_scenario
+    from .session import Session, default_out_dir
 
+    if (sla or baseline or junit or markdown_out) and not gate_:
+        typer.echo("error: --sla, --baseline, --junit and --markdown need --gate", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    spec = _gate_spec(sla, loaded) if gate_ else None
+    if gate_ and not spec and not baseline:
+        typer.echo("error: --gate needs an SLA (the scenario's sla: block or --sla FILE) or a --baseline", err=True)
+        raise typer.Exit(EXIT_USAGE)
     console = Console(stderr=as_json)
+    out = out or (Path(loaded.scenario.outputs.dir) if loaded.scenario.outputs.dir else default_out_dir(loaded.scenario.name))
+
+    async def go():
+        session = Session(MonotonicClock(), progress=None if quiet or not console.is_terminal else live_progress(),
+                          handle_signals=True)
+        try:
+            if repeat > 1:
+                return await run_repeats(loaded, out, repeat, session)
+            return (await session.run_point(loaded, out)).metrics
+        finally:
+            await session.close()
+
     try:
-        result = run_scenario(loaded, out, progress=None if quiet or not console.is_terminal else live_progress(),
-                              handle_signals=True)
+        doc = asyncio.run(go())
     except LoadtestError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_USAGE if isinstance(exc, ScenarioError) else EXIT_FAILED)
     if as_json:
-        typer.echo(json.dumps(result.metrics, indent=2))
+        typer.echo(json.dumps(doc, indent=2))
+    elif repeat > 1:
+        terminal.render_repeat(doc, console, sla=not gate_)
+        console.print(f"results: {out / 'repeat.json'}")
     else:
-        terminal.render(result.metrics, console)
-        console.print(f"results: {result.out_dir / 'metrics.json'}")
-    raise typer.Exit(exit_code(result.metrics))
+        terminal.render(doc, console, sla=not gate_)  # --gate prints its own verdict tables
+        console.print(f"results: {out / 'metrics.json'}")
+    code = exit_code(doc)
+    if gate_ and code not in (EXIT_INTERRUPTED, EXIT_FAILED):
+        code = _gate_and_report(out, spec, baseline, junit, markdown_out, console)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -184,37 +220,49 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory holding met
     raise typer.Exit(exit_code(metrics) if metrics.get("status") else EXIT_USAGE)
 
 
-@app.command("gate")
-def gate_cmd(
-    run_dir: Path = typer.Argument(..., help="A run directory holding metrics.json."),
-    sla: Path = typer.Option(..., "--sla", help="SLA file: the mapping of a scenario's sla: block."),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per check)."),
-    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here "
-                                                "(default: $GITHUB_STEP_SUMMARY when set)."),
-) -> None:
-    """Judge a saved run against an SLA: exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE or invalid run."""
-    import os
-
-    from rich.console import Console
-
-    from . import atomic, gate
+def _gate_spec(sla: Optional[Path], loaded=None) -> dict | None:
+    """The SLA mapping from a file, else from the scenario (durations as written)."""
+    from . import gate
     from .errors import ScenarioError
-    from .reporters import terminal
 
     try:
-        spec = gate.load_sla(sla)
-        result = gate.gate(run_dir, spec)
+        if sla:
+            return gate.load_sla(sla)
     except ScenarioError as exc:
         for line in exc.problems:
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(EXIT_USAGE)
-    except (OSError, json.JSONDecodeError) as exc:
-        typer.echo(f"error: {run_dir / 'metrics.json'}: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE)
-    console = Console()
-    terminal.render_sla(result, console)
+    if loaded is not None and loaded.scenario.sla:
+        return loaded.scenario.sla.model_dump(mode="json", exclude_none=True)
+    return None
+
+
+def _gate_and_report(run_dir: Path, spec: dict | None, baselines: list[Path], junit: Optional[Path],
+                     markdown_out: Optional[Path], console, metrics=None, min_effect: float = 0.05,
+                     confidence: float = 0.99) -> int:
+    """Judge, print the verdict tables, write JUnit/Markdown; the gate's exit code."""
+    import os
+
+    from . import atomic, gate, regression, runset
+    from .reporters import terminal
+
+    try:
+        run = runset.load(run_dir)
+        bases = [runset.load(b) for b in baselines]
+        result = gate.gate(run, spec, bases, metrics=metrics or regression.DEFAULT_METRICS, min_effect=min_effect,
+                           confidence=confidence)
+    except runset.RunSetError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return EXIT_USAGE
+    if result["checks"]:
+        terminal.render_sla({"verdict": gate.overall_of(result["checks"]), "checks": result["checks"]}, console)
+    terminal.render_regression(result["regression"], console)
     for reason in result["reasons"]:
         console.print(f"[yellow]run {result['status']}: {reason}[/yellow]")
+    for warning in result["warnings"]:
+        console.print(f"[yellow]warning: {warning}[/yellow]")
+    style = terminal.VERDICT_STYLE[result["verdict"]]
+    console.print(f"gate: [{style}]{result['verdict']}[/{style}]")
     name = run_dir.name
     if junit:
         atomic.write_text(junit, gate.junit_xml(result, name))
@@ -222,7 +270,84 @@ def gate_cmd(
     if summary:
         with open(summary, "a", encoding="utf-8") as f:  # step summaries accumulate
             f.write(gate.markdown(result, name))
-    raise typer.Exit(gate.EXIT[result["verdict"]])
+    return gate.EXIT[result["verdict"]]
+
+
+def _metric_names(metric: List[str]) -> tuple:
+    from . import regression
+
+    names = tuple(metric) or regression.DEFAULT_METRICS
+    for name in names:
+        try:
+            regression.parse_metric(name)
+        except ValueError as exc:
+            typer.echo(f"error: --metric {exc}", err=True)
+            raise typer.Exit(EXIT_USAGE)
+    return names
+
+
+@app.command("gate")
+def gate_cmd(
+    run_dir: Path = typer.Argument(..., help="A run directory (metrics.json) or repeat directory (repeat.json)."),
+    sla: Optional[Path] = typer.Option(None, "--sla", help="SLA file: the mapping of a scenario's sla: block."),
+    baseline: List[Path] = typer.Option([], "--baseline", help="Baseline run or repeat directory (repeatable: "
+                                                               "replicates); checks each metric for a regression."),
+    metric: List[str] = typer.Option([], "--metric", help="Regression metric (repeatable; default: ttft/itl/e2e "
+                                                          "p50 and p99, output_tokens_per_s)."),
+    min_effect: float = typer.Option(0.05, "--min-effect", help="Smallest regression that fails, as a fraction."),
+    confidence: float = typer.Option(0.99, "--confidence", min=0.5, max=0.9999,
+                                     help="Regression: 1 - the chance that an A/A comparison fails any check."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per check)."),
+    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here "
+                                                "(default: $GITHUB_STEP_SUMMARY when set)."),
+) -> None:
+    """Judge a saved run against an SLA and/or baselines: exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE or invalid run."""
+    from rich.console import Console
+
+    if not sla and not baseline:
+        typer.echo("error: give --sla FILE, --baseline DIR, or both", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    names = _metric_names(metric)
+    raise typer.Exit(_gate_and_report(run_dir, _gate_spec(sla), baseline, junit, markdown_out, Console(),
+                                      names, min_effect, confidence))
+
+
+@app.command()
+def compare(
+    run_a: Path = typer.Argument(..., help="Run or repeat directory (the reference)."),
+    run_b: Path = typer.Argument(..., help="Run or repeat directory (compared with A)."),
+    metric: List[str] = typer.Option([], "--metric", help="Metric (repeatable; default: the headline set)."),
+    confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.9999,
+                                     help="Of the intervals, simultaneous over the metrics."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Side by side: each headline metric of B against A, the change and its bootstrap interval."""
+    from rich.console import Console
+
+    from . import gate, regression, runset
+    from .reporters import terminal
+
+    names = _metric_names(metric)
+    try:
+        a, b = runset.load(run_a), runset.load(run_b)
+    except runset.RunSetError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    if not a.measured or not b.measured:
+        typer.echo(f"error: {run_a if not a.measured else run_b}: nothing measured", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    checks = regression.as_dicts(regression.compare(a.measured, b.measured, names, confidence=confidence))
+    if as_json:
+        typer.echo(json.dumps({"a": str(run_a), "b": str(run_b), "confidence": confidence, "metrics": checks}, indent=2))
+        raise typer.Exit(EXIT_OK)
+    console = Console()
+    terminal.render_compare(checks, a.name, b.name, confidence, console)
+    for w in gate.scenario_differences(a.measured[0], b.measured[0]):
+        console.print(f"[yellow]warning: {w}[/yellow]")
+    for rs in (a, b):
+        if any(m["status"] != "ok" for m in rs.runs):
+            console.print(f"[yellow]warning: {rs.name}: not every run is valid ({', '.join(m['status'] for m in rs.runs)})[/yellow]")
+    raise typer.Exit(EXIT_OK)
 
 
 @app.command()

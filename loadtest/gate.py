@@ -1,9 +1,11 @@
 """Gating a saved run on an SLA file: verdicts with evidence, JUnit XML, Markdown; exit code.
 
 The SLA file holds the same mapping as a scenario's ``sla:`` block (``ttft_p99: 500ms``, ...),
-validated by the same model. The run is judged from its metrics.json alone. An invalid,
-interrupted or failed run is never PASS: its verdict is INCONCLUSIVE at best.
-Baseline regression (block bootstrap over replicated runs) is not built yet.
+validated by the same model. The run is judged from its saved JSON alone (a run directory, or
+a repeat directory whose replicates are pooled). An invalid, interrupted or failed run is never
+PASS: its verdict is INCONCLUSIVE at best. With baselines, each headline metric is also checked
+for a regression (``loadtest.regression``: a stated minimum effect, a bootstrap that respects
+autocorrelation and replication).
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from xml.etree import ElementTree as ET
 import yaml
 from pydantic import ValidationError
 
+from . import regression
 from .errors import ScenarioError
+from .runset import RunSet
 from .scenario import Sla
 from .sla import FAIL, INCONCLUSIVE, PASS, evaluate
 
@@ -34,25 +38,93 @@ def load_sla(path: Path) -> dict:
     return model.model_dump(mode="json", exclude_none=True)
 
 
-def gate(run_dir: Path, sla: dict) -> dict:
-    metrics = json.loads((Path(run_dir) / "metrics.json").read_text())
-    if "histograms" not in metrics:  # a run that failed before measuring anything
-        return {"verdict": INCONCLUSIVE, "status": metrics.get("status"), "checks": [],
-                "reasons": metrics.get("validity", {}).get("reasons", [])}
-    result = evaluate(sla, metrics)
-    result["status"] = metrics["status"]
-    result["reasons"] = metrics["validity"]["reasons"]
+def gate(run: RunSet, sla: dict | None, baselines: list[RunSet] = (), *, metrics=regression.DEFAULT_METRICS,
+         min_effect: float = 0.05, confidence: float = 0.99) -> dict:
+    """SLA checks on the pooled run, regression checks against the pooled baselines; one verdict."""
+    pooled = run.pooled()
+    result = {"status": pooled["status"], "reasons": pooled.get("validity", {}).get("reasons", []),
+              "checks": [], "regression": None, "warnings": []}
+    if sla and "histograms" in pooled:
+        result["checks"] = evaluate(sla, pooled)["checks"]
+    if baselines:
+        base_runs = [m for b in baselines for m in b.measured]
+        if not run.measured or not base_runs:
+            result["warnings"].append("regression: nothing measured " + ("in the run" if not run.measured else "in the baselines"))
+        else:
+            result["regression"] = {
+                "baselines": [str(b.path) for b in baselines], "min_effect": min_effect, "confidence": confidence,
+                "replicates": {"baseline": len(base_runs), "candidate": len(run.measured)},
+                "checks": regression.as_dicts(regression.compare(base_runs, run.measured, metrics,
+                                                                 min_effect=min_effect, confidence=confidence)),
+            }
+            result["warnings"] += scenario_differences(base_runs[0], run.measured[0])
+    verdicts = [c["verdict"] for c in result["checks"]] + [c["verdict"] for c in (result["regression"] or {}).get("checks", [])]
+    if FAIL in verdicts:
+        result["verdict"] = FAIL
+    elif INCONCLUSIVE in verdicts or pooled["status"] != "ok" or not verdicts:
+        result["verdict"] = INCONCLUSIVE
+    else:
+        result["verdict"] = PASS
     return result
+
+
+def overall_of(checks: list[dict]) -> str:
+    verdicts = {c["verdict"] for c in checks}
+    return FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
+
+
+def scenario_differences(base: dict, cand: dict) -> list[str]:
+    """What differs between the scenarios that produced two runs (seeds and output settings aside)."""
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in (d or {}).items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{prefix}{k}."))
+            else:
+                out[f"{prefix}{k}"] = v
+        return out
+
+    a, b = flat(base.get("scenario")), flat(cand.get("scenario"))
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(("seeds.", "outputs.", "name")))
+    warnings = []
+    if keys:
+        warnings.append("baseline and run differ in " + ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in keys[:6])
+                        + (" ..." if len(keys) > 6 else ""))
+    ga, gb = (_gpu_name(x) for x in (base, cand))
+    if ga != gb:
+        warnings.append(f"baseline ran on {ga or 'no GPU'}, this run on {gb or 'no GPU'}")
+    return warnings
+
+
+def _gpu_name(metrics: dict) -> str | None:
+    gpus = (metrics.get("environment") or {}).get("gpus") or []
+    return gpus[0].get("name") if gpus else None
+
+
+def all_checks(result: dict) -> list[tuple[str, dict]]:
+    """(kind, check) for every SLA and regression check, in the shape the outputs share."""
+    out = [("sla", c) for c in result["checks"]]
+    for c in (result.get("regression") or {}).get("checks", []):
+        out.append(("regression", {"name": c["name"], "verdict": c["verdict"], "observed": c["candidate"],
+                                   "baseline": c["baseline"], "unit": c["unit"], "reason": c["reason"]}))
+    return out
+
+
+def describe(kind: str, c: dict) -> str:
+    if kind == "regression":
+        return f"{c['observed']} {c['unit']} vs baseline {c['baseline']} {c['unit']}: {c['reason']}"
+    return f"observed {c['observed']} {c['unit']} {c['op']} {c['bound']} {c['unit']}: {c['reason']}"
 
 
 def junit_xml(result: dict, name: str) -> str:
     """One test case per check; FAIL is a failure, INCONCLUSIVE is skipped (with the reason)."""
-    suite = ET.Element("testsuite", name=f"loadtest gate: {name}", tests=str(len(result["checks"])),
-                       failures=str(sum(c["verdict"] == FAIL for c in result["checks"])),
-                       skipped=str(sum(c["verdict"] == INCONCLUSIVE for c in result["checks"])))
-    for c in result["checks"]:
-        case = ET.SubElement(suite, "testcase", classname="loadtest.sla", name=c["name"])
-        text = f"observed {c['observed']} {c['unit']} {c['op']} {c['bound']} {c['unit']}: {c['reason']}"
+    checks = all_checks(result)
+    suite = ET.Element("testsuite", name=f"loadtest gate: {name}", tests=str(len(checks)),
+                       failures=str(sum(c["verdict"] == FAIL for _, c in checks)),
+                       skipped=str(sum(c["verdict"] == INCONCLUSIVE for _, c in checks)))
+    for kind, c in checks:
+        case = ET.SubElement(suite, "testcase", classname=f"loadtest.{kind}", name=c["name"])
+        text = describe(kind, c)
         if c["verdict"] == FAIL:
             ET.SubElement(case, "failure", message=text).text = text
         elif c["verdict"] == INCONCLUSIVE:
@@ -64,14 +136,36 @@ def junit_xml(result: dict, name: str) -> str:
 
 
 def markdown(result: dict, name: str) -> str:
-    lines = [f"### loadtest gate: {name}: **{result['verdict']}**", "", "| check | verdict | observed | bound | evidence |",
-             "|---|---|---|---|---|"]
-    for c in result["checks"]:
-        reason = str(c["reason"]).replace("|", "\\|")
-        lines.append(f"| {c['name']} | {c['verdict']} | {c['observed']} | {c['op']} {c['bound']} {c['unit']} | {reason} |")
+    lines = [f"### loadtest gate: {name}: **{result['verdict']}**", ""]
+    if result["checks"]:
+        lines += ["| SLA check | verdict | observed | bound | evidence |", "|---|---|---|---|---|"]
+        for c in result["checks"]:
+            lines.append(f"| {c['name']} | {c['verdict']} | {c['observed']} | {c['op']} {c['bound']} {c['unit']} | {_cell(c['reason'])} |")
+        lines.append("")
+    reg = result.get("regression")
+    if reg:
+        lines += [f"Regression against {', '.join(reg['baselines'])} (minimum effect {reg['min_effect']:.0%}, "
+                  f"{reg['confidence']:.0%} simultaneous confidence; replicates {reg['replicates']['baseline']} vs "
+                  f"{reg['replicates']['candidate']}):", "",
+                  "| metric | verdict | baseline | this run | change | evidence |", "|---|---|---|---|---|---|"]
+        for c in reg["checks"]:
+            change = "-" if c["change_pct"] is None else f"{c['change_pct']:+.1f}%"
+            lines.append(f"| {c['name']} | {c['verdict']} | {_fmt(c['baseline'])} | {_fmt(c['candidate'])} {c['unit']} | "
+                         f"{change} | {_cell(c['reason'])} |")
+        lines.append("")
+    for w in result.get("warnings", []):
+        lines.append(f"Warning: {_cell(w)}")
     if result["status"] != "ok":
         lines += ["", f"Run status: **{result['status']}**: " + "; ".join(result["reasons"])]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
 
 
 EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}

@@ -49,11 +49,20 @@ class LatencyHistogram:
 
     def count_above_us(self, threshold_us: int) -> int:
         """How many recorded values are certainly above ``threshold_us`` (bucket-exact)."""
-        at_or_below = 0
-        for item in self.hdr.get_recorded_iterator():
-            if item.value_iterated_to <= threshold_us:
-                at_or_below += item.count_at_value_iterated_to
-        return self.count - at_or_below
+        values, counts = self.recorded()
+        return int(counts[values > threshold_us].sum())
+
+    def recorded(self):
+        """``(values, counts)``: numpy arrays over the non-empty buckets, ascending; each value is
+        the bucket's highest equivalent value, the figure hdrh reports for a percentile in it."""
+        import numpy as np
+
+        hdr = self.hdr
+        all_counts = np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len]
+        index = np.flatnonzero(all_counts)
+        values = np.fromiter((hdr.get_highest_equivalent_value(hdr.get_value_from_index(int(i))) for i in index),
+                             dtype=np.int64, count=len(index))
+        return values, all_counts[index].astype(np.int64)
 
     def summary_ms(self) -> dict:
         """``{count, mean, stddev, min, p50, p90, p95, p99, p999, max, over_range}`` in ms."""

@@ -12,6 +12,7 @@ from loadtest.session import run_scenario_async
 
 
 def write_scenario(tmp_path: Path, data: dict, name: str = "scenario.yml") -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -70,3 +70,81 @@ def test_an_invalid_run_never_passes(run_dir, tmp_path):
     (bad / "metrics.json").write_text(json.dumps(metrics))
     r = gate(bad, "ttft_p99: 50ms\n", tmp_path)
     assert r.returncode == 3 and "INCONCLUSIVE" in r.stdout
+
+
+# -- replicates, baselines, compare, run --gate (the real CLI, the real clock, the sim) ----------
+
+FAST = """name: rep
+backend: {kind: sim, max_concurrency: 4, prefill_ms_per_token: 0.1, decode_ms_per_token: 2}
+workload: {input_tokens: 50, output_tokens: 8}
+load: {arrival: {kind: poisson, rate: 100}, duration: 3s, warmup: 0.5s}
+sla: {ttft_p99: 100ms}
+"""
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "loadtest", *map(str, args)], capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def repeat_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("repeat")
+    (tmp / "s.yml").write_text(FAST)
+    r = cli("run", tmp / "s.yml", "--repeat", "3", "--out", tmp / "base", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return tmp
+
+
+def test_repeat_runs_replicates_with_successive_schedule_seeds(repeat_dir):
+    doc = json.loads((repeat_dir / "base" / "repeat.json").read_text())
+    assert doc["runs"] == ["rep-1", "rep-2", "rep-3"] and doc["schedule_seeds"] == [0, 1, 2]
+    runs = [json.loads((repeat_dir / "base" / d / "metrics.json").read_text()) for d in doc["runs"]]
+    assert [m["scenario"]["seeds"]["schedule"] for m in runs] == [0, 1, 2]
+    p99s = sorted(m["latency_ms"]["ttft"]["p99"] for m in runs)
+    s = doc["summary"]["ttft_p99"]
+    assert (s["min"], s["median"], s["max"]) == tuple(p99s)
+    assert s["spread_pct"] == pytest.approx(100 * (p99s[2] - p99s[0]) / p99s[1])
+    # the SLA is judged on the pooled samples of all three: more evidence than any one run
+    pooled_n = sum(m["latency_ms"]["ttft"]["count"] for m in runs)
+    assert doc["sla"]["verdict"] == "PASS" and f"of {pooled_n} samples" in doc["sla"]["checks"][0]["reason"]
+
+
+def test_gate_against_a_replicated_baseline(repeat_dir, tmp_path):
+    slow = tmp_path / "slow"
+    r = cli("run", repeat_dir / "s.yml", "--out", slow, "-q", "--set", "backend.decode_ms_per_token=2.6", "--set",
+            "seeds.schedule=7", "--gate", "--baseline", repeat_dir / "base", "--junit", tmp_path / "j.xml",
+            "--markdown", tmp_path / "s.md")
+    assert r.returncode == 1, r.stdout + r.stderr  # ITL +30%: a regression
+    cases = {(c.get("classname"), c.get("name")): c for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")}
+    assert cases[("loadtest.regression", "itl_p50")].find("failure") is not None
+    assert ("loadtest.sla", "ttft_p99") in cases
+    md = (tmp_path / "s.md").read_text()
+    assert "| itl_p50 | FAIL |" in md and "decode_ms_per_token" in md  # the scenarios differ: said so
+    # the same scenario, another seed: no regression found (PASS or INCONCLUSIVE, never FAIL)
+    same = tmp_path / "same"
+    r = cli("run", repeat_dir / "s.yml", "--out", same, "-q", "--set", "seeds.schedule=9")
+    assert r.returncode == 3  # ~250 samples: too few for the ttft_p99 SLA at 99% (needs 459)
+    r = cli("gate", same, "--baseline", repeat_dir / "base", "--metric", "itl_p50", "--metric", "ttft_p50")
+    assert r.returncode == 0, r.stdout  # ITL and TTFT p50 are exact on the sim: PASS
+
+
+def test_compare_prints_both_sides_and_the_change(repeat_dir):
+    single = repeat_dir / "base" / "rep-1"
+    r = cli("compare", repeat_dir / "base", single, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    by = {c["name"]: c for c in doc["metrics"]}
+    one = json.loads((single / "metrics.json").read_text())
+    assert by["ttft_p99"]["candidate"] == one["latency_ms"]["ttft"]["p99"]
+    assert by["itl_p50"]["change_pct"] == pytest.approx(0.0) and by["itl_p50"]["significant"] is False
+    r = cli("compare", repeat_dir / "base", single)
+    assert "significant" in r.stdout and "ttft_p99" in r.stdout
+
+
+def test_gate_usage_errors(repeat_dir, tmp_path):
+    assert cli("gate", repeat_dir / "base").returncode == 2  # neither --sla nor --baseline
+    r = cli("gate", repeat_dir / "base", "--baseline", tmp_path)
+    assert r.returncode == 2 and "no metrics.json" in r.stderr
+    r = cli("gate", repeat_dir / "base", "--baseline", repeat_dir / "base", "--metric", "ttft_p42")
+    assert r.returncode == 2 and "ttft_p42" in r.stderr
+    assert cli("run", repeat_dir / "s.yml", "--baseline", repeat_dir / "base").returncode == 2  # needs --gate

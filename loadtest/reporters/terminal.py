@@ -15,7 +15,7 @@ def _ms(x) -> str:
     return f"{x:.3f}" if x < 10 else f"{x:.1f}"
 
 
-def render(metrics: dict, console: Console | None = None) -> None:
+def render(metrics: dict, console: Console | None = None, sla: bool = True) -> None:
     console = console or Console()
     status = metrics["status"]
     style = {"ok": "green", "invalid": "yellow", "interrupted": "yellow", "failed": "red"}.get(status, "white")
@@ -47,7 +47,8 @@ def render(metrics: dict, console: Console | None = None) -> None:
         console.print(f"[yellow]invalid: {reason}[/yellow]")
     for warning in metrics["validity"]["warnings"]:
         console.print(f"[yellow]warning: {warning}[/yellow]")
-    render_sla(metrics.get("sla"), console)
+    if sla:
+        render_sla(metrics.get("sla"), console)
 
 
 def render_sla(sla: dict | None, console: Console) -> None:
@@ -61,3 +62,59 @@ def render_sla(sla: dict | None, console: Console) -> None:
         table.add_row(c["name"], f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]", obs,
                       f"{c['op']} {c['bound']:g} {c['unit']}".strip(), c["reason"])
     console.print(table)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:+.1f}%"
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def render_regression(reg: dict | None, console: Console) -> None:
+    if not reg:
+        return
+    verdicts = {c["verdict"] for c in reg["checks"]}
+    worst = "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "PASS"
+    table = Table(title=f"regression vs {', '.join(reg['baselines'])}: {worst}  (minimum effect {reg['min_effect']:.0%}, "
+                        f"{reg['confidence']:.0%} simultaneous intervals, replicates {reg['replicates']['baseline']} vs "
+                        f"{reg['replicates']['candidate']})", title_justify="left", title_style=VERDICT_STYLE[worst])
+    for col in ("metric", "verdict", "baseline", "this run", "change", "interval"):
+        table.add_column(col, justify="right" if col in ("baseline", "this run", "change", "interval") else "left")
+    for c in reg["checks"]:
+        iv = c["change_interval_pct"]
+        table.add_row(c["name"], f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]", _num(c["baseline"]),
+                      f"{_num(c['candidate'])} {c['unit']}", _pct(c["change_pct"]),
+                      "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}")
+    console.print(table)
+
+
+def render_repeat(doc: dict, console: Console, sla: bool = True) -> None:
+    table = Table(title=f"{doc['name']}: {len(doc['runs'])} of {doc['repeats']} replicates, status {doc['status']} "
+                        f"(schedule seeds {', '.join(map(str, doc['schedule_seeds']))})", title_justify="left")
+    for col in ("metric", "median", "min", "max", "spread"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for name, s in doc["summary"].items():
+        if s["n"]:
+            table.add_row(name, _num(s["median"]), _num(s["min"]), _num(s["max"]),
+                          "-" if s["spread_pct"] is None else f"{s['spread_pct']:.1f}%")
+    console.print(table)
+    for reason in doc["reasons"]:
+        console.print(f"[yellow]{reason}[/yellow]")
+    if sla:
+        render_sla(doc.get("sla"), console)
+
+
+def render_compare(checks: list[dict], a: str, b: str, confidence: float, console: Console) -> None:
+    table = Table(title=f"{a} -> {b}", title_justify="left")
+    for col in ("metric", a, b, "change", f"{confidence:.0%} interval*", "significant"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for c in checks:
+        iv = c["change_interval_pct"]
+        sig = {True: "[bold]yes[/bold]", False: "no", None: "-"}[c["significant"]]
+        table.add_row(f"{c['name']} ({c['unit']})", _num(c["baseline"]), _num(c["candidate"]), _pct(c["change_pct"]),
+                      "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}", sig)
+    console.print(table)
+    console.print(f"* simultaneous over the {len(checks)} metrics (Bonferroni); block bootstrap within runs, "
+                  "plus the between-run spread when there are replicates")

@@ -1,0 +1,277 @@
+"""Baseline regression: is a run materially worse than its baseline, beyond measurement noise?
+
+Each check compares one headline statistic (a TTFT/ITL/E2E percentile, or output tokens/s) as a
+ratio oriented so that > 1 is worse: candidate/baseline for latency, baseline/candidate for
+throughput. Its uncertainty, on the log scale, has two parts:
+
+* within a run: whole measurement intervals are resampled in moving blocks (a block bootstrap,
+  stratified by run). Latencies are autocorrelated (a queue that builds up makes consecutive
+  requests slow together); resampling single requests as if independent would understate the
+  spread and make A/A runs fail;
+* between runs, with replicates (``run --repeat``, several ``--baseline`` directories): the
+  spread of the per-run figures beyond what their own bootstraps explain (a random-effects
+  term, as in a meta-analysis), so run-to-run variation (a warmer GPU, a different allocation)
+  widens the interval. Resampling runs themselves is too coarse with three of them.
+
+The interval is normal on the log scale at a Bonferroni-corrected level: with m metrics each
+one-sided test runs at (1 - confidence) / m, so an A/A comparison fails any check with chance
+under 1 - confidence. With the minimum effect ``d`` (say 5%): FAIL when the regression is real
+and material (lo > 1 and the ratio > 1 + d); PASS when any regression is smaller than d
+(hi <= 1 + d); otherwise INCONCLUSIVE (longer or more runs would tell).
+
+The percentile of a resample is computed exactly as hdrh computes it on the merged histogram,
+so with every interval taken once the point estimate equals the run's reported figure.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .histogram import LatencyHistogram
+from .sla import FAIL, INCONCLUSIVE, PASS
+
+DEFAULT_METRICS = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "output_tokens_per_s")
+INTERVAL_METRICS = ("ttft", "itl", "e2e")  # the latencies kept per interval in metrics.json
+_PERCENTILE_KEY = re.compile(r"^(?P<metric>ttft|itl|e2e)_p(?P<pct>50|90|95|99|999)$")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    name: str
+    baseline: float | None
+    candidate: float | None
+    unit: str
+    ratio: float | None  # > 1 is worse
+    lo: float | None
+    hi: float | None
+    verdict: str
+    reason: str
+    lower_is_better: bool = True
+
+    @property
+    def change_interval_pct(self) -> tuple[float, float] | None:
+        """The bootstrap interval of ``change_pct``."""
+        if self.lo is None or self.hi is None:
+            return None
+        if self.lower_is_better:
+            return 100.0 * (self.lo - 1), 100.0 * (self.hi - 1)
+        return 100.0 * (1 / self.hi - 1), 100.0 * (1 / self.lo - 1)
+
+    @property
+    def significant(self) -> bool | None:
+        """The interval excludes no change."""
+        iv = self.change_interval_pct
+        return None if iv is None else (iv[0] > 0 or iv[1] < 0)
+
+    @property
+    def change_pct(self) -> float | None:
+        """Candidate vs baseline in the metric's own direction (+ = bigger number)."""
+        if self.baseline in (None, 0) or self.candidate is None:
+            return None
+        return 100.0 * (self.candidate / self.baseline - 1)
+
+
+def parse_metric(name: str) -> tuple[str, float | None]:
+    """``ttft_p99`` -> (``ttft``, 99.0); ``output_tokens_per_s`` -> (that, None)."""
+    if name == "output_tokens_per_s":
+        return name, None
+    m = _PERCENTILE_KEY.match(name)
+    if not m:
+        raise ValueError(f"{name}: not a comparable metric (use {', '.join(DEFAULT_METRICS)}, or a p90/p95/p999)")
+    return m["metric"], 99.9 if m["pct"] == "999" else float(m["pct"])
+
+
+class Sample:
+    """One side (baseline or candidate): its runs' measurement intervals, in arrays for resampling.
+
+    For each latency metric, every distinct (interval, value) pair of every run is a row:
+    values in µs as hdrh reports them (highest equivalent value), sorted by value, with their
+    counts and the global interval number. Throughput is the tokens stamped in each interval that
+    lies wholly inside its run's measured window.
+    """
+
+    def __init__(self, runs: list[dict]) -> None:
+        if not runs:
+            raise ValueError("no runs")
+        self.n_runs = len(runs)
+        self.run_units: list[np.ndarray] = []  # per run: the global interval numbers of its units
+        unit_rows: dict[str, list] = {m: [] for m in INTERVAL_METRICS}
+        tokens: list[float] = []
+        self.tput_width: list[float] = []
+        next_unit = 0
+        for metrics in runs:
+            points = metrics.get("timeseries", {}).get("points", [])
+            width = metrics.get("timeseries", {}).get("interval_s") or 1.0
+            window = metrics.get("window", {})
+            units = []
+            for p in points:
+                u = next_unit
+                next_unit += 1
+                units.append(u)
+                for m, text in (p.get("histograms") or {}).items():
+                    if m in unit_rows:
+                        values, counts = LatencyHistogram.decode(text).recorded()
+                        unit_rows[m].append(np.stack([values, counts, np.full(len(values), u)], axis=1))
+                inside = (window.get("start_s") is not None and window.get("end_s") is not None
+                          and p["t_s"] >= window["start_s"] - 1e-9 and p["t_s"] + width <= window["end_s"] + 1e-9)
+                tokens.append(p.get("output_tokens_per_s", 0.0) * width if inside else math.nan)
+                self.tput_width.append(width)
+            self.run_units.append(np.asarray(units, dtype=np.int64))
+        self.n_units = next_unit
+        self.tokens = np.asarray(tokens, dtype=float)
+        self.tput_width = np.asarray(self.tput_width, dtype=float)
+        self.rows = {}
+        for m, rows in unit_rows.items():
+            arr = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)
+            arr = arr[np.argsort(arr[:, 0], kind="stable")]
+            self.rows[m] = (arr[:, 0], arr[:, 1], arr[:, 2])
+
+    # -- statistics for a batch of resamples: ``weights`` is (B, n_units), how often each unit is taken
+
+    def percentile_us(self, metric: str, pct: float, weights: np.ndarray) -> np.ndarray:
+        values, counts, unit = self.rows[metric]
+        out = np.full(weights.shape[0], np.nan)
+        if len(values) == 0:
+            return out
+        step = max(1, 20_000_000 // len(values))  # bound the (resamples x rows) working set
+        for lo in range(0, weights.shape[0], step):
+            cum = np.cumsum(weights[lo:lo + step, unit] * counts, axis=1)
+            total = cum[:, -1]
+            target = np.maximum(np.floor(pct * total / 100.0 + 0.5), 1)  # hdrh's count at percentile
+            idx = np.minimum([np.searchsorted(c, t) for c, t in zip(cum, target)], len(values) - 1)
+            out[lo:lo + step] = np.where(total > 0, values[idx], np.nan)
+        return out
+
+    def tokens_per_s(self, weights: np.ndarray) -> np.ndarray:
+        ok = ~np.isnan(self.tokens)
+        if not ok.any():
+            return np.full(weights.shape[0], np.nan)
+        w = weights[:, ok]
+        taken = w.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (w * self.tokens[ok]).sum(axis=1) / (w * self.tput_width[ok]).sum(axis=1) * np.where(taken > 0, 1, np.nan)
+
+    def statistic(self, name: str, weights: np.ndarray) -> np.ndarray:
+        metric, pct = parse_metric(name)
+        if pct is None:
+            return self.tokens_per_s(weights)
+        return self.percentile_us(metric, pct, weights) / 1000.0  # ms
+
+    # -- resampling
+
+    def identity(self) -> np.ndarray:
+        return np.ones((1, self.n_units))
+
+    def resample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` bootstrap weight vectors: moving blocks of intervals, within each run."""
+        weights = np.zeros((n, self.n_units))
+        for b in range(n):
+            for units in self.run_units:
+                if len(units):
+                    np.add.at(weights[b], units[_block_indices(rng, len(units))], 1)
+        return weights
+
+    @property
+    def blocks(self) -> int:
+        """Independent-ish pieces the within-run bootstrap draws from: its blocks, over all runs."""
+        return sum(math.ceil(len(u) / _block_length(len(u))) for u in self.run_units if len(u))
+
+    def log_variance(self, name: str, weights: np.ndarray) -> tuple[float, float]:
+        """Variance of the log of the pooled statistic, and its degrees of freedom.
+
+        Within runs, a variance estimated from b blocks has about b - 1 degrees of freedom; the
+        between-run term from R replicates has R - 1 (Welch-Satterthwaite combines them).
+        """
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pooled = np.log(self.statistic(name, weights))
+        pooled = pooled[np.isfinite(pooled)]
+        within = float(np.var(pooled, ddof=1)) if len(pooled) > 1 else math.nan
+        dof_within = max(1, self.blocks - 1)
+        if self.n_runs < 2:
+            return within, dof_within
+        per_run, per_run_var = [], []
+        for units in self.run_units:
+            mask = np.zeros(self.n_units)
+            mask[units] = 1
+            with np.errstate(invalid="ignore", divide="ignore"):
+                own = np.log(self.statistic(name, mask[None, :]))[0]
+                boot = np.log(self.statistic(name, weights * mask))
+            boot = boot[np.isfinite(boot)]
+            if np.isfinite(own) and len(boot) > 1:
+                per_run.append(own)
+                per_run_var.append(np.var(boot, ddof=1))
+        if len(per_run) < 2:
+            return within, dof_within
+        between = max(0.0, float(np.var(per_run, ddof=1) - np.mean(per_run_var))) / len(per_run)  # tau^2 / R
+        return within + between, _welch_dof([(within, dof_within), (between, len(per_run) - 1)])
+
+
+def _welch_dof(parts: list[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of independent variance estimates."""
+    total = sum(v for v, _ in parts)
+    denom = sum(v * v / d for v, d in parts if v > 0)
+    return total * total / denom if denom > 0 else math.inf
+
+
+def _block_length(k: int) -> int:
+    return max(1, round(k ** (1 / 3)))
+
+
+def _block_indices(rng: np.random.Generator, k: int) -> np.ndarray:
+    """A moving-block bootstrap of ``k`` consecutive intervals, block length about k^(1/3)."""
+    length = _block_length(k)
+    starts = rng.integers(0, k - length + 1, math.ceil(k / length))
+    return (starts[:, None] + np.arange(length)[None, :]).ravel()[:k]
+
+
+def compare(baseline_runs: list[dict], candidate_runs: list[dict], metrics=DEFAULT_METRICS, *,
+            min_effect: float = 0.05, confidence: float = 0.99, resamples: int = 1000, seed: int = 0) -> list[Comparison]:
+    base, cand = Sample(baseline_runs), Sample(candidate_runs)
+    rng = np.random.default_rng(seed)
+    wb, wc = base.resample(rng, resamples), cand.resample(rng, resamples)
+    tail = (1 - confidence) / len(metrics)  # Bonferroni
+    return [_check(name, base, cand, wb, wc, min_effect, tail) for name in metrics]
+
+
+def _check(name, base: Sample, cand: Sample, wb, wc, min_effect: float, tail: float) -> Comparison:
+    lower_is_better = parse_metric(name)[1] is not None
+    unit = "ms" if lower_is_better else "tok/s"
+    b0 = float(base.statistic(name, base.identity())[0])
+    c0 = float(cand.statistic(name, cand.identity())[0])
+    if math.isnan(b0) or math.isnan(c0) or (b0 <= 0 if lower_is_better else c0 <= 0):
+        return Comparison(name, _num(b0), _num(c0), unit, None, None, None, INCONCLUSIVE, "not measured in both runs",
+                          lower_is_better)
+    ratio = c0 / b0 if lower_is_better else b0 / c0
+    vb, dof_b = base.log_variance(name, wb)
+    vc, dof_c = cand.log_variance(name, wc)
+    if math.isnan(vb) or math.isnan(vc):
+        return Comparison(name, b0, c0, unit, ratio, None, None, INCONCLUSIVE, "too few intervals to resample",
+                          lower_is_better)
+    # Student's t on the log scale: the spread is multiplicative, the variance is itself estimated
+    # from a few dozen blocks (a normal quantile made A/A fail ~3x too often), and an extreme
+    # quantile of a finite set of resamples would be unstable.
+    from scipy.stats import t as student_t  # lazy: only a gate with baselines needs it
+
+    z = float(student_t.ppf(1 - tail, _welch_dof([(vb, dof_b), (vc, dof_c)])))
+    sd = math.sqrt(vb + vc)
+    lo, hi = ratio * math.exp(-z * sd), ratio * math.exp(z * sd)
+    span = f"worse by {100 * (ratio - 1):+.1f}% ({1 - 2 * tail:.1%} interval {100 * (lo - 1):+.1f}% .. {100 * (hi - 1):+.1f}%)"
+    if lo > 1 and ratio > 1 + min_effect:
+        verdict, why = FAIL, f"{span}: a regression beyond the {min_effect:.0%} minimum effect"
+    elif hi <= 1 + min_effect:
+        verdict, why = PASS, f"{span}: any regression is under {min_effect:.0%}"
+    else:
+        verdict, why = INCONCLUSIVE, f"{span}: cannot rule out a {min_effect:.0%} regression (more runs: --repeat)"
+    return Comparison(name, b0, c0, unit, ratio, lo, hi, verdict, why, lower_is_better)
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def as_dicts(comparisons: list[Comparison]) -> list[dict]:
+    return [{**asdict(c), "change_pct": c.change_pct, "change_interval_pct": c.change_interval_pct,
+             "significant": c.significant} for c in comparisons]
