@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .scenario_types import Duration
 
@@ -92,9 +92,56 @@ class TransformersSpec(Spec):
         return [(("backend", "model"), f"model {self.model!r} not found: no such directory, and not in the local Hugging Face cache")]
 
 
+class OpenAISpec(Spec):
+    """A served model behind an OpenAI-compatible HTTP API (vLLM, SGLang, TGI, llama.cpp,
+    ``transformers serve``), streamed over server-sent events."""
+
+    kind: Literal["openai"] = "openai"
+    base_url: str = Field(pattern=r"^https?://", description="The API root, e.g. http://127.0.0.1:8000/v1.")
+    model: str = Field(description="The model name the server expects in each request.")
+    api: Literal["chat", "completions"] = Field("chat", description="/chat/completions (messages) or /completions (prompt).")
+    tokenizer: str | None = Field(None, description="Local tokenizer directory or cached hub id, for prompt lengths and "
+                                  "counting tokens in chunks (default: try `model`; else one token per chunk).")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (never written out).")
+    fixed_output: Literal["auto", "ignore_eos", "generation_config", "none"] = Field(
+        "auto", description="How fixed output lengths are asked for: ignore_eos + min_tokens (vLLM, SGLang), "
+        "generation_config (transformers serve), none; auto probes the server at start.")
+    extra_body: dict = Field(default_factory=dict, description="Merged into every request body (temperature, ...).")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (not for secrets: they are "
+                                    "written to the result; use api_key_env).")
+    max_connections: int = Field(0, ge=0, description="Connection pool cap; 0: a new connection whenever none is idle, "
+                                 "so the pool never makes a request wait (a waiting request is client lag).")
+    connect_timeout: Duration = Field("10s", description="TCP + TLS connect timeout per request.")
+    verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
+    ca_bundle: str | None = Field(None, description="CA file to verify against (default: the system's).")
+    fail_after_connect_errors: int = Field(10, ge=1, description="This many failed connections in a row, none "
+                                           "succeeding: the server is down; the run ends (status failed).")
+
+    @field_validator("headers")
+    @classmethod
+    def _no_secrets_in_headers(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name in headers:
+            if name.lower() in ("authorization", "proxy-authorization", "api-key", "x-api-key"):
+                raise ValueError(f"{name}: secrets do not go in the scenario (it is written to the result); "
+                                 "put the key in an environment variable named by api_key_env")
+        return headers
+
+    def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
+        import importlib.util
+
+        problems = []
+        if importlib.util.find_spec("aiohttp") is None:
+            problems.append((("backend", "kind"), "the openai backend needs aiohttp: pip install 'loadtest[http]'"))
+        if self.ca_bundle is not None:
+            p = Path(self.ca_bundle).expanduser()
+            if not (p if p.is_absolute() else base_dir / p).is_file():
+                problems.append((("backend", "ca_bundle"), f"file not found: {p}"))
+        return problems
+
+
 def _in_hub_cache(repo_id: str) -> bool:
     home = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub").expanduser()
     return (home / ("models--" + repo_id.replace("/", "--"))).is_dir()
 
 
-BackendSpec = Annotated[Union[SimSpec, NoopSpec, TransformersSpec], Field(discriminator="kind")]
+BackendSpec = Annotated[Union[SimSpec, NoopSpec, TransformersSpec, OpenAISpec], Field(discriminator="kind")]

@@ -351,6 +351,38 @@ def compare(
 
 
 @app.command()
+def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON.")) -> None:
+    """The environment manifest a run records: versions, commit, CPU, GPUs (NVML), and its warnings."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from . import environment
+
+    manifest = environment.collect()
+    problems = environment.warnings(manifest)
+    if as_json:
+        typer.echo(json.dumps({**manifest, "warnings": problems}, indent=2))
+        raise typer.Exit(EXIT_OK)
+    console = Console()
+    table = Table(title="environment", title_justify="left", show_header=False)
+    for key, value in manifest.items():
+        if key != "gpus":
+            table.add_row(key, "-" if value in (None, {}, []) else str(value))
+    console.print(table)
+    for g in manifest.get("gpus") or []:
+        gt = Table(title=f"GPU {g['index']}: {g['name']}", title_justify="left", show_header=False)
+        for key, value in g.items():
+            if key not in ("index", "name"):
+                gt.add_row(key, str(value))
+        console.print(gt)
+    if not manifest.get("gpus"):
+        console.print(f"GPUs: none ({manifest.get('gpu_reason')})")
+    for w in problems:
+        console.print(f"[yellow]warning: {w}[/yellow]")
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command()
 def version() -> None:
     """Print the version."""
     from . import __version__

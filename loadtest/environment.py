@@ -1,5 +1,8 @@
-"""What the numbers were measured on: versions, commit, host. Reads only; imports nothing heavy
-(torch and transformers versions are reported only when the backend already imported them)."""
+"""What the numbers were measured on: versions, commit, host, CPU, GPUs; and what makes a
+measurement suspect. Reads only; imports nothing heavy (torch and transformers versions are
+reported only when the backend already imported them). The GPU part comes from NVML, read once
+at the start of a run: driver, CUDA, each device's name, UUID, memory, clocks, power limit,
+persistence and ECC, and the processes already on it."""
 from __future__ import annotations
 
 import os
@@ -25,7 +28,12 @@ def git_commit(path: Path) -> tuple[str | None, bool | None]:
         return None, None
 
 
-def collect(seeds: dict, scenario_sha256: str) -> dict:
+# Settings that make timings unrepresentative when left on.
+DEBUG_ENV = ("CUDA_LAUNCH_BLOCKING", "TORCH_COMPILE_DEBUG", "PYTORCH_NO_CUDA_MEMORY_CACHING", "TORCH_USE_CUDA_DSA",
+             "PYTHONASYNCIODEBUG", "TORCH_SHOW_CPP_STACKTRACES", "NVIDIA_TF32_OVERRIDE", "CUDA_DEVICE_MAX_CONNECTIONS")
+
+
+def collect(seeds: dict | None = None, scenario_sha256: str | None = None, gpus: bool = True) -> dict:
     commit, dirty = git_commit(Path(__file__).resolve().parent)
     env = {
         "tool": "loadtest", "tool_version": __version__, "commit": commit, "dirty": dirty,
@@ -34,9 +42,136 @@ def collect(seeds: dict, scenario_sha256: str) -> dict:
         "cpu_count": os.cpu_count(), "seeds": seeds, "scenario_sha256": scenario_sha256,
         "container_image": os.environ.get("LOADTEST_CONTAINER_IMAGE"),
         "python_debug_build": hasattr(sys, "gettotalrefcount"),
+        "cpu_model": _cpu_model(), "cpu_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "debug_flags": {k: os.environ[k] for k in DEBUG_ENV if os.environ.get(k) not in (None, "", "0")}
+        | ({"python -X dev": True} if sys.flags.dev_mode else {}),
     }
     for name in ("torch", "transformers"):
         module = sys.modules.get(name)
         if module is not None:
             env[name] = getattr(module, "__version__", None)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        env["torch_cuda"] = getattr(torch.version, "cuda", None)
+    if gpus:
+        env.update(gpu_manifest())
     return env
+
+
+def gpu_manifest(nvml=None) -> dict:
+    """``{"gpu_driver", "cuda_driver", "gpus": [...]}`` from NVML, or ``gpus: []`` with the reason."""
+    from .gpu_sampler import load_nvml
+
+    owned = nvml is None
+    if owned:
+        nvml, reason = load_nvml()
+        if nvml is None:
+            return {"gpus": [], "gpu_reason": reason}
+    try:
+        out = {"gpu_driver": _s(_try(nvml.nvmlSystemGetDriverVersion)),
+               "cuda_driver": _cuda_version(_try(nvml.nvmlSystemGetCudaDriverVersion)), "gpus": []}
+        ours = _our_pids()
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            mem = _try(nvml.nvmlDeviceGetMemoryInfo, h)
+            ecc = _try(nvml.nvmlDeviceGetEccMode, h)
+            procs = _try(nvml.nvmlDeviceGetComputeRunningProcesses, h) or []
+            out["gpus"].append({
+                "index": i, "name": _s(_try(nvml.nvmlDeviceGetName, h)), "uuid": _s(_try(nvml.nvmlDeviceGetUUID, h)),
+                "memory_total_mib": None if mem is None else round(mem.total / 2**20),
+                "clocks_mhz": {k: _try(fn, h, clock) for k, fn, clock in (
+                    ("sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
+                    ("mem", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM),
+                    ("sm_max", nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_SM),
+                    ("mem_max", nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_MEM))},
+                "power_limit_w": _div(_try(nvml.nvmlDeviceGetEnforcedPowerLimit, h), 1000),
+                "persistence_mode": _try(nvml.nvmlDeviceGetPersistenceMode, h),
+                "ecc": None if ecc is None else {"current": ecc[0], "pending": ecc[1]},
+                "processes_at_start": [{"pid": p.pid, "used_mib": _div(getattr(p, "usedGpuMemory", None), 2**20),
+                                        "ours": p.pid in ours} for p in procs],
+            })
+        return out
+    except Exception as exc:
+        return {"gpus": [], "gpu_reason": f"NVML: {exc}"}
+    finally:
+        if owned:
+            _try(nvml.nvmlShutdown)
+
+
+def warnings(env: dict, gpu: dict | None = None) -> list[str]:
+    """What makes this measurement suspect: debug settings, foreign GPU processes, throttling,
+    clocks far under their maximum while the GPU was busy, persistence mode off."""
+    out = [f"debug setting on: {k}={v} (timings are not representative)" for k, v in (env.get("debug_flags") or {}).items()]
+    if env.get("python_debug_build"):
+        out.append("a debug build of Python")
+    for g in env.get("gpus") or []:
+        foreign = [p for p in g.get("processes_at_start") or [] if not p["ours"]]
+        if foreign:
+            out.append(f"GPU {g['index']}: other processes at start: "
+                       + ", ".join(f"pid {p['pid']} ({p['used_mib']} MiB)" for p in foreign))
+        if g.get("persistence_mode") == 0:
+            out.append(f"GPU {g['index']}: persistence mode off (the driver may re-initialise between runs)")
+    for d in (gpu or {}).get("devices", []):
+        if d["throttle_reasons_seen"]:
+            out.append(f"GPU {d['index']}: clocks throttled during the window: {', '.join(d['throttle_reasons_seen'])}")
+        g = next((g for g in env.get("gpus") or [] if g["index"] == d["index"]), {})
+        sm_max = (g.get("clocks_mhz") or {}).get("sm_max")
+        sm, util = d.get("clocks_sm_mhz"), d.get("utilization_gpu_pct")
+        if sm_max and sm and util and util["mean"] > 30 and sm["mean"] < 0.7 * sm_max:
+            out.append(f"GPU {d['index']}: SM clock averaged {sm['mean']:.0f} MHz while busy, under 70% of its "
+                       f"{sm_max} MHz maximum")
+    return out
+
+
+def _our_pids() -> set[int]:
+    """This process and its descendants (the engine worker): their GPU memory is ours."""
+    me = os.getpid()
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parent[int(stat.parent.name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    ours, changed = {me}, True
+    while changed:
+        changed = False
+        for pid, ppid in parent.items():
+            if ppid in ours and pid not in ours:
+                ours.add(pid)
+                changed = True
+    return ours
+
+
+def _cpu_model() -> str | None:
+    text = _read("/proc/cpuinfo") or ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def _s(x):
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def _div(x, d):
+    return None if x is None else round(x / d, 1)
+
+
+def _cuda_version(v: int | None) -> str | None:
+    return None if v is None else f"{v // 1000}.{(v % 1000) // 10}"

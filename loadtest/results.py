@@ -27,9 +27,10 @@ DEFINITIONS = {
 }
 
 
-def judge_validity(scenario: Scenario, outcome: RunOutcome, hists: dict[str, LatencyHistogram]) -> dict:
+def judge_validity(scenario: Scenario, outcome: RunOutcome, hists: dict[str, LatencyHistogram],
+                   backend_warnings: list[str] = ()) -> dict:
     v = scenario.load.validity
-    reasons, warnings = [], []
+    reasons, warnings = [], list(backend_warnings)
     for name, hist, limit in (("dispatch lag", hists["dispatch_lag"], v.max_dispatch_lag_p99),
                               ("event-loop lag", outcome.loop_lag, v.max_loop_lag_p99)):
         reason, warning = _judge_lag(name, hist, limit)
@@ -73,7 +74,7 @@ def build_metrics(*, scenario: Scenario, scenario_path: str, scenario_sha256: st
                   backend: dict, environment: dict, planned: int | None, started_at: str) -> dict:
     rec = outcome.recorder
     hists = rec.histograms()
-    validity = judge_validity(scenario, outcome, hists)
+    validity = judge_validity(scenario, outcome, hists, backend.get("warnings", []))
     status = outcome.status if outcome.status != "ok" else ("ok" if validity["valid"] else "invalid")
     window_s = _window_s(rec)
     throughput = {

@@ -181,6 +181,13 @@ class Outputs(_Model):
     interval: Duration = Field("1s", description="Time-series bucket width.")
 
 
+class Telemetry(_Model):
+    gpu: Literal["auto", "off"] = Field("auto", description="auto: sample every visible NVIDIA GPU through NVML "
+                                        "(none or no NVML: the result says why); off: no sampling.")
+    interval: Duration = Field("250ms", description="GPU sampling period.")
+    devices: list[int] | None = Field(None, description="NVML device indices to sample (default: all).")
+
+
 class Scenario(_Model):
     """One load test: what to drive, with what, how hard, and what counts as good."""
 
@@ -191,3 +198,4 @@ class Scenario(_Model):
     load: Load = Field(description="Arrivals, window, warmup, drain.")
     sla: Sla | None = Field(None, description="Objectives that decide the exit code.")
     outputs: Outputs = Field(default_factory=Outputs, description="What to write, and where.")
+    telemetry: Telemetry = Field(default_factory=Telemetry, description="GPU sampling beside the latencies.")

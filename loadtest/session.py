@@ -100,19 +100,34 @@ class Session:
             details = dict(self.info.details)
             if hasattr(self.backend, "prepare"):
                 details.update(await self.backend.prepare(plan))
+            env = env_facts()  # at start: the processes already on the GPU are part of it
         except BackendError as exc:
             await self.close()
             metrics = _failed_start(loaded, started_at, env_facts(), str(exc))
             atomic.write_json(out / "metrics.json", metrics)
             return RunResult(out, metrics)
-        outcome = await self._run(plan, scenario)
+        sampler = _sampler(scenario)
+        try:
+            outcome = await self._run(plan, scenario)
+        finally:
+            if sampler:
+                await asyncio.to_thread(sampler.stop)
         facts = await self.backend.point_facts() if hasattr(self.backend, "point_facts") else {}
         if outcome.status == "failed":
             facts.update(await self.close())
         metrics = build_metrics(scenario=scenario, scenario_path=str(loaded.path), scenario_sha256=loaded.sha256,
                                 outcome=outcome, backend={"kind": scenario.backend.kind, "name": self.info.name if self.info else None,
                                                           **details, **facts},
-                                environment=env_facts(), planned=plan.planned_count, started_at=started_at)
+                                environment=env, planned=plan.planned_count, started_at=started_at)
+        if sampler:
+            rec = outcome.recorder
+            window = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
+            metrics["gpu"] = sampler.summary(outcome.t0_ns, window, rec.window_tokens)
+            if sampler.rows:
+                atomic.write_text(out / "gpu.csv", sampler.csv_text(outcome.t0_ns))
+        else:
+            metrics["gpu"] = {"available": False, "reason": "telemetry.gpu: off"}
+        metrics["validity"]["warnings"] += environment.warnings(env, metrics["gpu"])
         metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
         if outcome.recorder.records is not None:
             atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
@@ -132,6 +147,17 @@ class Session:
                 await asyncio.gather(progress_task, return_exceptions=True)
             if restore:
                 restore()
+
+
+def _sampler(scenario):
+    """A started GPU sampler, or None when the scenario turns sampling off."""
+    if scenario.telemetry.gpu == "off":
+        return None
+    from .gpu_sampler import GpuSampler
+
+    sampler = GpuSampler(scenario.telemetry.interval / 1e9, devices=scenario.telemetry.devices)
+    sampler.start()
+    return sampler
 
 
 def _install_sigint(runner: Runner):

@@ -53,8 +53,9 @@ def _sampler(spec) -> Callable[[random.Random], int]:
 
 @dataclass(frozen=True)
 class DatasetPrompt:
-    text: str
+    text: str  # a chat row: rendered with the model's template
     token_ids: tuple[int, ...]
+    messages: tuple[dict, ...] | None = None  # a chat row as written (an HTTP chat API takes it as is)
 
 
 def read_dataset(path: Path, tokenizer: Tokenizer) -> list[DatasetPrompt]:
@@ -68,7 +69,8 @@ def read_dataset(path: Path, tokenizer: Tokenizer) -> list[DatasetPrompt]:
         except json.JSONDecodeError as exc:
             raise ScenarioError([f"{path}:{lineno}: not JSON: {exc.msg}"]) from None
         text = _row_text(row, tokenizer, path, lineno)
-        rows.append(DatasetPrompt(text, tuple(tokenizer.encode(text))))
+        messages = tuple(row["messages"]) if "prompt" not in row else None
+        rows.append(DatasetPrompt(text, tuple(tokenizer.encode(text)), messages))
     if not rows:
         raise ScenarioError([f"{path}:1: the dataset holds no prompts"])
     return rows

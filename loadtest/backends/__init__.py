@@ -11,6 +11,7 @@ REGISTRY: dict[str, str] = {
     "sim": "loadtest.backends.sim:SimBackend",
     "noop": "loadtest.backends.noop:NoopBackend",
     "transformers": "loadtest.backends.hf_local:TransformersBackend",
+    "openai": "loadtest.backends.openai_http:OpenAIBackend",
 }
 
 

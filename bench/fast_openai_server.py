@@ -1,0 +1,53 @@
+"""A fast OpenAI-compatible streaming endpoint for benchmarking the client (not a test double:
+the HTTP backend's tests run against the real ``transformers serve``).
+
+Answers /v1/completions and /v1/chat/completions at once: ``max_tokens`` SSE chunks of one token
+each, a final chunk with ``usage``, then ``[DONE]``, with an optional delay between tokens.
+
+    python bench/fast_openai_server.py --port 8123 [--itl-ms 0]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from aiohttp import web
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    chat = request.path.endswith("/chat/completions")
+    n = int(body.get("max_tokens") or 16)
+    itl = request.app["itl_s"]
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    for i in range(n):
+        choice = {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
+        await resp.write(b"data: " + json.dumps({"id": "x", "object": kind, "model": body["model"],
+                                                 "choices": [choice]}).encode() + b"\n\n")
+        if itl:
+            await asyncio.sleep(itl)
+    last = {"id": "x", "object": kind, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}],
+            "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n}}
+    await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=8123)
+    ap.add_argument("--itl-ms", type=float, default=0.0)
+    args = ap.parse_args()
+    app = web.Application()
+    app["itl_s"] = args.itl_ms / 1000
+    app.router.add_post("/v1/completions", handle)
+    app.router.add_post("/v1/chat/completions", handle)
+    web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()

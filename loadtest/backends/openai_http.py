@@ -1,0 +1,338 @@
+"""``kind: openai``: a served model behind an OpenAI-compatible API, streamed over SSE (aiohttp).
+
+Each request is one streaming POST. Every network read is stamped on arrival (``monotonic_ns``),
+and each event's text is counted in tokens: with the model's tokenizer when there is one (a chunk
+may carry several tokens), else one token per chunk. When the server streams ``usage``, its
+count is the truth: the stamps are reconciled to it (tokens the server generated but did not
+stream as text, such as a partial UTF-8 character, arrive with the last chunk at the latest) and
+every disagreement is counted and reported. TTFT counts from the intended send time (the runner).
+
+Failures are classified and counted (``http_429``, ``connect_error``, ``server_disconnected``,
+...). A server that stops accepting connections, ``fail_after_connect_errors`` in a row with
+none succeeding, is down: the run ends with status failed and what it measured. The API key is
+read from an environment variable and never written anywhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import ssl
+from collections import Counter
+from pathlib import Path
+
+from ..errors import BackendError
+from ..events import Finished, Failed, Tokens
+from .base import BackendInfo
+from .sse import SseParser
+
+PROBE_TOKENS = 2
+
+
+class OpenAIBackend:
+    needs_prompt_ids = True  # synthetic prompts are token ids of the model's tokenizer, sent as text
+
+    def __init__(self, spec, clock, context=None) -> None:
+        self.spec, self.clock = spec, clock
+        self.base_dir = Path((context or {}).get("base_dir", "."))
+        self.url = spec.base_url.rstrip("/") + ("/chat/completions" if spec.api == "chat" else "/completions")
+        self._session = None
+        self._plan = None
+        self._fixed_via: str | None = None
+        self._count_tokens = None  # text -> tokens, or None: one token per chunk
+        self._connect_errors_in_a_row = 0
+        self._last_connect_error = ""
+        self.facts: Counter[str] = Counter()
+        self.server_model: str | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> BackendInfo:
+        import aiohttp
+
+        tokenizer, tokenizer_source = self._load_tokenizer()
+        spec = self.spec
+        headers = {"Content-Type": "application/json", **spec.headers}
+        key = os.environ.get(spec.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        connector = aiohttp.TCPConnector(limit=spec.max_connections, limit_per_host=0, ssl=self._ssl_context(),
+                                         ttl_dns_cache=300)
+        self._session = aiohttp.ClientSession(
+            connector=connector, headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=spec.connect_timeout / 1e9))
+        try:
+            self._fixed_via = await self._probe()
+        except BackendError:
+            await self.stop()
+            raise
+        details = {
+            "base_url": spec.base_url, "model": spec.model, "api": spec.api, "server_model": self.server_model,
+            "fixed_output_via": self._fixed_via, "tokenizer": tokenizer_source,
+            "token_counting": "tokenizer (per chunk), reconciled to the server's usage" if self._count_tokens
+            else "one token per chunk, reconciled to the server's usage",
+            "api_key": f"from ${spec.api_key_env}" if key else "none", "tls_verify": spec.verify_tls,
+            "max_connections": spec.max_connections or "unbounded",
+        }
+        return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details)
+
+    async def prepare(self, plan) -> dict:
+        self._plan = plan  # dataset rows are sent as their text (or chat messages)
+        return {}
+
+    async def point_facts(self) -> dict:
+        facts, self.facts = self.facts, Counter()
+        out = {"http": dict(facts)}
+        warnings = []
+        if facts["usage_disagreements"]:
+            warnings.append(f"{facts['usage_disagreements']} requests: the streamed chunks held "
+                            f"{facts['client_tokens']} tokens by the client's count, the server's usage says "
+                            f"{facts['usage_tokens']} (stamps reconciled to the server's count)")
+        if facts["short_outputs"]:
+            warnings.append(f"{facts['short_outputs']} requests returned fewer tokens than the fixed output length "
+                            f"(fixed output via {self._fixed_via}): the server stopped early")
+        if facts["fixed_unsupported"]:
+            warnings.append(f"no fixed-length option (fixed_output: {self._fixed_via}): {facts['fixed_unsupported']} "
+                            "requests asked for a fixed length and could stop at EOS")
+        if facts["prompt_token_mismatch"]:
+            warnings.append(f"{facts['prompt_token_mismatch']} requests: the server counted a different prompt length "
+                            "than planned (its tokenizer or chat template differs)")
+        if warnings:
+            out["warnings"] = warnings
+        return out
+
+    async def stop(self) -> dict:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        return {}
+
+    # -- one request ------------------------------------------------------------------------
+
+    async def submit(self, req, prompt_ids):
+        import aiohttp
+
+        now = self.clock.now_ns
+        body = self._body(req, prompt_ids)
+        chunks: list[tuple[int, int]] = []  # (arrival ns, tokens in it)
+        usage = None
+        finish_reason = None
+        try:
+            async with self._session.post(self.url, data=json.dumps(body)) as resp:
+                self._connect_errors_in_a_row = 0
+                if resp.status >= 400:
+                    text = (await resp.text())[:300]
+                    self.facts[f"http_{resp.status}"] += 1
+                    yield Failed(now(), f"http_{resp.status}", text)
+                    return
+                parser = SseParser()
+                done = False
+                async for raw in resp.content.iter_any():
+                    t = now()
+                    for data in parser.feed(raw):
+                        if data == "[DONE]":
+                            done = True
+                            break
+                        obj = json.loads(data)
+                        if "error" in obj:
+                            yield Failed(t, "server_error", str(obj["error"])[:300])
+                            return
+                        n, reason = self._tokens_in(obj)
+                        if n:
+                            chunks.append((t, n))
+                        finish_reason = reason or finish_reason
+                        usage = obj.get("usage") or usage
+                    if done:
+                        break
+                if not done and finish_reason is None:
+                    yield Tokens(tuple(_stamps(chunks)))
+                    yield Failed(now(), "incomplete_stream", "the stream ended without [DONE] or a finish_reason")
+                    return
+        except aiohttp.ClientConnectorError as exc:  # includes TLS verification failures
+            kind = "tls_error" if isinstance(exc, aiohttp.ClientConnectorCertificateError) else "connect_error"
+            self._connect_failed(exc)
+            yield Failed(now(), kind, str(exc)[:300])
+            return
+        except aiohttp.ConnectionTimeoutError as exc:
+            self._connect_failed(exc)
+            yield Failed(now(), "connect_timeout", str(exc)[:300])
+            return
+        except aiohttp.ServerDisconnectedError as exc:
+            yield Tokens(tuple(_stamps(chunks)))
+            yield Failed(now(), "server_disconnected", str(exc)[:300])
+            return
+        except aiohttp.ClientPayloadError as exc:  # a chunked body cut short: the server died mid-stream
+            yield Tokens(tuple(_stamps(chunks)))
+            yield Failed(now(), "stream_cut", str(exc)[:300])
+            return
+        except aiohttp.ClientOSError as exc:  # reset by the peer, mid-request
+            yield Tokens(tuple(_stamps(chunks)))
+            yield Failed(now(), "connection_reset", str(exc)[:300])
+            return
+        except aiohttp.ClientError as exc:
+            yield Tokens(tuple(_stamps(chunks)))
+            yield Failed(now(), type(exc).__name__, str(exc)[:300])
+            return
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            yield Failed(now(), "bad_response", str(exc)[:300])
+            return
+        stamps = self._reconcile(chunks, usage)
+        if req.ignore_eos and len(stamps) < req.output_tokens and self._fixed_via != "none":
+            self.facts["short_outputs"] += 1
+        if usage and usage.get("prompt_tokens") is not None and usage["prompt_tokens"] != req.input_tokens:
+            self.facts["prompt_token_mismatch"] += 1
+        yield Tokens(tuple(stamps))
+        yield Finished(stamps[-1] if stamps else now(), len(stamps), (usage or {}).get("prompt_tokens"))
+
+    def _tokens_in(self, obj: dict) -> tuple[int, str | None]:
+        """Output tokens in one streamed event, and its finish_reason."""
+        choices = obj.get("choices") or []
+        if not choices:
+            return 0, None
+        choice = choices[0]
+        if self.server_model is None:
+            self.server_model = obj.get("model")
+        if self.spec.api == "chat":
+            delta = choice.get("delta") or {}
+            text = (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
+        else:
+            text = choice.get("text") or ""
+        if not text:
+            return 0, choice.get("finish_reason")
+        n = max(1, len(self._count_tokens(text))) if self._count_tokens else 1
+        return n, choice.get("finish_reason")
+
+    def _reconcile(self, chunks: list[tuple[int, int]], usage: dict | None) -> list[int]:
+        """One stamp per token, agreeing with the server's count when it gives one."""
+        counted = sum(n for _, n in chunks)
+        served = None if not usage else usage.get("completion_tokens")
+        if served is None or served == counted:
+            return _stamps(chunks)
+        self.facts["usage_disagreements"] += 1
+        self.facts["client_tokens"] += counted
+        self.facts["usage_tokens"] += served
+        if served == len(chunks):  # one token a chunk: the client's tokenizer split some chunk texts
+            return [t for t, _ in chunks]
+        if served > counted:  # generated, not streamed as text (partial characters, special tokens)
+            return _stamps(chunks) + [chunks[-1][0] if chunks else self.clock.now_ns()] * (served - counted)
+        counts = [n for _, n in chunks]  # over-counted: take the excess from multi-token chunks, latest first
+        excess = counted - served
+        for i in range(len(counts) - 1, -1, -1):
+            take = min(excess, counts[i] - 1)
+            counts[i] -= take
+            excess -= take
+        return _stamps([(t, n) for (t, _), n in zip(chunks, counts)])
+
+    def _connect_failed(self, exc: Exception) -> None:
+        self._connect_errors_in_a_row += 1
+        self._last_connect_error = str(exc)
+        if self._connect_errors_in_a_row >= self.spec.fail_after_connect_errors:
+            raise BackendError(f"{self.spec.base_url}: the server is down ({self._connect_errors_in_a_row} connection "
+                               f"attempts in a row failed; last: {self._last_connect_error})")
+
+    # -- request bodies -----------------------------------------------------------------------
+
+    def _body(self, req, prompt_ids) -> dict:
+        spec = self.spec
+        body = {"model": spec.model, "stream": True, "max_tokens": req.output_tokens,
+                "stream_options": {"include_usage": True}}
+        row = self._plan.dataset[req.dataset_row] if req.dataset_row is not None and self._plan else None
+        text = row.text if row else self._tokenizer.decode(prompt_ids)
+        if spec.api == "chat":
+            body["messages"] = list(row.messages) if row and row.messages else [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        if req.ignore_eos:
+            self._ask_fixed(body, req.output_tokens)
+        body.update(spec.extra_body)
+        return body
+
+    def _ask_fixed(self, body: dict, n: int, via: str | None = None) -> None:
+        via = via or self._fixed_via
+        if via == "ignore_eos":
+            body.update(ignore_eos=True, min_tokens=n)
+        elif via == "generation_config":  # transformers serve: its GenerationConfig, as JSON text
+            config = {"max_new_tokens": n, "min_new_tokens": n}
+            if getattr(self._tokenizer, "eos_token_id", None) is not None:
+                config["eos_token_id"] = self._tokenizer.eos_token_id
+            body["generation_config"] = json.dumps(config)
+        else:
+            self.facts["fixed_unsupported"] += 1
+
+    async def _probe(self) -> str:
+        """Reach the server (a 2-token request) and find how it takes fixed output lengths."""
+        modes = [self.spec.fixed_output] if self.spec.fixed_output != "auto" else ["ignore_eos", "generation_config"]
+        last = ""
+        for via in modes:
+            if via == "none":
+                break
+            status, text = await self._probe_once(via)
+            if status < 400:
+                return via
+            last = f"HTTP {status}: {text}"
+            if status not in (400, 422):  # not a refused field: the server or the model is the problem
+                raise BackendError(f"{self.url}: probe request failed: {last}")
+        status, text = await self._probe_once(None)
+        if status >= 400:
+            raise BackendError(f"{self.url}: probe request failed: HTTP {status}: {text}")
+        if self.spec.fixed_output not in ("auto", "none"):
+            raise BackendError(f"{self.url}: the server refused fixed_output={self.spec.fixed_output}: {last}")
+        return "none"
+
+    async def _probe_once(self, via: str | None) -> tuple[int, str]:
+        import aiohttp
+
+        body = {"model": self.spec.model, "stream": True, "max_tokens": PROBE_TOKENS,
+                "stream_options": {"include_usage": True}}
+        if self.spec.api == "chat":
+            body["messages"] = [{"role": "user", "content": "hello"}]
+        else:
+            body["prompt"] = "hello"
+        if via:
+            self._ask_fixed(body, PROBE_TOKENS, via)
+        body.update(self.spec.extra_body)
+        try:
+            async with self._session.post(self.url, data=json.dumps(body)) as resp:
+                text = await resp.text()
+                if resp.status < 400:
+                    for data in SseParser().feed(text.encode()):
+                        if data != "[DONE]":
+                            self.server_model = self.server_model or (json.loads(data).get("model"))
+                return resp.status, text[:300]
+        except (aiohttp.ClientError, json.JSONDecodeError) as exc:
+            raise BackendError(f"{self.url}: cannot reach the server: {exc}") from None
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def _load_tokenizer(self):
+        from ..tokenizer import ByteTokenizer
+
+        name = self.spec.tokenizer or self.spec.model
+        try:
+            from .hf_tokenizer import load_tokenizer
+
+            tok = load_tokenizer(name, self.base_dir, trust_remote_code=False)
+        except ImportError:  # no transformers installed: fine for an HTTP client
+            tok = ByteTokenizer()
+        if isinstance(tok, ByteTokenizer):
+            if self.spec.tokenizer:
+                raise BackendError(f"backend.tokenizer: no tokenizer found at {self.spec.tokenizer!r} "
+                                   "(a local directory or a hub id in the local cache)")
+            self._tokenizer, self._count_tokens = tok, None
+            return tok, f"none found for {name!r}: built-in bytes for prompts, one token per chunk"
+        self._tokenizer, self._count_tokens = tok, tok.encode
+        return tok, getattr(tok, "name", name)
+
+    def _ssl_context(self):
+        if not self.spec.verify_tls:
+            return False
+        if self.spec.ca_bundle:
+            path = Path(self.spec.ca_bundle).expanduser()
+            return ssl.create_default_context(cafile=str(path if path.is_absolute() else self.base_dir / path))
+        return True
+
+
+def _stamps(chunks) -> list[int]:
+    out: list[int] = []
+    for t, n in chunks:
+        out.extend([t] * n)
+    return out

@@ -1,0 +1,48 @@
+"""Server-sent events, incrementally: bytes as they arrive -> the ``data`` of each complete event.
+
+Per the WHATWG EventSource rules that OpenAI-compatible servers follow: events end at a blank
+line (``\\n\\n``, ``\\r\\n\\r\\n`` or ``\\r\\r``); an event's ``data:`` lines are joined with
+``\\n``; one optional space after the colon is dropped; comments (``:``) and other fields
+(``event:``, ``id:``, ``retry:``) are ignored. An event split across network reads is held until
+its end arrives.
+"""
+from __future__ import annotations
+
+import re
+
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_LINE = re.compile(rb"\r\n|\n|\r")
+
+
+class SseParser:
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The data of every event completed by ``chunk`` (events without data are skipped)."""
+        buf = self._buf + chunk
+        out = []
+        start = 0
+        for m in _EVENT_END.finditer(buf):
+            data = _event_data(buf[start:m.start()])
+            if data is not None:
+                out.append(data)
+            start = m.end()
+        self._buf = buf[start:]
+        return out
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event not yet ended (a stream that stops here was cut short)."""
+        return self._buf
+
+
+def _event_data(block: bytes) -> str | None:
+    parts = []
+    for line in _LINE.split(block):
+        if line.startswith(b"data:"):
+            value = line[5:]
+            parts.append(value[1:] if value.startswith(b" ") else value)
+    return b"\n".join(parts).decode("utf-8") if parts else None

@@ -1,0 +1,293 @@
+"""GPU telemetry beside the latencies: NVML sampled from a thread, on the run's clock.
+
+Every ``interval`` (default 250 ms) from t0 to the end of the drain, per device: kernel-active
+fraction (what NVML calls "GPU utilization": the share of time *any* kernel was running, not how
+busy the SMs were), memory-activity fraction, memory used, power, the energy counter, SM and
+memory clocks, temperature, clocks-event (throttle) reasons, PCIe throughput, and on Hopper and
+newer the GPM metrics (SM activity, SM occupancy, tensor activity, DRAM bandwidth utilisation),
+which say how busy the SMs really were. Each sample carries ``time.monotonic_ns()``, the clock
+the latencies use.
+
+Nothing here may fail a run: no NVML, no GPU, a metric the device does not support, or an error
+mid-run each leave the value empty and say why. The running-process APIs are never polled here
+(they are slow and take locks); the environment manifest reads them once, at start. The thread's
+own CPU time is measured and reported.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+# (column, unit) in the order of gpu.csv; names follow `nvidia-smi --query-gpu` where one exists.
+COLUMNS = (
+    ("utilization.gpu", "%"), ("utilization.memory", "%"), ("memory.used", "MiB"), ("power.draw", "W"),
+    ("energy", "J"), ("clocks.sm", "MHz"), ("clocks.mem", "MHz"), ("temperature.gpu", "C"),
+    ("clocks_event_reasons.active", "bitmask"), ("pcie.tx", "KB/s"), ("pcie.rx", "KB/s"),
+    ("gpm.sm_activity", "%"), ("gpm.sm_occupancy", "%"), ("gpm.tensor_activity", "%"), ("gpm.dram_bw_util", "%"),
+)
+GPM_METRICS = {"gpm.sm_activity": 2, "gpm.sm_occupancy": 3, "gpm.tensor_activity": 5, "gpm.dram_bw_util": 10}
+# Clocks-event reasons that mean the measurement is suspect (idle and app-clock settings are not).
+THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
+                    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x10: "sync_boost"}
+
+
+def load_nvml():
+    """The ``pynvml`` module (nvidia-ml-py) initialised, or ``(None, reason)``."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py is not installed (pip install 'loadtest[gpu]')"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None, f"NVML unavailable: {exc}"
+    return pynvml, None
+
+
+@dataclass
+class DeviceState:
+    index: int
+    handle: object
+    name: str
+    uuid: str | None
+    unsupported: dict = field(default_factory=dict)  # column -> why
+    energy0_mj: float | None = None
+    gpm_samples: list | None = None
+
+
+class GpuSampler:
+    """Start before t0, stop after the drain; ``rows`` then holds one dict per device per tick."""
+
+    def __init__(self, interval_s: float = 0.25, nvml=None, devices: list[int] | None = None,
+                 clock=time.monotonic_ns) -> None:
+        self.interval_s, self._nvml, self._wanted, self.clock = interval_s, nvml, devices, clock
+        self.devices: list[DeviceState] = []
+        self.rows: list[dict] = []
+        self.errors = 0
+        self.unavailable: str | None = None
+        self.cpu_s = self.wall_s = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._owns_nvml = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        nvml = self._nvml
+        if nvml is None:
+            nvml, reason = load_nvml()
+            if nvml is None:
+                self.unavailable = reason
+                return
+            self._nvml, self._owns_nvml = nvml, True
+        try:
+            count = nvml.nvmlDeviceGetCount()
+            indices = [i for i in (self._wanted if self._wanted is not None else range(count)) if i < count]
+            for i in indices:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+                self.devices.append(DeviceState(i, h, _text(_try(nvml.nvmlDeviceGetName, h)) or f"GPU {i}",
+                                                _text(_try(nvml.nvmlDeviceGetUUID, h))))
+        except Exception as exc:
+            self.unavailable = f"NVML device enumeration failed: {exc}"
+            return
+        if not self.devices:
+            self.unavailable = "no NVIDIA GPU visible to NVML"
+            return
+        for d in self.devices:
+            self._setup_gpm(d)
+        self._thread = threading.Thread(target=self._loop, name="loadtest-gpu-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for d in self.devices:
+            for s in d.gpm_samples or ():
+                _try(self._nvml.nvmlGpmSampleFree, s)
+        if self._owns_nvml:
+            _try(self._nvml.nvmlShutdown)  # NVML counts inits: this undoes ours only
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        cpu0, wall0 = time.thread_time(), time.monotonic()
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            self._tick()
+            next_t += self.interval_s
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+        self._tick()  # the end of the drain
+        self.cpu_s, self.wall_s = time.thread_time() - cpu0, time.monotonic() - wall0
+
+    def _tick(self) -> None:
+        t = self.clock()
+        for d in self.devices:
+            row = {"t_ns": t, "index": d.index}
+            for column, reader in self._readers():
+                if column in d.unsupported:
+                    continue
+                try:
+                    row.update(reader(d))
+                except Exception as exc:
+                    if _is_not_supported(exc):
+                        d.unsupported[column] = "not supported on this device"
+                    else:
+                        self.errors += 1  # transient: this sample lacks the value
+            self.rows.append(row)
+
+    def _readers(self):
+        nvml = self._nvml
+        return (
+            ("utilization.gpu", lambda d: _util(nvml.nvmlDeviceGetUtilizationRates(d.handle))),
+            ("memory.used", lambda d: {"memory.used": nvml.nvmlDeviceGetMemoryInfo(d.handle).used / 2**20}),
+            ("power.draw", lambda d: {"power.draw": nvml.nvmlDeviceGetPowerUsage(d.handle) / 1000}),
+            ("energy", lambda d: {"energy": self._energy(d)}),
+            ("clocks.sm", lambda d: {"clocks.sm": nvml.nvmlDeviceGetClockInfo(d.handle, nvml.NVML_CLOCK_SM)}),
+            ("clocks.mem", lambda d: {"clocks.mem": nvml.nvmlDeviceGetClockInfo(d.handle, nvml.NVML_CLOCK_MEM)}),
+            ("temperature.gpu", lambda d: {"temperature.gpu": nvml.nvmlDeviceGetTemperature(d.handle, nvml.NVML_TEMPERATURE_GPU)}),
+            ("clocks_event_reasons.active", lambda d: {"clocks_event_reasons.active": self._reasons(d)}),
+            ("pcie.tx", lambda d: {"pcie.tx": nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_TX_BYTES)}),
+            ("pcie.rx", lambda d: {"pcie.rx": nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_RX_BYTES)}),
+            ("gpm", self._gpm),
+        )
+
+    def _energy(self, d: DeviceState) -> float:
+        """Joules since the sampler started (the counter is mJ since the driver loaded)."""
+        mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(d.handle)
+        if d.energy0_mj is None:
+            d.energy0_mj = mj
+        return (mj - d.energy0_mj) / 1000
+
+    def _reasons(self, d: DeviceState) -> int:
+        nvml = self._nvml
+        fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(fn(d.handle))
+
+    # -- GPM (Hopper and newer): metrics between two samples ----------------------------------
+
+    def _setup_gpm(self, d: DeviceState) -> None:
+        nvml = self._nvml
+        try:
+            if not nvml.nvmlGpmQueryDeviceSupport(d.handle).isSupportedDevice:
+                raise RuntimeError("not supported")
+            d.gpm_samples = [nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc()]
+            nvml.nvmlGpmSampleGet(d.handle, d.gpm_samples[0])
+        except Exception:
+            d.gpm_samples = None
+            d.unsupported["gpm"] = "GPM metrics need a Hopper or newer GPU (and driver support)"
+
+    def _gpm(self, d: DeviceState) -> dict:
+        nvml = self._nvml
+        prev, cur = d.gpm_samples
+        nvml.nvmlGpmSampleGet(d.handle, cur)
+        get = nvml.c_nvmlGpmMetricsGet_t()
+        get.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = len(GPM_METRICS)
+        get.sample1, get.sample2 = prev, cur
+        for i, metric_id in enumerate(GPM_METRICS.values()):
+            get.metrics[i].metricId = metric_id
+        nvml.nvmlGpmMetricsGet(get)
+        d.gpm_samples = [cur, prev]
+        return {name: (get.metrics[i].value if get.metrics[i].nvmlReturn == 0 else None)
+                for i, name in enumerate(GPM_METRICS)}
+
+    # -- results ----------------------------------------------------------------------------
+
+    def csv_text(self, t0_ns: int) -> str:
+        header = ["timestamp_ns", "t_s", "index"] + [f"{c} [{u}]" for c, u in COLUMNS]
+        lines = [",".join(header)]
+        for r in self.rows:
+            cells = [str(r["t_ns"]), f"{(r['t_ns'] - t0_ns) / 1e9:.3f}", str(r["index"])]
+            for c, _ in COLUMNS:
+                v = r.get(c)
+                cells.append("" if v is None else (hex(v) if c == "clocks_event_reasons.active" else f"{v:.6g}"))
+            lines.append(",".join(cells))
+        return "\n".join(lines) + "\n"
+
+    def summary(self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None) -> dict:
+        """The ``gpu`` section of metrics.json: per device, over the measured window."""
+        if self.unavailable:
+            return {"available": False, "reason": self.unavailable}
+        lo, hi = window if window else (-math.inf, math.inf)
+        devices = []
+        for d in self.devices:
+            rows = [r for r in self.rows if r["index"] == d.index]
+            inside = [r for r in rows if lo <= r["t_ns"] <= hi] or rows
+            devices.append(_device_summary(d, rows, inside, t0_ns, output_tokens if len(self.devices) == 1 else None))
+        return {
+            "available": True, "interval_s": self.interval_s, "devices": devices,
+            "sampler": {"samples": len(self.rows), "errors": self.errors, "cpu_s": round(self.cpu_s, 4),
+                        "wall_s": round(self.wall_s, 3),
+                        "cpu_pct_of_one_core": round(100 * self.cpu_s / self.wall_s, 3) if self.wall_s else None},
+            "definitions": {
+                "utilization.gpu": "share of the sample period in which any kernel was running (NVML): "
+                                   "not SM occupancy; a single small kernel counts as 100%",
+                "gpm.sm_activity": "share of SMs busy (Hopper+): how much of the GPU the kernels used",
+                "energy_j": "energy counter difference over the window (NVML total energy, mJ)",
+                "energy_integrated_j": "power samples integrated over the window (trapezoids), for comparison",
+            },
+        }
+
+
+def _device_summary(d: DeviceState, rows: list[dict], inside: list[dict], t0_ns: int, tokens: int | None) -> dict:
+    def stats(col):
+        vals = sorted(r[col] for r in inside if r.get(col) is not None)
+        if not vals:
+            return None
+        pick = lambda q: vals[min(len(vals) - 1, int(q * len(vals)))]  # noqa: E731
+        return {"mean": round(sum(vals) / len(vals), 3), "p50": pick(0.5), "p95": pick(0.95), "max": vals[-1]}
+
+    energy = [r for r in inside if r.get("energy") is not None]
+    energy_j = energy[-1]["energy"] - energy[0]["energy"] if len(energy) >= 2 else None
+    power = [(r["t_ns"], r["power.draw"]) for r in inside if r.get("power.draw") is not None]
+    integrated = sum((t2 - t1) / 1e9 * (p1 + p2) / 2 for (t1, p1), (t2, p2) in zip(power, power[1:])) if len(power) >= 2 else None
+    seen = 0
+    for r in inside:
+        seen |= r.get("clocks_event_reasons.active") or 0
+    out = {
+        "index": d.index, "name": d.name, "uuid": d.uuid, "samples": len(inside),
+        "utilization_gpu_pct": stats("utilization.gpu"), "utilization_memory_pct": stats("utilization.memory"),
+        "memory_used_mib": stats("memory.used"),
+        "peak_memory_mib": max((r["memory.used"] for r in rows if r.get("memory.used") is not None), default=None),
+        "power_w": stats("power.draw"), "energy_j": _round(energy_j), "energy_integrated_j": _round(integrated),
+        "joules_per_output_token": _round(energy_j / tokens) if energy_j is not None and tokens else None,
+        "clocks_sm_mhz": stats("clocks.sm"), "clocks_mem_mhz": stats("clocks.mem"),
+        "temperature_c": stats("temperature.gpu"),
+        "throttle_reasons_seen": [name for bit, name in THROTTLE_REASONS.items() if seen & bit],
+        "unavailable": dict(d.unsupported),
+        "series": {"t_s": [round((r["t_ns"] - t0_ns) / 1e9, 3) for r in rows],
+                   **{k: [r.get(c) for r in rows] for k, c in (("utilization_gpu_pct", "utilization.gpu"),
+                                                               ("power_w", "power.draw"),
+                                                               ("memory_used_mib", "memory.used"),
+                                                               ("sm_activity_pct", "gpm.sm_activity"))}},
+    }
+    for name in GPM_METRICS:
+        out[name.replace("gpm.", "gpm_") + "_pct"] = stats(name)
+    return out
+
+
+def _util(u) -> dict:
+    return {"utilization.gpu": u.gpu, "utilization.memory": u.memory}
+
+
+def _round(x):
+    return None if x is None else float(f"{x:.6g}")
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def _text(x):
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def _is_not_supported(exc: Exception) -> bool:
+    value = getattr(exc, "value", None)
+    return value == 3 or "Not Supported" in str(exc)  # NVML_ERROR_NOT_SUPPORTED
