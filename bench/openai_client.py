@@ -2,7 +2,9 @@
 
 Starts bench/fast_openai_server.py in its own process on loopback (one core for it, one for the
 client on a 2-core machine), then searches the highest Poisson rate at which the client's
-dispatch lag p99 stays under 1 ms (rates double, then bisect), each rate for --seconds.
+dispatch lag p99 stays under 1 ms (rates double, then bisect). Each rate runs --repeats times for
+--seconds and is judged on the median p99: one 5 s run's p99 is its 9th-worst sample, and on a
+shared VM a single scheduler hiccup moves it by a millisecond.
 
     python bench/openai_client.py [--tokens 16] [--seconds 5]   # figures go to docs/benchmarks.md
 """
@@ -20,6 +22,12 @@ from pathlib import Path
 from loadtest.clock import MonotonicClock
 from loadtest.scenario_file import parse_scenario
 from loadtest.session import run_scenario_async
+
+
+def run_rate_median(url: str, rate: float, seconds: float, tokens: int, tmp: str, repeats: int) -> dict:
+    runs = sorted((run_rate(url, rate, seconds, tokens, tmp) for _ in range(repeats)), key=lambda r: r["lag_p99_ms"])
+    mid = runs[len(runs) // 2]
+    return {**mid, "lag_p99_all": [r["lag_p99_ms"] for r in runs], "failed": sum(r["failed"] for r in runs)}
 
 
 def run_rate(url: str, rate: float, seconds: float, tokens: int, tmp: str) -> dict:
@@ -40,6 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -56,21 +65,23 @@ def main() -> None:
         rows, good, bad, rate = [], None, None, 100.0
         with tempfile.TemporaryDirectory() as tmp:
             while bad is None and rate <= 20_000:
-                row = run_rate(url, rate, args.seconds, args.tokens, tmp)
+                row = run_rate_median(url, rate, args.seconds, args.tokens, tmp, args.repeats)
                 rows.append(row)
                 ok = row["lag_p99_ms"] < 1.0 and not row["failed"]
                 good, bad, rate = (rate, None, rate * 2) if ok else (good, rate, rate)
             while good is not None and bad is not None and bad / good > 1.1:
                 mid = round((good * bad) ** 0.5)
-                row = run_rate(url, mid, args.seconds, args.tokens, tmp)
+                row = run_rate_median(url, mid, args.seconds, args.tokens, tmp, args.repeats)
                 rows.append(row)
                 good, bad = (mid, bad) if row["lag_p99_ms"] < 1.0 and not row["failed"] else (good, mid)
     finally:
         server.terminate()
         server.wait(10)
-    print(f"{'offered req/s':>14} {'sent':>7} {'failed':>7} {'lag p99 ms':>11} {'loop p99 ms':>12} {'TTFT p50 ms':>12} {'achieved':>9}")
+    print(f"{'offered req/s':>14} {'sent':>7} {'failed':>7} {'lag p99 ms (median; all)':>30} {'loop p99 ms':>12} "
+          f"{'TTFT p50 ms':>12} {'achieved':>9}")
     for r in rows:
-        print(f"{r['rate']:>14g} {r['sent']:>7} {r['failed']:>7} {r['lag_p99_ms']:>11.3f} {r['loop_p99_ms'] or 0:>12.3f} "
+        every = "; ".join(f"{x:.2f}" for x in r["lag_p99_all"])
+        print(f"{r['rate']:>14g} {r['sent']:>7} {r['failed']:>7} {r['lag_p99_ms']:>10.3f} ({every}) {r['loop_p99_ms'] or 0:>12.3f} "
               f"{r['ttft_p50_ms'] or 0:>12.3f} {r['achieved'] or 0:>9.1f}")
     print(f"\nhighest Poisson rate with dispatch lag p99 < 1 ms ({args.tokens} streamed tokens a request): {good or 0:g} req/s")
 

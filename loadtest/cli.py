@@ -383,6 +383,32 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest a
 
 
 @app.command()
+def calibrate(device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+              as_json: bool = typer.Option(False, "--json", help="Print the result as JSON.")) -> None:
+    """Measure this device's copy bandwidth and matmul rate; cache them as the roofline's peaks."""
+    from . import calibrate as cal
+
+    try:
+        result = cal.measure(device)
+    except ImportError:
+        typer.echo("error: calibrate needs torch: pip install -e '.[transformers]'", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    except RuntimeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_FAILED)
+    path = cal.save(result)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        sheet = result["datasheet"]
+        typer.echo(f"{result['device_name']}: copy bandwidth {result['bw_gb_s']:g} GB/s, {result['dtype']} matmul "
+                   f"{result['tflops']:g} TFLOP/s" + (f" (datasheet: {sheet['bw_gb_s']:g} GB/s, {sheet['tflops']:g} TFLOP/s)"
+                                                       if sheet else ""))
+        typer.echo(f"cached: {path}")
+    raise typer.Exit(EXIT_OK)
+
+
+@app.command()
 def version() -> None:
     """Print the version."""
     from . import __version__

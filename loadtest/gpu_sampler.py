@@ -5,7 +5,8 @@ fraction (what NVML calls "GPU utilization": the share of time *any* kernel was 
 busy the SMs were), memory-activity fraction, memory used, power, the energy counter, SM and
 memory clocks, temperature, clocks-event (throttle) reasons, PCIe throughput, and on Hopper and
 newer the GPM metrics (SM activity, SM occupancy, tensor activity, DRAM bandwidth utilisation),
-which say how busy the SMs really were. Each sample carries ``time.monotonic_ns()``, the clock
+which say how busy the SMs really were. PCIe throughput, which NVML measures over 20 ms per call,
+and the energy counter, which costs milliseconds of CPU per read, are read every 4th tick. Each sample carries ``time.monotonic_ns()``, the clock
 the latencies use.
 
 Nothing here may fail a run: no NVML, no GPU, a metric the device does not support, or an error
@@ -28,6 +29,11 @@ COLUMNS = (
     ("gpm.sm_activity", "%"), ("gpm.sm_occupancy", "%"), ("gpm.tensor_activity", "%"), ("gpm.dram_bw_util", "%"),
 )
 GPM_METRICS = {"gpm.sm_activity": 2, "gpm.sm_occupancy": 3, "gpm.tensor_activity": 5, "gpm.dram_bw_util": 10}
+# Costly reads, every 4th tick only: NVML measures PCIe throughput over a 20 ms window per call,
+# and the energy counter cost ~3.5 ms of CPU a read on an H100 (3/4 of the sampler's time). The
+# energy counter is cumulative, so reading it less often loses nothing but edge resolution.
+SLOW_COLUMNS = {"pcie.tx", "pcie.rx", "energy"}
+SLOW_EVERY = 4
 # Clocks-event reasons that mean the measurement is suspect (idle and app-clock settings are not).
 THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
                     0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x10: "sync_boost"}
@@ -71,6 +77,8 @@ class GpuSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._owns_nvml = False
+        self._ticks = 0
+        self.cpu_by_column: dict[str, float] = {}  # where the sampler's own CPU time goes
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -124,11 +132,14 @@ class GpuSampler:
 
     def _tick(self) -> None:
         t = self.clock()
+        self._ticks += 1
+        slow_due = self._ticks % SLOW_EVERY == 1
         for d in self.devices:
             row = {"t_ns": t, "index": d.index}
             for column, reader in self._readers():
-                if column in d.unsupported:
+                if column in d.unsupported or (column in SLOW_COLUMNS and not slow_due):
                     continue
+                c0 = time.thread_time()
                 try:
                     row.update(reader(d))
                 except Exception as exc:
@@ -136,6 +147,8 @@ class GpuSampler:
                         d.unsupported[column] = "not supported on this device"
                     else:
                         self.errors += 1  # transient: this sample lacks the value
+                finally:
+                    self.cpu_by_column[column] = self.cpu_by_column.get(column, 0.0) + time.thread_time() - c0
             self.rows.append(row)
 
     def _readers(self):
@@ -221,13 +234,16 @@ class GpuSampler:
             "available": True, "interval_s": self.interval_s, "devices": devices,
             "sampler": {"samples": len(self.rows), "errors": self.errors, "cpu_s": round(self.cpu_s, 4),
                         "wall_s": round(self.wall_s, 3),
-                        "cpu_pct_of_one_core": round(100 * self.cpu_s / self.wall_s, 3) if self.wall_s else None},
+                        "cpu_pct_of_one_core": round(100 * self.cpu_s / self.wall_s, 3) if self.wall_s else None,
+                        "cpu_ms_by_metric": {k: round(1e3 * v, 2) for k, v in sorted(self.cpu_by_column.items())}},
             "definitions": {
                 "utilization.gpu": "share of the sample period in which any kernel was running (NVML): "
                                    "not SM occupancy; a single small kernel counts as 100%",
                 "gpm.sm_activity": "share of SMs busy (Hopper+): how much of the GPU the kernels used",
-                "energy_j": "energy counter difference over the window (NVML total energy, mJ)",
-                "energy_integrated_j": "power samples integrated over the window (trapezoids), for comparison",
+                "energy_j": "NVML energy counter difference between its first and last reading in the window "
+                            "(read every 4th sample: energy_span_s)",
+                "energy_integrated_j": "power samples integrated (trapezoids) over the same span, for comparison",
+                "joules_per_output_token": "energy_j / energy_span_s x window length / output tokens in the window",
             },
         }
 
@@ -240,10 +256,17 @@ def _device_summary(d: DeviceState, rows: list[dict], inside: list[dict], t0_ns:
         pick = lambda q: vals[min(len(vals) - 1, int(q * len(vals)))]  # noqa: E731
         return {"mean": round(sum(vals) / len(vals), 3), "p50": pick(0.5), "p95": pick(0.95), "max": vals[-1]}
 
+    # Energy: the counter's difference between its first and last reading in the window; power
+    # integrated over exactly that span, for comparison; per token, scaled to the whole window.
     energy = [r for r in inside if r.get("energy") is not None]
-    energy_j = energy[-1]["energy"] - energy[0]["energy"] if len(energy) >= 2 else None
-    power = [(r["t_ns"], r["power.draw"]) for r in inside if r.get("power.draw") is not None]
-    integrated = sum((t2 - t1) / 1e9 * (p1 + p2) / 2 for (t1, p1), (t2, p2) in zip(power, power[1:])) if len(power) >= 2 else None
+    energy_j = span_s = integrated = None
+    if len(energy) >= 2:
+        lo_t, hi_t = energy[0]["t_ns"], energy[-1]["t_ns"]
+        energy_j, span_s = energy[-1]["energy"] - energy[0]["energy"], (hi_t - lo_t) / 1e9
+        power = [(r["t_ns"], r["power.draw"]) for r in inside if r.get("power.draw") is not None and lo_t <= r["t_ns"] <= hi_t]
+        if len(power) >= 2:
+            integrated = sum((t2 - t1) / 1e9 * (p1 + p2) / 2 for (t1, p1), (t2, p2) in zip(power, power[1:]))
+    window_s = (inside[-1]["t_ns"] - inside[0]["t_ns"]) / 1e9 if len(inside) >= 2 else None
     seen = 0
     for r in inside:
         seen |= r.get("clocks_event_reasons.active") or 0
@@ -252,8 +275,10 @@ def _device_summary(d: DeviceState, rows: list[dict], inside: list[dict], t0_ns:
         "utilization_gpu_pct": stats("utilization.gpu"), "utilization_memory_pct": stats("utilization.memory"),
         "memory_used_mib": stats("memory.used"),
         "peak_memory_mib": max((r["memory.used"] for r in rows if r.get("memory.used") is not None), default=None),
-        "power_w": stats("power.draw"), "energy_j": _round(energy_j), "energy_integrated_j": _round(integrated),
-        "joules_per_output_token": _round(energy_j / tokens) if energy_j is not None and tokens else None,
+        "power_w": stats("power.draw"), "energy_j": _round(energy_j), "energy_span_s": _round(span_s),
+        "energy_integrated_j": _round(integrated),
+        "joules_per_output_token": _round(energy_j / span_s * window_s / tokens)
+        if energy_j is not None and span_s and window_s and tokens else None,
         "clocks_sm_mhz": stats("clocks.sm"), "clocks_mem_mhz": stats("clocks.mem"),
         "temperature_c": stats("temperature.gpu"),
         "throttle_reasons_seen": [name for bit, name in THROTTLE_REASONS.items() if seen & bit],

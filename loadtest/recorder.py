@@ -37,6 +37,7 @@ class RequestState:
     output_tokens: int | None = None
     error: str | None = None
     lag_from_ns: int | None = None  # dispatch lag counts from here (intended, or the max_rate release)
+    profiled: bool = False  # overlapped a profiler capture window
 
 
 @dataclass
@@ -69,6 +70,8 @@ class Recorder:
         self.last_measured_done: int | None = None
         self.first_measured_intended: int | None = None
         self.records: list[dict] | None = None
+        self.profile = None  # a ProfileWindow: requests overlapping it are flagged (and maybe excluded)
+        self.profiled = 0
 
     # -- the per-request path -------------------------------------------------------------
 
@@ -91,6 +94,15 @@ class Recorder:
             self._mark_measured_done(st)
             return
         self.completed += 1
+        if self.profile is not None and self.profile.overlaps(st.sent_ns, st.done_ns):
+            st.profiled = True
+            self.profiled += 1
+            if self.profile.spec.exclude_from_stats:  # counted as completed; latencies left out
+                self.output_tokens_measured += len(st.stamps)
+                self.input_tokens_measured += st.req.input_tokens
+                self._keep_record(st)
+                self._mark_measured_done(st)
+                return
         self._record_latencies(st)
         self._keep_record(st)
         self._mark_measured_done(st)
@@ -181,7 +193,7 @@ class Recorder:
             "index": st.req.index, "warmup": st.req.warmup, "intended_ns": rel(st.intended_ns),
             "sent_ns": rel(st.sent_ns), "admitted_ns": rel(st.admitted_ns), "done_ns": rel(st.done_ns),
             "input_tokens": st.req.input_tokens, "output_tokens": len(st.stamps), "error": st.error,
-            "token_ns": [t - self.t0 for t in st.stamps],
+            "token_ns": [t - self.t0 for t in st.stamps], "profiled": st.profiled,
         })
 
     # -- end of run -----------------------------------------------------------------------

@@ -40,7 +40,8 @@ class RunOutcome:
 
 class Runner:
     def __init__(self, plan: Plan, backend, tokenizer, clock: Clock, load: Load, interval_ns: int,
-                 keep_records: bool = False) -> None:
+                 keep_records: bool = False, profile=None) -> None:
+        self.profile = profile  # a ProfileWindow, or None
         self.plan, self.backend, self.tokenizer, self.clock, self.load = plan, backend, tokenizer, clock, load
         self.interval_ns = interval_ns
         self.keep_records = keep_records
@@ -79,6 +80,9 @@ class Runner:
         rec = self.recorder = Recorder(self.t0, self.interval_ns, self.plan.window_start_ns, self.plan.window_end_ns)
         if self.keep_records:
             rec.records = []
+        if self.profile is not None:
+            rec.profile = self.profile
+            self.profile.arm(self.t0)
         loop_lag = LatencyHistogram()
         probe = asyncio.create_task(self._probe_loop(loop_lag))
         closed = self.plan.closed_loop is not None
@@ -94,6 +98,8 @@ class Runner:
         await self._cancel_all(self._cancel_reason or "drain")
         probe.cancel()
         await asyncio.gather(probe, dispatch, return_exceptions=True)
+        if self.profile is not None:
+            await self.profile.finish()
         if self._flush_handle is not None:
             self._flush_handle.cancel()
         self._flush()
@@ -182,6 +188,8 @@ class Runner:
         self.sent += 1
         self.in_flight += 1
         try:
+            if self.profile is not None:
+                await self.profile.on_send(req.index)
             if self.load.request_timeout is None:
                 await self._consume(st)
             else:
@@ -202,6 +210,8 @@ class Runner:
         except Exception as exc:  # a backend bug fails this request, not the run
             self._fail(st, type(exc).__name__)
         self.in_flight -= 1
+        if self.profile is not None:
+            self.profile.on_done(req.index)
         self._finished.append(st)
         if self._flush_handle is None:
             # Recording (µs per token) waits a moment: when a whole batch completes at once, the

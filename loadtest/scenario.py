@@ -182,10 +182,36 @@ class Outputs(_Model):
 
 
 class Telemetry(_Model):
-    gpu: Literal["auto", "off"] = Field("auto", description="auto: sample every visible NVIDIA GPU through NVML "
-                                        "(none or no NVML: the result says why); off: no sampling.")
+    gpu: bool = Field(True, description="Sample every visible NVIDIA GPU through NVML (none, or no NVML: the "
+                      "result says why and the run goes on); false: no sampling.")
     interval: Duration = Field("250ms", description="GPU sampling period.")
     devices: list[int] | None = Field(None, description="NVML device indices to sample (default: all).")
+
+
+class Profile(_Model):
+    """A profiler capture window, in steady state: by time from t0, or by request indices."""
+
+    start: Duration | None = Field(None, description="Window start, from t0 (e.g. 30s).")
+    duration: Duration | None = Field(None, description="Window length (e.g. 5s).")
+    requests: tuple[int, int] | None = Field(None, description="[first, last]: from the first's send to the last's end.")
+    record_shapes: bool = Field(False, description="Record operator input shapes (a larger trace).")
+    profile_memory: bool = Field(False, description="Track tensor memory allocations.")
+    with_stack: bool = Field(False, description="Record Python stacks (large traces).")
+    tensorboard: bool = Field(False, description="Also write a TensorBoard profile folder (tb/).")
+    top_ops: int = Field(20, ge=1, description="Operators listed in the result, by self device time.")
+    exclude_from_stats: bool = Field(True, description="Keep requests that overlap the window out of the latency "
+                                     "histograms and SLA (profiling perturbs them); they are flagged either way.")
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        by_time = self.start is not None or self.duration is not None
+        if by_time == (self.requests is not None):
+            raise ValueError("give start and duration, or requests: [first, last]")
+        if by_time and (self.start is None or self.duration is None or self.duration <= 0):
+            raise ValueError("a time window needs both start and a positive duration")
+        if self.requests is not None and not 0 <= self.requests[0] <= self.requests[1]:
+            raise ValueError("requests: [first, last] with 0 <= first <= last")
+        return self
 
 
 class Scenario(_Model):
@@ -199,3 +225,4 @@ class Scenario(_Model):
     sla: Sla | None = Field(None, description="Objectives that decide the exit code.")
     outputs: Outputs = Field(default_factory=Outputs, description="What to write, and where.")
     telemetry: Telemetry = Field(default_factory=Telemetry, description="GPU sampling beside the latencies.")
+    profile: Profile | None = Field(None, description="A torch.profiler capture window (transformers backend).")

@@ -107,36 +107,46 @@ class Session:
             atomic.write_json(out / "metrics.json", metrics)
             return RunResult(out, metrics)
         sampler = _sampler(scenario)
+        window = None
+        if scenario.profile is not None:
+            from .profile_window import ProfileWindow
+
+            window = ProfileWindow(scenario.profile, self.backend, self.clock, out)
         try:
-            outcome = await self._run(plan, scenario)
+            outcome = await self._run(plan, scenario, window)
         finally:
             if sampler:
                 await asyncio.to_thread(sampler.stop)
         facts = await self.backend.point_facts() if hasattr(self.backend, "point_facts") else {}
         if outcome.status == "failed":
             facts.update(await self.close())
+        profile_export = facts.pop("profile_export", {})
         metrics = build_metrics(scenario=scenario, scenario_path=str(loaded.path), scenario_sha256=loaded.sha256,
                                 outcome=outcome, backend={"kind": scenario.backend.kind, "name": self.info.name if self.info else None,
                                                           **details, **facts},
                                 environment=env, planned=plan.planned_count, started_at=started_at)
         if sampler:
             rec = outcome.recorder
-            window = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
-            metrics["gpu"] = sampler.summary(outcome.t0_ns, window, rec.window_tokens)
+            span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
+            metrics["gpu"] = sampler.summary(outcome.t0_ns, span, rec.window_tokens)
             if sampler.rows:
                 atomic.write_text(out / "gpu.csv", sampler.csv_text(outcome.t0_ns))
         else:
-            metrics["gpu"] = {"available": False, "reason": "telemetry.gpu: off"}
+            metrics["gpu"] = {"available": False, "reason": "telemetry.gpu: false"}
         metrics["validity"]["warnings"] += environment.warnings(env, metrics["gpu"])
+        if window is not None:
+            metrics["profile"] = {**window.summary(outcome.t0_ns, outcome.recorder.profiled), **profile_export}
+            metrics["requests"]["profiled"] = outcome.recorder.profiled
+        metrics["roofline"] = _roofline(metrics["backend"], env, metrics["gpu"], metrics.get("profile"))
         metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
         if outcome.recorder.records is not None:
             atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
         atomic.write_json(out / "metrics.json", metrics)
         return RunResult(out, metrics)
 
-    async def _run(self, plan, scenario):
+    async def _run(self, plan, scenario, window=None):
         runner = Runner(plan, self.backend, self.info.tokenizer, self.clock, scenario.load, scenario.outputs.interval,
-                        keep_records=scenario.outputs.requests_jsonl)
+                        keep_records=scenario.outputs.requests_jsonl, profile=window)
         restore = _install_sigint(runner) if self.handle_signals else None
         progress_task = asyncio.create_task(self.progress(runner)) if self.progress else None
         try:
@@ -149,9 +159,24 @@ class Session:
                 restore()
 
 
+def _roofline(backend: dict, env: dict, gpu: dict, profile: dict | None) -> dict | None:
+    """MBU/MFU and a diagnosis, for backends that account their steps (transformers single/static)."""
+    acct, config = backend.get("roofline_acct"), backend.get("shape_config")
+    if not acct or not config:
+        return None
+    from . import roofline
+
+    shape = roofline.model_shape(config, backend["parameter_bytes"], backend["dtype_bytes"])
+    name = backend.get("device_name")
+    uuid = next((g.get("uuid") for g in env.get("gpus") or [] if g.get("name") == name), None)
+    result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
+    result["diagnosis"] = roofline.diagnose(result, gpu, (profile or {}).get("kernel_summary"))
+    return result
+
+
 def _sampler(scenario):
     """A started GPU sampler, or None when the scenario turns sampling off."""
-    if scenario.telemetry.gpu == "off":
+    if not scenario.telemetry.gpu:
         return None
     from .gpu_sampler import GpuSampler
 

@@ -28,3 +28,12 @@ def run_virtual_scenario(tmp_path: Path, data: dict, overrides=()) -> dict:
 @pytest.fixture
 def run_virtual_fn(tmp_path):
     return lambda data, overrides=(): run_virtual_scenario(tmp_path, data, overrides)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny Llama + trained tokenizer saved with save_pretrained (see tests/tiny_model.py)."""
+    pytest.importorskip("transformers")
+    from tests.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))

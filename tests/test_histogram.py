@@ -41,3 +41,22 @@ def test_count_above_is_exact_at_bucket_edges():
     assert h.count_above_us(250) == 2
     assert h.count_above_us(400) == 0
     assert h.count_above_us(99) == 4
+
+
+def test_fast_statistics_equal_hdrh_own():
+    """percentile_ms / mean / stddev are numpy re-implementations: they must equal hdrh's exactly."""
+    import random
+
+    import pytest
+
+    rng = random.Random(7)
+    for spread in (10, 5_000, 2_000_000):
+        h = LatencyHistogram()
+        for _ in range(5000):
+            h.record_us(int(rng.expovariate(1 / spread)))
+        for p in (0, 0.1, 1, 25, 50, 90, 95, 99, 99.9, 99.99, 100):
+            assert h.percentile_ms(p) == h.hdr.get_value_at_percentile(p) / 1000.0, (spread, p)
+        assert h.mean_us() == pytest.approx(h.hdr.get_mean_value(), rel=1e-12)
+        assert h.stddev_us() == pytest.approx(h.hdr.get_stddev(), rel=1e-9)
+    empty = LatencyHistogram()
+    assert empty.percentile_ms(99) == empty.hdr.get_value_at_percentile(99) / 1000.0 == 0.0

@@ -12,17 +12,13 @@ pytest.importorskip("transformers")
 
 from loadtest.scenario_file import load_scenario  # noqa: E402
 from loadtest.session import run_scenario  # noqa: E402
-from tests.tiny_model import CORPUS, build_tiny_model  # noqa: E402
+from tests.tiny_model import CORPUS  # noqa: E402
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
-
-
-def run(tmp_path, model_dir, backend: dict, load: dict, workload=None, env=None, monkeypatch=None) -> tuple[dict, list]:
+def run(tmp_path, model_dir, backend: dict, load: dict, workload=None, env=None, monkeypatch=None,
+        profile=None) -> tuple[dict, list]:
     data = {"name": "hf", "backend": {"kind": "transformers", "model": str(model_dir), "device": "cpu", **backend},
             "workload": workload or {"input_tokens": {"dist": "uniform", "min": 4, "max": 40}, "output_tokens": 6},
-            "load": load, "outputs": {"requests_jsonl": True}}
+            "load": load, "outputs": {"requests_jsonl": True}, **({"profile": profile} if profile else {})}
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "s.yml"
     path.write_text(yaml.safe_dump(data))

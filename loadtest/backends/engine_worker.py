@@ -38,7 +38,7 @@ def main(inbox_conn, outbox_conn, spec: dict, base_dir: str) -> None:
         return
     inbox: queue.Queue = queue.Queue()
     cancelled: set = set()
-    threading.Thread(target=_pump, args=(inbox_conn, inbox, cancelled), daemon=True).start()
+    threading.Thread(target=_pump, args=(inbox_conn, inbox, cancelled, engine.urgent), daemon=True).start()
     if spec["mode"] == "continuous":
         from .engine_continuous import ContinuousEngine
 
@@ -56,8 +56,10 @@ def main(inbox_conn, outbox_conn, spec: dict, base_dir: str) -> None:
     served.serve(inbox, cancelled)
 
 
-def _pump(conn, inbox: queue.Queue, cancelled: set) -> None:
-    """Reads the parent's pipe into a queue the engine can poll with a timeout."""
+def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: queue.Queue) -> None:
+    """Reads the parent's pipe into a queue the engine can poll with a timeout. Profiler commands
+    also go to ``urgent``, which the engine checks at every decode step: a capture window opens and
+    closes on time even in the middle of a long batch."""
     while True:
         try:
             msg = conn.recv()
@@ -66,6 +68,9 @@ def _pump(conn, inbox: queue.Queue, cancelled: set) -> None:
             return
         if msg[0] == "cancel":
             cancelled.add(msg[1])
+        elif msg[0] in ("profile_start", "profile_stop"):
+            urgent.put(msg)
+            inbox.put(("urgent",))  # wakes an idle engine
         else:
             inbox.put(msg)
 
@@ -82,6 +87,10 @@ class Engine:
         self.info["load_s"] = round(time.monotonic() - t, 3)
         self.batches = 0
         self._batches_reported = 0
+        self.acct = new_accounting()
+        self.profiler = None  # a WorkerProfiler while a capture window is open
+        self.pending_export = None  # (profiler, out_dir): a closed window, exported at the end of the run
+        self.urgent: queue.Queue = queue.Queue()
         # Fault injection for tests: an OOM in batch N, or the worker dying at batch N.
         self.fault_oom_batch = int(os.environ.get("LOADTEST_FAULT_OOM_BATCH", "0"))
         self.fault_exit_batch = int(os.environ.get("LOADTEST_FAULT_EXIT_BATCH", "0"))
@@ -105,7 +114,9 @@ class Engine:
                 except queue.Empty:
                     break
                 if nxt[0] != "req":
-                    inbox.put(nxt)  # stop/warmup: handled after this batch
+                    if nxt[0] != "stop" and self.handle_control(nxt):
+                        continue  # control first: behind a stream of requests it would wait forever
+                    inbox.put(nxt)  # stop: after this batch
                     break
                 batch.append(nxt)
             batch = [r for r in batch if r[1] not in cancelled]
@@ -121,9 +132,29 @@ class Engine:
             self.spec = {**self.spec, **msg[1]}
         elif msg[0] == "facts":
             self.out.send(("facts", self._facts(reset=True)))
+        elif msg[0] == "urgent":
+            self.poll_urgent()
         else:
             return False
         return True
+
+    def poll_urgent(self) -> None:
+        """Profiler on/off now (between batches, or between two decode steps of one). Exporting
+        the trace waits for the end of the run (``_facts``): it takes seconds."""
+        while not self.urgent.empty():
+            msg = self.urgent.get_nowait()
+            if msg[0] == "profile_start" and self.profiler is None:
+                from .profiling import WorkerProfiler
+
+                self.profiler = WorkerProfiler(self.torch, self.device, msg[1])
+                self.profiler.start()
+                self.out.send(("profiling", time.monotonic_ns()))
+            elif msg[0] == "profile_stop":
+                if self.profiler is not None:
+                    self.profiler.stop_capture()
+                    self.pending_export = (self.profiler, msg[1])
+                    self.profiler = None
+                self.out.send(("profile_stopped", time.monotonic_ns()))
 
     def _run_batch(self, batch: list, cancelled: set) -> None:
         torch = self.torch
@@ -161,14 +192,17 @@ class Engine:
         max_new = max(r[3] for r in batch)
         ignore_eos = all(r[4] for r in batch)
         eos = batch[0][5]
-        streamer = StepStreamer(batch, out, cancelled, finished)
+        real = not isinstance(out, _NullOut)
+        streamer = StepStreamer(batch, out, cancelled, finished, self.acct if real else None, width,
+                                self.poll_urgent if real else None)
         kwargs = dict(max_new_tokens=max_new, do_sample=False, streamer=streamer, pad_token_id=pad,
                       eos_token_id=None if ignore_eos else eos)
         if ignore_eos:
             kwargs["min_new_tokens"] = max_new
         if self.spec.get("compile"):
             kwargs["cache_implementation"] = "static"
-        with torch.inference_mode():
+        label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
+        with torch.inference_mode(), (self.profiler.annotate(label) if label else _nothing()):
             self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
         streamer.close_rest()
 
@@ -184,9 +218,14 @@ class Engine:
 
     def _facts(self, reset: bool = False) -> dict:
         torch = self.torch
-        facts = {"batches": self.batches - self._batches_reported}
+        facts = {"batches": self.batches - self._batches_reported, "roofline_acct": dict(self.acct)}
+        if reset and self.pending_export is not None:
+            profiler, out_dir = self.pending_export
+            self.pending_export = None
+            facts["profile_export"] = profiler.export(out_dir)
         if reset:
             self._batches_reported = self.batches
+            self.acct = new_accounting()
         if self.device.type == "cuda":
             facts["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
             if reset:
@@ -198,6 +237,20 @@ class Engine:
         return facts
 
 
+def new_accounting() -> dict:
+    """What the roofline needs from the steps this worker ran (see loadtest.roofline)."""
+    return {"prefill_batches": 0, "prefill_tokens": 0, "prefill_attn_pairs": 0, "prefill_s": 0.0,
+            "decode_steps": 0, "decode_rows": 0, "decode_ctx_sum": 0, "decode_s": 0.0}
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 class _NullOut:
     def send(self, msg) -> None:
         pass
@@ -206,7 +259,11 @@ class _NullOut:
 class StepStreamer:
     """``generate()`` calls ``put`` once with the prompt, then once per step with the new tokens."""
 
-    def __init__(self, batch: list, out, cancelled: set, finished: set) -> None:
+    def __init__(self, batch: list, out, cancelled: set, finished: set, acct: dict | None = None, width: int = 0,
+                 on_step=None) -> None:
+        self.acct, self.width, self.steps, self.on_step = acct, width, 0, on_step
+        self.lens = [len(r[2]) for r in batch]
+        self._t_prev = None
         self.rids = [r[1] for r in batch]
         self.caps = [r[3] for r in batch]
         self.eos = [None if r[4] else r[5] for r in batch]
@@ -219,9 +276,14 @@ class StepStreamer:
     def put(self, value) -> None:
         if not self._prompt_seen:
             self._prompt_seen = True
+            self._t_prev = time.monotonic_ns()  # generate() starts the prefill now
             return
         tokens = value.tolist()  # device -> host: the token is on the host after this line
         t = time.monotonic_ns()
+        if self.acct is not None:
+            self._account(t)
+        if self.on_step is not None:
+            self.on_step()
         if not isinstance(tokens, list):
             tokens = [tokens]
         stamped = []
@@ -241,6 +303,24 @@ class StepStreamer:
             if not self.active[i] and rid not in self.finished and rid not in self.cancelled:
                 self.finished.add(rid)
                 self.out.send(("done", t, rid, self.counts[i]))
+
+    def _account(self, t: int) -> None:
+        """Step timings for the roofline: the first put ends the prefill, each later one a decode step
+        (every row of the batch is computed until the last one finishes)."""
+        a, dt = self.acct, (t - self._t_prev) / 1e9
+        self._t_prev = t
+        if self.steps == 0:
+            a["prefill_batches"] += 1
+            a["prefill_tokens"] += sum(self.lens)
+            a["prefill_attn_pairs"] += sum(n * (n + 1) // 2 for n in self.lens)
+            a["prefill_s"] += dt
+        else:
+            rows = len(self.rids)
+            a["decode_steps"] += 1
+            a["decode_rows"] += rows
+            a["decode_ctx_sum"] += rows * (self.width + self.steps)
+            a["decode_s"] += dt
+        self.steps += 1
 
     def end(self) -> None:
         pass

@@ -109,6 +109,22 @@ class TransformersBackend:
         self.spec = spec
         return True
 
+    async def profile_start(self, options: dict) -> None:
+        """torch.profiler on in the worker, at its next decode step (or at once when idle)."""
+        if self._dead:
+            return
+        self._to_worker.send(("profile_start", options))
+        await self._reply.get()
+
+    async def profile_stop(self, out_dir: str) -> dict:
+        """Profiler off (at the next decode step); the worker exports trace.json.gz there and the
+        top operators with its end-of-point facts (``profile_export``), after the run."""
+        if self._dead:
+            return {"profiler": "engine worker died during the window"}
+        self._to_worker.send(("profile_stop", out_dir))
+        msg = await self._reply.get()
+        return {"profiler": "engine worker died during the window"} if msg is _DEATH else {}
+
     async def point_facts(self) -> dict:
         """Peak memory and batches since the last call (the worker resets its peak counter)."""
         if self._dead:

@@ -72,5 +72,9 @@ def load_model(spec: dict, base_dir: str):
         "compile": spec["compile"], "trust_remote_code": spec["trust_remote_code"], "pad_token_id": pad,
         "torch": torch.__version__, "transformers": transformers.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,
+        "dtype_bytes": torch.tensor([], dtype=dtype).element_size(),
+        "shape_config": {k: getattr(config, k, None) for k in (
+            "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "intermediate_size", "vocab_size", "hidden_act")},
     }
     return model, device, info

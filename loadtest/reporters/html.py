@@ -8,7 +8,7 @@ from html import escape
 from pathlib import Path
 
 from .. import atomic
-from . import plots
+from . import insight, plots
 
 CSS = """body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.2em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
@@ -63,6 +63,21 @@ def run_html(m: dict) -> str:
                  + (f"<ul>{''.join(items)}</ul>" if items else ""))
     if m.get("sla"):
         parts.append(sla_html(m["sla"]))
+    gpu = m.get("gpu") or {}
+    if gpu.get("available"):
+        points = (m.get("timeseries") or {}).get("points", [])
+        for d in gpu["devices"]:
+            parts.append(f"<h2>GPU {esc(d['index'])}</h2>" + _img(plots.gpu_plot(d, points), "GPU over time"))
+    for title, rows in (("GPU telemetry", insight.gpu_rows(m.get("gpu"))), ("Roofline", insight.roofline_rows(m.get("roofline")))):
+        if rows:
+            parts.append(f"<h2>{esc(title)}</h2>" + _table(("", ""), [(esc(k), esc(v)) for k, v in rows]))
+    rows, ops = insight.profile_rows(m.get("profile"))
+    if rows:
+        parts.append("<h2>Profiler window</h2>" + _table(("", ""), [(esc(k), esc(v)) for k, v in rows]))
+    if ops:
+        parts.append(_table(("operator", "calls", "self CUDA µs", "self CPU µs", "CPU µs (with children)"),
+                            [(esc(o["name"]), esc(o["calls"]), esc(o["self_cuda_time_us"]), esc(o["self_cpu_time_us"]),
+                              esc(o["cpu_time_us"])) for o in ops]))
     env = m.get("environment") or {}
     parts.append("<h2>Environment</h2>" + _table(("key", "value"), [(esc(k), esc(v)) for k, v in env.items()]))
     return _page(m["name"], "".join(parts))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import atomic
+from . import insight
 
 ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
 COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
@@ -45,6 +46,15 @@ def render(m: dict) -> str:
         for c in m["sla"]["checks"]:
             lines.append(f"| {c['name']} | {c['verdict']} | {_cell(c['observed'])} | {c['op']} {c['bound']} {c['unit']} "
                          f"| {_esc(c['reason'])} |")
+    for title, rows in (("GPU", insight.gpu_rows(m.get("gpu"))), ("Roofline", insight.roofline_rows(m.get("roofline")))):
+        if rows:
+            lines += ["", f"## {title}", "", "| | |", "|---|---|"] + [f"| {_esc(k)} | {_esc(v)} |" for k, v in rows]
+    rows, ops = insight.profile_rows(m.get("profile"))
+    if rows:
+        lines += ["", "## Profiler window", "", "| | |", "|---|---|"] + [f"| {_esc(k)} | {_esc(v)} |" for k, v in rows]
+    if ops:
+        lines += ["", "| operator | calls | self CUDA µs | self CPU µs |", "|---|---|---|---|"]
+        lines += [f"| {_esc(o['name'])} | {o['calls']} | {o['self_cuda_time_us']} | {o['self_cpu_time_us']} |" for o in ops]
     env = m.get("environment", {})
     lines += ["", "## Environment", ""] + [f"- {k}: {_esc(v)}" for k, v in env.items()]
     return "\n".join(lines) + "\n"

@@ -112,3 +112,39 @@ def sweep_plots(curve: list[dict], axis: str, knee) -> list[tuple[str, str]]:
     ax.set_title("Throughput-latency frontier")
     out.append(("frontier", _uri(plt, fig)))
     return out
+
+
+def gpu_plot(device: dict, points: list[dict]) -> str | None:
+    """GPU kernel-active %, SM activity (Hopper) and power on the run's time axis, beside throughput."""
+    series = device.get("series") or {}
+    t = series.get("t_s") or []
+    if not t:
+        return None
+    plt, fig, ax = _fig(7.0, 3.6)
+    for key, label, color in (("utilization_gpu_pct", "kernel-active %", "tab:blue"),
+                              ("sm_activity_pct", "SM activity % (GPM)", "tab:purple")):
+        ys = series.get(key) or []
+        if any(y is not None for y in ys):
+            ax.plot(t, [float("nan") if y is None else y for y in ys], color=color, label=label)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("time from t0 (s)")
+    ax.set_ylabel("%")
+    ax2 = ax.twinx()
+    power = series.get("power_w") or []
+    if any(p is not None for p in power):
+        ax2.plot(t, [float("nan") if p is None else p for p in power], color="tab:red", label="power W")
+        ax2.set_ylabel("power (W)", color="tab:red")
+    if points:
+        ax3 = ax.twinx()
+        ax3.spines["right"].set_position(("axes", 1.12))
+        ax3.plot([p["t_s"] for p in points], [p["output_tokens_per_s"] for p in points], color="grey", alpha=0.5,
+                 linestyle="--", label="output tok/s")
+        ax3.set_ylabel("output tok/s", color="grey")
+    handles, labels = [], []
+    for a in fig.axes:
+        h, lab = a.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    ax.legend(handles, labels, loc="lower left", fontsize=8)
+    ax.set_title(f"GPU {device['index']} ({device['name']}) over the run")
+    return _uri(plt, fig)

@@ -1,0 +1,139 @@
+"""Where the run sits against the hardware: model bandwidth and FLOP utilisation (MBU, MFU).
+
+From the model's shape (a transformers config), per token and per step:
+
+* linear FLOPs per token = 2 x the parameters of every matmul (attention projections, MLP,
+  LM head); the embedding lookup is a gather, not a matmul;
+* attention FLOPs per token at context c = 4 x layers x heads x head_dim x c (QK^T and AV);
+* bytes per decode step = all weight bytes (each step reads every weight once, whatever the
+  batch) + the KV cache of every row: 2 x layers x kv_heads x head_dim x dtype bytes per
+  context token.
+
+The engine worker times its own steps (single and static modes): prefill = the batch's start to
+its first token, each decode step = one token's gap, with the batch size and the context length
+of each step. Achieved bandwidth and FLOP/s over those times, divided by the device's peaks,
+give MBU and MFU. Peaks come from ``loadtest calibrate`` (measured on this device, cached) or,
+failing that, the vendor datasheet table below (dense bf16 tensor FLOP/s, memory bandwidth).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+# NVML device name fragment -> (memory bandwidth GB/s, dense bf16 TFLOP/s); most specific first.
+DATASHEET_PEAKS: tuple[tuple[str, float, float], ...] = (
+    ("H200", 4800, 989), ("H100 NVL", 3900, 835), ("H100 PCIe", 2000, 756), ("H100", 3350, 989),
+    ("GH200", 4000, 989), ("A100-SXM4-80GB", 2039, 312), ("A100 80GB PCIe", 1935, 312), ("A100", 1555, 312),
+    ("L40S", 864, 362), ("L40", 864, 181), ("L4", 300, 121), ("A10", 600, 125),
+)
+
+
+def calibration_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "loadtest" / "calibration.json"
+
+
+def peaks_for(device_name: str | None, uuid: str | None = None) -> dict | None:
+    """``{bw_gb_s, tflops, source}`` for a device: calibrated if cached, else the datasheet."""
+    try:
+        cached = json.loads(calibration_path().read_text())
+    except (OSError, json.JSONDecodeError):
+        cached = {}
+    for key in (uuid, device_name):
+        if key and key in cached:
+            c = cached[key]
+            return {"bw_gb_s": c["bw_gb_s"], "tflops": c["tflops"], "source": f"loadtest calibrate ({c.get('measured_at')})"}
+    for fragment, bw, tflops in DATASHEET_PEAKS:
+        if device_name and fragment in device_name:
+            return {"bw_gb_s": bw, "tflops": tflops, "source": f"datasheet ({fragment}: dense bf16, HBM/GDDR bandwidth)"}
+    return None
+
+
+def model_shape(config: dict, parameter_bytes: int, dtype_bytes: int) -> dict:
+    """The per-token and per-step costs of a decoder-only transformer, from its config."""
+    h = config["hidden_size"]
+    layers = config["num_hidden_layers"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or h // heads
+    inter = config["intermediate_size"]
+    vocab = config["vocab_size"]
+    gated = config.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh") or config.get("model_type") in (
+        "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+    attn_params = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
+    mlp_params = (3 if gated else 2) * h * inter
+    matmul_params = layers * (attn_params + mlp_params) + vocab * h  # + the LM head
+    return {
+        "linear_flops_per_token": 2 * matmul_params,
+        "attention_flops_per_token_per_context": 4 * layers * heads * head_dim,
+        "weight_bytes": parameter_bytes,
+        "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * dtype_bytes,
+    }
+
+
+def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
+    """MBU/MFU for decode and prefill from the worker's step accounting (``acct``)."""
+    out: dict = {"peaks": peaks, "model": shape}
+    steps, decode_s = acct.get("decode_steps", 0), acct.get("decode_s", 0.0)
+    if steps and decode_s > 0:
+        bytes_moved = steps * shape["weight_bytes"] + acct["decode_ctx_sum"] * shape["kv_bytes_per_token"]
+        flops = (acct["decode_rows"] * shape["linear_flops_per_token"]
+                 + acct["decode_ctx_sum"] * shape["attention_flops_per_token_per_context"])
+        step_s = decode_s / steps
+        decode = {
+            "steps": steps, "step_ms": round(1e3 * step_s, 4), "batch_mean": round(acct["decode_rows"] / steps, 3),
+            "bytes_per_step": round(bytes_moved / steps), "achieved_gb_s": round(bytes_moved / decode_s / 1e9, 3),
+            "achieved_tflops": round(flops / decode_s / 1e12, 4),
+        }
+        if peaks:
+            decode["mbu"] = round(bytes_moved / decode_s / (peaks["bw_gb_s"] * 1e9), 4)
+            decode["mfu"] = round(flops / decode_s / (peaks["tflops"] * 1e12), 5)
+            decode["floor_ms"] = round(1e3 * (bytes_moved / steps) / (peaks["bw_gb_s"] * 1e9), 4)
+        out["decode"] = decode
+    tokens, prefill_s = acct.get("prefill_tokens", 0), acct.get("prefill_s", 0.0)
+    if tokens and prefill_s > 0:
+        flops = (tokens * shape["linear_flops_per_token"]
+                 + acct.get("prefill_attn_pairs", 0) * shape["attention_flops_per_token_per_context"])
+        prefill = {"batches": acct.get("prefill_batches"), "tokens": tokens, "tokens_per_s": round(tokens / prefill_s, 1),
+                   "achieved_tflops": round(flops / prefill_s / 1e12, 4)}
+        if peaks:
+            prefill["mfu"] = round(flops / prefill_s / (peaks["tflops"] * 1e12), 5)
+        out["prefill"] = prefill
+    return out
+
+
+def diagnose(roofline: dict, gpu: dict | None, kernel_summary: dict | None = None) -> dict:
+    """memory-bound, compute-bound, or host/launch-bound, with the evidence and the usual remedies."""
+    decode, prefill = roofline.get("decode") or {}, roofline.get("prefill") or {}
+    device = ((gpu or {}).get("devices") or [{}])[0]
+    util = (device.get("utilization_gpu_pct") or {}).get("mean")
+    sm = (device.get("gpm_sm_activity_pct") or {}).get("mean")
+    evidence, verdict, remedies = [], None, []
+    mbu, mfu = decode.get("mbu"), decode.get("mfu")
+    if mbu is not None:
+        evidence.append(f"decode at {100 * mbu:.1f}% of memory bandwidth (MBU), {100 * mfu:.2f}% of FLOP/s (MFU); "
+                        f"step {decode['step_ms']} ms vs floor {decode.get('floor_ms')} ms at batch {decode['batch_mean']}")
+    if prefill.get("mfu") is not None:
+        evidence.append(f"prefill at {100 * prefill['mfu']:.1f}% of FLOP/s (MFU), {prefill['tokens_per_s']:.0f} tokens/s")
+    if util is not None:
+        evidence.append(f"GPU kernel-active {util:.0f}% of the time" + (f", SMs busy {sm:.0f}%" if sm is not None else ""))
+    short = (kernel_summary or {}).get("under_10us_share")
+    if short is not None:
+        evidence.append(f"{100 * short:.0f}% of profiled CUDA kernels ran under 10 µs")
+    if mbu is not None and mbu < 0.3 and ((util is not None and util < 70) or (short is not None and short > 0.5)
+                                           or util is None):
+        verdict = "host/launch-bound"
+        remedies = ["capture decode in CUDA graphs (backend.compile: true: static cache + torch.compile)",
+                    "larger batches (more work per launch)", "fewer host syncs per step; fused kernels"]
+    elif mbu is not None and mbu >= 0.5:
+        verdict = "memory-bound (decode)"
+        remedies = ["larger batches amortise each weight read over more tokens", "quantised weights (int8/fp8/int4)",
+                    "a smaller KV cache (GQA, fp8 KV) for long contexts"]
+    elif prefill.get("mfu") is not None and prefill["mfu"] >= 0.4:
+        verdict = "compute-bound (prefill)"
+        remedies = ["chunked prefill to interleave with decode", "fp8 matmuls", "FlashAttention kernels"]
+    elif mbu is not None:
+        verdict = "between the roofs (neither bandwidth nor compute saturated)"
+        remedies = ["profile a window (profile:) to see where a step's time goes"]
+    return {"verdict": verdict or "not enough data", "evidence": evidence, "remedies": remedies}
