@@ -85,6 +85,9 @@ class Runner:
             self.profile.arm(self.t0)
         loop_lag = LatencyHistogram()
         probe = asyncio.create_task(self._probe_loop(loop_lag))
+        window_opens = None
+        if hasattr(self.backend, "window_started") and self.plan.window_start_ns:
+            window_opens = asyncio.create_task(self._tell_window_start(self.t0 + self.plan.window_start_ns))
         closed = self.plan.closed_loop is not None
         dispatch = asyncio.create_task(self._dispatch_closed() if closed else self._dispatch_open())
         window_end = None if self.plan.window_end_ns is None else self.t0 + self.plan.window_end_ns
@@ -97,7 +100,9 @@ class Runner:
         dispatch.cancel()
         await self._cancel_all(self._cancel_reason or "drain")
         probe.cancel()
-        await asyncio.gather(probe, dispatch, return_exceptions=True)
+        if window_opens is not None:
+            window_opens.cancel()
+        await asyncio.gather(probe, dispatch, *([window_opens] if window_opens else []), return_exceptions=True)
         if self.profile is not None:
             await self.profile.finish()
         if self._flush_handle is not None:
@@ -153,10 +158,16 @@ class Runner:
             await self.clock.sleep_until(intended)
             held_until = await self._throttle()
             if not warmup:
+                if self.recorder.window_start is None and hasattr(self.backend, "window_started"):
+                    self.backend.window_started()  # a count-based window opens with its first request
                 self.recorder.set_window_start(intended)
             task = self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
             st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
             intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
+
+    async def _tell_window_start(self, at_ns: int) -> None:
+        await self.clock.sleep_until(at_ns)
+        self.backend.window_started()
 
     async def _throttle(self) -> int:
         """Wait for the max_rate limiter; returns the last time any send was held by it.

@@ -64,7 +64,8 @@ def test_the_worker_trace_holds_only_the_windows_batches(tmp_path, tiny_model_di
     assert any(op["name"].startswith("aten::") for op in p["top_ops"])
     r = m["roofline"]
     assert r["decode"]["steps"] > 0 and r["decode"]["batch_mean"] == 1.0  # one user: batches of one
-    assert r["prefill"]["tokens"] >= 8 * 12
+    # steps taken while the profiler was on are not the model's speed: left out of the roofline
+    assert 8 * (12 - len(flagged)) <= r["prefill"]["tokens"] <= 8 * (12 - 4)
 
 
 def test_operator_tables_match_torchs_key_averages():

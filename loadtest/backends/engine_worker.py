@@ -68,7 +68,7 @@ def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: queue.Queue) -> None
             return
         if msg[0] == "cancel":
             cancelled.add(msg[1])
-        elif msg[0] in ("profile_start", "profile_stop"):
+        elif msg[0] in ("profile_start", "profile_stop", "window_start"):
             urgent.put(msg)
             inbox.put(("urgent",))  # wakes an idle engine
         else:
@@ -149,6 +149,8 @@ class Engine:
                 self.profiler = WorkerProfiler(self.torch, self.device, msg[1])
                 self.profiler.start()
                 self.out.send(("profiling", time.monotonic_ns()))
+            elif msg[0] == "window_start":  # the measurement window opened: count from here
+                self.acct.update(new_accounting())
             elif msg[0] == "profile_stop":
                 if self.profiler is not None:
                     self.profiler.stop_capture()
@@ -194,7 +196,7 @@ class Engine:
         eos = batch[0][5]
         real = not isinstance(out, _NullOut)
         streamer = StepStreamer(batch, out, cancelled, finished, self.acct if real else None, width,
-                                self.poll_urgent if real else None)
+                                self.poll_urgent if real else None, counting=lambda: self.profiler is None)
         kwargs = dict(max_new_tokens=max_new, do_sample=False, streamer=streamer, pad_token_id=pad,
                       eos_token_id=None if ignore_eos else eos)
         if ignore_eos:
@@ -260,8 +262,8 @@ class StepStreamer:
     """``generate()`` calls ``put`` once with the prompt, then once per step with the new tokens."""
 
     def __init__(self, batch: list, out, cancelled: set, finished: set, acct: dict | None = None, width: int = 0,
-                 on_step=None) -> None:
-        self.acct, self.width, self.steps, self.on_step = acct, width, 0, on_step
+                 on_step=None, counting=lambda: True) -> None:
+        self.acct, self.width, self.steps, self.on_step, self.counting = acct, width, 0, on_step, counting
         self.lens = [len(r[2]) for r in batch]
         self._t_prev = None
         self.rids = [r[1] for r in batch]
@@ -306,9 +308,13 @@ class StepStreamer:
 
     def _account(self, t: int) -> None:
         """Step timings for the roofline: the first put ends the prefill, each later one a decode step
-        (every row of the batch is computed until the last one finishes)."""
+        (every row of the batch is computed until the last one finishes). Counted from the start of
+        the measurement window (warm-up requests may compile), and not while a profiler is on."""
         a, dt = self.acct, (t - self._t_prev) / 1e9
         self._t_prev = t
+        if not self.counting():  # a profiler is on: its overhead is not the model's speed
+            self.steps += 1
+            return
         if self.steps == 0:
             a["prefill_batches"] += 1
             a["prefill_tokens"] += sum(self.lens)

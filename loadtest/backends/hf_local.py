@@ -109,6 +109,11 @@ class TransformersBackend:
         self.spec = spec
         return True
 
+    def window_started(self) -> None:
+        """The measurement window opened: the worker's step accounting starts over."""
+        if not self._dead:
+            self._to_worker.send(("window_start",))
+
     async def profile_start(self, options: dict) -> None:
         """torch.profiler on in the worker, at its next decode step (or at once when idle)."""
         if self._dead:
