@@ -44,7 +44,7 @@ def load_nvml():
     try:
         import pynvml
     except ImportError:
-        return None, "nvidia-ml-py is not installed (pip install 'loadtest[gpu]')"
+        return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
     try:
         pynvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
