@@ -72,6 +72,28 @@ def model_shape(config: dict, parameter_bytes: int, dtype_bytes: int) -> dict:
     }
 
 
+ESTIMATED_NOTE = ("continuous mode: the manager's steps are not timed; decode estimated from the harness's "
+                  "figures (step = mean ITL, batch = output tok/s x step, context = mean input + half the mean "
+                  "output); prefill not estimated")
+
+
+def estimate_from_latencies(metrics: dict) -> dict:
+    """Step accounting reconstructed from a run's own figures, where the engine cannot time its
+    steps: each step yields one token for each request in the batch, so over the window
+    steps = window / mean ITL and rows per step = output tok/s x mean ITL (Little's law on tokens)."""
+    itl_ms = (metrics["latency_ms"]["itl"] or {}).get("mean")
+    tput, window_s = metrics["throughput"]["output_tokens_per_s"], metrics["throughput"]["window_s"]
+    req = metrics["requests"]
+    if not itl_ms or not tput or not window_s or not req["completed"]:
+        return {}
+    step_s = itl_ms / 1000
+    steps = window_s / step_s
+    batch = tput * step_s
+    context = req["input_tokens"] / req["completed"] + req["output_tokens"] / req["completed"] / 2
+    return {"decode_steps": round(steps), "decode_s": window_s, "decode_rows": round(batch * steps),
+            "decode_ctx_sum": round(batch * steps * context)}
+
+
 def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
     """MBU/MFU for decode and prefill from the worker's step accounting (``acct``)."""
     out: dict = {"peaks": peaks, "model": shape}

@@ -107,11 +107,7 @@ class Session:
             atomic.write_json(out / "metrics.json", metrics)
             return RunResult(out, metrics)
         sampler = _sampler(scenario)
-        window = None
-        if scenario.profile is not None:
-            from .profile_window import ProfileWindow
-
-            window = ProfileWindow(scenario.profile, self.backend, self.clock, out)
+        window = self._profile_window(scenario, out)
         try:
             outcome = await self._run(plan, scenario, window)
         finally:
@@ -125,24 +121,19 @@ class Session:
                                 outcome=outcome, backend={"kind": scenario.backend.kind, "name": self.info.name if self.info else None,
                                                           **details, **facts},
                                 environment=env, planned=plan.planned_count, started_at=started_at)
-        if sampler:
-            rec = outcome.recorder
-            span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
-            metrics["gpu"] = sampler.summary(outcome.t0_ns, span, rec.window_tokens)
-            if sampler.rows:
-                atomic.write_text(out / "gpu.csv", sampler.csv_text(outcome.t0_ns))
-        else:
-            metrics["gpu"] = {"available": False, "reason": "telemetry.gpu: false"}
-        metrics["validity"]["warnings"] += environment.warnings(env, metrics["gpu"])
-        if window is not None:
-            metrics["profile"] = {**window.summary(outcome.t0_ns, outcome.recorder.profiled), **profile_export}
-            metrics["requests"]["profiled"] = outcome.recorder.profiled
-        metrics["roofline"] = _roofline(metrics["backend"], env, metrics["gpu"], metrics.get("profile"))
+        _add_inside_sections(metrics, outcome, env, sampler, window, profile_export, out)
         metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
         if outcome.recorder.records is not None:
             atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
         atomic.write_json(out / "metrics.json", metrics)
         return RunResult(out, metrics)
+
+    def _profile_window(self, scenario, out: Path):
+        if scenario.profile is None:
+            return None
+        from .profile_window import ProfileWindow
+
+        return ProfileWindow(scenario.profile, self.backend, self.clock, out)
 
     async def _run(self, plan, scenario, window=None):
         runner = Runner(plan, self.backend, self.info.tokenizer, self.clock, scenario.load, scenario.outputs.interval,
@@ -159,18 +150,41 @@ class Session:
                 restore()
 
 
-def _roofline(backend: dict, env: dict, gpu: dict, profile: dict | None) -> dict | None:
-    """MBU/MFU and a diagnosis, for backends that account their steps (transformers single/static)."""
+def _add_inside_sections(metrics: dict, outcome, env: dict, sampler, window, profile_export: dict, out: Path) -> None:
+    """``gpu`` (and gpu.csv), the environment's warnings, ``profile``, ``roofline``."""
+    rec = outcome.recorder
+    if sampler:
+        span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
+        metrics["gpu"] = sampler.summary(outcome.t0_ns, span, rec.window_tokens)
+        if sampler.rows:
+            atomic.write_text(out / "gpu.csv", sampler.csv_text(outcome.t0_ns))
+    else:
+        metrics["gpu"] = {"available": False, "reason": "telemetry.gpu: false"}
+    metrics["validity"]["warnings"] += environment.warnings(env, metrics["gpu"])
+    if window is not None:
+        metrics["profile"] = {**window.summary(outcome.t0_ns, rec.profiled), **profile_export}
+        metrics["requests"]["profiled"] = rec.profiled
+    metrics["roofline"] = _roofline(metrics, env)
+
+
+def _roofline(metrics: dict, env: dict) -> dict | None:
+    """MBU/MFU and a diagnosis, for in-process models (transformers)."""
+    backend = metrics["backend"]
     acct, config = backend.get("roofline_acct"), backend.get("shape_config")
     if not acct or not config:
         return None
     from . import roofline
 
+    estimated = None
+    if not acct.get("decode_steps") and backend.get("mode") == "continuous":
+        acct, estimated = roofline.estimate_from_latencies(metrics), roofline.ESTIMATED_NOTE
     shape = roofline.model_shape(config, backend["parameter_bytes"], backend["dtype_bytes"])
     name = backend.get("device_name")
     uuid = next((g.get("uuid") for g in env.get("gpus") or [] if g.get("name") == name), None)
     result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
-    result["diagnosis"] = roofline.diagnose(result, gpu, (profile or {}).get("kernel_summary"))
+    if estimated:
+        result["estimated"] = estimated
+    result["diagnosis"] = roofline.diagnose(result, metrics["gpu"], (metrics.get("profile") or {}).get("kernel_summary"))
     return result
 
 

@@ -65,3 +65,15 @@ def test_diagnosis():
     short = roofline.diagnose({"decode": {"mbu": 0.1, "mfu": 0.001, "step_ms": 8, "floor_ms": 0.8, "batch_mean": 1}}, None,
                               {"launches": 1000, "under_10us_share": 0.9})
     assert short["verdict"] == "host/launch-bound" and "90% of profiled CUDA kernels ran under 10 µs" in short["evidence"]
+
+
+def test_continuous_mode_is_estimated_from_the_runs_own_figures():
+    # mean ITL 20 ms over a 10 s window: 500 steps; 400 tok/s x 0.02 s = 8 rows a step;
+    # context 100 input + 40 output / 2 = 120 tokens a row
+    m = {"latency_ms": {"itl": {"mean": 20.0}}, "throughput": {"output_tokens_per_s": 400.0, "window_s": 10.0},
+         "requests": {"completed": 100, "input_tokens": 10_000, "output_tokens": 4_000}}
+    acct = roofline.estimate_from_latencies(m)
+    assert acct == {"decode_steps": 500, "decode_s": 10.0, "decode_rows": 4000, "decode_ctx_sum": 480_000}
+    r = roofline.analyse(roofline.model_shape(DUMMY_ARCHITECTURES["llama-3.2-1b"], 2 * LLAMA_1B_PARAMS, 2), acct,
+                         {"bw_gb_s": 3350, "tflops": 989, "source": "test"})
+    assert r["decode"]["step_ms"] == 20.0 and r["decode"]["batch_mean"] == 8.0 and "prefill" not in r

@@ -108,6 +108,7 @@ def test_continuous_mode_streams_every_token(tmp_path, tiny_model_dir):
                   workload={"input_tokens": {"dist": "uniform", "min": 4, "max": 40}, "output_tokens": {"dist": "uniform", "min": 3, "max": 9}})
     assert m["status"] == "ok" and m["requests"]["completed"] == 12
     assert m["backend"]["continuous"]["num_blocks"] == 64
+    assert "continuous mode" in m["roofline"]["estimated"] and m["roofline"]["decode"]["steps"] > 0
     for r in rows:
         assert 3 <= r["output_tokens"] <= 9 and len(r["token_ns"]) == r["output_tokens"]
         assert r["token_ns"] == sorted(r["token_ns"])

@@ -41,6 +41,8 @@ def roofline_rows(r: dict | None) -> list[tuple[str, str]]:
     peaks = r.get("peaks")
     rows.append(("peaks", f"{peaks['bw_gb_s']:g} GB/s, {peaks['tflops']:g} TFLOP/s ({peaks['source']})" if peaks
                  else "unknown for this device (run `loadtest calibrate`)"))
+    if r.get("estimated"):
+        rows.append(("estimated", r["estimated"]))
     d = r.get("decode")
     if d:
         rows.append(("decode", f"step {d['step_ms']} ms at batch {d['batch_mean']} (floor {_f(d.get('floor_ms'))} ms); "
