@@ -21,7 +21,8 @@ def gpu_rows(gpu: dict | None) -> list[tuple[str, str]]:
             (f"{g}: SM activity (GPM)", f"mean {_f(sm.get('mean'))}%" if sm else "unavailable"),
             (f"{g}: memory", f"peak {_f(d.get('peak_memory_mib'), '{:.0f}')} MiB"),
             (f"{g}: power", f"mean {_f((d.get('power_w') or {}).get('mean'))} W, max {_f((d.get('power_w') or {}).get('max'))} W"),
-            (f"{g}: energy over the window", f"{_f(d.get('energy_j'))} J (power integrated: {_f(d.get('energy_integrated_j'))} J), "
+            (f"{g}: energy over the window", f"{_f(d.get('energy_j'), '{:.1f}')} J (power integrated over the same "
+                                             f"{_f(d.get('energy_span_s'))} s: {_f(d.get('energy_integrated_j'), '{:.1f}')} J), "
                                              f"{_f(d.get('joules_per_output_token'))} J per output token"),
             (f"{g}: SM clock", f"mean {_f((d.get('clocks_sm_mhz') or {}).get('mean'), '{:.0f}')} MHz"),
             (f"{g}: throttle reasons seen", ", ".join(d["throttle_reasons_seen"]) or "none"),
