@@ -17,7 +17,7 @@ from pathlib import Path
 MODEL = "dummy:llama-3.2-1b"
 
 
-def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128) -> dict:
+def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128, compile: bool = False) -> dict:
     import torch
 
     from loadtest.backends.model_loading import load_model
@@ -30,8 +30,12 @@ def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128) -> dict
         ids = torch.full((bs, n_in), 65, dtype=torch.long, device=device)
         mask = torch.ones_like(ids)
         kw = dict(max_new_tokens=n_out, min_new_tokens=n_out, do_sample=False, pad_token_id=0, eos_token_id=None)
+        if compile:  # what the engine worker passes with compile: true
+            kw["cache_implementation"] = "static"
         with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=mask, **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})
+            # warm up with the measured call itself (a static cache compiles for its exact length)
+            model.generate(input_ids=ids, attention_mask=mask, **(kw if compile else
+                                                                  {**kw, "max_new_tokens": 4, "min_new_tokens": 4}))
             torch.cuda.synchronize()
             t = time.perf_counter()
             for _ in range(reps):
@@ -86,6 +90,8 @@ def main() -> None:
     ap.add_argument("--batch-sizes", default="1,8,32")
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--overhead-only", action="store_true", help="only the bare-loop comparison")
+    ap.add_argument("--compile", action="store_true", help="overhead with static cache + torch.compile on both sides")
+    ap.add_argument("--pairs", type=int, default=2, help="interleaved bare/loadtest pairs per batch size")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     sizes = [int(x) for x in args.batch_sizes.split(",")]
@@ -102,12 +108,12 @@ def main() -> None:
     # worker does, immediately before loadtest's run at the same batch size; twice, interleaved.
     for bs in sizes:
         bare_runs, ours_runs = [], []
-        for _ in range(2):
+        for _ in range(args.pairs):
             with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-                b = pool.submit(bare_loop, [bs], args.reps).result()
+                b = pool.submit(bare_loop, [bs], args.reps, compile=args.compile).result()
             bare_runs.append(b[bs])
             bare["parameter_bytes"] = b["parameter_bytes"]
-            m = run(f"static-bs{bs}", {"mode": "static", "max_batch_size": bs, "max_wait_ms": 2000},
+            m = run(f"static-bs{bs}", {"mode": "static", "max_batch_size": bs, "max_wait_ms": 2000, "compile": args.compile},
                     {"arrival": {"kind": "burst"}, "requests": args.reps * bs}, fixed, args.out)
             ours_runs.append(m["throughput"]["output_tokens_per_s"])
         bare[bs] = max(bare_runs)
