@@ -60,7 +60,7 @@ def collect(seeds: dict | None = None, scenario_sha256: str | None = None, gpus:
 
 def gpu_manifest(nvml=None) -> dict:
     """``{"gpu_driver", "cuda_driver", "gpus": [...]}`` from NVML, or ``gpus: []`` with the reason."""
-    from .gpu_sampler import load_nvml
+    from .gpu_sampler import load_nvml, nvml_text as _s, try_nvml as _try
 
     owned = nvml is None
     if owned:
@@ -156,17 +156,6 @@ def _read(path: str) -> str | None:
         return Path(path).read_text().strip()
     except OSError:
         return None
-
-
-def _try(fn, *args):
-    try:
-        return fn(*args)
-    except Exception:
-        return None
-
-
-def _s(x):
-    return x.decode() if isinstance(x, bytes) else x
 
 
 def _div(x, d):

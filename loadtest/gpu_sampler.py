@@ -95,8 +95,8 @@ class GpuSampler:
             indices = [i for i in (self._wanted if self._wanted is not None else range(count)) if i < count]
             for i in indices:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
-                self.devices.append(DeviceState(i, h, _text(_try(nvml.nvmlDeviceGetName, h)) or f"GPU {i}",
-                                                _text(_try(nvml.nvmlDeviceGetUUID, h))))
+                self.devices.append(DeviceState(i, h, nvml_text(try_nvml(nvml.nvmlDeviceGetName, h)) or f"GPU {i}",
+                                                nvml_text(try_nvml(nvml.nvmlDeviceGetUUID, h))))
         except Exception as exc:
             self.unavailable = f"NVML device enumeration failed: {exc}"
             return
@@ -114,9 +114,9 @@ class GpuSampler:
             self._thread.join(timeout=5)
         for d in self.devices:
             for s in d.gpm_samples or ():
-                _try(self._nvml.nvmlGpmSampleFree, s)
+                try_nvml(self._nvml.nvmlGpmSampleFree, s)
         if self._owns_nvml:
-            _try(self._nvml.nvmlShutdown)  # NVML counts inits: this undoes ours only
+            try_nvml(self._nvml.nvmlShutdown)  # NVML counts inits: this undoes ours only
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -302,14 +302,16 @@ def _round(x):
     return None if x is None else float(f"{x:.6g}")
 
 
-def _try(fn, *args):
+def try_nvml(fn, *args):
+    """An NVML call whose failure means "not available", never an error."""
     try:
         return fn(*args)
     except Exception:
         return None
 
 
-def _text(x):
+def nvml_text(x):
+    """NVML strings are bytes in older nvidia-ml-py releases."""
     return x.decode() if isinstance(x, bytes) else x
 
 
