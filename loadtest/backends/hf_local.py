@@ -164,14 +164,17 @@ class TransformersBackend:
 
     def _read(self) -> None:
         conn = self._from_worker
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                self._proc.join(1)
-                self._loop.call_soon_threadsafe(self._on_death, self._proc.exitcode)
-                return
-            self._loop.call_soon_threadsafe(self._on_message, msg)
+        try:
+            while True:
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    self._proc.join(1)
+                    self._loop.call_soon_threadsafe(self._on_death, self._proc.exitcode)
+                    return
+                self._loop.call_soon_threadsafe(self._on_message, msg)
+        except RuntimeError:  # the event loop closed first (the run is over): nobody to tell
+            return
 
     def _on_message(self, msg) -> None:
         kind = msg[0]
