@@ -138,6 +138,11 @@ class Engine:
             return False
         return True
 
+    def _after_step(self) -> None:
+        self.poll_urgent()
+        if self.profiler is not None:
+            self.profiler.decode_step()
+
     def poll_urgent(self) -> None:
         """Profiler on/off now (between batches, or between two decode steps of one). Exporting
         the trace waits for the end of the run (``_facts``): it takes seconds."""
@@ -196,7 +201,7 @@ class Engine:
         eos = batch[0][5]
         real = not isinstance(out, _NullOut)
         streamer = StepStreamer(batch, out, cancelled, finished, self.acct if real else None, width,
-                                self.poll_urgent if real else None, counting=lambda: self.profiler is None)
+                                self._after_step if real else None, counting=lambda: self.profiler is None)
         kwargs = dict(max_new_tokens=max_new, do_sample=False, streamer=streamer, pad_token_id=pad,
                       eos_token_id=None if ignore_eos else eos)
         if ignore_eos:
@@ -206,6 +211,8 @@ class Engine:
         label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
         with torch.inference_mode(), (self.profiler.annotate(label) if label else _nothing()):
             self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        if self.profiler is not None:
+            self.profiler.end_steps()
         streamer.close_rest()
 
     def _warmup(self, shapes: list) -> None:

@@ -4,7 +4,8 @@ torch.profiler with CPU (and CUDA, on a GPU) activities runs only between ``star
 ``stop_capture``. Around the window, ``cudaProfilerStart/Stop`` let ``nsys profile
 --capture-range=cudaProfilerApi`` and ``ncu --profile-from-start off`` capture exactly the
 same span; while it is open, each batch is an annotated range (an NVTX range on CUDA, a
-``record_function`` in the torch trace) named with its request ids. ``export``, after the run, writes
+``record_function`` in the torch trace) named with its request ids, and on CUDA each decode step
+an NVTX range too. ``export``, after the run, writes
 ``trace.json.gz`` (Chrome trace format: opens in Perfetto and chrome://tracing), optionally a
 TensorBoard folder, and returns the top operators by self device time plus a summary of the
 CUDA kernels (how many ran under 10 µs: the launch-bound signature).
@@ -30,12 +31,29 @@ class WorkerProfiler:
                                            profile_memory=options.get("profile_memory", False),
                                            with_stack=options.get("with_stack", False))
 
+    _steps = 0
+    _step_open = False
+
     def start(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize(self.device)
             self.torch.cuda.profiler.start()  # cudaProfilerStart: nsys/ncu capture ranges
         self.prof.start()
         self.t_start = time.monotonic_ns()
+
+    def decode_step(self) -> None:
+        """Called after each decode step: on CUDA, an NVTX range per step (for nsys timelines)."""
+        if self.cuda:
+            if self._step_open:
+                self.torch.cuda.nvtx.range_pop()
+            self._steps += 1
+            self.torch.cuda.nvtx.range_push(f"loadtest decode step {self._steps}")
+            self._step_open = True
+
+    def end_steps(self) -> None:
+        if self.cuda and self._step_open:
+            self.torch.cuda.nvtx.range_pop()
+        self._step_open = False
 
     @contextlib.contextmanager
     def annotate(self, label: str):
@@ -51,6 +69,7 @@ class WorkerProfiler:
 
     def stop_capture(self) -> None:
         torch = self.torch
+        self.end_steps()
         if self.cuda:
             torch.cuda.synchronize(self.device)
             torch.cuda.profiler.stop()
