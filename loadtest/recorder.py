@@ -177,13 +177,13 @@ class Recorder:
     def _close(self, iv: Interval) -> None:
         for m, h in iv.histograms.items():
             self.merged[m].add(h)
-        self.closed.append({
-            "index": iv.index, "completed": iv.completed, "failed": iv.failed,
-            "ttft_p50_ms": _p(iv.histograms["ttft"], 50), "ttft_p99_ms": _p(iv.histograms["ttft"], 99),
-            "itl_p50_ms": _p(iv.histograms["itl"], 50), "itl_p99_ms": _p(iv.histograms["itl"], 99),
-            "e2e_p50_ms": _p(iv.histograms["e2e"], 50), "e2e_p99_ms": _p(iv.histograms["e2e"], 99),
-            "histograms": {m: h.encode() for m, h in iv.histograms.items() if h.count},
-        })
+        summary = {"index": iv.index, "completed": iv.completed, "failed": iv.failed}
+        for m in INTERVAL_METRICS:
+            h = iv.histograms[m]
+            p50, p99 = h.percentiles_ms((50, 99)) if h.count else (None, None)
+            summary[f"{m}_p50_ms"], summary[f"{m}_p99_ms"] = p50, p99
+        summary["histograms"] = {m: h.encode() for m, h in iv.histograms.items() if h.count}
+        self.closed.append(summary)
 
     def _keep_record(self, st: RequestState) -> None:
         if self.records is None:
@@ -223,6 +223,3 @@ class Recorder:
             return None
         return max(h.percentile_ms(99) for h in hs)
 
-
-def _p(h: LatencyHistogram, p: float) -> float | None:
-    return h.percentile_ms(p) if h.count else None

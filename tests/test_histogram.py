@@ -54,8 +54,10 @@ def test_fast_statistics_equal_hdrh_own():
         h = LatencyHistogram()
         for _ in range(5000):
             h.record_us(int(rng.expovariate(1 / spread)))
-        for p in (0, 0.1, 1, 25, 50, 90, 95, 99, 99.9, 99.99, 100):
+        ps = (0, 0.1, 1, 25, 50, 90, 95, 99, 99.9, 99.99, 100)
+        for p in ps:
             assert h.percentile_ms(p) == h.hdr.get_value_at_percentile(p) / 1000.0, (spread, p)
+        assert h.percentiles_ms(ps) == [h.hdr.get_value_at_percentile(p) / 1000.0 for p in ps]
         assert h.mean_us() == pytest.approx(h.hdr.get_mean_value(), rel=1e-12)
         assert h.stddev_us() == pytest.approx(h.hdr.get_stddev(), rel=1e-9)
     empty = LatencyHistogram()
