@@ -8,6 +8,7 @@ alone, so a histogram decoded from ``metrics.json`` reproduces every reported fi
 """
 from __future__ import annotations
 
+import numpy as np  # imported here, not on first use: a lazy import would stall the event loop mid-run
 from hdrh.histogram import HdrHistogram
 
 LOWEST_US = 1
@@ -54,8 +55,6 @@ class LatencyHistogram:
 
     def percentiles_ms(self, ps) -> list[float]:
         """Several percentiles from one pass over the buckets (the interval close asks for six)."""
-        import numpy as np
-
         total = self.hdr.total_count
         if total == 0:
             return [0.0] * len(ps)
@@ -77,8 +76,6 @@ class LatencyHistogram:
 
     def stddev_us(self) -> float:
         """As ``hdr.get_stddev()``."""
-        import numpy as np
-
         lowest, highest, counts = self._buckets()
         if not self.hdr.total_count:
             return 0.0
@@ -97,8 +94,6 @@ class LatencyHistogram:
         return highest, counts
 
     def _buckets(self):
-        import numpy as np
-
         hdr = self.hdr
         all_counts = np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len]
         index = np.flatnonzero(all_counts)
