@@ -245,6 +245,7 @@ def _gate_and_report(run_dir: Path, spec: dict | None, baselines: list[Path], ju
 
     from . import atomic, gate, regression, runset
     from .reporters import terminal
+    from .sla import overall as sla_overall
 
     try:
         run = runset.load(run_dir)
@@ -255,7 +256,7 @@ def _gate_and_report(run_dir: Path, spec: dict | None, baselines: list[Path], ju
         typer.echo(f"error: {exc}", err=True)
         return EXIT_USAGE
     if result["checks"]:
-        terminal.render_sla({"verdict": gate.overall_of(result["checks"]), "checks": result["checks"]}, console)
+        terminal.render_sla({"verdict": sla_overall(c["verdict"] for c in result["checks"]), "checks": result["checks"]}, console)
     terminal.render_regression(result["regression"], console)
     for reason in result["reasons"]:
         console.print(f"[yellow]run {result['status']}: {reason}[/yellow]")

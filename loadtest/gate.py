@@ -20,7 +20,7 @@ from . import regression
 from .errors import ScenarioError
 from .runset import RunSet
 from .scenario import Sla
-from .sla import FAIL, INCONCLUSIVE, PASS, evaluate
+from .sla import FAIL, INCONCLUSIVE, PASS, evaluate, overall
 
 
 def load_sla(path: Path) -> dict:
@@ -58,19 +58,9 @@ def gate(run: RunSet, sla: dict | None, baselines: list[RunSet] = (), *, metrics
                                                                  min_effect=min_effect, confidence=confidence)),
             }
             result["warnings"] += scenario_differences(base_runs[0], run.measured[0])
-    verdicts = [c["verdict"] for c in result["checks"]] + [c["verdict"] for c in (result["regression"] or {}).get("checks", [])]
-    if FAIL in verdicts:
-        result["verdict"] = FAIL
-    elif INCONCLUSIVE in verdicts or pooled["status"] != "ok" or not verdicts:
-        result["verdict"] = INCONCLUSIVE
-    else:
-        result["verdict"] = PASS
+    verdicts = [c["verdict"] for _, c in all_checks(result)]
+    result["verdict"] = overall(verdicts, pooled["status"]) if verdicts else INCONCLUSIVE  # nothing checked: no evidence
     return result
-
-
-def overall_of(checks: list[dict]) -> str:
-    verdicts = {c["verdict"] for c in checks}
-    return FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
 
 
 def scenario_differences(base: dict, cand: dict) -> list[str]:

@@ -25,17 +25,15 @@ so with every interval taken once the point estimate equals the run's reported f
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from .histogram import LatencyHistogram
-from .sla import FAIL, INCONCLUSIVE, PASS
+from .sla import FAIL, INCONCLUSIVE, PASS, percentile_key
 
 DEFAULT_METRICS = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "output_tokens_per_s")
 INTERVAL_METRICS = ("ttft", "itl", "e2e")  # the latencies kept per interval in metrics.json
-_PERCENTILE_KEY = re.compile(r"^(?P<metric>ttft|itl|e2e)_p(?P<pct>50|90|95|99|999)$")
 
 
 @dataclass(frozen=True)
@@ -78,10 +76,10 @@ def parse_metric(name: str) -> tuple[str, float | None]:
     """``ttft_p99`` -> (``ttft``, 99.0); ``output_tokens_per_s`` -> (that, None)."""
     if name == "output_tokens_per_s":
         return name, None
-    m = _PERCENTILE_KEY.match(name)
-    if not m:
+    parsed = percentile_key(name)
+    if parsed is None or parsed[0] not in INTERVAL_METRICS:
         raise ValueError(f"{name}: not a comparable metric (use {', '.join(DEFAULT_METRICS)}, or a p90/p95/p999)")
-    return m["metric"], 99.9 if m["pct"] == "999" else float(m["pct"])
+    return parsed
 
 
 class Sample:

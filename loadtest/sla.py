@@ -29,6 +29,14 @@ class Check:
     reason: str
 
 
+def percentile_key(key: str) -> tuple[str, float] | None:
+    """``ttft_p99`` -> (``ttft``, 99.0); ``e2e_p999`` -> (``e2e``, 99.9); None for other keys."""
+    match = _LATENCY_KEY.match(key)
+    if not match:
+        return None
+    return match["metric"], 99.9 if match["pct"] == "999" else float(match["pct"])
+
+
 def binom_cdf(k: int, n: int, p: float) -> float:
     """P(X <= k) for X ~ Binomial(n, p), summed in log space (exact enough for any n we see)."""
     if p <= 0:
@@ -110,11 +118,10 @@ def evaluate(sla: dict, metrics: dict) -> dict:
     for key, value in sla.items():
         if value is None or key == "confidence":
             continue
-        match = _LATENCY_KEY.match(key)
-        if match and match["metric"] in hists:
-            pct = 99.9 if match["pct"] == "999" else float(match["pct"])
+        parsed = percentile_key(key)
+        if parsed and parsed[0] in hists:
             bound_ms = parse_duration_ns(value) / 1e6
-            checks.append(percentile_check(key, hists[match["metric"]], pct, bound_ms, confidence))
+            checks.append(percentile_check(key, hists[parsed[0]], parsed[1], bound_ms, confidence))
         elif key == "error_rate":
             r = metrics["requests"]
             checks.append(error_rate_check(r["failed"], r["failed"] + r["completed"], float(value), confidence))
@@ -125,8 +132,10 @@ def evaluate(sla: dict, metrics: dict) -> dict:
     return {"verdict": overall(checks, metrics["status"]), "checks": [asdict(c) for c in checks]}
 
 
-def overall(checks: list[Check], status: str) -> str:
-    verdicts = {c.verdict for c in checks}
+def overall(checks, status: str = "ok") -> str:
+    """FAIL if any check failed; else INCONCLUSIVE if any was, or the run is not ok; else PASS.
+    ``checks``: Check objects or verdict strings (the gate and reports hold verdicts as dicts)."""
+    verdicts = {getattr(c, "verdict", c) for c in checks}
     if FAIL in verdicts:
         return FAIL
     if INCONCLUSIVE in verdicts or status != "ok":

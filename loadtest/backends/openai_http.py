@@ -232,22 +232,24 @@ class OpenAIBackend:
     # -- request bodies -----------------------------------------------------------------------
 
     def _body(self, req, prompt_ids) -> dict:
-        spec = self.spec
-        body = {"model": spec.model, "stream": True, "max_tokens": req.output_tokens,
-                "stream_options": {"include_usage": True}}
         row = self._plan.dataset[req.dataset_row] if req.dataset_row is not None and self._plan else None
         text = row.text if row else self._tokenizer.decode(prompt_ids)
-        if spec.api == "chat":
-            body["messages"] = list(row.messages) if row and row.messages else [{"role": "user", "content": text}]
+        return self._request(text, row.messages if row else None, req.output_tokens,
+                             self._fixed_via if req.ignore_eos else None)
+
+    def _request(self, text: str, messages, n: int, fixed_via: str | None) -> dict:
+        """A streaming request for ``n`` tokens; ``fixed_via``: how to ask for exactly ``n``."""
+        body = {"model": self.spec.model, "stream": True, "max_tokens": n, "stream_options": {"include_usage": True}}
+        if self.spec.api == "chat":
+            body["messages"] = list(messages) if messages else [{"role": "user", "content": text}]
         else:
             body["prompt"] = text
-        if req.ignore_eos:
-            self._ask_fixed(body, req.output_tokens)
-        body.update(spec.extra_body)
+        if fixed_via is not None:
+            self._ask_fixed(body, n, fixed_via)
+        body.update(self.spec.extra_body)
         return body
 
-    def _ask_fixed(self, body: dict, n: int, via: str | None = None) -> None:
-        via = via or self._fixed_via
+    def _ask_fixed(self, body: dict, n: int, via: str) -> None:
         if via == "ignore_eos":
             body.update(ignore_eos=True, min_tokens=n)
         elif via == "generation_config":  # transformers serve: its GenerationConfig, as JSON text
@@ -281,15 +283,7 @@ class OpenAIBackend:
     async def _probe_once(self, via: str | None) -> tuple[int, str]:
         import aiohttp
 
-        body = {"model": self.spec.model, "stream": True, "max_tokens": PROBE_TOKENS,
-                "stream_options": {"include_usage": True}}
-        if self.spec.api == "chat":
-            body["messages"] = [{"role": "user", "content": "hello"}]
-        else:
-            body["prompt"] = "hello"
-        if via:
-            self._ask_fixed(body, PROBE_TOKENS, via)
-        body.update(self.spec.extra_body)
+        body = self._request("hello", None, PROBE_TOKENS, via)
         try:
             async with self._session.post(self.url, data=json.dumps(body)) as resp:
                 text = await resp.text()

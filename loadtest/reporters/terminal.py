@@ -75,8 +75,9 @@ def _num(x) -> str:
 def render_regression(reg: dict | None, console: Console) -> None:
     if not reg:
         return
-    verdicts = {c["verdict"] for c in reg["checks"]}
-    worst = "FAIL" if "FAIL" in verdicts else "INCONCLUSIVE" if "INCONCLUSIVE" in verdicts else "PASS"
+    from ..sla import overall
+
+    worst = overall(c["verdict"] for c in reg["checks"])
     table = Table(title=f"regression vs {', '.join(reg['baselines'])}: {worst}  (minimum effect {reg['min_effect']:.0%}, "
                         f"{reg['confidence']:.0%} simultaneous intervals, replicates {reg['replicates']['baseline']} vs "
                         f"{reg['replicates']['candidate']})", title_justify="left", title_style=VERDICT_STYLE[worst])
