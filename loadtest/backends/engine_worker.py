@@ -8,6 +8,7 @@ one-way pipes):
     out: ("ready", info) | ("admitted", t_ns, [rid]) | ("tokens", t_ns, [rid])   # one per decode step
          | ("stamps", [(rid, (t_ns, ...)), ...])   # continuous mode: per-token stamps, one message per poll
          | ("done", t_ns, rid, n) | ("failed", t_ns, [rid], type, message) | ("warmed", seconds) | ("stopped", facts)
+         | ("many", [msg, ...])   # what queued up while the previous write ran (see outbox.py)
 
 Every stamp is ``time.monotonic_ns()`` taken right after the step's new tokens were copied to
 the host (``.tolist()`` synchronises with the device), in this process.
@@ -19,6 +20,9 @@ import queue
 import threading
 import time
 import traceback
+from collections import deque
+
+from .outbox import Outbox
 
 STOP = ("stop",)
 
@@ -30,7 +34,14 @@ def main(inbox_conn, outbox_conn, spec: dict, base_dir: str) -> None:
     # default 5 ms switch interval a burst of requests trickles in one per 5 ms and batches start
     # half empty; 0.5 ms lets the reader keep up.
     sys.setswitchinterval(0.0005)
-    out = outbox_conn
+    out = Outbox(outbox_conn)
+    try:
+        _serve(inbox_conn, out, spec, base_dir)
+    finally:
+        out.close()
+
+
+def _serve(inbox_conn, out: Outbox, spec: dict, base_dir: str) -> None:
     try:
         engine = Engine(spec, base_dir, out)
     except Exception as exc:  # load failure: say why, then exit
@@ -56,7 +67,7 @@ def main(inbox_conn, outbox_conn, spec: dict, base_dir: str) -> None:
     served.serve(inbox, cancelled)
 
 
-def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: queue.Queue) -> None:
+def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: deque) -> None:
     """Reads the parent's pipe into a queue the engine can poll with a timeout. Profiler commands
     also go to ``urgent``, which the engine checks at every decode step: a capture window opens and
     closes on time even in the middle of a long batch."""
@@ -69,28 +80,30 @@ def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: queue.Queue) -> None
         if msg[0] == "cancel":
             cancelled.add(msg[1])
         elif msg[0] in ("profile_start", "profile_stop", "window_start"):
-            urgent.put(msg)
+            urgent.append(msg)
             inbox.put(("urgent",))  # wakes an idle engine
         else:
             inbox.put(msg)
 
 
 class Engine:
-    def __init__(self, spec: dict, base_dir: str, out) -> None:
+    def __init__(self, spec: dict, base_dir: str, out, loaded: tuple | None = None) -> None:
+        """``loaded``: (model, device, info) already loaded (bench/overhead_split.py drives this
+        engine's own generate path on a model it compiled once)."""
         import torch
 
         from .model_loading import load_model
 
         self.spec, self.out, self.torch = spec, out, torch
         t = time.monotonic()
-        self.model, self.device, self.info = load_model(spec, base_dir)
+        self.model, self.device, self.info = loaded or load_model(spec, base_dir)
         self.info["load_s"] = round(time.monotonic() - t, 3)
         self.batches = 0
         self._batches_reported = 0
         self.acct = new_accounting()
         self.profiler = None  # a WorkerProfiler while a capture window is open
         self.pending_export = None  # (profiler, out_dir): a closed window, exported at the end of the run
-        self.urgent: queue.Queue = queue.Queue()
+        self.urgent: deque = deque()  # checked every decode step: a deque's emptiness test takes no lock
         # Fault injection for tests: an OOM in batch N, or the worker dying at batch N.
         self.fault_oom_batch = int(os.environ.get("LOADTEST_FAULT_OOM_BATCH", "0"))
         self.fault_exit_batch = int(os.environ.get("LOADTEST_FAULT_EXIT_BATCH", "0"))
@@ -146,8 +159,8 @@ class Engine:
     def poll_urgent(self) -> None:
         """Profiler on/off now (between batches, or between two decode steps of one). Exporting
         the trace waits for the end of the run (``_facts``): it takes seconds."""
-        while not self.urgent.empty():
-            msg = self.urgent.get_nowait()
+        while self.urgent:
+            msg = self.urgent.popleft()
             if msg[0] == "profile_start" and self.profiler is None:
                 from .profiling import WorkerProfiler
 
@@ -155,7 +168,8 @@ class Engine:
                 self.profiler.start()
                 self.out.send(("profiling", time.monotonic_ns()))
             elif msg[0] == "window_start":  # the measurement window opened: count from here
-                self.acct.update(new_accounting())
+                acct = self.acct  # on the outbox's thread, after the steps queued before it
+                self.out.call(lambda: acct.update(new_accounting()))
             elif msg[0] == "profile_stop":
                 if self.profiler is not None:
                     self.profiler.stop_capture()
@@ -171,6 +185,7 @@ class Engine:
         self.batches += 1
         try:
             if self.fault_exit_batch and self.batches == self.fault_exit_batch:
+                self.out.flush()  # dies at batch N: the batches before it were reported
                 os._exit(3)
             if self.fault_oom_batch and self.batches == self.fault_oom_batch:
                 raise torch.OutOfMemoryError("injected by LOADTEST_FAULT_OOM_BATCH")
@@ -183,9 +198,14 @@ class Engine:
             self._fail_rest(rids, finished, type(exc).__name__, str(exc)[:200])
 
     def _fail_rest(self, rids, finished: set, error_type: str, message: str) -> None:
-        pending = [rid for rid in rids if rid not in finished]
-        if pending:
-            self.out.send(("failed", time.monotonic_ns(), pending, error_type, message))
+        """Fail the rows not yet reported done, after the outbox has processed the batch's steps."""
+        t = time.monotonic_ns()
+
+        def failed():
+            pending = [rid for rid in rids if rid not in finished]
+            return [("failed", t, pending, error_type, message)] if pending else []
+
+        self.out.call(failed)
 
     def _generate(self, batch: list, cancelled: set, out, finished: set) -> None:
         torch = self.torch
@@ -227,6 +247,7 @@ class Engine:
 
     def _facts(self, reset: bool = False) -> dict:
         torch = self.torch
+        self.out.flush()  # the accounting is updated on the outbox's thread
         facts = {"batches": self.batches - self._batches_reported, "roofline_acct": dict(self.acct)}
         if reset and self.pending_export is not None:
             profiler, out_dir = self.pending_export
@@ -264,9 +285,19 @@ class _NullOut:
     def send(self, msg) -> None:
         pass
 
+    def defer(self, fn, *args) -> None:
+        pass
+
+    call = defer
+
+    def flush(self) -> None:
+        pass
+
 
 class StepStreamer:
-    """``generate()`` calls ``put`` once with the prompt, then once per step with the new tokens."""
+    """``generate()`` calls ``put`` once with the prompt, then once per step with the new tokens,
+    on the host. ``put`` runs between two decode steps, so it only stamps and queues: turning the
+    step into per-request messages (``_step``) runs on the outbox's thread, in order."""
 
     def __init__(self, batch: list, out, cancelled: set, finished: set, acct: dict | None = None, width: int = 0,
                  on_step=None, counting=lambda: True) -> None:
@@ -283,43 +314,52 @@ class StepStreamer:
         self._prompt_seen = False
 
     def put(self, value) -> None:
+        if value.device.type != "cpu":  # generate() hands over host tensors; if not, copy first
+            value = value.cpu()
+        t = time.monotonic_ns()  # the step's tokens are on the host now
         if not self._prompt_seen:
             self._prompt_seen = True
-            self._t_prev = time.monotonic_ns()  # generate() starts the prefill now
+            self._t_prev = t  # generate() starts the prefill now
             return
-        tokens = value.tolist()  # device -> host: the token is on the host after this line
-        t = time.monotonic_ns()
-        if self.acct is not None:
-            self._account(t)
+        self.out.defer(self._step, t, value, self.counting())
         if self.on_step is not None:
             self.on_step()
+
+    def _step(self, t: int, value, counting: bool) -> list:
+        """On the outbox's thread: the step's messages (tokens for every row still going, done
+        for the rows that just ended)."""
+        tokens = value.tolist()
+        if self.acct is not None:
+            self._account(t, counting)
         if not isinstance(tokens, list):
             tokens = [tokens]
-        stamped = []
+        active, rids, counts, caps, eos, cancelled = self.active, self.rids, self.counts, self.caps, self.eos, self.cancelled
+        stamped, msgs = [], []
         for i, tok in enumerate(tokens):
-            if not self.active[i]:
+            if not active[i]:
                 continue
-            if self.rids[i] in self.cancelled:
-                self.active[i] = False
+            rid = rids[i]
+            if cancelled and rid in cancelled:
+                active[i] = False
                 continue
-            self.counts[i] += 1
-            stamped.append(self.rids[i])
-            if self.counts[i] >= self.caps[i] or (self.eos[i] is not None and tok == self.eos[i]):
-                self.active[i] = False
-        if stamped:
-            self.out.send(("tokens", t, stamped))
-        for i, rid in enumerate(self.rids):
-            if not self.active[i] and rid not in self.finished and rid not in self.cancelled:
+            counts[i] += 1
+            stamped.append(rid)
+            if counts[i] >= caps[i] or tok == eos[i]:  # eos[i] is None when the request ignores EOS
+                active[i] = False
                 self.finished.add(rid)
-                self.out.send(("done", t, rid, self.counts[i]))
+                msgs.append(("done", t, rid, counts[i]))
+        if stamped:
+            msgs.insert(0, ("tokens", t, stamped))
+        return msgs
 
-    def _account(self, t: int) -> None:
-        """Step timings for the roofline: the first put ends the prefill, each later one a decode step
-        (every row of the batch is computed until the last one finishes). Counted from the start of
-        the measurement window (warm-up requests may compile), and not while a profiler is on."""
+    def _account(self, t: int, counting: bool) -> None:
+        """Step timings for the roofline: the first step ends the prefill, each later one is a
+        decode step (every row of the batch is computed until the last one finishes). Counted
+        from the start of the measurement window (warm-up requests may compile), and not while
+        a profiler is on (its overhead is not the model's speed)."""
         a, dt = self.acct, (t - self._t_prev) / 1e9
         self._t_prev = t
-        if not self.counting():  # a profiler is on: its overhead is not the model's speed
+        if not counting:
             self.steps += 1
             return
         if self.steps == 0:
@@ -339,9 +379,15 @@ class StepStreamer:
         pass
 
     def close_rest(self) -> None:
-        """Rows still active when generate returned (it stopped early): finish them as they are."""
+        """After generate returned: rows still going (it stopped early) end as they are."""
         t = time.monotonic_ns()
-        for i, rid in enumerate(self.rids):
-            if rid not in self.finished and rid not in self.cancelled:
-                self.finished.add(rid)
-                self.out.send(("done", t, rid, self.counts[i]))
+
+        def rest():
+            msgs = []
+            for i, rid in enumerate(self.rids):
+                if rid not in self.finished and rid not in self.cancelled:
+                    self.finished.add(rid)
+                    msgs.append(("done", t, rid, self.counts[i]))
+            return msgs
+
+        self.out.call(rest)

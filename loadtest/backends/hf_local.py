@@ -178,6 +178,10 @@ class TransformersBackend:
 
     def _on_message(self, msg) -> None:
         kind = msg[0]
+        if kind == "many":  # what the worker's outbox coalesced into one write
+            for m in msg[1]:
+                self._on_message(m)
+            return
         queues = self._queues
         if kind == "tokens":
             ev = Tokens((msg[1],))

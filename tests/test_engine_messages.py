@@ -1,0 +1,181 @@
+"""The engine worker's messages: what the streamer reports per step, and how the outbox writes it."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+from loadtest.backends.engine_worker import StepStreamer
+from loadtest.backends.outbox import Outbox
+from loadtest.events import Finished, Tokens
+
+
+class Recorder:
+    """An outbox that runs deferred work at once, in the caller's thread."""
+
+    def __init__(self) -> None:
+        self.msgs: list = []
+
+    def send(self, msg) -> None:
+        self.msgs.append(msg)
+
+    def defer(self, fn, *args) -> None:
+        self.msgs.extend(fn(*args) or ())
+
+    call = defer
+
+
+def req(rid, cap, eos=None):
+    return ("req", rid, [1, 2, 3], cap, eos is None, eos)
+
+
+def test_streamer_reports_tokens_per_step_and_each_end_once():
+    out, finished, cancelled = Recorder(), set(), set()
+    s = StepStreamer([req(10, 2), req(11, 3, eos=7), req(12, 3)], out, cancelled, finished)
+    s.put(torch.tensor([[1, 2, 3]] * 3))  # the prompt: no message
+    assert out.msgs == []
+    for tokens in ([5, 5, 5], [5, 7, 5], [5, 5, 5]):
+        s.put(torch.tensor(tokens))
+    kinds = [(m[0], m[2:]) for m in out.msgs]
+    assert kinds == [
+        ("tokens", ([10, 11, 12],)),
+        ("tokens", ([10, 11, 12],)), ("done", (10, 2)), ("done", (11, 2)),  # row 10 at its cap, 11 at EOS
+        ("tokens", ([12],)), ("done", (12, 3)),
+    ]
+    stamps = [m[1] for m in out.msgs]
+    assert stamps == sorted(stamps) and finished == {10, 11, 12}
+    s.close_rest()  # nothing left: no second "done"
+    assert len(out.msgs) == 6
+
+
+def test_a_cancelled_row_gets_no_more_tokens_and_no_done():
+    out, finished, cancelled = Recorder(), set(), set()
+    s = StepStreamer([req(1, 3), req(2, 3)], out, cancelled, finished)
+    s.put(torch.tensor([[0], [0]]))
+    s.put(torch.tensor([4, 4]))
+    cancelled.add(2)
+    s.put(torch.tensor([4, 4]))
+    s.put(torch.tensor([4, 4]))
+    assert [m[2] for m in out.msgs if m[0] == "tokens"] == [[1, 2], [1], [1]]
+    assert [m[2:] for m in out.msgs if m[0] == "done"] == [(1, 3)]
+    s.close_rest()
+    assert [m[2:] for m in out.msgs if m[0] == "done"] == [(1, 3)]
+
+
+def test_close_rest_ends_rows_generate_stopped_early_with_their_count():
+    out = Recorder()
+    s = StepStreamer([req(1, 8), req(2, 8)], out, set(), set())
+    s.put(torch.tensor([[0], [0]]))
+    s.put(torch.tensor([4, 4]))
+    s.close_rest()
+    assert [m[2:] for m in out.msgs if m[0] == "done"] == [(1, 1), (2, 1)]
+
+
+class GatedConn:
+    """A pipe end whose first write blocks until released: later messages queue up meanwhile."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+        self.release = threading.Event()
+        self.first_write = threading.Event()
+
+    def send(self, msg) -> None:
+        if not self.sent:
+            self.first_write.set()
+            assert self.release.wait(10)
+        self.sent.append(msg)
+
+
+def test_outbox_keeps_order_and_coalesces_what_queued_during_a_write():
+    conn = GatedConn()
+    box = Outbox(conn)
+    box.send(("a",))
+    assert conn.first_write.wait(10)  # the writer is inside its first write
+    for i in range(5):
+        box.send(("b", i))
+    conn.release.set()
+    box.close()
+    assert conn.sent == [("a",), ("many", [("b", 0), ("b", 1), ("b", 2), ("b", 3), ("b", 4)])]
+
+
+def test_deferred_work_runs_on_the_writer_in_order_with_plain_messages():
+    sent, threads = [], set()
+
+    class Conn:
+        def send(self, msg):
+            sent.extend(msg[1] if msg[0] == "many" else [msg])
+
+    def step(i):
+        threads.add(threading.current_thread().name)
+        return [("tokens", i)]
+
+    box = Outbox(Conn(), period_s=0.001)
+    box.send(("admitted",))
+    for i in range(50):
+        box.defer(step, i)
+    box.call(lambda: [("done",)])
+    box.flush()
+    assert sent == [("admitted",)] + [("tokens", i) for i in range(50)] + [("done",)]
+    assert threads == {"loadtest-outbox"}
+    box.defer(step, 50)  # the writer sleeps now: a deferral wakes it
+    box.flush(timeout=10)
+    assert sent[-1] == ("tokens", 50)
+    box.close()
+
+
+def test_a_failing_deferred_call_ends_the_worker_process(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("from loadtest.backends.outbox import Outbox\n"
+            "import time\n"
+            "class C:\n    def send(self, m): pass\n"
+            "box = Outbox(C())\nbox.call(lambda: 1 / 0)\ntime.sleep(30)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 70 and "ZeroDivisionError" in p.stderr
+
+
+def test_outbox_close_returns_when_the_parent_is_gone():
+    class Broken:
+        def send(self, msg):
+            raise BrokenPipeError
+
+    box = Outbox(Broken())
+    box.send(("a",))
+    box.close(timeout=10)
+    assert not box._thread.is_alive()
+
+
+def test_parent_unpacks_coalesced_messages_in_order():
+    from loadtest.backends.hf_local import TransformersBackend
+
+    async def go():
+        b = TransformersBackend.__new__(TransformersBackend)
+        b._queues = {1: asyncio.Queue(), 2: asyncio.Queue()}
+        b._reply = asyncio.Queue()
+        b._on_message(("many", [("tokens", 100, [1, 2]), ("done", 100, 1, 1), ("tokens", 200, [2]),
+                                ("done", 200, 2, 2), ("warmed", 1.5)]))
+        got = {rid: [q.get_nowait() for _ in range(q.qsize())] for rid, q in b._queues.items()}
+        return got, b._reply.get_nowait()
+
+    got, reply = asyncio.run(go())
+    assert got[1] == [Tokens((100,)), Finished(100, 1)]
+    assert got[2] == [Tokens((100,)), Tokens((200,)), Finished(200, 2)]
+    assert reply == ("warmed", 1.5)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_close_flushes_everything(n):
+    got = []
+
+    class Conn:
+        def send(self, msg):
+            got.extend(msg[1] if msg[0] == "many" else [msg])
+
+    box = Outbox(Conn())
+    for i in range(200 * n):
+        box.send(("m", i))
+    box.close()
+    assert got == [("m", i) for i in range(200 * n)]
