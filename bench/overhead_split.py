@@ -8,24 +8,24 @@ per variant:
 
     bare           generate() as a user calls it, no streamer
     stamp          + a streamer that only takes each step's tokens (host copy) and stamps them
-    hook           no streamer: a stopping criterion queues an asynchronous copy of the step's
-                   tokens and a CUDA event; a helper thread waits on the event and stamps
-                   (a prototype: no extra synchronisation in the decode loop)
-    engine         the engine worker's own generate path and outbox (StepStreamer: stamp and
-                   queue; per-request messages made and written by the outbox's thread), into a
-                   real pipe that a draining process reads
+    engine         the engine worker's own generate path and outbox, into a real pipe that a
+                   draining process reads: stamps after generate()'s own per-step sync (the
+                   default stamp source), messages made and written by the outbox's thread
+    engine-streamer  the same with the streamer as the stamp source (the fallback)
+    bare-eos       bare with an EOS id set (one the model never produces: still 128 tokens)
+    engine-eos     engine on such requests: the tokens are copied to the host every step
     engine+nvml    engine while another process samples NVML (GPM included) every 250 ms, as
                    the parent does with telemetry on
     bare+nvml      bare, with that sampler running
 
-Prints tok/s per variant (median over rounds), the median of the per-round ratios to bare with a
+Prints tok/s per variant (median over rounds), the median of the per-round ratios to bare
+(``*-eos`` to bare-eos) with a
 95% bootstrap interval, and the time each streamer's ``put`` took per step on this host.
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import queue
 import statistics
 import sys
 import threading
@@ -55,18 +55,18 @@ PUT_S: dict[str, list] = {}
 CURRENT = [""]  # the variant running now
 
 
-def timed_put(cls):
-    """Wraps ``cls.put`` to add its wall time to PUT_S[variant] = [seconds, calls]."""
-    inner = cls.put
+def timed(cls, name: str):
+    """Wraps ``cls.<name>`` to add its wall time to PUT_S["variant name"] = [seconds, calls]."""
+    inner = getattr(cls, name)
 
-    def put(self, value):
+    def wrapper(self, *args):
         t = time.perf_counter()
-        inner(self, value)
-        acc = PUT_S.setdefault(CURRENT[0], [0.0, 0])
+        inner(self, *args)
+        acc = PUT_S.setdefault(f"{CURRENT[0]} {name}", [0.0, 0])
         acc[0] += time.perf_counter() - t
         acc[1] += 1
 
-    cls.put = put
+    setattr(cls, name, wrapper)
 
 
 class StampOnly:
@@ -86,43 +86,6 @@ class StampOnly:
         pass
 
 
-class HookStamp:
-    """Prototype: stamps without a streamer. Called by generate() as a stopping criterion after
-    each step's token is appended, before generate's own per-step synchronisation; queues an
-    asynchronous copy to pinned memory and an event; a helper thread stamps when the event
-    completes (the wait releases the GIL, and so does generate's own wait right after)."""
-
-    def __init__(self, torch, bs: int, device) -> None:
-        self.torch, self.no = torch, torch.zeros(bs, dtype=torch.bool, device=device)
-        self.ring = [(torch.empty(bs, dtype=torch.long, pin_memory=True), torch.cuda.Event()) for _ in range(4)]
-        self.k, self.stamps = 0, []
-        self.q: "queue.SimpleQueue" = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._wait, daemon=True)
-        self.thread.start()
-
-    def __call__(self, input_ids, scores, **kw):
-        buf, ev = self.ring[self.k % 4]
-        self.k += 1
-        buf.copy_(input_ids[:, -1], non_blocking=True)
-        ev.record()
-        self.q.put((buf, ev))
-        return self.no
-
-    def _wait(self) -> None:
-        while True:
-            item = self.q.get()
-            if item is None:
-                return
-            buf, ev = item
-            ev.synchronize()
-            self.stamps.append((time.monotonic_ns(), buf.tolist()))
-
-    def close(self) -> int:
-        self.q.put(None)
-        self.thread.join()
-        return len(self.stamps)
-
-
 def _median_ci(xs: list, n: int = 2000) -> tuple[float, float]:
     """95% percentile-bootstrap interval of the median (rounds are independent pairs)."""
     import random
@@ -136,7 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch-sizes", default="8,32")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--variants", default="bare,stamp,hook,engine")
+    ap.add_argument("--variants", default="bare,stamp,engine,engine-streamer,bare-eos,engine-eos")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
@@ -144,7 +107,7 @@ def main() -> None:
     import transformers
 
     from loadtest.backends import engine_worker
-    from loadtest.backends.engine_worker import Engine
+    from loadtest.backends.engine_worker import AFTER_SYNC, STREAMER, Engine
     from loadtest.backends.outbox import Outbox
     from loadtest.backends.model_loading import load_model
 
@@ -161,6 +124,7 @@ def main() -> None:
     drainer.start()
     outbox = Outbox(wr)
     engine = Engine(spec, ".", outbox, loaded=loaded)
+    print(f"stamp source: {engine.stamp_source}", flush=True)
     idle_r, _idle_w = ctx.Pipe(duplex=False)  # the worker's pipe-reader thread, blocked in recv()
     threading.Thread(target=lambda: idle_r.poll(None), daemon=True).start()
     stop = ctx.Event()
@@ -184,6 +148,9 @@ def main() -> None:
         ids = torch.full((bs, N_IN), 65, dtype=torch.long, device=device)
         kw = dict(max_new_tokens=N_OUT, min_new_tokens=N_OUT, do_sample=False, pad_token_id=0, eos_token_id=None,
                   cache_implementation="static")
+        never = model.config.vocab_size + 7  # an EOS id no step can produce
+        if variant == "bare-eos":
+            kw.update(min_new_tokens=None, eos_token_id=never)
         CURRENT[0] = variant
         nvml(variant.endswith("+nvml"))
         sync()
@@ -193,27 +160,24 @@ def main() -> None:
                 batch = []
                 for _ in range(bs):
                     rid[0] += 1
-                    batch.append(("req", rid[0], [65] * N_IN, N_OUT, True, None))
-                engine._generate(batch, set(), outbox, set())
+                    eos = never if variant == "engine-eos" else None
+                    batch.append(("req", rid[0], [65] * N_IN, N_OUT, eos is None, eos))
+                engine.stamp_source = STREAMER if variant == "engine-streamer" else AFTER_SYNC
+                assert engine._generate(batch, set(), outbox, set()) == 0, "one stamp per token"
             else:
                 extra = {}
                 if variant == "stamp":
                     extra["streamer"] = StampOnly()
-                elif variant == "hook":
-                    from transformers import StoppingCriteriaList
-
-                    hook = HookStamp(torch, bs, device)
-                    extra["stopping_criteria"] = StoppingCriteriaList([hook])
                 model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kw, **extra)
         sync()
-        if variant == "hook" and hook.close() != N_OUT:
-            print(f"  hook: {len(hook.stamps)} stamps for {N_OUT} tokens", flush=True)
         return bs * N_OUT / (time.perf_counter() - t)
 
     sys.setswitchinterval(0.0005)  # as the engine worker
     variants = args.variants.split(",")
-    timed_put(StampOnly)
-    timed_put(engine_worker.StepStreamer)
+    timed(StampOnly, "put")
+    timed(engine_worker.StepStreamer, "put")
+    timed(engine_worker.StepStreamer, "step")
+    timed(engine_worker.StepStreamer, "_step")  # on the outbox thread
     table = []
     for bs in [int(x) for x in args.batch_sizes.split(",")]:
         t = time.monotonic()
@@ -230,12 +194,13 @@ def main() -> None:
             nvml(False)
             if r < 3 or r == args.rounds - 1:
                 print(f"  round {r}: " + ", ".join(f"{v} {got[v][-1]:.0f}" for v in variants), flush=True)
-        print("  streamer put, CPU per step: " + ", ".join(f"{k} {1e6 * a / n:.1f} us" for k, (a, n) in PUT_S.items()),
+        print("  per step (put, step: generate thread; _step: outbox thread): " + ", ".join(f"{k} {1e6 * a / n:.1f} us" for k, (a, n) in PUT_S.items()),
               flush=True)
         for v in variants:
-            ratios = [x / b for x, b in zip(got[v], got["bare"])]
+            base = "bare-eos" if v.endswith("-eos") and "bare-eos" in got else "bare"
+            ratios = [x / b for x, b in zip(got[v], got[base])]
             table.append((bs, v, statistics.median(got[v]), statistics.median(ratios), *_median_ci(ratios)))
-    print("\n| batch | variant | tok/s (median) | ratio to bare: median of per-round ratios [95% CI] | ms/step |")
+    print("\n| batch | variant | tok/s (median) | ratio to bare (-eos: to bare-eos): median of per-round ratios [95% CI] | ms/step |")
     print("|---|---|---|---|---|")
     for bs, v, tps, med, lo, hi in table:
         print(f"| {bs} | {v} | {tps:.1f} | {med:.3f} [{lo:.3f}, {hi:.3f}] | {bs / tps * 1000:.3f} |")

@@ -161,6 +161,10 @@ def _add_inside_sections(metrics: dict, outcome, env: dict, sampler, window, pro
     else:
         metrics["gpu"] = {"available": False, "reason": "telemetry.gpu: false"}
     metrics["validity"]["warnings"] += environment.warnings(env, metrics["gpu"])
+    if metrics["backend"].get("stamp_mismatches"):
+        metrics["validity"]["warnings"].append(
+            f"{metrics['backend']['stamp_mismatches']} batch(es) had a different number of token stamps than tokens "
+            "generated: the per-step stamp hook did not match this transformers version; report it")
     if window is not None:
         metrics["profile"] = {**window.summary(outcome.t0_ns, rec.profiled), **profile_export}
         metrics["requests"]["profiled"] = rec.profiled

@@ -179,3 +179,88 @@ def test_close_flushes_everything(n):
         box.send(("m", i))
     box.close()
     assert got == [("m", i) for i in range(200 * n)]
+
+
+# -- stamp sources: after generate()'s own sync (default) and the streamer (fallback) ------------
+
+class Inline(Recorder):
+    def flush(self) -> None:
+        pass
+
+
+def _engine(model_dir):
+    from loadtest.backends.engine_worker import Engine
+    from loadtest.backends.model_loading import load_model
+
+    spec = {"model": str(model_dir), "device": "cpu", "dtype": "float32", "seed": 0, "attn_implementation": None,
+            "trust_remote_code": False, "mode": "static", "compile": False, "max_batch_size": 8, "max_wait_ms": 0}
+    out = Inline()
+    return Engine(spec, ".", out, loaded=load_model(spec, ".")), out
+
+
+def _shape(msgs):
+    return [(m[0], *m[2:]) for m in msgs]
+
+
+def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
+    from loadtest.backends.engine_worker import AFTER_SYNC, STREAMER
+
+    eng, out = _engine(tiny_model_dir)
+    assert eng.stamp_source == AFTER_SYNC  # this transformers synchronises in its stop check
+    ids = torch.tensor([[5, 6, 7, 8]])
+    seq = eng.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6,
+                             do_sample=False, pad_token_id=0, eos_token_id=None)[0, 4:].tolist()
+    eos = seq[2]
+    first = seq.index(eos) + 1  # the row ends at the first occurrence of that token
+    got = {}
+    for source in (AFTER_SYNC, STREAMER):
+        eng.stamp_source = source
+        for batch in ([("req", 1, [5, 6, 7, 8], 6, True, None), ("req", 2, [9, 10], 3, True, None)],
+                      [("req", 3, [5, 6, 7, 8], 6, False, eos)]):
+            out.msgs.clear()
+            assert eng._generate(batch, set(), out, set()) == 0  # one stamp per token
+            got[source, batch[0][1]] = out.msgs[:]
+    for rid in (1, 3):
+        assert _shape(got[AFTER_SYNC, rid]) == _shape(got[STREAMER, rid])
+    fixed = got[AFTER_SYNC, 1]
+    assert _shape(fixed) == [("tokens", [1, 2])] * 3 + [("done", 2, 3)] + [("tokens", [1])] * 3 + [("done", 1, 6)]
+    assert [m[1] for m in fixed] == sorted(m[1] for m in fixed)
+    assert _shape(got[AFTER_SYNC, 3]) == [("tokens", [3])] * first + [("done", 3, first)]
+
+
+def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted(tiny_model_dir, monkeypatch):
+    from loadtest.backends import engine_worker as ew
+
+    assert ew.choose_stamp_source(object(), torch.device("cpu")) == ew.STREAMER  # no such loop method
+    import transformers.generation.utils as gu
+
+    if hasattr(gu, "DeferredStopCheck"):  # a stop check that does not wait for the step
+        monkeypatch.setattr(gu.DeferredStopCheck, "is_supported", staticmethod(lambda *a, **k: True))
+        eng, _ = _engine(tiny_model_dir)
+        assert eng.stamp_source == ew.STREAMER
+        monkeypatch.undo()
+    eng, out = _engine(tiny_model_dir)
+    monkeypatch.setattr(ew.AfterSyncStamps, "stamps", property(lambda self: 0))  # miscounts
+    eng._warmup([(2, 4, 3)])
+    assert eng.stamp_source == ew.STREAMER and "miscounted" in eng.info["stamp_source"]
+    assert out.msgs[-1][0] == "warmed"
+    assert "_has_unfinished_sequences" not in eng.model.__dict__  # the wrapper is removed after each batch
+
+
+def test_steps_without_tokens_count_rows_and_honour_a_cancellation():
+    """Fixed-length batches hand no tokens to the streamer (nothing to look at): rows end at their
+    caps, a cancellation takes effect at the next step, done counts are the steps so far."""
+    out, finished, cancelled = Recorder(), set(), {99}  # a stale cancellation from an earlier batch
+    s = StepStreamer([req(1, 4), req(2, 2), req(3, 5)], out, cancelled, finished)
+    s.start(0)
+    for t in (10, 20):
+        s.step(t, None)
+    cancelled.add(3)
+    for t in (30, 40, 50):
+        s.step(t, None)
+    s.close_rest()
+    assert [(m[0], m[1], *m[2:]) for m in out.msgs] == [
+        ("tokens", 10, [1, 2, 3]), ("tokens", 20, [1, 2, 3]), ("done", 20, 2, 2),
+        ("tokens", 30, [1]), ("tokens", 40, [1]), ("done", 40, 1, 4),
+    ]
+    assert finished == {1, 2}

@@ -98,6 +98,9 @@ class Engine:
         t = time.monotonic()
         self.model, self.device, self.info = loaded or load_model(spec, base_dir)
         self.info["load_s"] = round(time.monotonic() - t, 3)
+        self.stamp_source = choose_stamp_source(self.model, self.device)
+        self.info["stamp_source"] = self.stamp_source
+        self.stamp_mismatches = 0  # batches whose stamp count differed from their tokens
         self.batches = 0
         self._batches_reported = 0
         self.acct = new_accounting()
@@ -189,7 +192,7 @@ class Engine:
                 os._exit(3)
             if self.fault_oom_batch and self.batches == self.fault_oom_batch:
                 raise torch.OutOfMemoryError("injected by LOADTEST_FAULT_OOM_BATCH")
-            self._generate(batch, cancelled, self.out, finished)
+            self.stamp_mismatches += self._generate(batch, cancelled, self.out, finished)
         except torch.OutOfMemoryError as exc:
             self._fail_rest(rids, finished, "CudaOOM", str(exc)[:200])
             if self.device.type == "cuda":
@@ -207,7 +210,9 @@ class Engine:
 
         self.out.call(failed)
 
-    def _generate(self, batch: list, cancelled: set, out, finished: set) -> None:
+    def _generate(self, batch: list, cancelled: set, out, finished: set) -> int:
+        """One padded generate() for the batch; returns how many stamps disagreed with the
+        tokens generate() returned (0: every token was stamped once)."""
         torch = self.torch
         width = max(len(r[2]) for r in batch)
         pad = self.info.get("pad_token_id", 0)
@@ -222,24 +227,47 @@ class Engine:
         real = not isinstance(out, _NullOut)
         streamer = StepStreamer(batch, out, cancelled, finished, self.acct if real else None, width,
                                 self._after_step if real else None, counting=lambda: self.profiler is None)
-        kwargs = dict(max_new_tokens=max_new, do_sample=False, streamer=streamer, pad_token_id=pad,
+        kwargs = dict(max_new_tokens=max_new, do_sample=False, pad_token_id=pad,
                       eos_token_id=None if ignore_eos else eos)
         if ignore_eos:
             kwargs["min_new_tokens"] = max_new
         if self.spec.get("compile"):
             kwargs["cache_implementation"] = "static"
+        hook = None
+        if self.stamp_source == AFTER_SYNC:
+            hook = AfterSyncStamps(torch, self.model, streamer, need_tokens=not ignore_eos)
+            if hook.criteria is not None:
+                from transformers import StoppingCriteriaList
+
+                kwargs["stopping_criteria"] = StoppingCriteriaList([hook.criteria])
+        else:
+            kwargs["streamer"] = streamer
         label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
+        ids, mask = ids.to(self.device), mask.to(self.device)
         with torch.inference_mode(), (self.profiler.annotate(label) if label else _nothing()):
-            self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+            if hook is not None:
+                hook.install()
+                streamer.start(time.monotonic_ns())
+            try:
+                sequences = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            finally:
+                if hook is not None:
+                    hook.remove()
         if self.profiler is not None:
             self.profiler.end_steps()
         streamer.close_rest()
+        generated = sequences.shape[-1] - width
+        return 0 if hook is None or hook.stamps == generated else 1
 
     def _warmup(self, shapes: list) -> None:
         t = time.monotonic()
         for batch_size, prompt_len, new_tokens in shapes:
             fake = [("req", -1 - i, [65] * prompt_len, new_tokens, True, None) for i in range(batch_size)]
-            self._generate(fake, set(), _NullOut(), set())
+            if self._generate(fake, set(), _NullOut(), set()):
+                # One stamp per token or none at all: this transformers' loop does not call its
+                # stop check the way AfterSyncStamps expects. Stamp from the streamer instead.
+                self.stamp_source = STREAMER
+                self.info["stamp_source"] = f"{STREAMER} (the after-sync hook miscounted in warm-up)"
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
             self.torch.cuda.reset_peak_memory_stats()
@@ -248,7 +276,8 @@ class Engine:
     def _facts(self, reset: bool = False) -> dict:
         torch = self.torch
         self.out.flush()  # the accounting is updated on the outbox's thread
-        facts = {"batches": self.batches - self._batches_reported, "roofline_acct": dict(self.acct)}
+        facts = {"batches": self.batches - self._batches_reported, "roofline_acct": dict(self.acct),
+                 "stamp_mismatches": self.stamp_mismatches}
         if reset and self.pending_export is not None:
             profiler, out_dir = self.pending_export
             self.pending_export = None
@@ -294,6 +323,81 @@ class _NullOut:
         pass
 
 
+AFTER_SYNC = "after generate()'s own per-step sync"
+STREAMER = "streamer"
+
+
+def choose_stamp_source(model, device) -> str:
+    """AFTER_SYNC where generate() synchronises with the device once per step (its stop check)
+    and has the loop method AfterSyncStamps wraps; else the streamer API."""
+    if not callable(getattr(model, "_has_unfinished_sequences", None)):
+        return STREAMER
+    try:
+        from transformers.generation.utils import DeferredStopCheck
+    except ImportError:  # older transformers: the stop check always synchronises
+        return AFTER_SYNC
+    try:  # a deferred stop check does not wait for the step: the hook would stamp too early
+        return STREAMER if DeferredStopCheck.is_supported(device, None, False, is_assistant=False) else AFTER_SYNC
+    except Exception:
+        return STREAMER
+
+
+class AfterSyncStamps:
+    """Stamps each step right after generate()'s own per-step synchronisation, with no extra one.
+
+    A streamer costs the decode loop a second device synchronisation a step (``streamer.put``
+    receives ``tokens.cpu()``) and ~2% of a compiled 3 ms step on an H100 host. generate() already
+    waits for every step in its stop check (``bool(unfinished.max() == 0)``), then calls
+    ``self._has_unfinished_sequences(...)``: this wraps that method on the model instance for one
+    generate() and stamps there. Call 0 comes before the first token; call k (k >= 1) right after
+    token k is done on the device. When rows need their tokens (EOS detection), a stopping
+    criterion queues an asynchronous copy of the step's tokens to pinned memory before the stop
+    check, so they are on the host by the stamp. Each batch checks one stamp per token generated;
+    warm-up falls back to the streamer if not (``Engine._warmup``)."""
+
+    def __init__(self, torch, model, streamer: "StepStreamer", need_tokens: bool) -> None:
+        self.torch, self.model, self.streamer = torch, model, streamer
+        self.calls = 0
+        self._pending = None
+        self.criteria = _TokenCopy(torch, self) if need_tokens else None
+
+    @property
+    def stamps(self) -> int:
+        return max(0, self.calls - 1)
+
+    def install(self) -> None:
+        original = self.model._has_unfinished_sequences  # the class's, bound to the model
+
+        def after_sync(*args, **kwargs):
+            if self.calls:
+                self.streamer.step(time.monotonic_ns(), self._pending)
+                self._pending = None
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        self.model._has_unfinished_sequences = after_sync
+
+    def remove(self) -> None:
+        self.model.__dict__.pop("_has_unfinished_sequences", None)
+
+
+class _TokenCopy:
+    """Stopping criterion that only copies each step's new tokens to the host, asynchronously."""
+
+    def __init__(self, torch, stamps: AfterSyncStamps) -> None:
+        self.torch, self.stamps, self._no = torch, stamps, None
+
+    def __call__(self, input_ids, scores, **kwargs):
+        torch = self.torch
+        cuda = input_ids.device.type == "cuda"
+        if self._no is None:
+            self._no = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        buf = torch.empty(input_ids.shape[0], dtype=input_ids.dtype, pin_memory=cuda)
+        buf.copy_(input_ids[:, -1], non_blocking=cuda)
+        self.stamps._pending = buf
+        return self._no
+
+
 class StepStreamer:
     """``generate()`` calls ``put`` once with the prompt, then once per step with the new tokens,
     on the host. ``put`` runs between two decode steps, so it only stamps and queues: turning the
@@ -312,44 +416,67 @@ class StepStreamer:
         self.finished = finished
         self.out, self.cancelled = out, cancelled
         self._prompt_seen = False
+        self.decoded = 0  # steps so far
+        # The fast path of _step: the rows going, the step at which the first of them ends, and
+        # the number of cancellations already looked at.
+        self._going = list(self.rids)
+        self._next_end = min(self.caps, default=0)
+        self._n_cancelled = -1  # look at the cancellations on the first step
+
+    def start(self, t: int) -> None:
+        self._prompt_seen = True
+        self._t_prev = t  # generate() starts the prefill now
 
     def put(self, value) -> None:
+        """The streamer API (the fallback stamp source, see AfterSyncStamps)."""
         if value.device.type != "cpu":  # generate() hands over host tensors; if not, copy first
             value = value.cpu()
         t = time.monotonic_ns()  # the step's tokens are on the host now
         if not self._prompt_seen:
-            self._prompt_seen = True
-            self._t_prev = t  # generate() starts the prefill now
+            self.start(t)
             return
+        self.step(t, value)
+
+    def step(self, t: int, value) -> None:
+        """One decode step ended at ``t``; ``value``: its tokens on the host, or None when no row
+        needs them (every request ignores EOS)."""
         self.out.defer(self._step, t, value, self.counting())
         if self.on_step is not None:
             self.on_step()
 
     def _step(self, t: int, value, counting: bool) -> list:
         """On the outbox's thread: the step's messages (tokens for every row still going, done
-        for the rows that just ended)."""
-        tokens = value.tolist()
+        for the rows that just ended). Every row still going gets one token a step, so a row's
+        count is the number of steps so far."""
         if self.acct is not None:
             self._account(t, counting)
-        if not isinstance(tokens, list):
+        self.decoded = n = self.decoded + 1
+        cancelled = self.cancelled
+        if value is None and len(cancelled) == self._n_cancelled and n < self._next_end:
+            return [("tokens", t, self._going)]  # the usual step: nothing ends, nothing to look at
+        tokens = value.tolist() if value is not None else None
+        if tokens is not None and not isinstance(tokens, list):
             tokens = [tokens]
-        active, rids, counts, caps, eos, cancelled = self.active, self.rids, self.counts, self.caps, self.eos, self.cancelled
+        active, rids, counts, caps, eos = self.active, self.rids, self.counts, self.caps, self.eos
         stamped, msgs = [], []
-        for i, tok in enumerate(tokens):
+        for i in range(len(rids)):
             if not active[i]:
                 continue
             rid = rids[i]
             if cancelled and rid in cancelled:
                 active[i] = False
                 continue
-            counts[i] += 1
+            counts[i] = n
             stamped.append(rid)
-            if counts[i] >= caps[i] or tok == eos[i]:  # eos[i] is None when the request ignores EOS
+            if n >= caps[i] or (eos[i] is not None and tokens[i] == eos[i]):
                 active[i] = False
                 self.finished.add(rid)
-                msgs.append(("done", t, rid, counts[i]))
+                msgs.append(("done", t, rid, n))
         if stamped:
             msgs.insert(0, ("tokens", t, stamped))
+        self._n_cancelled = len(cancelled)
+        self._going = [rid for i, rid in enumerate(rids) if active[i]]
+        self._next_end = min((caps[i] for i in range(len(rids)) if active[i]), default=0)
         return msgs
 
     def _account(self, t: int, counting: bool) -> None:
@@ -387,7 +514,7 @@ class StepStreamer:
             for i, rid in enumerate(self.rids):
                 if rid not in self.finished and rid not in self.cancelled:
                     self.finished.add(rid)
-                    msgs.append(("done", t, rid, self.counts[i]))
+                    msgs.append(("done", t, rid, self.decoded if self.active[i] else self.counts[i]))
             return msgs
 
         self.out.call(rest)
