@@ -136,7 +136,9 @@ def test_compare_prints_both_sides_and_the_change(repeat_dir):
     by = {c["name"]: c for c in doc["metrics"]}
     one = json.loads((single / "metrics.json").read_text())
     assert by["ttft_p99"]["candidate"] == one["latency_ms"]["ttft"]["p99"]
-    assert by["itl_p50"]["change_pct"] == pytest.approx(0.0) and by["itl_p50"]["significant"] is False
+    # one replicate against the pool it belongs to: the sim's ITL is the same by design, but it is
+    # stamped on the real clock, so a loaded machine moves a p50 by a bucket (0.05% seen in CI)
+    assert by["itl_p50"]["change_pct"] == pytest.approx(0.0, abs=1.0) and by["itl_p50"]["significant"] is False
     r = cli("compare", repeat_dir / "base", single)
     assert "significant" in r.stdout and "ttft_p99" in r.stdout
 
