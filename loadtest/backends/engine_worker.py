@@ -8,10 +8,12 @@ one-way pipes):
     out: ("ready", info) | ("admitted", t_ns, [rid]) | ("tokens", t_ns, [rid])   # one per decode step
          | ("stamps", [(rid, (t_ns, ...)), ...])   # continuous mode: per-token stamps, one message per poll
          | ("done", t_ns, rid, n) | ("failed", t_ns, [rid], type, message) | ("warmed", seconds) | ("stopped", facts)
-         | ("many", [msg, ...])   # what queued up while the previous write ran (see outbox.py)
+         | ("many", [msg, ...])   # several of the above in one write (see outbox.py)
 
-Every stamp is ``time.monotonic_ns()`` taken right after the step's new tokens were copied to
-the host (``.tolist()`` synchronises with the device), in this process.
+Every token stamp is ``time.monotonic_ns()`` taken in this process when the decode step that
+produced the token is done and the host knows it: right after generate()'s own per-step device
+synchronisation (AfterSyncStamps), or in the streamer fallback right after the tokens were copied
+to the host. Messages are built and written by the outbox's thread, off the decode loop.
 """
 from __future__ import annotations
 
@@ -211,8 +213,8 @@ class Engine:
         self.out.call(failed)
 
     def _generate(self, batch: list, cancelled: set, out, finished: set) -> int:
-        """One padded generate() for the batch; returns how many stamps disagreed with the
-        tokens generate() returned (0: every token was stamped once)."""
+        """One padded generate() for the batch; returns 1 if the number of step stamps differed
+        from the number of tokens generate() returned, else 0."""
         torch = self.torch
         width = max(len(r[2]) for r in batch)
         pad = self.info.get("pad_token_id", 0)

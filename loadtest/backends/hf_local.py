@@ -2,8 +2,9 @@
 
 The harness side: spawns the worker, sends requests down one pipe, and a reader thread turns
 the worker's per-step messages into events for each request's async iterator (one
-``call_soon_threadsafe`` per decode step, not per token). If the worker dies, every request in
-flight fails with ``BackendError`` and the run ends with what it measured.
+``call_soon_threadsafe`` per message the worker writes — a few decode steps — not per token).
+If the worker dies, every request in flight fails with ``BackendError`` and the run ends with
+what it measured.
 """
 from __future__ import annotations
 
