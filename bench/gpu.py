@@ -17,14 +17,21 @@ from pathlib import Path
 MODEL = "dummy:llama-3.2-1b"
 
 
-def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128, compile: bool = False) -> dict:
+_LOADED = None  # the bare loop's model, kept for the life of its process (compiled graphs too)
+
+
+def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128, compile: bool = False,
+              keep: bool = False, warm_all: bool = False) -> dict:
+    global _LOADED
     import torch
 
     from loadtest.backends.model_loading import load_model
 
     spec = {"model": MODEL, "device": "cuda", "dtype": "bfloat16", "seed": 0, "attn_implementation": None,
             "trust_remote_code": False, "mode": "static", "compile": False}
-    model, device, info = load_model(spec, ".")
+    model, device, info = _LOADED or load_model(spec, ".")
+    if keep:
+        _LOADED = (model, device, info)
     out = {"parameter_bytes": info["parameter_bytes"]}
     for bs in batch_sizes:
         ids = torch.full((bs, n_in), 65, dtype=torch.long, device=device)
@@ -33,6 +40,22 @@ def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128, compile
         if compile:  # what the engine worker passes with compile: true
             kw["cache_implementation"] = "static"
         with torch.inference_mode():
+            if compile and warm_all and not info.get(f"warmed_all_{bs}"):
+                # as loadtest's warm-up does for static batching: every batch size 1..bs, so the
+                # compiled graph is the same one (dynamic in the batch dimension after two sizes);
+                # first the same measurement with the graph compiled for this size alone
+                model.generate(input_ids=ids, attention_mask=mask, **kw)
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                for _ in range(reps):
+                    model.generate(input_ids=ids, attention_mask=mask, **kw)
+                torch.cuda.synchronize()
+                print(f"bare loop bs={bs}, compiled for this size only: {reps * bs * n_out / (time.perf_counter() - t):.1f} "
+                      "tok/s", flush=True)
+                for k in range(1, bs + 1):
+                    small = ids[:k]
+                    model.generate(input_ids=small, attention_mask=torch.ones_like(small), **kw)
+                info[f"warmed_all_{bs}"] = True
             # warm up with the measured call itself (a static cache compiles for its exact length)
             model.generate(input_ids=ids, attention_mask=mask, **(kw if compile else
                                                                   {**kw, "max_new_tokens": 4, "min_new_tokens": 4}))
@@ -44,8 +67,9 @@ def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128, compile
             dt = time.perf_counter() - t
         out[bs] = reps * bs * n_out / dt
         print(f"bare loop bs={bs}: {out[bs]:.1f} tok/s ({dt / reps / n_out * 1000:.2f} ms/step)", flush=True)
-    del model
-    torch.cuda.empty_cache()
+    if not keep:
+        del model
+        torch.cuda.empty_cache()
     return out
 
 
@@ -92,6 +116,8 @@ def main() -> None:
     ap.add_argument("--overhead-only", action="store_true", help="only the bare-loop comparison")
     ap.add_argument("--compile", action="store_true", help="overhead with static cache + torch.compile on both sides")
     ap.add_argument("--pairs", type=int, default=2, help="interleaved bare/loadtest pairs per batch size")
+    ap.add_argument("--bare-warm-all", action="store_true",
+                    help="with --compile: the bare loop first runs every batch size 1..N, as loadtest's warm-up does")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     sizes = [int(x) for x in args.batch_sizes.split(",")]
@@ -104,13 +130,19 @@ def main() -> None:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    # Side by side, like for like: the bare loop runs in a fresh spawned process, as the engine
-    # worker does, immediately before loadtest's run at the same batch size; twice, interleaved.
+    # Side by side, like for like: the bare loop runs in a spawned process, as the engine worker
+    # does, immediately before loadtest's run at the same batch size, ``--pairs`` times
+    # interleaved. With --compile the bare process is kept for all pairings (it compiles each
+    # batch shape once; loadtest's run compiles in its own warm-up, outside its window).
+    pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) if args.compile else None
     for bs in sizes:
         bare_runs, ours_runs = [], []
         for _ in range(args.pairs):
-            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-                b = pool.submit(bare_loop, [bs], args.reps, compile=args.compile).result()
+            if pool is not None:
+                b = pool.submit(bare_loop, [bs], args.reps, compile=True, keep=True, warm_all=args.bare_warm_all).result()
+            else:
+                with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as fresh:
+                    b = fresh.submit(bare_loop, [bs], args.reps).result()
             bare_runs.append(b[bs])
             bare["parameter_bytes"] = b["parameter_bytes"]
             m = run(f"static-bs{bs}", {"mode": "static", "max_batch_size": bs, "max_wait_ms": 2000, "compile": args.compile},
@@ -118,8 +150,12 @@ def main() -> None:
             ours_runs.append(m["throughput"]["output_tokens_per_s"])
         bare[bs] = max(bare_runs)
         ours = max(ours_runs)
+        ratios = sorted(o / b for o, b in zip(ours_runs, bare_runs))
         results["overhead"][bs] = {"loadtest": ours, "bare": bare[bs], "ratio": ours / bare[bs],
-                                   "bare_runs": bare_runs, "loadtest_runs": ours_runs}
+                                   "pair_ratios": ratios, "bare_runs": bare_runs, "loadtest_runs": ours_runs}
+        print(f"batch {bs}: pair ratios {', '.join(f'{r:.3f}' for r in ratios)}", flush=True)
+    if pool is not None:
+        pool.shutdown()
     # Copy bandwidth counts bytes read + written: the DRAM's total traffic rate, so reading the
     # weights once per decode step takes parameter_bytes / bw.
     floor_ms = bare["parameter_bytes"] / (bw * 1e9) * 1000
@@ -142,10 +178,11 @@ def main() -> None:
 
 
 def _report(results: dict, floor_ms: float, out: Path) -> None:
-    print("\n| batch | bare loop tok/s | loadtest tok/s | ratio |\n|---|---|---|---|")
+    print("\n| batch | bare loop tok/s (runs) | loadtest tok/s (runs) | best / best | per-pair ratios |\n|---|---|---|---|---|")
     for bs, o in results["overhead"].items():
         print(f"| {bs} | {o['bare']:.1f} ({', '.join(f'{x:.1f}' for x in o['bare_runs'])}) | {o['loadtest']:.1f} "
-              f"({', '.join(f'{x:.1f}' for x in o['loadtest_runs'])}) | {o['ratio']:.3f} |")
+              f"({', '.join(f'{x:.1f}' for x in o['loadtest_runs'])}) | {o['ratio']:.3f} | "
+              f"{', '.join(f'{r:.3f}' for r in o['pair_ratios'])} |")
     bw, pbytes = results["copy_bandwidth_gbs"], results["bare"]["parameter_bytes"]
     print(f"\nweights-read floor: {floor_ms:.3f} ms/step ({pbytes / 1e9:.2f} GB at {bw:.0f} GB/s)")
     print("\n| mode | status | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | out tok/s | dispatch lag p99 | ITL p50 / floor |")
