@@ -13,7 +13,7 @@ per variant:
                    default stamp source), messages made and written by the outbox's thread
     engine-streamer  the same with the streamer as the stamp source (the fallback)
     bare-eos       bare with an EOS id set (one the model never produces: still 128 tokens)
-    engine-eos     engine on such requests: the tokens are copied to the host every step
+    engine-eos     engine on such requests: the per-row loop also reads every step's tokens
     engine+nvml    engine while another process samples NVML (GPM included) every 250 ms, as
                    the parent does with telemetry on
     bare+nvml      bare, with that sampler running

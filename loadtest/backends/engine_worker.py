@@ -237,11 +237,10 @@ class Engine:
             kwargs["cache_implementation"] = "static"
         hook = None
         if self.stamp_source == AFTER_SYNC:
-            hook = AfterSyncStamps(torch, self.model, streamer, need_tokens=not ignore_eos)
-            if hook.criteria is not None:
-                from transformers import StoppingCriteriaList
+            from transformers import StoppingCriteriaList
 
-                kwargs["stopping_criteria"] = StoppingCriteriaList([hook.criteria])
+            hook = AfterSyncStamps(torch, self.model, streamer)
+            kwargs["stopping_criteria"] = StoppingCriteriaList([hook.criteria])
         else:
             kwargs["streamer"] = streamer
         label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
@@ -352,16 +351,16 @@ class AfterSyncStamps:
     waits for every step in its stop check (``bool(unfinished.max() == 0)``), then calls
     ``self._has_unfinished_sequences(...)``: this wraps that method on the model instance for one
     generate() and stamps there. Call 0 comes before the first token; call k (k >= 1) right after
-    token k is done on the device. When rows need their tokens (EOS detection), a stopping
-    criterion queues an asynchronous copy of the step's tokens to pinned memory before the stop
-    check, so they are on the host by the stamp. Each batch checks one stamp per token generated;
-    warm-up falls back to the streamer if not (``Engine._warmup``)."""
+    step k. A stopping criterion (``criteria``, called just before the stop check) queues an
+    asynchronous copy of the step's tokens to pinned memory, so the stop check's sync also waits
+    for the copy: at the stamp the tokens are on the host. Each batch checks one stamp per token
+    generated; warm-up falls back to the streamer if not (``Engine._warmup``)."""
 
-    def __init__(self, torch, model, streamer: "StepStreamer", need_tokens: bool) -> None:
+    def __init__(self, torch, model, streamer: "StepStreamer") -> None:
         self.torch, self.model, self.streamer = torch, model, streamer
         self.calls = 0
         self._pending = None
-        self.criteria = _TokenCopy(torch, self) if need_tokens else None
+        self.criteria = _TokenCopy(torch, self)
 
     @property
     def stamps(self) -> int:
@@ -424,6 +423,7 @@ class StepStreamer:
         self._going = list(self.rids)
         self._next_end = min(self.caps, default=0)
         self._n_cancelled = -1  # look at the cancellations on the first step
+        self._check_eos = any(e is not None for e in self.eos)  # else token values are never read
 
     def start(self, t: int) -> None:
         self._prompt_seen = True
@@ -440,8 +440,7 @@ class StepStreamer:
         self.step(t, value)
 
     def step(self, t: int, value) -> None:
-        """One decode step ended at ``t``; ``value``: its tokens on the host, or None when no row
-        needs them (every request ignores EOS)."""
+        """One decode step ended at ``t``, its tokens (``value``) on the host."""
         self.out.defer(self._step, t, value, self.counting())
         if self.on_step is not None:
             self.on_step()
@@ -454,9 +453,9 @@ class StepStreamer:
             self._account(t, counting)
         self.decoded = n = self.decoded + 1
         cancelled = self.cancelled
-        if value is None and len(cancelled) == self._n_cancelled and n < self._next_end:
+        if not self._check_eos and len(cancelled) == self._n_cancelled and n < self._next_end:
             return [("tokens", t, self._going)]  # the usual step: nothing ends, nothing to look at
-        tokens = value.tolist() if value is not None else None
+        tokens = value.tolist() if self._check_eos else None
         if tokens is not None and not isinstance(tokens, list):
             tokens = [tokens]
         active, rids, counts, caps, eos = self.active, self.rids, self.counts, self.caps, self.eos
