@@ -264,3 +264,21 @@ def test_steps_without_tokens_count_rows_and_honour_a_cancellation():
         ("tokens", 30, [1]), ("tokens", 40, [1]), ("done", 40, 1, 4),
     ]
     assert finished == {1, 2}
+
+
+def test_roofline_accounting_from_step_stamps():
+    from loadtest.backends.engine_worker import new_accounting
+
+    acct, counting = new_accounting(), [True]
+    s = StepStreamer([("req", 1, [1, 2, 3], 4, True, None), ("req", 2, [1, 2, 3, 4, 5], 4, True, None)],
+                     Recorder(), set(), set(), acct, width=5, counting=lambda: counting[0])
+    s.start(0)
+    for t_ms, on in ((10, True), (13, True), (16, False), (19, True)):  # the third step under a profiler
+        counting[0] = on
+        s.step(t_ms * 1_000_000, None)
+    assert acct["prefill_batches"] == 1 and acct["prefill_tokens"] == 8
+    assert acct["prefill_attn_pairs"] == 3 * 4 // 2 + 5 * 6 // 2
+    assert acct["prefill_s"] == pytest.approx(0.010)
+    assert acct["decode_steps"] == 2 and acct["decode_rows"] == 4
+    assert acct["decode_ctx_sum"] == 2 * (5 + 1) + 2 * (5 + 3)  # context = width + steps before
+    assert acct["decode_s"] == pytest.approx(0.006)

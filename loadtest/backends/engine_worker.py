@@ -265,8 +265,8 @@ class Engine:
         for batch_size, prompt_len, new_tokens in shapes:
             fake = [("req", -1 - i, [65] * prompt_len, new_tokens, True, None) for i in range(batch_size)]
             if self._generate(fake, set(), _NullOut(), set()):
-                # One stamp per token or none at all: this transformers' loop does not call its
-                # stop check the way AfterSyncStamps expects. Stamp from the streamer instead.
+                # Not one stamp per token: this transformers' loop does not call its stop check
+                # the way AfterSyncStamps expects. Stamp from the streamer instead.
                 self.stamp_source = STREAMER
                 self.info["stamp_source"] = f"{STREAMER} (the after-sync hook miscounted in warm-up)"
         if self.device.type == "cuda":
@@ -406,7 +406,7 @@ class StepStreamer:
 
     def __init__(self, batch: list, out, cancelled: set, finished: set, acct: dict | None = None, width: int = 0,
                  on_step=None, counting=lambda: True) -> None:
-        self.acct, self.width, self.steps, self.on_step, self.counting = acct, width, 0, on_step, counting
+        self.acct, self.width, self.on_step, self.counting = acct, width, on_step, counting
         self.lens = [len(r[2]) for r in batch]
         self._t_prev = None
         self.rids = [r[1] for r in batch]
@@ -488,9 +488,8 @@ class StepStreamer:
         a, dt = self.acct, (t - self._t_prev) / 1e9
         self._t_prev = t
         if not counting:
-            self.steps += 1
             return
-        if self.steps == 0:
+        if self.decoded == 0:  # (``decoded`` counts the steps before this one) the prefill
             a["prefill_batches"] += 1
             a["prefill_tokens"] += sum(self.lens)
             a["prefill_attn_pairs"] += sum(n * (n + 1) // 2 for n in self.lens)
@@ -499,9 +498,8 @@ class StepStreamer:
             rows = len(self.rids)
             a["decode_steps"] += 1
             a["decode_rows"] += rows
-            a["decode_ctx_sum"] += rows * (self.width + self.steps)
+            a["decode_ctx_sum"] += rows * (self.width + self.decoded)
             a["decode_s"] += dt
-        self.steps += 1
 
     def end(self) -> None:
         pass
