@@ -53,6 +53,7 @@ def test_static_batches_never_exceed_max_batch_size(tmp_path, tiny_model_dir):
         batches[r["admitted_ns"]] = batches.get(r["admitted_ns"], 0) + 1
     assert max(batches.values()) == 3 and sum(batches.values()) == 10
     assert len(batches) == 4  # 3 + 3 + 3 + 1
+    assert m["backend"]["warmup_batch_sizes"] == [1, 2, 3]  # every size the batcher can form, before t0
 
 
 def test_queue_time_grows_when_the_batcher_waits(tmp_path, tiny_model_dir):

@@ -63,15 +63,16 @@ class TransformersBackend:
     async def prepare(self, plan) -> dict:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""
         longest = max((r.input_tokens for r in plan.requests), default=128) if plan.requests else 128
-        sizes = [1] if self.spec.mode == "single" else sorted({1, self.spec.max_batch_size})
-        # ``continuous`` warms by running max_batch_size requests through the manager at once.
+        # The static batcher can form any size up to max_batch_size: each is a new shape (a
+        # compile, or in eager mode first-use costs such as attention plans). ``continuous`` warms
+        # by running max_batch_size requests through the manager at once.
+        sizes = {"single": [1], "static": list(range(1, self.spec.max_batch_size + 1)),
+                 "continuous": [self.spec.max_batch_size]}[self.spec.mode]
         new_tokens = 4
         if self.spec.compile:
             # A static cache is compiled for its length (prompt + new tokens): warm up with the
             # run's own, or the first real batch recompiles inside the measurement (seconds).
             new_tokens = max((r.output_tokens for r in plan.requests), default=128) if plan.requests else 128
-            if self.spec.mode == "static":
-                sizes = list(range(1, self.spec.max_batch_size + 1))
         self._to_worker.send(("warmup", [(bs, longest, new_tokens) for bs in sizes]))
         msg = await self._reply.get()
         if msg is _DEATH:
