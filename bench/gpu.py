@@ -39,24 +39,9 @@ def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128, compile
         kw = dict(max_new_tokens=n_out, min_new_tokens=n_out, do_sample=False, pad_token_id=0, eos_token_id=None)
         if compile:  # what the engine worker passes with compile: true
             kw["cache_implementation"] = "static"
-        with torch.inference_mode():
-            if compile and warm_all and not info.get(f"warmed_all_{bs}"):
-                # as loadtest's warm-up does for static batching: every batch size 1..bs, so the
-                # compiled graph is the same one (dynamic in the batch dimension after two sizes);
-                # first the same measurement with the graph compiled for this size alone
-                model.generate(input_ids=ids, attention_mask=mask, **kw)
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                for _ in range(reps):
-                    model.generate(input_ids=ids, attention_mask=mask, **kw)
-                torch.cuda.synchronize()
-                print(f"bare loop bs={bs}, compiled for this size only: {reps * bs * n_out / (time.perf_counter() - t):.1f} "
-                      "tok/s", flush=True)
-                for k in range(1, bs + 1):
-                    small = ids[:k]
-                    model.generate(input_ids=small, attention_mask=torch.ones_like(small), **kw)
-                info[f"warmed_all_{bs}"] = True
-            # warm up with the measured call itself (a static cache compiles for its exact length)
+        def measured() -> float:
+            """Seconds for ``reps`` generate() calls, after one untimed call of the same shape
+            (a static cache compiles for its exact length)."""
             model.generate(input_ids=ids, attention_mask=mask, **(kw if compile else
                                                                   {**kw, "max_new_tokens": 4, "min_new_tokens": 4}))
             torch.cuda.synchronize()
@@ -64,7 +49,20 @@ def bare_loop(batch_sizes, reps: int, n_in: int = 128, n_out: int = 128, compile
             for _ in range(reps):
                 model.generate(input_ids=ids, attention_mask=mask, **kw)
             torch.cuda.synchronize()
-            dt = time.perf_counter() - t
+            return time.perf_counter() - t
+
+        with torch.inference_mode():
+            if compile and warm_all and not info.get(f"warmed_all_{bs}"):
+                # as loadtest's warm-up does for static batching: every batch size 1..bs, so the
+                # compiled graph is the same one (dynamic in the batch dimension after two sizes);
+                # first the same measurement with the graph compiled for this size alone
+                print(f"bare loop bs={bs}, compiled for this size only: {reps * bs * n_out / measured():.1f} tok/s",
+                      flush=True)
+                for k in range(1, bs + 1):
+                    small = ids[:k]
+                    model.generate(input_ids=small, attention_mask=torch.ones_like(small), **kw)
+                info[f"warmed_all_{bs}"] = True
+            dt = measured()
         out[bs] = reps * bs * n_out / dt
         print(f"bare loop bs={bs}: {out[bs]:.1f} tok/s ({dt / reps / n_out * 1000:.2f} ms/step)", flush=True)
     if not keep:
