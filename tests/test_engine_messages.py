@@ -282,3 +282,12 @@ def test_roofline_accounting_from_step_stamps():
     assert acct["decode_steps"] == 2 and acct["decode_rows"] == 4
     assert acct["decode_ctx_sum"] == 2 * (5 + 1) + 2 * (5 + 3)  # context = width + steps before
     assert acct["decode_s"] == pytest.approx(0.006)
+
+
+def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
+    """Like batches and the roofline accounting: a sweep's later points do not repeat an earlier
+    point's count (each point's facts are read with reset)."""
+    eng, _ = _engine(tiny_model_dir)
+    eng.stamp_mismatches = 2
+    assert eng._facts(reset=True)["stamp_mismatches"] == 2
+    assert eng._facts(reset=True)["stamp_mismatches"] == 0

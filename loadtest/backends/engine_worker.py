@@ -102,7 +102,7 @@ class Engine:
         self.info["load_s"] = round(time.monotonic() - t, 3)
         self.stamp_source = choose_stamp_source(self.model, self.device)
         self.info["stamp_source"] = self.stamp_source
-        self.stamp_mismatches = 0  # batches whose stamp count differed from their tokens
+        self.stamp_mismatches = 0  # batches since the last facts whose stamp count differed from their tokens
         self.batches = 0
         self._batches_reported = 0
         self.acct = new_accounting()
@@ -286,6 +286,7 @@ class Engine:
         if reset:
             self._batches_reported = self.batches
             self.acct = new_accounting()
+            self.stamp_mismatches = 0
         if self.device.type == "cuda":
             facts["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
             if reset:
