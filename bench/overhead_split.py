@@ -59,9 +59,9 @@ def timed(cls, name: str):
     """Wraps ``cls.<name>`` to add its wall time to PUT_S["variant name"] = [seconds, calls]."""
     inner = getattr(cls, name)
 
-    def wrapper(self, *args):
+    def wrapper(self, *args, **kwargs):
         t = time.perf_counter()
-        result = inner(self, *args)  # _step returns the step's messages: they must still be sent
+        result = inner(self, *args, **kwargs)  # _step returns the step's messages: they must still be sent
         acc = PUT_S.setdefault(f"{CURRENT[0]} {name}", [0.0, 0])
         acc[0] += time.perf_counter() - t
         acc[1] += 1
@@ -111,6 +111,7 @@ def main() -> None:
     from loadtest.backends.engine_worker import AFTER_SYNC, STREAMER, Engine
     from loadtest.backends.outbox import Outbox
     from loadtest.backends.model_loading import load_model
+    from loadtest.heap import settle_heap
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, deferred stop check: "
           f"{hasattr(__import__('transformers.generation.utils', fromlist=['x']), 'DeferredStopCheck')}", flush=True)
@@ -183,12 +184,14 @@ def main() -> None:
     timed(engine_worker.StepStreamer, "put")
     timed(engine_worker.StepStreamer, "step")
     timed(engine_worker.StepStreamer, "_step")  # on the outbox thread
+    timed(engine_worker.AfterSyncStamps, "copy_tokens")  # the step's tokens to pinned memory, before the stop check
     table = []
     for bs in [int(x) for x in args.batch_sizes.split(",")]:
         t = time.monotonic()
         for v in ("bare", "engine"):  # compile this batch shape (both paths share the compiled model)
             run(v, bs)
         print(f"batch {bs}: compiled in {time.monotonic() - t:.0f} s", flush=True)
+        settle_heap()  # as the engine worker after its warm-up
         got = {v: [] for v in variants}
         PUT_S.clear()
         for r in range(args.rounds):
@@ -199,7 +202,7 @@ def main() -> None:
             nvml(False)
             if r < 3 or r == args.rounds - 1:
                 print(f"  round {r}: " + ", ".join(f"{v} {got[v][-1]:.0f}" for v in variants), flush=True)
-        print("  per step (put, step: generate thread; _step: outbox thread): " + ", ".join(f"{k} {1e6 * a / n:.1f} us" for k, (a, n) in PUT_S.items()),
+        print("  per step (put, step, copy_tokens: generate thread; _step: outbox thread): " + ", ".join(f"{k} {1e6 * a / n:.1f} us" for k, (a, n) in PUT_S.items()),
               flush=True)
         for v in variants:
             base = "bare-eos" if v.endswith("-eos") and "bare-eos" in got else "bare"

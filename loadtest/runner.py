@@ -9,12 +9,14 @@ a ready callback waits. When either is too high the run is marked invalid, with 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 from dataclasses import dataclass, field
 
 from .clock import Clock
 from .errors import BackendError
 from .events import Admitted, Failed, Finished, Tokens
+from .heap import settle_heap
 from .histogram import LatencyHistogram
 from .recorder import Recorder, RequestState
 from .scenario import Load
@@ -74,6 +76,7 @@ class Runner:
         self._stop.set()
 
     async def run(self, start_delay_ns: int = 1_000_000) -> RunOutcome:
+        settle_heap()  # the plan and everything loaded: never scanned by a collection in the window
         self.t0 = self.clock.now_ns() + start_delay_ns
         if hasattr(self.backend, "set_origin"):
             self.backend.set_origin(self.t0)
@@ -110,6 +113,7 @@ class Runner:
         self._flush()
         rec.close()
         status = {"interrupted": "interrupted", "failed": "failed"}.get(self._cancel_reason or "", "ok")
+        gc.unfreeze()  # a sweep's next point settles its own heap
         return RunOutcome(rec, self.t0, self.clock.now_ns(), status, loop_lag, self.sent, self.cancelled,
                           self._failure, self.throttled)
 

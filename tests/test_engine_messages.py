@@ -73,6 +73,34 @@ def test_close_rest_ends_rows_generate_stopped_early_with_their_count():
     assert [m[2:] for m in out.msgs if m[0] == "done"] == [(1, 1), (2, 1)]
 
 
+class WakeRecorder(Recorder):
+    """Records, per step handed over, whether the writer was woken at once (``call``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.woken: list = []
+
+    def defer(self, fn, *args) -> None:
+        self.woken.append(False)
+        super().defer(fn, *args)
+
+    def call(self, fn, *args) -> None:
+        self.woken.append(True)
+        super().defer(fn, *args)
+
+
+def test_the_writer_is_woken_at_once_for_a_step_where_a_row_ends():
+    # Caps 2 and 4, and EOS 7 for the third row at step 3: only steps 2, 3 and 4 can end a row.
+    # A closed-loop user waits on that row's "done"; other steps wait for the writer's period.
+    out = WakeRecorder()
+    s = StepStreamer([req(1, 2), req(2, 4), req(3, 4, eos=7)], out, set(), set())
+    s.put(torch.tensor([[0], [0], [0]]))
+    for tokens in ([5, 5, 5], [5, 5, 5], [5, 5, 7], [5, 5, 5]):
+        s.put(torch.tensor(tokens))
+    assert out.woken == [False, True, True, True]
+    assert [m[2:] for m in out.msgs if m[0] == "done"] == [(1, 2), (3, 3), (2, 4)]
+
+
 class GatedConn:
     """A pipe end whose first write blocks until released: later messages queue up meanwhile."""
 
@@ -231,8 +259,12 @@ def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
 def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted(tiny_model_dir, monkeypatch):
     from loadtest.backends import engine_worker as ew
 
-    assert ew.choose_stamp_source(object(), torch.device("cpu")) == ew.STREAMER  # no such loop method
     import transformers.generation.utils as gu
+
+    assert ew.choose_stamp_source(torch.device("cpu")) == ew.AFTER_SYNC
+    with monkeypatch.context() as m:  # a loop with no StopCheck (transformers 4): its wait has no hook after it
+        m.delattr(gu, "StopCheck")
+        assert ew.choose_stamp_source(torch.device("cpu")) == ew.STREAMER
 
     if hasattr(gu, "DeferredStopCheck"):  # a stop check that does not wait for the step
         monkeypatch.setattr(gu.DeferredStopCheck, "is_supported", staticmethod(lambda *a, **k: True))
@@ -240,11 +272,57 @@ def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted
         assert eng.stamp_source == ew.STREAMER
         monkeypatch.undo()
     eng, out = _engine(tiny_model_dir)
-    monkeypatch.setattr(ew.AfterSyncStamps, "stamps", property(lambda self: 0))  # miscounts
+    original = gu.StopCheck
+    monkeypatch.setattr(ew.AfterSyncStamps, "stamp", lambda self, row: None)  # miscounts: no stamps
     eng._warmup([(2, 4, 3)])
     assert eng.stamp_source == ew.STREAMER and "miscounted" in eng.info["stamp_source"]
     assert out.msgs[-1][0] == "warmed"
-    assert "_has_unfinished_sequences" not in eng.model.__dict__  # the wrapper is removed after each batch
+    assert gu.StopCheck is original  # the stamping subclass is in place for one generate() only
+    eng.stamp_source = ew.AFTER_SYNC
+
+    def fails(**kwargs):
+        assert gu.StopCheck is not original
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(eng.model, "generate", fails)
+    with pytest.raises(RuntimeError):
+        eng._generate([("req", 1, [5, 6], 3, True, None)], set(), out, set())
+    assert gu.StopCheck is original  # ... even when it fails
+
+
+def test_the_stamp_follows_the_stop_checks_wait_and_the_token_copy():
+    """The stamping StopCheck queues the tokens' copy, lets the check wait for the step, then
+    stamps; the check's answer is generate()'s, unchanged."""
+    from loadtest.backends import engine_worker as ew
+
+    order = []
+
+    class Check:  # stands in for transformers' StopCheck: its bool() is the device wait
+        def __call__(self, unfinished, tokens, length):
+            order.append("wait")
+            return length >= 3
+
+    class Hook:
+        def copy_tokens(self, tokens):
+            order.append("copy")
+            return tokens
+
+        def stamp(self, row):
+            order.append(("stamp", row))
+
+    check = ew._stamping_stop_check(Check, Hook())()
+    assert [check(None, t, n) for t, n in (("a", 2), ("b", 3))] == [False, True]
+    assert order == ["copy", "wait", ("stamp", "a"), "copy", "wait", ("stamp", "b")]
+
+    import transformers.generation.utils as gu
+
+    original = gu.StopCheck
+    streamer = StepStreamer([req(1, 4)], Recorder(), set(), set())
+    hook = ew.AfterSyncStamps(torch, streamer)
+    hook.install()
+    assert gu.StopCheck is not original and issubclass(gu.StopCheck, original)
+    hook.remove()
+    assert gu.StopCheck is original
 
 
 def test_steps_without_tokens_count_rows_and_honour_a_cancellation():
@@ -291,3 +369,24 @@ def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
     eng.stamp_mismatches = 2
     assert eng._facts(reset=True)["stamp_mismatches"] == 2
     assert eng._facts(reset=True)["stamp_mismatches"] == 0
+
+
+def test_gc_pauses_are_timed_and_the_warm_heap_is_frozen():
+    import gc
+
+    from loadtest.heap import GcPauses, settle_heap
+
+    pauses = GcPauses()
+    gc.disable()  # only the collections this test makes
+    try:
+        gc.collect()
+        gc.collect()
+        got = pauses.summary(reset=True)
+        assert got["collections"] >= 2 and got["total_ms"] > 0 and 0 < got["max_ms"] <= got["total_ms"]
+        assert pauses.summary(reset=False)["collections"] == 0
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.callbacks.remove(pauses._on_gc)
+        gc.unfreeze()
+        gc.enable()

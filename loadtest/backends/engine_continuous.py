@@ -146,4 +146,5 @@ class ContinuousEngine:
             r = self.manager.get_result(timeout=0.1)
             if r is not None and r.is_finished():
                 pending.discard(r.request_id)
+        self.base.settle()
         self.out.send(("warmed", round(time.monotonic() - t, 3)))

@@ -5,9 +5,11 @@ the harness's dispatch, and a process isolates a CUDA OOM or crash. Protocol (tu
 one-way pipes):
 
     in : ("req", rid, prompt_ids, max_new, ignore_eos, eos_id) | ("cancel", rid) | ("warmup", shapes) | ("stop",)
+         | ("bare", batch_size, prompt_len, new_tokens, reps)   # the reference loop, no harness (bench/)
     out: ("ready", info) | ("admitted", t_ns, [rid]) | ("tokens", t_ns, [rid])   # one per decode step
          | ("stamps", [(rid, (t_ns, ...)), ...])   # continuous mode: per-token stamps, one message per poll
          | ("done", t_ns, rid, n) | ("failed", t_ns, [rid], type, message) | ("warmed", seconds) | ("stopped", facts)
+         | ("bare_done", [seconds, ...])
          | ("many", [msg, ...])   # several of the above in one write (see outbox.py)
 
 Every token stamp is ``time.monotonic_ns()`` taken in this process when the decode step that
@@ -24,6 +26,7 @@ import time
 import traceback
 from collections import deque
 
+from ..heap import GcPauses, settle_heap
 from .outbox import Outbox
 
 STOP = ("stop",)
@@ -100,12 +103,13 @@ class Engine:
         t = time.monotonic()
         self.model, self.device, self.info = loaded or load_model(spec, base_dir)
         self.info["load_s"] = round(time.monotonic() - t, 3)
-        self.stamp_source = choose_stamp_source(self.model, self.device)
+        self.stamp_source = choose_stamp_source(self.device)
         self.info["stamp_source"] = self.stamp_source
         self.stamp_mismatches = 0  # batches since the last facts whose stamp count differed from their tokens
         self.batches = 0
         self._batches_reported = 0
         self.acct = new_accounting()
+        self.gc = GcPauses()
         self.profiler = None  # a WorkerProfiler while a capture window is open
         self.pending_export = None  # (profiler, out_dir): a closed window, exported at the end of the run
         self.urgent: deque = deque()  # checked every decode step: a deque's emptiness test takes no lock
@@ -143,13 +147,15 @@ class Engine:
         self.out.send(("stopped", self._facts()))
 
     def handle_control(self, msg) -> bool:
-        """warmup / configure / facts: True when ``msg`` was one of them."""
+        """warmup / configure / facts / bare: True when ``msg`` was one of them."""
         if msg[0] == "warmup":
             self._warmup(msg[1])
         elif msg[0] == "configure":
             self.spec = {**self.spec, **msg[1]}
         elif msg[0] == "facts":
             self.out.send(("facts", self._facts(reset=True)))
+        elif msg[0] == "bare":
+            self.out.send(("bare_done", self.bare_generate(*msg[1:])))
         elif msg[0] == "urgent":
             self.poll_urgent()
         else:
@@ -175,6 +181,7 @@ class Engine:
             elif msg[0] == "window_start":  # the measurement window opened: count from here
                 acct = self.acct  # on the outbox's thread, after the steps queued before it
                 self.out.call(lambda: acct.update(new_accounting()))
+                self.gc.summary(reset=True)
             elif msg[0] == "profile_stop":
                 if self.profiler is not None:
                     self.profiler.stop_capture()
@@ -223,24 +230,13 @@ class Engine:
         for i, r in enumerate(batch):  # left padding: every row's next token lands in the last column
             ids[i, width - len(r[2]):] = torch.tensor(r[2], dtype=torch.long)
             mask[i, width - len(r[2]):] = 1
-        max_new = max(r[3] for r in batch)
-        ignore_eos = all(r[4] for r in batch)
-        eos = batch[0][5]
         real = not isinstance(out, _NullOut)
         streamer = StepStreamer(batch, out, cancelled, finished, self.acct if real else None, width,
                                 self._after_step if real else None, counting=lambda: self.profiler is None)
-        kwargs = dict(max_new_tokens=max_new, do_sample=False, pad_token_id=pad,
-                      eos_token_id=None if ignore_eos else eos)
-        if ignore_eos:
-            kwargs["min_new_tokens"] = max_new
-        if self.spec.get("compile"):
-            kwargs["cache_implementation"] = "static"
+        kwargs = self._generate_kwargs(max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5])
         hook = None
         if self.stamp_source == AFTER_SYNC:
-            from transformers import StoppingCriteriaList
-
-            hook = AfterSyncStamps(torch, self.model, streamer)
-            kwargs["stopping_criteria"] = StoppingCriteriaList([hook.criteria])
+            hook = AfterSyncStamps(torch, streamer)
         else:
             kwargs["streamer"] = streamer
         label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
@@ -260,6 +256,37 @@ class Engine:
         generated = sequences.shape[-1] - width
         return 0 if hook is None or hook.stamps == generated else 1
 
+    def _generate_kwargs(self, max_new: int, ignore_eos: bool, eos) -> dict:
+        kwargs = dict(max_new_tokens=max_new, do_sample=False, pad_token_id=self.info.get("pad_token_id", 0),
+                      eos_token_id=None if ignore_eos else eos)
+        if ignore_eos:
+            kwargs["min_new_tokens"] = max_new
+        if self.spec.get("compile"):
+            kwargs["cache_implementation"] = "static"
+        return kwargs
+
+    def bare_generate(self, batch_size: int, prompt_len: int, new_tokens: int, reps: int) -> list:
+        """The reference the harness is judged against: ``reps`` generate() calls as a user's own
+        loop makes them on a batch of this shape (inputs already on the device, the same settings
+        as ``_generate``, fixed length), with no streamer, stamps or messages. Seconds per call,
+        each from the call to the device being idle after it."""
+        torch = self.torch
+        ids = torch.full((batch_size, prompt_len), 65, dtype=torch.long).to(self.device)
+        mask = torch.ones_like(ids)
+        kwargs = self._generate_kwargs(new_tokens, True, None)
+        cuda = self.device.type == "cuda"
+        seconds = []
+        with torch.inference_mode():
+            for _ in range(reps):
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                t = time.perf_counter()
+                self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                seconds.append(time.perf_counter() - t)
+        return seconds
+
     def _warmup(self, shapes: list) -> None:
         t = time.monotonic()
         for batch_size, prompt_len, new_tokens in shapes:
@@ -272,13 +299,20 @@ class Engine:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
             self.torch.cuda.reset_peak_memory_stats()
+        self.settle()
         self.out.send(("warmed", round(time.monotonic() - t, 3)))
+
+    def settle(self) -> None:
+        """After warm-up: the heap frozen, and the collections so far (that one included) not
+        counted as the run's."""
+        settle_heap()
+        self.gc.summary(reset=True)
 
     def _facts(self, reset: bool = False) -> dict:
         torch = self.torch
         self.out.flush()  # the accounting is updated on the outbox's thread
         facts = {"batches": self.batches - self._batches_reported, "roofline_acct": dict(self.acct),
-                 "stamp_mismatches": self.stamp_mismatches}
+                 "stamp_mismatches": self.stamp_mismatches, "gc_pauses": self.gc.summary(reset)}
         if reset and self.pending_export is not None:
             profiler, out_dir = self.pending_export
             self.pending_export = None
@@ -329,75 +363,79 @@ AFTER_SYNC = "after generate()'s own per-step sync"
 STREAMER = "streamer"
 
 
-def choose_stamp_source(model, device) -> str:
-    """AFTER_SYNC where generate() synchronises with the device once per step (its stop check)
-    and has the loop method AfterSyncStamps wraps; else the streamer API."""
-    if not callable(getattr(model, "_has_unfinished_sequences", None)):
-        return STREAMER
+def choose_stamp_source(device) -> str:
+    """AFTER_SYNC where generate()'s loop ends each step with a ``StopCheck`` that waits for the
+    device (transformers 5 on CUDA and the CPU); else the streamer API. Before transformers 5 the
+    loop's wait sits inside ``_has_unfinished_sequences``, with no hook right after it."""
     try:
-        from transformers.generation.utils import DeferredStopCheck
-    except ImportError:  # older transformers: the stop check always synchronises
-        return AFTER_SYNC
-    try:  # a deferred stop check does not wait for the step: the hook would stamp too early
-        return STREAMER if DeferredStopCheck.is_supported(device, None, False, is_assistant=False) else AFTER_SYNC
+        from transformers.generation import utils as gu
+    except ImportError:
+        return STREAMER
+    if not isinstance(getattr(gu, "StopCheck", None), type):
+        return STREAMER
+    deferred = getattr(gu, "DeferredStopCheck", None)
+    try:  # a deferred stop check does not wait for the step: a stamp there would be too early
+        if deferred is not None and deferred.is_supported(device, None, False, is_assistant=False):
+            return STREAMER
     except Exception:
         return STREAMER
+    return AFTER_SYNC
 
 
 class AfterSyncStamps:
     """Stamps each step right after generate()'s own per-step synchronisation, with no extra one.
 
     A streamer costs the decode loop a second device synchronisation a step (``streamer.put``
-    receives ``tokens.cpu()``) and ~2% of a compiled 3 ms step on an H100 host. generate() already
-    waits for every step in its stop check (``bool(unfinished.max() == 0)``), then calls
-    ``self._has_unfinished_sequences(...)``: this wraps that method on the model instance for one
-    generate() and stamps there. Call 0 comes before the first token; call k (k >= 1) right after
-    step k. A stopping criterion (``criteria``, called just before the stop check) queues an
-    asynchronous copy of the step's tokens to pinned memory, so the stop check's sync also waits
-    for the copy: at the stamp the tokens are on the host. Each batch checks one stamp per token
-    generated; warm-up falls back to the streamer if not (``Engine._warmup``)."""
+    receives ``tokens.cpu()``): ~2% of a compiled 3 ms step on the H100 host. transformers 5's
+    loop already waits for every step: it ends with ``stop_check(unfinished, next_tokens,
+    length)``, a ``StopCheck`` whose ``bool(unfinished.max() == 0)`` synchronises. For one
+    generate() call (``install`` .. ``remove``) the module's ``StopCheck`` is a subclass that first
+    queues an asynchronous copy of the step's tokens (contiguous: one copy, into a pinned buffer
+    made once per batch) and then runs the check, whose wait also covers the copy, then stamps:
+    at the stamp the step is done and its tokens are on the host. One call per token generated;
+    each batch checks that (``stamps``), and warm-up falls back to the streamer if not."""
 
-    def __init__(self, torch, model, streamer: "StepStreamer") -> None:
-        self.torch, self.model, self.streamer = torch, model, streamer
-        self.calls = 0
-        self._pending = None
-        self.criteria = _TokenCopy(torch, self)
-
-    @property
-    def stamps(self) -> int:
-        return max(0, self.calls - 1)
+    def __init__(self, torch, streamer: "StepStreamer") -> None:
+        self.torch, self.streamer = torch, streamer
+        self.stamps = 0
+        self._buf = None
+        self._gu = self._original = None
 
     def install(self) -> None:
-        original = self.model._has_unfinished_sequences  # the class's, bound to the model
+        from transformers.generation import utils as gu
 
-        def after_sync(*args, **kwargs):
-            if self.calls:
-                self.streamer.step(time.monotonic_ns(), self._pending)
-                self._pending = None
-            self.calls += 1
-            return original(*args, **kwargs)
-
-        self.model._has_unfinished_sequences = after_sync
+        self._gu, self._original = gu, gu.StopCheck
+        gu.StopCheck = _stamping_stop_check(gu.StopCheck, self)
 
     def remove(self) -> None:
-        self.model.__dict__.pop("_has_unfinished_sequences", None)
+        if self._gu is not None:
+            self._gu.StopCheck = self._original
+
+    def copy_tokens(self, tokens):
+        """Queue the copy of this step's tokens to the host; the row of the buffer they land in."""
+        if self._buf is None:
+            self._cuda = tokens.device.type == "cuda"
+            self._buf = self.torch.empty((self.streamer.max_steps, tokens.shape[0]), dtype=tokens.dtype,
+                                         pin_memory=self._cuda)
+        row = self._buf[min(self.stamps, self._buf.shape[0] - 1)]
+        row.copy_(tokens, non_blocking=self._cuda)
+        return row
+
+    def stamp(self, row) -> None:
+        t = time.monotonic_ns()  # the check has waited for the step and the copy
+        self.stamps += 1
+        self.streamer.step(t, row)
 
 
-class _TokenCopy:
-    """Stopping criterion that only copies each step's new tokens to the host, asynchronously."""
+def _stamping_stop_check(base: type, hook: AfterSyncStamps) -> type:
+    class StampingStopCheck(base):
+        def __call__(self, unfinished_sequences, tokens, length):
+            row = hook.copy_tokens(tokens)
+            stop = super().__call__(unfinished_sequences, tokens, length)
+            hook.stamp(row)
+            return stop
 
-    def __init__(self, torch, stamps: AfterSyncStamps) -> None:
-        self.torch, self.stamps, self._no = torch, stamps, None
-
-    def __call__(self, input_ids, scores, **kwargs):
-        torch = self.torch
-        cuda = input_ids.device.type == "cuda"
-        if self._no is None:
-            self._no = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-        buf = torch.empty(input_ids.shape[0], dtype=input_ids.dtype, pin_memory=cuda)
-        buf.copy_(input_ids[:, -1], non_blocking=cuda)
-        self.stamps._pending = buf
-        return self._no
+    return StampingStopCheck
 
 
 class StepStreamer:
@@ -425,6 +463,13 @@ class StepStreamer:
         self._next_end = min(self.caps, default=0)
         self._n_cancelled = -1  # look at the cancellations on the first step
         self._check_eos = any(e is not None for e in self.eos)  # else token values are never read
+        self._eos_ids = {e for e in self.eos if e is not None}
+        self.max_steps = max(self.caps, default=1)  # generate()'s max_new_tokens
+        # On the decode thread: steps handed over so far, and the steps at which a row reaches
+        # its cap (ascending, as a stack): the writer is woken at once for a step where a row
+        # may end, so its ``done`` (which a closed-loop user waits on) is not held for a period.
+        self._handed = 0
+        self._cap_ends = sorted(set(self.caps), reverse=True)
 
     def start(self, t: int) -> None:
         self._prompt_seen = True
@@ -442,7 +487,17 @@ class StepStreamer:
 
     def step(self, t: int, value) -> None:
         """One decode step ended at ``t``, its tokens (``value``) on the host."""
-        self.out.defer(self._step, t, value, self.counting())
+        self._handed = n = self._handed + 1
+        ends = False
+        while self._cap_ends and self._cap_ends[-1] <= n:
+            self._cap_ends.pop()
+            ends = True
+        if self._check_eos:  # the values are read here, so the buffer row may be reused
+            value = value.tolist()
+            if not isinstance(value, list):
+                value = [value]
+            ends = ends or not self._eos_ids.isdisjoint(value)
+        (self.out.call if ends else self.out.defer)(self._step, t, value, self.counting())
         if self.on_step is not None:
             self.on_step()
 
@@ -456,9 +511,7 @@ class StepStreamer:
         cancelled = self.cancelled
         if not self._check_eos and len(cancelled) == self._n_cancelled and n < self._next_end:
             return [("tokens", t, self._going)]  # the usual step: nothing ends, nothing to look at
-        tokens = value.tolist() if self._check_eos else None
-        if tokens is not None and not isinstance(tokens, list):
-            tokens = [tokens]
+        tokens = value  # a list when the values matter (``step``), else never read
         active, rids, counts, caps, eos = self.active, self.rids, self.counts, self.caps, self.eos
         stamped, msgs = [], []
         for i in range(len(rids)):

@@ -79,6 +79,17 @@ class TransformersBackend:
             raise BackendError(f"engine worker died during warm-up: {self._dead}")
         return {"warmup_s": msg[1], "warmup_batch_sizes": sizes}
 
+    async def bare_generate(self, batch_size: int, prompt_len: int, new_tokens: int, reps: int = 1) -> list:
+        """Seconds per call of a bare generate() loop in the worker, on its loaded (and warmed)
+        model: the reference for the harness's overhead (bench/overhead_e2e.py). Between runs."""
+        if self._dead:
+            raise BackendError(self._dead)
+        self._to_worker.send(("bare", batch_size, prompt_len, new_tokens, reps))
+        msg = await self._reply.get()
+        if msg is _DEATH:
+            raise BackendError(f"engine worker died in the bare loop: {self._dead}")
+        return msg[1]
+
     async def submit(self, req, prompt_ids):
         if self._dead:
             raise BackendError(self._dead)

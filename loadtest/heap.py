@@ -1,0 +1,40 @@
+"""The Python heap during a measurement: frozen before t0, collections timed."""
+from __future__ import annotations
+
+import gc
+import time
+
+
+def settle_heap() -> None:
+    """Before t0: collect once, then move every object alive now (in an engine worker the model,
+    torch, transformers and compiled code: millions) out of the collector's reach. A full
+    collection then scans only what the run allocates, instead of pausing a decode step or the
+    dispatcher for as long as walking the whole heap takes (``gc.freeze``)."""
+    gc.collect()
+    gc.freeze()
+
+
+class GcPauses:
+    """Time this process's garbage collections took (every generation), and the longest: in an
+    engine worker a pause inside a decode step lengthens that step (reported per point with the
+    worker's facts)."""
+
+    def __init__(self) -> None:
+        self._start = 0.0
+        self.count, self.total_s, self.max_s = 0, 0.0, 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        dt = time.perf_counter() - self._start
+        self.count += 1
+        self.total_s += dt
+        self.max_s = max(self.max_s, dt)
+
+    def summary(self, reset: bool) -> dict:
+        got = {"collections": self.count, "total_ms": round(self.total_s * 1e3, 3), "max_ms": round(self.max_s * 1e3, 3)}
+        if reset:
+            self.count, self.total_s, self.max_s = 0, 0.0, 0.0
+        return got
