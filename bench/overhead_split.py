@@ -61,7 +61,7 @@ def timed(cls, name: str):
 
     def wrapper(self, *args, **kwargs):
         t = time.perf_counter()
-        result = inner(self, *args, **kwargs)  # _step returns the step's messages: they must still be sent
+        result = inner(self, *args, **kwargs)  # _drain returns the steps' messages: they must still be sent
         acc = PUT_S.setdefault(f"{CURRENT[0]} {name}", [0.0, 0])
         acc[0] += time.perf_counter() - t
         acc[1] += 1
@@ -183,7 +183,7 @@ def main() -> None:
     timed(StampOnly, "put")
     timed(engine_worker.StepStreamer, "put")
     timed(engine_worker.StepStreamer, "step")
-    timed(engine_worker.StepStreamer, "_step")  # on the outbox thread
+    timed(engine_worker.StepStreamer, "_drain")  # on the outbox thread: the steps since its last period
     timed(engine_worker.AfterSyncStamps, "copy_tokens")  # the step's tokens to pinned memory, before the stop check
     table = []
     for bs in [int(x) for x in args.batch_sizes.split(",")]:
@@ -194,7 +194,8 @@ def main() -> None:
         settle_heap()  # as the engine worker after its warm-up
         got = {v: [] for v in variants}
         PUT_S.clear()
-        for r in range(args.rounds):
+        rounds = args.rounds
+        for r in range(rounds):
             order = variants[r % len(variants):] + variants[:r % len(variants)]
             order.sort(key=lambda v: v.endswith("+nvml"))  # sampler runs grouped: one start/stop per round
             for v in order:
@@ -202,8 +203,10 @@ def main() -> None:
             nvml(False)
             if r < 3 or r == args.rounds - 1:
                 print(f"  round {r}: " + ", ".join(f"{v} {got[v][-1]:.0f}" for v in variants), flush=True)
-        print("  per step (put, step, copy_tokens: generate thread; _step: outbox thread): " + ", ".join(f"{k} {1e6 * a / n:.1f} us" for k, (a, n) in PUT_S.items()),
-              flush=True)
+        steps = {v: rounds * N_OUT for v in variants}  # _drain runs once per writer period: per step
+        print("  per step (put, step, copy_tokens: generate thread; _drain: outbox thread): " + ", ".join(
+            f"{k} {1e6 * a / (steps[k.split()[0]] if k.endswith('_drain') else n):.1f} us" for k, (a, n) in PUT_S.items()),
+            flush=True)
         for v in variants:
             base = "bare-eos" if v.endswith("-eos") and "bare-eos" in got else "bare"
             ratios = [x / b for x, b in zip(got[v], got[base])]

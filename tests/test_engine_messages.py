@@ -27,6 +27,10 @@ class Recorder:
     call = defer
 
 
+def _last_stamp(msg):
+    return msg[1][-1] if msg[0] == "tokens" else msg[1]
+
+
 def req(rid, cap, eos=None):
     return ("req", rid, [1, 2, 3], cap, eos is None, eos)
 
@@ -44,7 +48,7 @@ def test_streamer_reports_tokens_per_step_and_each_end_once():
         ("tokens", ([10, 11, 12],)), ("done", (10, 2)), ("done", (11, 2)),  # row 10 at its cap, 11 at EOS
         ("tokens", ([12],)), ("done", (12, 3)),
     ]
-    stamps = [m[1] for m in out.msgs]
+    stamps = [_last_stamp(m) for m in out.msgs]
     assert stamps == sorted(stamps) and finished == {10, 11, 12}
     s.close_rest()  # nothing left: no second "done"
     assert len(out.msgs) == 6
@@ -183,7 +187,7 @@ def test_parent_unpacks_coalesced_messages_in_order():
         b = TransformersBackend.__new__(TransformersBackend)
         b._queues = {1: asyncio.Queue(), 2: asyncio.Queue()}
         b._reply = asyncio.Queue()
-        b._on_message(("many", [("tokens", 100, [1, 2]), ("done", 100, 1, 1), ("tokens", 200, [2]),
+        b._on_message(("many", [("tokens", (100,), [1, 2]), ("done", 100, 1, 1), ("tokens", (200,), [2]),
                                 ("done", 200, 2, 2), ("warmed", 1.5)]))
         got = {rid: [q.get_nowait() for _ in range(q.qsize())] for rid, q in b._queues.items()}
         return got, b._reply.get_nowait()
@@ -252,7 +256,7 @@ def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
         assert _shape(got[AFTER_SYNC, rid]) == _shape(got[STREAMER, rid])
     fixed = got[AFTER_SYNC, 1]
     assert _shape(fixed) == [("tokens", [1, 2])] * 3 + [("done", 2, 3)] + [("tokens", [1])] * 3 + [("done", 1, 6)]
-    assert [m[1] for m in fixed] == sorted(m[1] for m in fixed)
+    assert [_last_stamp(m) for m in fixed] == sorted(_last_stamp(m) for m in fixed)
     assert _shape(got[AFTER_SYNC, 3]) == [("tokens", [3])] * first + [("done", 3, first)]
 
 
@@ -338,8 +342,8 @@ def test_steps_without_tokens_count_rows_and_honour_a_cancellation():
         s.step(t, None)
     s.close_rest()
     assert [(m[0], m[1], *m[2:]) for m in out.msgs] == [
-        ("tokens", 10, [1, 2, 3]), ("tokens", 20, [1, 2, 3]), ("done", 20, 2, 2),
-        ("tokens", 30, [1]), ("tokens", 40, [1]), ("done", 40, 1, 4),
+        ("tokens", (10,), [1, 2, 3]), ("tokens", (20,), [1, 2, 3]), ("done", 20, 2, 2),
+        ("tokens", (30,), [1]), ("tokens", (40,), [1]), ("done", 40, 1, 4),
     ]
     assert finished == {1, 2}
 
@@ -360,6 +364,53 @@ def test_roofline_accounting_from_step_stamps():
     assert acct["decode_steps"] == 2 and acct["decode_rows"] == 4
     assert acct["decode_ctx_sum"] == 2 * (5 + 1) + 2 * (5 + 3)  # context = width + steps before
     assert acct["decode_s"] == pytest.approx(0.006)
+
+
+class PeriodRecorder(Recorder):
+    """An outbox whose writer runs deferred work only when woken (``call``) or at ``period()``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list = []
+        self.writes = 0
+
+    def defer(self, fn, *args) -> None:
+        self.pending.append((fn, args))
+
+    def call(self, fn, *args) -> None:
+        self.defer(fn, *args)
+        self.period()
+
+    def period(self) -> None:
+        pending, self.pending = self.pending, []
+        for fn, args in pending:
+            self.msgs.extend(fn(*args) or ())
+        self.writes += bool(pending)
+
+
+def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_by_one():
+    from loadtest.backends.engine_worker import new_accounting
+
+    acct, out = new_accounting(), PeriodRecorder()
+    s = StepStreamer([req(1, 6), req(2, 4)], out, set(), set(), acct, width=3)
+    s.start(0)
+    for t in (10, 20, 30):  # the prefill (10), then two decode steps: nothing can end yet
+        s.step(t, None)
+    assert out.msgs == [] and len(out.pending) == 1  # one drain queued, not one per step
+    out.period()
+    # (the first step is looked at row by row: a request may have been cancelled before it)
+    assert out.msgs == [("tokens", (10,), [1, 2]), ("tokens", (20, 30), [1, 2])]
+    s.step(40, None)  # row 2 reaches its cap: the writer is woken at once
+    assert out.msgs[2:] == [("tokens", (40,), [1, 2]), ("done", 40, 2, 4)]
+    for t in (50, 60):
+        s.step(t, None)  # 50 is plain; 60 ends row 1 and wakes the writer, which drains both
+    assert out.msgs[4:] == [("tokens", (50,), [1]), ("tokens", (60,), [1]), ("done", 60, 1, 6)]
+    assert out.writes == 3
+    # hand-computed: prefill 10 ns; decode steps 2..6, each 10 ns, 2 rows, context 3 + steps before
+    assert acct["prefill_batches"] == 1 and acct["prefill_s"] == pytest.approx(10e-9)
+    assert acct["decode_steps"] == 5 and acct["decode_rows"] == 10
+    assert acct["decode_ctx_sum"] == 2 * sum(3 + k for k in range(1, 6))
+    assert acct["decode_s"] == pytest.approx(50e-9)
 
 
 def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):

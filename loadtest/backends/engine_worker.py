@@ -6,7 +6,7 @@ one-way pipes):
 
     in : ("req", rid, prompt_ids, max_new, ignore_eos, eos_id) | ("cancel", rid) | ("warmup", shapes) | ("stop",)
          | ("bare", batch_size, prompt_len, new_tokens, reps)   # the reference loop, no harness (bench/)
-    out: ("ready", info) | ("admitted", t_ns, [rid]) | ("tokens", t_ns, [rid])   # one per decode step
+    out: ("ready", info) | ("admitted", t_ns, [rid]) | ("tokens", (t_ns, ...), [rid])   # a run of decode steps: each rid got one token at each stamp
          | ("stamps", [(rid, (t_ns, ...)), ...])   # continuous mode: per-token stamps, one message per poll
          | ("done", t_ns, rid, n) | ("failed", t_ns, [rid], type, message) | ("warmed", seconds) | ("stopped", facts)
          | ("bare_done", [seconds, ...])
@@ -440,8 +440,8 @@ def _stamping_stop_check(base: type, hook: AfterSyncStamps) -> type:
 
 class StepStreamer:
     """``generate()`` calls ``put`` once with the prompt, then once per step with the new tokens,
-    on the host. ``put`` runs between two decode steps, so it only stamps and queues: turning the
-    step into per-request messages (``_step``) runs on the outbox's thread, in order."""
+    on the host. ``put`` runs between two decode steps, so it only stamps and queues the step;
+    turning steps into per-request messages (``_drain``) runs on the outbox's thread, in order."""
 
     def __init__(self, batch: list, out, cancelled: set, finished: set, acct: dict | None = None, width: int = 0,
                  on_step=None, counting=lambda: True) -> None:
@@ -457,14 +457,18 @@ class StepStreamer:
         self.out, self.cancelled = out, cancelled
         self._prompt_seen = False
         self.decoded = 0  # steps so far
-        # The fast path of _step: the rows going, the step at which the first of them ends, and
-        # the number of cancellations already looked at.
+        # Plain steps (see _drain): the rows going, the step at which the first of them ends,
+        # and the number of cancellations already looked at.
         self._going = list(self.rids)
         self._next_end = min(self.caps, default=0)
         self._n_cancelled = -1  # look at the cancellations on the first step
         self._check_eos = any(e is not None for e in self.eos)  # else token values are never read
         self._eos_ids = {e for e in self.eos if e is not None}
         self.max_steps = max(self.caps, default=1)  # generate()'s max_new_tokens
+        # Handed from the decode thread to the writer: (stamp, tokens or None, counting) per
+        # step, and whether a drain is queued (one per writer period, not one per step).
+        self._steps: deque = deque()
+        self._drain_queued = False
         # On the decode thread: steps handed over so far, and the steps at which a row reaches
         # its cap (ascending, as a stack): the writer is woken at once for a step where a row
         # may end, so its ``done`` (which a closed-loop user waits on) is not held for a period.
@@ -492,26 +496,68 @@ class StepStreamer:
         while self._cap_ends and self._cap_ends[-1] <= n:
             self._cap_ends.pop()
             ends = True
-        if self._check_eos:  # the values are read here, so the buffer row may be reused
-            value = value.tolist()
-            if not isinstance(value, list):
-                value = [value]
-            ends = ends or not self._eos_ids.isdisjoint(value)
-        (self.out.call if ends else self.out.defer)(self._step, t, value, self.counting())
+        tokens = None  # token values are only read when a row may stop at EOS
+        if self._check_eos:  # read here, so the buffer row may be reused
+            tokens = value.tolist()
+            if not isinstance(tokens, list):
+                tokens = [tokens]
+            ends = ends or not self._eos_ids.isdisjoint(tokens)
+        self._steps.append((t, tokens, self.counting()))
+        if ends:
+            self._drain_queued = True
+            self.out.call(self._drain)
+        elif not self._drain_queued:
+            self._drain_queued = True
+            self.out.defer(self._drain)
         if self.on_step is not None:
             self.on_step()
 
-    def _step(self, t: int, value, counting: bool) -> list:
-        """On the outbox's thread: the step's messages (tokens for every row still going, done
-        for the rows that just ended). Every row still going gets one token a step, so a row's
-        count is the number of steps so far."""
-        if self.acct is not None:
-            self._account(t, counting)
-        self.decoded = n = self.decoded + 1
+    def _drain(self) -> list:
+        """On the outbox's thread: the messages for the steps handed over since the last drain.
+        Every row still going gets one token a step, so a row's count is the number of steps so
+        far. A run of plain steps (no row can end, nothing newly cancelled, token values not
+        needed) is one ``tokens`` message with the run's stamps; any other step is looked at
+        row by row (``_rows``)."""
+        self._drain_queued = False  # a step handed over from now on queues the next drain
+        steps, msgs, run = self._steps, [], []
+        cancelled, acct = self.cancelled, self.acct
+        d_steps = d_ctx = d_ns = 0  # decode-step accounting, added to ``acct`` once
+        while steps:
+            t, tokens, counting = steps.popleft()
+            if acct is not None:
+                dt, self._t_prev = t - self._t_prev, t
+                if not counting:  # not while a profiler is on: its overhead is not the model's
+                    pass
+                elif self.decoded == 0:  # the first step ends the prefill
+                    acct["prefill_batches"] += 1
+                    acct["prefill_tokens"] += sum(self.lens)
+                    acct["prefill_attn_pairs"] += sum(k * (k + 1) // 2 for k in self.lens)
+                    acct["prefill_s"] += dt / 1e9
+                else:  # a decode step: every row of the batch is computed until the last one ends
+                    d_steps += 1
+                    d_ctx += self.width + self.decoded
+                    d_ns += dt
+            self.decoded = n = self.decoded + 1
+            if tokens is None and n < self._next_end and len(cancelled) == self._n_cancelled:
+                run.append(t)
+                continue
+            if run:
+                msgs.append(("tokens", tuple(run), self._going))
+                run = []
+            msgs.extend(self._rows(t, n, tokens))
+        if run:
+            msgs.append(("tokens", tuple(run), self._going))
+        if d_steps:
+            rows = len(self.rids)
+            acct["decode_steps"] += d_steps
+            acct["decode_rows"] += rows * d_steps
+            acct["decode_ctx_sum"] += rows * d_ctx
+            acct["decode_s"] += d_ns / 1e9
+        return msgs
+
+    def _rows(self, t: int, n: int, tokens) -> list:
+        """Step ``n``, row by row: tokens for the rows going, ``done`` for those ending now."""
         cancelled = self.cancelled
-        if not self._check_eos and len(cancelled) == self._n_cancelled and n < self._next_end:
-            return [("tokens", t, self._going)]  # the usual step: nothing ends, nothing to look at
-        tokens = value  # a list when the values matter (``step``), else never read
         active, rids, counts, caps, eos = self.active, self.rids, self.counts, self.caps, self.eos
         stamped, msgs = [], []
         for i in range(len(rids)):
@@ -528,32 +574,11 @@ class StepStreamer:
                 self.finished.add(rid)
                 msgs.append(("done", t, rid, n))
         if stamped:
-            msgs.insert(0, ("tokens", t, stamped))
+            msgs.insert(0, ("tokens", (t,), stamped))
         self._n_cancelled = len(cancelled)
-        self._going = [rid for i, rid in enumerate(rids) if active[i]]
+        self._going = [rid for i, rid in enumerate(rids) if active[i]]  # a new list: sent ones stay as sent
         self._next_end = min((caps[i] for i in range(len(rids)) if active[i]), default=0)
         return msgs
-
-    def _account(self, t: int, counting: bool) -> None:
-        """Step timings for the roofline: the first step ends the prefill, each later one is a
-        decode step (every row of the batch is computed until the last one finishes). Counted
-        from the start of the measurement window (warm-up requests may compile), and not while
-        a profiler is on (its overhead is not the model's speed)."""
-        a, dt = self.acct, (t - self._t_prev) / 1e9
-        self._t_prev = t
-        if not counting:
-            return
-        if self.decoded == 0:  # (``decoded`` counts the steps before this one) the prefill
-            a["prefill_batches"] += 1
-            a["prefill_tokens"] += sum(self.lens)
-            a["prefill_attn_pairs"] += sum(n * (n + 1) // 2 for n in self.lens)
-            a["prefill_s"] += dt
-        else:
-            rows = len(self.rids)
-            a["decode_steps"] += 1
-            a["decode_rows"] += rows
-            a["decode_ctx_sum"] += rows * (self.width + self.decoded)
-            a["decode_s"] += dt
 
     def end(self) -> None:
         pass

@@ -196,8 +196,8 @@ class TransformersBackend:
                 self._on_message(m)
             return
         queues = self._queues
-        if kind == "tokens":
-            ev = Tokens((msg[1],))
+        if kind == "tokens":  # a run of decode steps: every rid listed got a token at each stamp
+            ev = Tokens(msg[1])
             for rid in msg[2]:
                 q = queues.get(rid)
                 if q is not None:

@@ -8,12 +8,14 @@ tokens into per-request events in Python; a 3 ms step has 60 µs to spare for a 
 
 So the generate() thread only stamps the step and queues it (``defer``: a deque append, no
 wake-up while the writer is busy). The writer thread turns queued steps into messages and writes
-them, a few steps per write, waking every ``period`` while steps flow (one GIL hand-over per
-period, not a wake-up per step). Everything runs in queue order: a batch's ``done`` or ``failed``
-always follows its last ``tokens``. Stamps are taken before queuing, so deferring changes when
-the parent *learns* of a token (at most ``period`` later), never the token's time.
+them, several steps per write, waking every ``period`` (20 ms) while steps flow: the writer's
+work holds the GIL, which the decode loop then waits for, so it runs once per period, not once
+per step. Everything runs in queue order: a batch's ``done`` or ``failed`` always follows its
+last ``tokens``. Stamps are taken before queuing, so deferring changes when the parent *learns*
+of a token (at most ``period`` later), never the token's time.
 
-``send`` is for messages the parent waits on (replies, ``admitted``): queued in order and the
+``send`` is for messages the parent waits on (replies, ``admitted``), and ``call`` for work
+whose result it waits on (a step where a request ends, a batch's end): queued in order and the
 writer woken at once.
 """
 from __future__ import annotations
@@ -35,7 +37,7 @@ class _Call:
 
 
 class Outbox:
-    def __init__(self, conn, period_s: float = 0.005) -> None:
+    def __init__(self, conn, period_s: float = 0.020) -> None:
         self._conn, self.period_s = conn, period_s
         self._items: deque = deque()
         self._wake = threading.Event()
