@@ -204,7 +204,9 @@ class GpuSampler:
             get.metrics[i].metricId = metric_id
         nvml.nvmlGpmMetricsGet(get)
         d.gpm_samples = [cur, prev]
-        return {name: (get.metrics[i].value if get.metrics[i].nvmlReturn == 0 else None)
+        # A metric NVML could not compute for this pair of samples is missing from this row;
+        # that includes NaN or infinite values (rates over a too-short interval)
+        return {name: (v if get.metrics[i].nvmlReturn == 0 and math.isfinite(v := get.metrics[i].value) else None)
                 for i, name in enumerate(GPM_METRICS)}
 
     # -- results ----------------------------------------------------------------------------

@@ -5,6 +5,8 @@ behind is invalid whatever its latencies say (they still include the delay).
 """
 from __future__ import annotations
 
+import math
+
 from .histogram import LatencyHistogram
 from .recorder import ALL_METRICS
 from .runner import RunOutcome
@@ -143,3 +145,27 @@ def _points(rec) -> list[dict]:
         c = by_index.get(k, {"index": k, "completed": 0, "failed": 0, "histograms": {}})
         points.append({**c, "t_s": k * width, "output_tokens_per_s": rec.token_bins.get(k, 0) / width})
     return points
+
+
+def null_non_finite(doc: dict) -> list[str]:
+    """Replace every NaN or infinity in the result with null (JSON has neither) and say where,
+    in ``validity.warnings``: one bad figure must not cost the whole result. Returns the paths."""
+    found: list[str] = []
+
+    def walk(node, path: str):
+        if isinstance(node, float) and not math.isfinite(node):
+            found.append(path)
+            return None
+        if isinstance(node, dict):
+            for k, v in node.items():
+                node[k] = walk(v, f"{path}.{k}" if path else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                node[i] = walk(v, f"{path}[{i}]")
+        return node
+
+    walk(doc, "")
+    if found:
+        doc.setdefault("validity", {}).setdefault("warnings", []).append(
+            f"not a finite number, written as null: {', '.join(found)} (a bug in loadtest: report it)")
+    return found

@@ -15,7 +15,7 @@ from . import atomic, environment
 from .backends import create_backend
 from .clock import Clock, MonotonicClock
 from .errors import BackendError
-from .results import build_metrics
+from .results import build_metrics, null_non_finite
 from .runner import Runner
 from .scenario_file import LoadedScenario, resolve_path
 from .sla import evaluate
@@ -123,6 +123,7 @@ class Session:
                                 environment=env, planned=plan.planned_count, started_at=started_at)
         _add_inside_sections(metrics, outcome, env, sampler, window, profile_export, out)
         metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
+        null_non_finite(metrics)
         if outcome.recorder.records is not None:
             atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
         atomic.write_json(out / "metrics.json", metrics)

@@ -16,8 +16,10 @@ class FakeNVML:
     NVML_TEMPERATURE_GPU = 0
     NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
 
+    NVML_GPM_METRICS_GET_VERSION = 1
+
     def __init__(self, *, devices: int = 1, unsupported=(), fail_calls: dict | None = None, power_w: float = 300.0,
-                 processes=()) -> None:
+                 processes=(), gpm_values=None) -> None:
         self.devices = devices
         self.unsupported = set(unsupported)  # function names that raise NOT_SUPPORTED
         self.fail_calls = dict(fail_calls or {})  # name -> set of call numbers that raise an error
@@ -26,6 +28,8 @@ class FakeNVML:
         self.energy_mj = 1_000_000
         self.processes = list(processes)
         self.shutdowns = 0
+        # GPM (Hopper+): None = unsupported; else a function of the call number -> every metric's value
+        self.gpm_values = gpm_values
 
     def _call(self, name: str):
         n = self.calls[name] = self.calls.get(name, 0) + 1
@@ -90,7 +94,25 @@ class FakeNVML:
 
     def nvmlGpmQueryDeviceSupport(self, h):
         self._call("nvmlGpmQueryDeviceSupport")
-        return types.SimpleNamespace(isSupportedDevice=0)
+        return types.SimpleNamespace(isSupportedDevice=int(self.gpm_values is not None))
+
+    def nvmlGpmSampleAlloc(self):
+        return object()
+
+    def nvmlGpmSampleFree(self, sample):
+        pass
+
+    def nvmlGpmSampleGet(self, h, sample):
+        self._call("nvmlGpmSampleGet")
+
+    class c_nvmlGpmMetricsGet_t:
+        def __init__(self):
+            self.metrics = [types.SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0) for _ in range(98)]
+
+    def nvmlGpmMetricsGet(self, get):
+        self._call("nvmlGpmMetricsGet")
+        for m in get.metrics[:get.numMetrics]:
+            m.value = self.gpm_values(self.calls["nvmlGpmMetricsGet"])
 
     def nvmlSystemGetDriverVersion(self):
         return "580.00"

@@ -135,3 +135,16 @@ def test_loadtest_env_prints_the_manifest():
     assert r.returncode == 0, r.stderr
     env = json.loads(r.stdout)
     assert env["tool"] == "loadtest" and "python" in env and "gpus" in env
+
+
+def test_a_gpm_reading_that_is_not_a_number_is_left_out_not_averaged(tmp_path, monkeypatch):
+    # A GPM metric NVML computes can come back NaN (a rate over a too-short interval): that
+    # sample lacks the metric; the others are summarised, and the result stays valid JSON.
+    nvml = FakeNVML(gpm_values=lambda n: float("nan") if n % 2 else 25.0)
+    m = run_real_clock(tmp_path, SIM, monkeypatch, nvml).metrics
+    d = m["gpu"]["devices"][0]
+    assert "gpm" not in d["unavailable"]
+    assert d["gpm_sm_activity_pct"]["mean"] == 25.0 and d["gpm_dram_bw_util_pct"]["max"] == 25.0
+    assert not any("finite" in w for w in m["validity"]["warnings"])
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "run" / "gpu.csv").read_text())))
+    assert {r["gpm.sm_activity [%]"] for r in rows} == {"", "25"}
