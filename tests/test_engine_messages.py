@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 
 import pytest
@@ -353,7 +354,7 @@ def test_roofline_accounting_from_step_stamps():
 
     acct, counting = new_accounting(), [True]
     s = StepStreamer([("req", 1, [1, 2, 3], 4, True, None), ("req", 2, [1, 2, 3, 4, 5], 4, True, None)],
-                     Recorder(), set(), set(), acct, width=5, counting=lambda: counting[0])
+                     Recorder(), set(), set(), width=5, accounting=lambda: acct if counting[0] else None)
     s.start(0)
     for t_ms, on in ((10, True), (13, True), (16, False), (19, True)):  # the third step under a profiler
         counting[0] = on
@@ -392,7 +393,7 @@ def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_
     from loadtest.backends.engine_worker import new_accounting
 
     acct, out = new_accounting(), PeriodRecorder()
-    s = StepStreamer([req(1, 6), req(2, 4)], out, set(), set(), acct, width=3)
+    s = StepStreamer([req(1, 6), req(2, 4)], out, set(), set(), width=3, accounting=lambda: acct)
     s.start(0)
     for t in (10, 20, 30):  # the prefill (10), then two decode steps: nothing can end yet
         s.step(t, None)
@@ -413,6 +414,28 @@ def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_
     assert acct["decode_s"] == pytest.approx(50e-9)
 
 
+def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
+    """The window opens (a new accounting) while earlier steps still wait for the writer: they
+    count in the old one, the later ones in the new, though one drain takes them all."""
+    from loadtest.backends.engine_worker import new_accounting
+
+    before, window, out = new_accounting(), new_accounting(), PeriodRecorder()
+    current = [before]
+    s = StepStreamer([req(1, 6), req(2, 6)], out, set(), set(), width=3, accounting=lambda: current[0])
+    s.start(0)
+    s.step(10, None)  # the prefill
+    s.step(20, None)  # decode step 1 (context 3 + 1)
+    current[0] = window
+    s.step(30, None)  # decode steps 2 and 3 (contexts 3 + 2, 3 + 3)
+    s.step(45, None)
+    out.period()
+    assert out.writes == 1
+    assert before["prefill_batches"] == 1 and before["decode_steps"] == 1 and before["decode_ctx_sum"] == 2 * 4
+    assert before["decode_s"] == pytest.approx(10e-9)
+    assert window["prefill_batches"] == 0 and window["decode_steps"] == 2 and window["decode_rows"] == 4
+    assert window["decode_ctx_sum"] == 2 * (5 + 6) and window["decode_s"] == pytest.approx(25e-9)
+
+
 def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
     """Like batches and the roofline accounting: a sweep's later points do not repeat an earlier
     point's count (each point's facts are read with reset)."""
@@ -420,6 +443,25 @@ def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
     eng.stamp_mismatches = 2
     assert eng._facts(reset=True)["stamp_mismatches"] == 2
     assert eng._facts(reset=True)["stamp_mismatches"] == 0
+
+
+def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_a_profiler(tiny_model_dir):
+    eng, out = _engine(tiny_model_dir)
+    batch = lambda rid: [("req", rid, [5, 6, 7], 4, True, None)]  # noqa: E731
+    eng._generate(batch(1), set(), out, set())  # before the window: not counted
+    eng.urgent.append(("window_start",))
+    eng.poll_urgent()
+    eng._generate(batch(2), set(), out, set())
+    class Profiler:  # a capture window is open: its steps are not the model's speed
+        annotate = staticmethod(lambda label: contextlib.nullcontext())
+        decode_step = end_steps = staticmethod(lambda: None)
+
+    eng.profiler = Profiler()
+    eng._generate(batch(3), set(), out, set())
+    eng.profiler = None
+    acct = eng._facts(reset=True)["roofline_acct"]
+    assert acct["prefill_batches"] == 1 and acct["prefill_tokens"] == 3
+    assert acct["decode_steps"] == 3 and acct["decode_ctx_sum"] == (3 + 1) + (3 + 2) + (3 + 3)
 
 
 def test_gc_pauses_are_timed_and_the_warm_heap_is_frozen():

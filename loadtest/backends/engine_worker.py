@@ -179,8 +179,7 @@ class Engine:
                 self.profiler.start()
                 self.out.send(("profiling", time.monotonic_ns()))
             elif msg[0] == "window_start":  # the measurement window opened: count from here
-                acct = self.acct  # on the outbox's thread, after the steps queued before it
-                self.out.call(lambda: acct.update(new_accounting()))
+                self.acct = new_accounting()  # steps handed over from now on count in this one
                 self.gc.summary(reset=True)
             elif msg[0] == "profile_stop":
                 if self.profiler is not None:
@@ -231,8 +230,10 @@ class Engine:
             ids[i, width - len(r[2]):] = torch.tensor(r[2], dtype=torch.long)
             mask[i, width - len(r[2]):] = 1
         real = not isinstance(out, _NullOut)
-        streamer = StepStreamer(batch, out, cancelled, finished, self.acct if real else None, width,
-                                self._after_step if real else None, counting=lambda: self.profiler is None)
+        # A step counts for the roofline in the accounting current when it is handed over (the
+        # window's, once it opened), and not while a profiler is on: its overhead is not the model's.
+        streamer = StepStreamer(batch, out, cancelled, finished, width, self._after_step if real else None,
+                                accounting=(lambda: self.acct if self.profiler is None else None) if real else None)
         kwargs = self._generate_kwargs(max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5])
         hook = None
         if self.stamp_source == AFTER_SYNC:
@@ -443,9 +444,11 @@ class StepStreamer:
     on the host. ``put`` runs between two decode steps, so it only stamps and queues the step;
     turning steps into per-request messages (``_drain``) runs on the outbox's thread, in order."""
 
-    def __init__(self, batch: list, out, cancelled: set, finished: set, acct: dict | None = None, width: int = 0,
-                 on_step=None, counting=lambda: True) -> None:
-        self.acct, self.width, self.on_step, self.counting = acct, width, on_step, counting
+    def __init__(self, batch: list, out, cancelled: set, finished: set, width: int = 0, on_step=None,
+                 accounting=None) -> None:
+        """``accounting()``: the roofline accounting dict a step handed over now counts in, or
+        None for a step that does not count; None: no accounting."""
+        self.width, self.on_step, self.accounting = width, on_step, accounting or (lambda: None)
         self.lens = [len(r[2]) for r in batch]
         self._t_prev = None
         self.rids = [r[1] for r in batch]
@@ -465,8 +468,8 @@ class StepStreamer:
         self._check_eos = any(e is not None for e in self.eos)  # else token values are never read
         self._eos_ids = {e for e in self.eos if e is not None}
         self.max_steps = max(self.caps, default=1)  # generate()'s max_new_tokens
-        # Handed from the decode thread to the writer: (stamp, tokens or None, counting) per
-        # step, and whether a drain is queued (one per writer period, not one per step).
+        # Handed from the decode thread to the writer: (stamp, tokens or None, accounting or
+        # None) per step, and whether a drain is queued (one per writer period, not per step).
         self._steps: deque = deque()
         self._drain_queued = False
         # On the decode thread: steps handed over so far, and the steps at which a row reaches
@@ -502,7 +505,7 @@ class StepStreamer:
             if not isinstance(tokens, list):
                 tokens = [tokens]
             ends = ends or not self._eos_ids.isdisjoint(tokens)
-        self._steps.append((t, tokens, self.counting()))
+        self._steps.append((t, tokens, self.accounting()))
         if ends:
             self._drain_queued = True
             self.out.call(self._drain)
@@ -520,23 +523,26 @@ class StepStreamer:
         row by row (``_rows``)."""
         self._drain_queued = False  # a step handed over from now on queues the next drain
         steps, msgs, run = self._steps, [], []
-        cancelled, acct = self.cancelled, self.acct
-        d_steps = d_ctx = d_ns = 0  # decode-step accounting, added to ``acct`` once
+        cancelled = self.cancelled
+        # Decode steps are added to their accounting once per drain (or when it changes).
+        into, d_steps, d_ctx, d_ns = None, 0, 0, 0
         while steps:
-            t, tokens, counting = steps.popleft()
-            if acct is not None:
-                dt, self._t_prev = t - self._t_prev, t
-                if not counting:  # not while a profiler is on: its overhead is not the model's
-                    pass
-                elif self.decoded == 0:  # the first step ends the prefill
-                    acct["prefill_batches"] += 1
-                    acct["prefill_tokens"] += sum(self.lens)
-                    acct["prefill_attn_pairs"] += sum(k * (k + 1) // 2 for k in self.lens)
-                    acct["prefill_s"] += dt / 1e9
-                else:  # a decode step: every row of the batch is computed until the last one ends
-                    d_steps += 1
-                    d_ctx += self.width + self.decoded
-                    d_ns += dt
+            t, tokens, acct = steps.popleft()
+            dt, self._t_prev = t - self._t_prev, t
+            if acct is None:
+                pass
+            elif self.decoded == 0:  # the first step ends the prefill
+                acct["prefill_batches"] += 1
+                acct["prefill_tokens"] += sum(self.lens)
+                acct["prefill_attn_pairs"] += sum(k * (k + 1) // 2 for k in self.lens)
+                acct["prefill_s"] += dt / 1e9
+            else:  # a decode step: every row of the batch is computed until the last one ends
+                if acct is not into:
+                    self._add_decode(into, d_steps, d_ctx, d_ns)
+                    into, d_steps, d_ctx, d_ns = acct, 0, 0, 0
+                d_steps += 1
+                d_ctx += self.width + self.decoded
+                d_ns += dt
             self.decoded = n = self.decoded + 1
             if tokens is None and n < self._next_end and len(cancelled) == self._n_cancelled:
                 run.append(t)
@@ -547,13 +553,16 @@ class StepStreamer:
             msgs.extend(self._rows(t, n, tokens))
         if run:
             msgs.append(("tokens", tuple(run), self._going))
-        if d_steps:
-            rows = len(self.rids)
-            acct["decode_steps"] += d_steps
-            acct["decode_rows"] += rows * d_steps
-            acct["decode_ctx_sum"] += rows * d_ctx
-            acct["decode_s"] += d_ns / 1e9
+        self._add_decode(into, d_steps, d_ctx, d_ns)
         return msgs
+
+    def _add_decode(self, acct: dict | None, steps: int, ctx: int, ns: int) -> None:
+        if acct is not None and steps:
+            rows = len(self.rids)
+            acct["decode_steps"] += steps
+            acct["decode_rows"] += rows * steps
+            acct["decode_ctx_sum"] += rows * ctx
+            acct["decode_s"] += ns / 1e9
 
     def _rows(self, t: int, n: int, tokens) -> list:
         """Step ``n``, row by row: tokens for the rows going, ``done`` for those ending now."""
