@@ -38,3 +38,14 @@ class GcPauses:
         if reset:
             self.count, self.total_s, self.max_s = 0, 0.0, 0.0
         return got
+
+
+_PROCESS_PAUSES: GcPauses | None = None
+
+
+def process_gc_pauses() -> GcPauses:
+    """This process's one ``GcPauses`` (one gc callback however many engines a process builds)."""
+    global _PROCESS_PAUSES
+    if _PROCESS_PAUSES is None:
+        _PROCESS_PAUSES = GcPauses()
+    return _PROCESS_PAUSES

@@ -467,8 +467,11 @@ def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_
 def test_gc_pauses_are_timed_and_the_warm_heap_is_frozen():
     import gc
 
-    from loadtest.heap import GcPauses, settle_heap
+    from loadtest.heap import GcPauses, process_gc_pauses, settle_heap
 
+    callbacks = len(gc.callbacks)
+    assert process_gc_pauses() is process_gc_pauses()  # one callback per process, however many engines
+    assert len(gc.callbacks) <= callbacks + 1
     pauses = GcPauses()
     gc.disable()  # only the collections this test makes
     try:

@@ -26,7 +26,7 @@ import time
 import traceback
 from collections import deque
 
-from ..heap import GcPauses, settle_heap
+from ..heap import process_gc_pauses, settle_heap
 from .outbox import Outbox
 
 STOP = ("stop",)
@@ -109,7 +109,7 @@ class Engine:
         self.batches = 0
         self._batches_reported = 0
         self.acct = new_accounting()
-        self.gc = GcPauses()
+        self.gc = process_gc_pauses()
         self.profiler = None  # a WorkerProfiler while a capture window is open
         self.pending_export = None  # (profiler, out_dir): a closed window, exported at the end of the run
         self.urgent: deque = deque()  # checked every decode step: a deque's emptiness test takes no lock
