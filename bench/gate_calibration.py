@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtest import regression  # noqa: E402
+from loadtest.analysis import regression  # noqa: E402
 from tests.conftest import run_virtual_scenario  # noqa: E402
 from tests.test_regression import NOISY, gate_verdict, scenario  # noqa: E402
 

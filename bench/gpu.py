@@ -36,7 +36,7 @@ def copy_bandwidth_gbs() -> float:
 
 
 def run(name: str, backend: dict, load: dict, workload: dict, out: Path) -> dict:
-    from loadtest.scenario_file import parse_scenario
+    from loadtest.config.loading import parse_scenario
     from loadtest.session import run_scenario
     import yaml
 

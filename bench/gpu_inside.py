@@ -22,7 +22,7 @@ MODEL = "dummy:llama-3.2-1b"
 
 
 def run(name: str, backend: dict, load: dict, out: Path, profile: dict | None = None) -> dict:
-    from loadtest.scenario_file import parse_scenario
+    from loadtest.config.loading import parse_scenario
     from loadtest.session import run_scenario
 
     data = {"name": name, "backend": {"kind": "transformers", "model": MODEL, "device": "cuda", **backend},

@@ -13,11 +13,11 @@ import asyncio
 import random
 import time
 
-from loadtest.clock import MonotonicClock
-from loadtest.recorder import Recorder, RequestState
-from loadtest.scenario_file import parse_scenario
+from loadtest.core.clock import MonotonicClock
+from loadtest.execution.recorder import Recorder, RequestState
+from loadtest.config.loading import parse_scenario
 from loadtest.session import run_scenario_async
-from loadtest.workload import PlannedRequest
+from loadtest.workload.plan import PlannedRequest
 
 
 def run_rate(rate: float, seconds: float, tmp: str) -> dict:

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadtest.clock import MonotonicClock
-from loadtest.scenario_file import parse_scenario
+from loadtest.core.clock import MonotonicClock
+from loadtest.config.loading import parse_scenario
 from loadtest.session import run_scenario_async
 
 

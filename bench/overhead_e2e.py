@@ -40,7 +40,7 @@ N_IN = N_OUT = 128
 
 async def _one(backend, req, prompt_ids) -> tuple[int, int]:
     """Consumes one request's events as the runner does; (tokens, the Finished stamp)."""
-    from loadtest.events import Failed, Finished, Tokens
+    from loadtest.core.events import Failed, Finished, Tokens
 
     n = 0
     async for ev in backend.submit(req, prompt_ids):
@@ -54,9 +54,9 @@ async def _one(backend, req, prompt_ids) -> tuple[int, int]:
 
 
 async def main_async(args) -> list:
-    from loadtest.backend_specs import TransformersSpec
-    from loadtest.backends.hf_local import TransformersBackend
-    from loadtest.clock import MonotonicClock
+    from loadtest.config.backend_specs import TransformersSpec
+    from loadtest.backends.transformers.backend import TransformersBackend
+    from loadtest.core.clock import MonotonicClock
 
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     spec = TransformersSpec(model=args.model, device=args.device, dtype=args.dtype, mode="static",

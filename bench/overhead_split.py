@@ -41,7 +41,7 @@ def _drain(conn) -> None:
 
 
 def _sample(stop, interval: float) -> None:
-    from loadtest.gpu_sampler import GpuSampler
+    from loadtest.telemetry.gpu_sampler import GpuSampler
 
     s = GpuSampler(interval)
     s.start()
@@ -107,11 +107,11 @@ def main() -> None:
     import torch
     import transformers
 
-    from loadtest.backends import engine_worker
-    from loadtest.backends.engine_worker import AFTER_SYNC, STREAMER, Engine
-    from loadtest.backends.outbox import Outbox
-    from loadtest.backends.model_loading import load_model
-    from loadtest.heap import settle_heap
+    from loadtest.backends.transformers import worker as engine_worker
+    from loadtest.backends.transformers.worker import AFTER_SYNC, STREAMER, Engine
+    from loadtest.backends.transformers.outbox import Outbox
+    from loadtest.backends.transformers.loading import load_model
+    from loadtest.core.heap import settle_heap
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, deferred stop check: "
           f"{hasattr(__import__('transformers.generation.utils', fromlist=['x']), 'DeferredStopCheck')}", flush=True)

@@ -4,11 +4,37 @@ The public Python surface (the CLI is a thin layer over it)::
 
     from loadtest import load_scenario, run_scenario
     result = run_scenario(load_scenario("scenarios/chat.yml"), out_dir="reports/try")
+
+Names are imported on first use, so ``import loadtest.core.clock`` (or ``loadtest --help``) does
+not pull in the whole run path.
 """
-__version__ = "0.1.0"
 
-from .errors import BackendError, LoadtestError, ScenarioError  # noqa: E402
-from .scenario_file import load_scenario  # noqa: E402
-from .session import RunResult, run_scenario  # noqa: E402
+from __future__ import annotations
 
-__all__ = ["__version__", "load_scenario", "run_scenario", "RunResult", "LoadtestError", "ScenarioError", "BackendError"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from loadtest.core._version import __version__
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "load_scenario": "loadtest.config.loading",
+    "run_scenario": "loadtest.session",
+    "RunResult": "loadtest.session",
+    "LoadtestError": "loadtest.core.errors",
+    "ScenarioError": "loadtest.core.errors",
+    "BackendError": "loadtest.core.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from loadtest.config.loading import load_scenario
+    from loadtest.core.errors import BackendError, LoadtestError, ScenarioError
+    from loadtest.session import RunResult, run_scenario
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'loadtest' has no attribute {name!r}")

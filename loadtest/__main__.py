@@ -1,3 +1,3 @@
-from .cli import main
+from loadtest.cli import main
 
 main()

@@ -30,8 +30,8 @@ def exit_code(metrics: dict) -> int:
 
 
 def _load(path: Path, overrides: list[str]):
-    from .errors import ScenarioError
-    from .scenario_file import load_scenario
+    from loadtest.core.errors import ScenarioError
+    from loadtest.config.loading import load_scenario
 
     try:
         return load_scenario(path, overrides)
@@ -62,12 +62,12 @@ def run(
     loaded = _load(scenario, set_)
     from rich.console import Console
 
-    from .clock import MonotonicClock
-    from .errors import LoadtestError, ScenarioError
-    from .progress import live_progress
-    from .repeat import run_repeats
-    from .reporters import terminal
-    from .session import Session, default_out_dir
+    from loadtest.core.clock import MonotonicClock
+    from loadtest.core.errors import LoadtestError, ScenarioError
+    from loadtest.reporters.progress import live_progress
+    from loadtest.repeat import run_repeats
+    from loadtest.reporters import terminal
+    from loadtest.session import Session, default_out_dir
 
     if (sla or baseline or junit or markdown_out) and not gate_:
         typer.echo("error: --sla, --baseline, --junit and --markdown need --gate", err=True)
@@ -128,12 +128,12 @@ def sweep(
 
     from rich.console import Console
 
-    from .clock import MonotonicClock
-    from .errors import LoadtestError, ScenarioError
-    from .progress import live_progress
-    from .reporters import sweep_report
-    from . import sweep as sweeps
-    from .session import Session, default_out_dir
+    from loadtest.core.clock import MonotonicClock
+    from loadtest.core.errors import LoadtestError, ScenarioError
+    from loadtest.reporters.progress import live_progress
+    from loadtest.reporters import sweep_report
+    from loadtest import sweep as sweeps
+    from loadtest.session import Session, default_out_dir
 
     loaded = _load(scenario, set_)
     console = Console()
@@ -180,8 +180,8 @@ def sweep(
 def validate(files: List[Path] = typer.Argument(..., help="Scenario files."),
              set_: List[str] = typer.Option([], "--set", help="Override a field: dotted.key=value.")) -> None:
     """Check scenario files without running anything (no model load, no GPU)."""
-    from .errors import ScenarioError
-    from .scenario_file import load_scenario
+    from loadtest.core.errors import ScenarioError
+    from loadtest.config.loading import load_scenario
 
     bad = 0
     for f in files:
@@ -198,7 +198,7 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario files."),
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run directory holding metrics.json.")) -> None:
     """Re-render a saved run (report.md, report.html) or sweep (sweep.md, sweep.html) from its JSON alone."""
-    from .reporters import html, markdown, sweep_report, terminal
+    from loadtest.reporters import html, markdown, sweep_report, terminal
 
     if (run_dir / "sweep.json").exists():
         from rich.console import Console
@@ -222,8 +222,8 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory holding met
 
 def _gate_spec(sla: Optional[Path], loaded=None) -> dict | None:
     """The SLA mapping from a file, else from the scenario (durations as written)."""
-    from . import gate
-    from .errors import ScenarioError
+    from loadtest.analysis import gate
+    from loadtest.core.errors import ScenarioError
 
     try:
         if sla:
@@ -243,9 +243,12 @@ def _gate_and_report(run_dir: Path, spec: dict | None, baselines: list[Path], ju
     """Judge, print the verdict tables, write JUnit/Markdown; the gate's exit code."""
     import os
 
-    from . import atomic, gate, regression, runset
-    from .reporters import terminal
-    from .sla import overall as sla_overall
+    from loadtest.core import atomic
+    from loadtest.analysis import gate
+    from loadtest.analysis import regression
+    from loadtest.results import runset
+    from loadtest.reporters import terminal
+    from loadtest.analysis.sla import overall as sla_overall
 
     try:
         run = runset.load(run_dir)
@@ -275,7 +278,7 @@ def _gate_and_report(run_dir: Path, spec: dict | None, baselines: list[Path], ju
 
 
 def _metric_names(metric: List[str]) -> tuple:
-    from . import regression
+    from loadtest.analysis import regression
 
     names = tuple(metric) or regression.DEFAULT_METRICS
     for name in names:
@@ -325,8 +328,10 @@ def compare(
     """Side by side: each headline metric of B against A, the change and its bootstrap interval."""
     from rich.console import Console
 
-    from . import gate, regression, runset
-    from .reporters import terminal
+    from loadtest.analysis import gate
+    from loadtest.analysis import regression
+    from loadtest.results import runset
+    from loadtest.reporters import terminal
 
     names = _metric_names(metric)
     try:
@@ -357,7 +362,7 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest a
     from rich.console import Console
     from rich.table import Table
 
-    from . import environment
+    from loadtest.telemetry import environment
 
     manifest = environment.collect()
     problems = environment.warnings(manifest)
@@ -387,7 +392,7 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest a
 def calibrate(device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
               as_json: bool = typer.Option(False, "--json", help="Print the result as JSON.")) -> None:
     """Measure this device's copy bandwidth and matmul rate; cache them as the roofline's peaks."""
-    from . import calibrate as cal
+    from loadtest.telemetry import calibrate as cal
 
     try:
         result = cal.measure(device)
@@ -412,7 +417,7 @@ def calibrate(device: str = typer.Option("auto", "--device", help="auto, cpu, cu
 @app.command()
 def version() -> None:
     """Print the version."""
-    from . import __version__
+    from loadtest.core._version import __version__
 
     typer.echo(__version__)
 

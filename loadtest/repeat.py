@@ -13,11 +13,11 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-from . import atomic
-from .runset import REPEAT_FILE, RunSet
-from .scenario_file import LoadedScenario
-from .session import Session
-from .sla import evaluate
+from loadtest.core import atomic
+from loadtest.results.runset import REPEAT_FILE, RunSet
+from loadtest.config.loading import LoadedScenario
+from loadtest.session import Session
+from loadtest.analysis.sla import evaluate
 
 SCHEMA = "loadtest/repeat/v1"
 

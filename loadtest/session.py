@@ -11,15 +11,16 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic, environment
-from .backends import create_backend
-from .clock import Clock, MonotonicClock
-from .errors import BackendError
-from .results import build_metrics, null_non_finite
-from .runner import Runner
-from .scenario_file import LoadedScenario, resolve_path
-from .sla import evaluate
-from .workload import build_plan
+from loadtest.core import atomic
+from loadtest.telemetry import environment
+from loadtest.backends import create_backend
+from loadtest.core.clock import Clock, MonotonicClock
+from loadtest.core.errors import BackendError
+from loadtest.results.build import build_metrics, null_non_finite
+from loadtest.execution.runner import Runner
+from loadtest.config.loading import LoadedScenario, resolve_path
+from loadtest.analysis.sla import evaluate
+from loadtest.workload.plan import build_plan
 
 
 @dataclass
@@ -132,7 +133,7 @@ class Session:
     def _profile_window(self, scenario, out: Path):
         if scenario.profile is None:
             return None
-        from .profile_window import ProfileWindow
+        from loadtest.telemetry.profile_window import ProfileWindow
 
         return ProfileWindow(scenario.profile, self.backend, self.clock, out)
 
@@ -178,7 +179,7 @@ def _roofline(metrics: dict, env: dict) -> dict | None:
     acct, config = backend.get("roofline_acct"), backend.get("shape_config")
     if not acct or not config:
         return None
-    from . import roofline
+    from loadtest.telemetry import roofline
 
     estimated = None
     if not acct.get("decode_steps") and backend.get("mode") == "continuous":
@@ -197,7 +198,7 @@ def _sampler(scenario):
     """A started GPU sampler, or None when the scenario turns sampling off."""
     if not scenario.telemetry.gpu:
         return None
-    from .gpu_sampler import GpuSampler
+    from loadtest.telemetry.gpu_sampler import GpuSampler
 
     sampler = GpuSampler(scenario.telemetry.interval / 1e9, devices=scenario.telemetry.devices)
     sampler.start()
@@ -223,7 +224,7 @@ def _install_sigint(runner: Runner):
 
 
 def _failed_start(loaded: LoadedScenario, started_at: str, env: dict, error: str) -> dict:
-    from .results import SCHEMA
+    from loadtest.results.build import SCHEMA
 
     return {"schema": SCHEMA, "status": "failed", "name": loaded.scenario.name, "started_at": started_at,
             "scenario_file": str(loaded.path),

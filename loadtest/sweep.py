@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from . import atomic
-from .errors import ScenarioError
-from .scenario_file import load_scenario
-from .session import Session
+from loadtest.core import atomic
+from loadtest.core.errors import ScenarioError
+from loadtest.config.loading import load_scenario
+from loadtest.session import Session
 
 SCHEMA = "loadtest/sweep/v1"
 AXES = {"batch_sizes": "backend.max_batch_size", "rates": "load.arrival.rate", "concurrency": "load.arrival.users"}

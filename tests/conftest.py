@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadtest.clock import run_virtual
-from loadtest.scenario_file import load_scenario
+from loadtest.core.clock import run_virtual
+from loadtest.config.loading import load_scenario
 from loadtest.session import run_scenario_async
 
 

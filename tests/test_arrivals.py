@@ -4,8 +4,8 @@ import statistics
 
 from scipy import stats
 
-from loadtest.arrivals import Constant, Gamma, Poisson, read_trace
-from loadtest.errors import ScenarioError
+from loadtest.workload.arrivals import Constant, Gamma, Poisson, read_trace
+from loadtest.core.errors import ScenarioError
 
 
 def take(process, n, seed=0):

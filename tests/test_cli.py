@@ -88,7 +88,7 @@ def test_bad_input_exits_2_fast_with_file_line_and_field(tmp_path):
 
 def test_validation_never_imports_torch(tmp_path):
     path = write(tmp_path, BAD_CASES["missing model"][0])
-    code = ("import sys; from loadtest.scenario_file import load_scenario\n"
+    code = ("import sys; from loadtest.config.loading import load_scenario\n"
             f"try: load_scenario({str(path)!r})\nexcept Exception: pass\n"
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
@@ -136,7 +136,7 @@ class Blocking(NoopBackend):
             yield ev
 import loadtest.backends.noop as noop
 noop.NoopBackend = Blocking
-from loadtest.scenario_file import load_scenario
+from loadtest.config.loading import load_scenario
 from loadtest.session import run_scenario
 import yaml, pathlib
 p = pathlib.Path({str(tmp_path)!r}) / "w.yml"

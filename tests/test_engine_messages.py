@@ -8,9 +8,9 @@ import threading
 import pytest
 import torch
 
-from loadtest.backends.engine_worker import StepStreamer
-from loadtest.backends.outbox import Outbox
-from loadtest.events import Finished, Tokens
+from loadtest.backends.transformers.worker import StepStreamer
+from loadtest.backends.transformers.outbox import Outbox
+from loadtest.core.events import Finished, Tokens
 
 
 class Recorder:
@@ -162,7 +162,7 @@ def test_a_failing_deferred_call_ends_the_worker_process(tmp_path):
     import subprocess
     import sys
 
-    code = ("from loadtest.backends.outbox import Outbox\n"
+    code = ("from loadtest.backends.transformers.outbox import Outbox\n"
             "import time\n"
             "class C:\n    def send(self, m): pass\n"
             "box = Outbox(C())\nbox.call(lambda: 1 / 0)\ntime.sleep(30)\n")
@@ -182,7 +182,7 @@ def test_outbox_close_returns_when_the_parent_is_gone():
 
 
 def test_parent_unpacks_coalesced_messages_in_order():
-    from loadtest.backends.hf_local import TransformersBackend
+    from loadtest.backends.transformers.backend import TransformersBackend
 
     async def go():
         b = TransformersBackend.__new__(TransformersBackend)
@@ -222,8 +222,8 @@ class Inline(Recorder):
 
 
 def _engine(model_dir):
-    from loadtest.backends.engine_worker import Engine
-    from loadtest.backends.model_loading import load_model
+    from loadtest.backends.transformers.worker import Engine
+    from loadtest.backends.transformers.loading import load_model
 
     spec = {"model": str(model_dir), "device": "cpu", "dtype": "float32", "seed": 0, "attn_implementation": None,
             "trust_remote_code": False, "mode": "static", "compile": False, "max_batch_size": 8, "max_wait_ms": 0}
@@ -236,7 +236,7 @@ def _shape(msgs):
 
 
 def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
-    from loadtest.backends.engine_worker import AFTER_SYNC, STREAMER
+    from loadtest.backends.transformers.worker import AFTER_SYNC, STREAMER
 
     eng, out = _engine(tiny_model_dir)
     assert eng.stamp_source == AFTER_SYNC  # this transformers synchronises in its stop check
@@ -262,7 +262,7 @@ def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
 
 
 def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted(tiny_model_dir, monkeypatch):
-    from loadtest.backends import engine_worker as ew
+    from loadtest.backends.transformers import worker as ew
 
     import transformers.generation.utils as gu
 
@@ -298,7 +298,7 @@ def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted
 def test_the_stamp_follows_the_stop_checks_wait_and_the_token_copy():
     """The stamping StopCheck queues the tokens' copy, lets the check wait for the step, then
     stamps; the check's answer is generate()'s, unchanged."""
-    from loadtest.backends import engine_worker as ew
+    from loadtest.backends.transformers import worker as ew
 
     order = []
 
@@ -350,7 +350,7 @@ def test_steps_without_tokens_count_rows_and_honour_a_cancellation():
 
 
 def test_roofline_accounting_from_step_stamps():
-    from loadtest.backends.engine_worker import new_accounting
+    from loadtest.backends.transformers.worker import new_accounting
 
     acct, counting = new_accounting(), [True]
     s = StepStreamer([("req", 1, [1, 2, 3], 4, True, None), ("req", 2, [1, 2, 3, 4, 5], 4, True, None)],
@@ -390,7 +390,7 @@ class PeriodRecorder(Recorder):
 
 
 def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_by_one():
-    from loadtest.backends.engine_worker import new_accounting
+    from loadtest.backends.transformers.worker import new_accounting
 
     acct, out = new_accounting(), PeriodRecorder()
     s = StepStreamer([req(1, 6), req(2, 4)], out, set(), set(), width=3, accounting=lambda: acct)
@@ -417,7 +417,7 @@ def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_
 def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
     """The window opens (a new accounting) while earlier steps still wait for the writer: they
     count in the old one, the later ones in the new, though one drain takes them all."""
-    from loadtest.backends.engine_worker import new_accounting
+    from loadtest.backends.transformers.worker import new_accounting
 
     before, window, out = new_accounting(), new_accounting(), PeriodRecorder()
     current = [before]
@@ -467,7 +467,7 @@ def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_
 def test_gc_pauses_are_timed_and_the_warm_heap_is_frozen():
     import gc
 
-    from loadtest.heap import GcPauses, process_gc_pauses, settle_heap
+    from loadtest.core.heap import GcPauses, process_gc_pauses, settle_heap
 
     callbacks = len(gc.callbacks)
     assert process_gc_pauses() is process_gc_pauses()  # one callback per process, however many engines

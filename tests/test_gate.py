@@ -8,8 +8,8 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from loadtest.clock import run_virtual
-from loadtest.scenario_file import load_scenario
+from loadtest.core.clock import run_virtual
+from loadtest.config.loading import load_scenario
 from loadtest.session import run_scenario_async
 
 RUN = {"name": "g", "backend": {"kind": "sim", "max_concurrency": 4, "prefill_ms_per_token": 0.1, "decode_ms_per_token": 5},

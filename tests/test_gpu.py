@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 def _run(tmp_path, backend: dict, load: dict) -> dict:
     import yaml
 
-    from loadtest.scenario_file import load_scenario
+    from loadtest.config.loading import load_scenario
     from loadtest.session import run_scenario
 
     path = tmp_path / "s.yml"

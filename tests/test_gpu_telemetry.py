@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from loadtest import environment, gpu_sampler
-from loadtest.gpu_sampler import GpuSampler
+from loadtest.telemetry import environment, gpu_sampler
+from loadtest.telemetry.gpu_sampler import GpuSampler
 from tests.fake_nvml import FakeNVML
 
 SIM = {"name": "gpu", "backend": {"kind": "sim", "max_concurrency": 4, "decode_ms_per_token": 2},
@@ -19,7 +19,7 @@ SIM = {"name": "gpu", "backend": {"kind": "sim", "max_concurrency": 4, "decode_m
 
 
 def run_real_clock(tmp_path, data, monkeypatch, nvml):
-    from loadtest.scenario_file import load_scenario
+    from loadtest.config.loading import load_scenario
     from loadtest.session import run_scenario
     from tests.conftest import write_scenario
 
@@ -70,7 +70,7 @@ def test_unsupported_metrics_and_errors_mid_run_never_fail_it(tmp_path, monkeypa
 
 
 def test_no_nvml_says_why_and_the_run_proceeds(tmp_path, monkeypatch):
-    from loadtest.scenario_file import load_scenario
+    from loadtest.config.loading import load_scenario
     from loadtest.session import run_scenario
     from tests.conftest import write_scenario
 

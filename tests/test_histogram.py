@@ -1,4 +1,4 @@
-from loadtest.histogram import HIGHEST_US, LatencyHistogram, merge
+from loadtest.core.histogram import HIGHEST_US, LatencyHistogram, merge
 
 
 def test_over_range_is_counted_and_clamped_not_dropped():

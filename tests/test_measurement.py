@@ -4,7 +4,7 @@ from __future__ import annotations
 import mpmath
 import pytest
 
-from loadtest.histogram import LatencyHistogram
+from loadtest.core.histogram import LatencyHistogram
 
 
 def sim(**kw):
@@ -204,7 +204,7 @@ def test_max_rate_is_a_ceiling_and_its_hold_counts_in_latency_not_in_dispatch_la
     """asyncio-throttle caps sends at max_rate per sliding second (real clock: it reads time.monotonic)."""
     import yaml
 
-    from loadtest.scenario_file import load_scenario
+    from loadtest.config.loading import load_scenario
     from loadtest.session import run_scenario
 
     path = tmp_path / "s.yml"

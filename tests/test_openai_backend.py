@@ -17,8 +17,8 @@ import yaml
 pytest.importorskip("aiohttp")
 pytest.importorskip("fastapi")  # transformers[serving]
 
-from loadtest.backends.sse import SseParser  # noqa: E402
-from loadtest.scenario_file import load_scenario  # noqa: E402
+from loadtest.backends.openai.sse import SseParser  # noqa: E402
+from loadtest.config.loading import load_scenario  # noqa: E402
 from loadtest.session import run_scenario  # noqa: E402
 from tests.tiny_model import CORPUS, build_tiny_model  # noqa: E402
 
@@ -162,9 +162,9 @@ def test_sse_events_split_across_reads():
 
 
 def test_reconcile_to_the_servers_count():
-    from loadtest.backends.openai_http import OpenAIBackend
-    from loadtest.backend_specs import OpenAISpec
-    from loadtest.clock import MonotonicClock
+    from loadtest.backends.openai.client import OpenAIBackend
+    from loadtest.config.backend_specs import OpenAISpec
+    from loadtest.core.clock import MonotonicClock
 
     b = OpenAIBackend(OpenAISpec(base_url="http://x/v1", model="m"), MonotonicClock())
     chunks = [(10, 1), (20, 2), (30, 1)]  # the client counted 4 tokens in 3 chunks
@@ -177,7 +177,7 @@ def test_reconcile_to_the_servers_count():
 
 
 def test_secrets_in_headers_are_refused(tmp_path):
-    from loadtest.errors import ScenarioError
+    from loadtest.core.errors import ScenarioError
 
     path = tmp_path / "s.yml"
     path.write_text("name: x\nbackend:\n  kind: openai\n  base_url: http://h/v1\n  model: m\n"

@@ -33,8 +33,8 @@ def test_flagged_requests_can_stay_in_the_statistics(run_virtual_fn):
 
 
 def test_profile_settings_are_checked(tmp_path):
-    from loadtest.errors import ScenarioError
-    from loadtest.scenario_file import load_scenario
+    from loadtest.core.errors import ScenarioError
+    from loadtest.config.loading import load_scenario
     from tests.conftest import write_scenario
 
     with pytest.raises(ScenarioError, match="start and duration, or requests"):
@@ -73,7 +73,7 @@ def test_operator_tables_match_torchs_key_averages():
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from loadtest.backends.profiling import op_tables
+    from loadtest.backends.transformers.profiling import op_tables
 
     model = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(3)])
     prof = profile(activities=[ProfilerActivity.CPU])

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from loadtest import regression
-from loadtest.histogram import LatencyHistogram
-from loadtest.sla import FAIL, INCONCLUSIVE, PASS
+from loadtest.analysis import regression
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS
 
 
 def synthetic_run(values_per_interval: list[list[int]], tokens_per_interval: list[int] | None = None) -> dict:

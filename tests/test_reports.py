@@ -20,8 +20,8 @@ def test_run_html_is_self_contained_and_escaped(run_virtual_fn):
 
 def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path, monkeypatch):
     """GPU plot and tables from the sampled data, the profile window, the roofline; all escaped."""
-    from loadtest import gpu_sampler
-    from loadtest.scenario_file import load_scenario
+    from loadtest.telemetry import gpu_sampler
+    from loadtest.config.loading import load_scenario
     from loadtest.session import run_scenario
     from tests.conftest import write_scenario
     from tests.fake_nvml import FakeNVML

@@ -1,5 +1,5 @@
-from loadtest.histogram import LatencyHistogram
-from loadtest.results import _judge_lag
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.results.build import _judge_lag
 
 
 def hist(values_us):
@@ -28,7 +28,7 @@ def test_non_finite_figures_become_null_with_a_warning_naming_them():
     import json
     import math
 
-    from loadtest.results import null_non_finite
+    from loadtest.results.build import null_non_finite
 
     doc = {"validity": {"warnings": []}, "roofline": {"decode": {"mbu": math.nan, "steps": 3}},
            "points": [{"rate": math.inf}, {"rate": 1.5}]}

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from loadtest import roofline
-from loadtest.model_shapes import DUMMY_ARCHITECTURES
+from loadtest.telemetry import roofline
+from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
 LLAMA_1B_PARAMS = 1_235_814_400  # Llama-3.2-1B, tied embeddings (the published count)
 

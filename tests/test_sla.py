@@ -1,6 +1,6 @@
 """Property 8 (enough evidence) and the three-valued verdicts."""
-from loadtest.histogram import LatencyHistogram
-from loadtest.sla import FAIL, INCONCLUSIVE, PASS, binom_cdf, error_rate_check, overall, percentile_check, samples_needed
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, binom_cdf, error_rate_check, overall, percentile_check, samples_needed
 
 
 def hist(values_us):

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from loadtest.clock import run_virtual
+from loadtest.core.clock import run_virtual
 from loadtest.session import Session
 from loadtest.sweep import find_max_rate, run_sweep
 
-from .test_measurement import md1_sojourn_quantile
+from tests.test_measurement import md1_sojourn_quantile
 
 
 def scenario(tmp_path, data) -> object:

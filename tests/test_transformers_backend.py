@@ -10,7 +10,7 @@ import yaml
 
 pytest.importorskip("transformers")
 
-from loadtest.scenario_file import load_scenario  # noqa: E402
+from loadtest.config.loading import load_scenario  # noqa: E402
 from loadtest.session import run_scenario  # noqa: E402
 from tests.tiny_model import CORPUS  # noqa: E402
 
@@ -96,7 +96,7 @@ def test_natural_output_and_chat_dataset(tmp_path, tiny_model_dir):
 def test_missing_model_is_a_scenario_error_not_a_crash(tmp_path):
     path = tmp_path / "s.yml"
     path.write_text("name: x\nbackend: {kind: transformers, model: ./nope}\nload: {arrival: {kind: burst}, requests: 1}\n")
-    from loadtest.errors import ScenarioError
+    from loadtest.core.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match=r"s.yml:2: backend.model"):
         load_scenario(path)

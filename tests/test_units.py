@@ -1,6 +1,6 @@
 import pytest
 
-from loadtest.units import format_duration_ns, parse_duration_ns, parse_rate_per_s
+from loadtest.core.units import format_duration_ns, parse_duration_ns, parse_rate_per_s
 
 
 @pytest.mark.parametrize("text,ns", [

@@ -3,10 +3,10 @@ import statistics
 
 import pytest
 
-from loadtest.errors import ScenarioError
-from loadtest.scenario import Scenario
-from loadtest.tokenizer import ByteTokenizer
-from loadtest.workload import build_plan, read_dataset
+from loadtest.core.errors import ScenarioError
+from loadtest.config.scenario import Scenario
+from loadtest.workload.tokenizer import ByteTokenizer
+from loadtest.workload.plan import build_plan, read_dataset
 
 
 def plan_for(data, resolve=lambda n: n):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, BackendInfo
+from loadtest.backends.base import Backend, BackendInfo
 
 # kind -> "module:factory"; the factory takes (spec, clock, context) and returns a Backend.
 REGISTRY: dict[str, str] = {
     "sim": "loadtest.backends.sim:SimBackend",
     "noop": "loadtest.backends.noop:NoopBackend",
-    "transformers": "loadtest.backends.hf_local:TransformersBackend",
-    "openai": "loadtest.backends.openai_http:OpenAIBackend",
+    "transformers": "loadtest.backends.transformers.backend:TransformersBackend",
+    "openai": "loadtest.backends.openai.client:OpenAIBackend",
 }
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Protocol
 
-from ..events import BackendEvent
-from ..tokenizer import Tokenizer
-from ..workload import PlannedRequest
+from loadtest.core.events import BackendEvent
+from loadtest.workload.tokenizer import Tokenizer
+from loadtest.workload.plan import PlannedRequest
 
 
 @dataclass

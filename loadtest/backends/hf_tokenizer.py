@@ -33,7 +33,7 @@ def load_tokenizer(model: str, base_dir, trust_remote_code: bool):
     """The model's tokenizer, or the built-in byte tokenizer where it has none (dummy models)."""
     from pathlib import Path
 
-    from ..tokenizer import ByteTokenizer
+    from loadtest.workload.tokenizer import ByteTokenizer
 
     if model.startswith("dummy:"):
         return ByteTokenizer()

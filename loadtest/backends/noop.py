@@ -1,9 +1,9 @@
 """``kind: noop``: every request answered at once with all its tokens. Measures the harness alone."""
 from __future__ import annotations
 
-from ..events import Admitted, Finished, Tokens
-from ..tokenizer import ByteTokenizer
-from .base import BackendInfo
+from loadtest.core.events import Admitted, Finished, Tokens
+from loadtest.workload.tokenizer import ByteTokenizer
+from loadtest.backends.base import BackendInfo
 
 
 class NoopBackend:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from ..events import Admitted, Failed, Finished, Tokens
-from ..tokenizer import ByteTokenizer
-from .base import BackendInfo
+from loadtest.core.events import Admitted, Failed, Finished, Tokens
+from loadtest.workload.tokenizer import ByteTokenizer
+from loadtest.backends.base import BackendInfo
 
 
 class WorkClock:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from .. import atomic
-from . import insight, plots
+from loadtest.core import atomic
+from loadtest.reporters import insight
+from loadtest.reporters import plots
 
 CSS = """body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.2em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}

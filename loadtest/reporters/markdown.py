@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import atomic
-from . import insight
+from loadtest.core import atomic
+from loadtest.reporters import insight
 
 ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
 COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")

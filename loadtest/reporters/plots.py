@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import io
 
-from ..histogram import LatencyHistogram
+from loadtest.core.histogram import LatencyHistogram
 
 TAIL_PERCENTILES = [0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999]
 

@@ -6,8 +6,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .. import atomic
-from . import html
+from loadtest.core import atomic
+from loadtest.reporters import html
 
 COLS = ("x", "status", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p99_ms")
 

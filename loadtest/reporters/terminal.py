@@ -75,7 +75,7 @@ def _num(x) -> str:
 def render_regression(reg: dict | None, console: Console) -> None:
     if not reg:
         return
-    from ..sla import overall
+    from loadtest.analysis.sla import overall
 
     worst = overall(c["verdict"] for c in reg["checks"])
     table = Table(title=f"regression vs {', '.join(reg['baselines'])}: {worst}  (minimum effect {reg['min_effect']:.0%}, "

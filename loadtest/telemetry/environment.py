@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import __version__
+from loadtest.core._version import __version__
 
 
 def git_commit(path: Path) -> tuple[str | None, bool | None]:
@@ -60,7 +60,7 @@ def collect(seeds: dict | None = None, scenario_sha256: str | None = None, gpus:
 
 def gpu_manifest(nvml=None) -> dict:
     """``{"gpu_driver", "cuda_driver", "gpus": [...]}`` from NVML, or ``gpus: []`` with the reason."""
-    from .gpu_sampler import load_nvml, nvml_text as _s, try_nvml as _try
+    from loadtest.telemetry.gpu_sampler import load_nvml, nvml_text as _s, try_nvml as _try
 
     owned = nvml is None
     if owned:

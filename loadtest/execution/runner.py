@@ -13,14 +13,14 @@ import gc
 import itertools
 from dataclasses import dataclass, field
 
-from .clock import Clock
-from .errors import BackendError
-from .events import Admitted, Failed, Finished, Tokens
-from .heap import settle_heap
-from .histogram import LatencyHistogram
-from .recorder import Recorder, RequestState
-from .scenario import Load
-from .workload import Plan, PlannedRequest
+from loadtest.core.clock import Clock
+from loadtest.core.errors import BackendError
+from loadtest.core.events import Admitted, Failed, Finished, Tokens
+from loadtest.core.heap import settle_heap
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.recorder import Recorder, RequestState
+from loadtest.config.scenario import Load
+from loadtest.workload.plan import Plan, PlannedRequest
 
 LOOP_PROBE_NS = 10_000_000
 FLUSH_S = 0.005

@@ -98,7 +98,7 @@ class VirtualClock:
         if self._loop is None:
             loop = asyncio.get_running_loop()
             if not isinstance(loop, VirtualTimeLoop):
-                raise RuntimeError("VirtualClock needs a VirtualTimeLoop (use loadtest.clock.run_virtual)")
+                raise RuntimeError("VirtualClock needs a VirtualTimeLoop (use loadtest.core.clock.run_virtual)")
             self._loop = loop
         return self._loop
 

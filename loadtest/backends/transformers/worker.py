@@ -26,8 +26,8 @@ import time
 import traceback
 from collections import deque
 
-from ..heap import process_gc_pauses, settle_heap
-from .outbox import Outbox
+from loadtest.core.heap import process_gc_pauses, settle_heap
+from loadtest.backends.transformers.outbox import Outbox
 
 STOP = ("stop",)
 
@@ -56,7 +56,7 @@ def _serve(inbox_conn, out: Outbox, spec: dict, base_dir: str) -> None:
     cancelled: set = set()
     threading.Thread(target=_pump, args=(inbox_conn, inbox, cancelled, engine.urgent), daemon=True).start()
     if spec["mode"] == "continuous":
-        from .engine_continuous import ContinuousEngine
+        from loadtest.backends.transformers.continuous import ContinuousEngine
 
         try:
             served = ContinuousEngine(engine)
@@ -97,7 +97,7 @@ class Engine:
         engine's own generate path on a model it compiled once)."""
         import torch
 
-        from .model_loading import load_model
+        from loadtest.backends.transformers.loading import load_model
 
         self.spec, self.out, self.torch = spec, out, torch
         t = time.monotonic()
@@ -173,7 +173,7 @@ class Engine:
         while self.urgent:
             msg = self.urgent.popleft()
             if msg[0] == "profile_start" and self.profiler is None:
-                from .profiling import WorkerProfiler
+                from loadtest.backends.transformers.profiling import WorkerProfiler
 
                 self.profiler = WorkerProfiler(self.torch, self.device, msg[1])
                 self.profiler.start()
@@ -334,7 +334,7 @@ class Engine:
 
 
 def new_accounting() -> dict:
-    """What the roofline needs from the steps this worker ran (see loadtest.roofline)."""
+    """What the roofline needs from the steps this worker ran (see loadtest.telemetry.roofline)."""
     return {"prefill_batches": 0, "prefill_tokens": 0, "prefill_attn_pairs": 0, "prefill_s": 0.0,
             "decode_steps": 0, "decode_rows": 0, "decode_ctx_sum": 0, "decode_s": 0.0}
 

@@ -11,14 +11,14 @@ import datetime as dt
 import json
 import time
 
-from . import atomic
-from .roofline import DATASHEET_PEAKS, calibration_path
+from loadtest.core import atomic
+from loadtest.telemetry.roofline import DATASHEET_PEAKS, calibration_path
 
 
 def measure(device: str = "auto", repeats: int = 10) -> dict:
     import torch
 
-    from .backends.model_loading import resolve_device
+    from loadtest.backends.transformers.loading import resolve_device
 
     dev = resolve_device(device)
     cuda = dev.type == "cuda"

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .histogram import LatencyHistogram
-from .sla import FAIL, INCONCLUSIVE, PASS, percentile_key
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, percentile_key
 
 DEFAULT_METRICS = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "output_tokens_per_s")
 INTERVAL_METRICS = ("ttft", "itl", "e2e")  # the latencies kept per interval in metrics.json

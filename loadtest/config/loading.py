@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from .errors import ScenarioError
-from .scenario import Scenario
+from loadtest.core.errors import ScenarioError
+from loadtest.config.scenario import Scenario
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .histogram import LatencyHistogram
+from loadtest.core.histogram import LatencyHistogram
 
 REPEAT_FILE = "repeat.json"
 _STATUS_ORDER = ("failed", "interrupted", "invalid", "ok")  # the pooled status is the worst

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
-from .histogram import LatencyHistogram
-from .recorder import ALL_METRICS
-from .runner import RunOutcome
-from .scenario import Scenario
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.recorder import ALL_METRICS
+from loadtest.execution.runner import RunOutcome
+from loadtest.config.scenario import Scenario
 
 SCHEMA = "loadtest/metrics/v1"
 

@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .scenario_types import Duration
+from loadtest.config.types import Duration
 
 
 class Spec(BaseModel):
@@ -74,7 +74,7 @@ class TransformersSpec(Spec):
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         if self.model.startswith("dummy:"):
-            from .model_shapes import DUMMY_ARCHITECTURES
+            from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
             arch = self.model.split(":", 1)[1]
             if arch not in DUMMY_ARCHITECTURES:

@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .arrivals import ClosedLoop, make_arrival
-from .errors import ScenarioError
-from .scenario import FixedLength, LognormalLength, NormalLength, Scenario, UniformLength
-from .tokenizer import Tokenizer, render_messages_plainly
+from loadtest.workload.arrivals import ClosedLoop, make_arrival
+from loadtest.core.errors import ScenarioError
+from loadtest.config.scenario import FixedLength, LognormalLength, NormalLength, Scenario, UniformLength
+from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
 
 
 @dataclass(frozen=True, slots=True)

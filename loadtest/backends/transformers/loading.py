@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..model_shapes import DUMMY_ARCHITECTURES
+from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
 
 def resolve_device(name: str):

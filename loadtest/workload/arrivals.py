@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
-from .clock import NS_PER_S
-from .errors import ScenarioError
-from .scenario import (BurstArrival, ConcurrencyArrival, ConstantArrival, GammaArrival, PoissonArrival,
+from loadtest.core.clock import NS_PER_S
+from loadtest.core.errors import ScenarioError
+from loadtest.config.scenario import (BurstArrival, ConcurrencyArrival, ConstantArrival, GammaArrival, PoissonArrival,
                        TraceArrival)
 
 

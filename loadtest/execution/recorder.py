@@ -16,8 +16,8 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .histogram import LatencyHistogram
-from .workload import PlannedRequest
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.workload.plan import PlannedRequest
 
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
 WHOLE_ONLY_METRICS = ("ttft_service", "tpot", "e2e_service", "queue", "dispatch_lag")

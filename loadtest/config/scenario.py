@@ -10,8 +10,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
-from .backend_specs import BackendSpec, SimSpec
-from .scenario_types import Duration, Rate
+from loadtest.config.backend_specs import BackendSpec, SimSpec
+from loadtest.config.types import Duration, Rate
 
 
 class _Model(BaseModel):

@@ -20,10 +20,10 @@ import ssl
 from collections import Counter
 from pathlib import Path
 
-from ..errors import BackendError
-from ..events import Finished, Failed, Tokens
-from .base import BackendInfo
-from .sse import SseParser
+from loadtest.core.errors import BackendError
+from loadtest.core.events import Finished, Failed, Tokens
+from loadtest.backends.base import BackendInfo
+from loadtest.backends.openai.sse import SseParser
 
 PROBE_TOKENS = 2
 
@@ -298,11 +298,11 @@ class OpenAIBackend:
     # -- set-up -------------------------------------------------------------------------------
 
     def _load_tokenizer(self):
-        from ..tokenizer import ByteTokenizer
+        from loadtest.workload.tokenizer import ByteTokenizer
 
         name = self.spec.tokenizer or self.spec.model
         try:
-            from .hf_tokenizer import load_tokenizer
+            from loadtest.backends.hf_tokenizer import load_tokenizer
 
             tok = load_tokenizer(name, self.base_dir, trust_remote_code=False)
         except ImportError:  # no transformers installed: fine for an HTTP client

@@ -4,7 +4,7 @@ The SLA file holds the same mapping as a scenario's ``sla:`` block (``ttft_p99: 
 validated by the same model. The run is judged from its saved JSON alone (a run directory, or
 a repeat directory whose replicates are pooled). An invalid, interrupted or failed run is never
 PASS: its verdict is INCONCLUSIVE at best. With baselines, each headline metric is also checked
-for a regression (``loadtest.regression``: a stated minimum effect, a bootstrap that respects
+for a regression (``loadtest.analysis.regression``: a stated minimum effect, a bootstrap that respects
 autocorrelation and replication).
 """
 from __future__ import annotations
@@ -16,11 +16,11 @@ from xml.etree import ElementTree as ET
 import yaml
 from pydantic import ValidationError
 
-from . import regression
-from .errors import ScenarioError
-from .runset import RunSet
-from .scenario import Sla
-from .sla import FAIL, INCONCLUSIVE, PASS, evaluate, overall
+from loadtest.analysis import regression
+from loadtest.core.errors import ScenarioError
+from loadtest.results.runset import RunSet
+from loadtest.config.scenario import Sla
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, evaluate, overall
 
 
 def load_sla(path: Path) -> dict:

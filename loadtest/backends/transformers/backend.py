@@ -12,9 +12,9 @@ import asyncio
 import threading
 from pathlib import Path
 
-from ..errors import BackendError
-from ..events import Admitted, Failed, Finished, Tokens
-from .base import BackendInfo
+from loadtest.core.errors import BackendError
+from loadtest.core.events import Admitted, Failed, Finished, Tokens
+from loadtest.backends.base import BackendInfo
 
 _DEATH = object()
 
@@ -33,8 +33,8 @@ class TransformersBackend:
     async def start(self) -> BackendInfo:
         import multiprocessing as mp
 
-        from .engine_worker import main
-        from .hf_tokenizer import load_tokenizer
+        from loadtest.backends.transformers.worker import main
+        from loadtest.backends.hf_tokenizer import load_tokenizer
 
         ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
         to_worker_r, self._to_worker = ctx.Pipe(duplex=False)

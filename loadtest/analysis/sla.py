@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from .histogram import LatencyHistogram
+from loadtest.core.histogram import LatencyHistogram
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 _LATENCY_KEY = re.compile(r"^(?P<metric>[a-z0-9_]+)_p(?P<pct>50|90|95|99|999)$")
@@ -109,7 +109,7 @@ def floor_check(name: str, observed: float | None, bound: float, unit: str) -> C
 
 def evaluate(sla: dict, metrics: dict) -> dict:
     """``sla``: the scenario's ``sla`` block as saved in metrics.json (durations as strings)."""
-    from .units import parse_duration_ns
+    from loadtest.core.units import parse_duration_ns
 
     confidence = sla.get("confidence", 0.99)
     hists = {m: LatencyHistogram.decode(e, metrics["histograms_over_range"].get(m, 0))

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field, PlainSerializer
 
-from .units import format_duration_ns, parse_duration_ns, parse_rate_per_s
+from loadtest.core.units import format_duration_ns, parse_duration_ns, parse_rate_per_s
 
 # Integer ns inside; "30s", "500ms", 2.5 (seconds) outside; echoed back in the shortest unit.
 Duration = Annotated[int, BeforeValidator(parse_duration_ns), PlainSerializer(format_duration_ns, return_type=str)]
