@@ -3,6 +3,7 @@ generate()'s stop check (bench for AfterSyncStamps.copy_tokens; GPU machine).
 
     PYTHONPATH=. python bench/copy_cost.py
 """
+
 from __future__ import annotations
 
 import time
@@ -41,11 +42,17 @@ def main() -> None:
         variants = {
             "launch: x.add_(1) (one small kernel)": lambda: unfinished.add_(0),
             "stop check as generate(): bool(u.max() == 0)": lambda: bool(unfinished.max() == 0),
-            "row.copy_(tokens, non_blocking) caching-allocator pinned": lambda: row(cached).copy_(tokens, non_blocking=True),
-            "row.copy_(tokens, non_blocking) cudaHostRegister'd": lambda: row(registered).copy_(tokens, non_blocking=True),
+            "row.copy_(tokens, non_blocking) caching-allocator pinned": lambda: row(cached).copy_(
+                tokens, non_blocking=True
+            ),
+            "row.copy_(tokens, non_blocking) cudaHostRegister'd": lambda: row(registered).copy_(
+                tokens, non_blocking=True
+            ),
             "index only: buf[k]": lambda: row(cached),
             "tokens.to(cpu, non_blocking) (allocates)": lambda: tokens.to("cpu", non_blocking=True),
-            "cat + .cpu() (flag and tokens, one copy)": lambda: torch.cat((tokens, (unfinished.max() == 0).long()[None])).cpu(),
+            "cat + .cpu() (flag and tokens, one copy)": lambda: torch.cat(
+                (tokens, (unfinished.max() == 0).long()[None])
+            ).cpu(),
         }
         for name, fn in variants.items():
             print(f"bs {bs:2d} | {name:62s} | {per_call_us(fn):7.1f} us", flush=True)

@@ -6,6 +6,7 @@ each, a final chunk with ``usage``, then ``[DONE]``, with an optional delay betw
 
     python bench/fast_openai_server.py --port 8123 [--itl-ms 0]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,18 +21,33 @@ async def handle(request: web.Request) -> web.StreamResponse:
     chat = request.path.endswith("/chat/completions")
     n = int(body.get("max_tokens") or 16)
     itl = request.app["itl_s"]
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
     await resp.prepare(request)
     kind = "chat.completion.chunk" if chat else "text_completion"
-    for i in range(n):
-        choice = {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
-        await resp.write(b"data: " + json.dumps({"id": "x", "object": kind, "model": body["model"],
-                                                 "choices": [choice]}).encode() + b"\n\n")
+    for _i in range(n):
+        choice = (
+            {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
+        )
+        await resp.write(
+            b"data: "
+            + json.dumps(
+                {"id": "x", "object": kind, "model": body["model"], "choices": [choice]}
+            ).encode()
+            + b"\n\n"
+        )
         if itl:
             await asyncio.sleep(itl)
-    last = {"id": "x", "object": kind, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}],
-            "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n}}
+    last = {
+        "id": "x",
+        "object": kind,
+        "model": body["model"],
+        "choices": [
+            {"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}
+        ],
+        "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
+    }
     await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
     await resp.write_eof()
     return resp

@@ -6,6 +6,7 @@
 
     python bench/harness.py            # prints a table; figures go to docs/benchmarks.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,9 +14,9 @@ import asyncio
 import random
 import time
 
+from loadtest.config.loading import parse_scenario
 from loadtest.core.clock import MonotonicClock
 from loadtest.execution.recorder import Recorder, RequestState
-from loadtest.config.loading import parse_scenario
 from loadtest.session import run_scenario_async
 from loadtest.workload.plan import PlannedRequest
 
@@ -30,9 +31,16 @@ load: {{arrival: {{kind: poisson, rate: {rate}}}, duration: {seconds}s, warmup: 
     from pathlib import Path
 
     loaded = parse_scenario(text, Path(tmp) / "bench.yml", [])
-    m = asyncio.run(run_scenario_async(loaded, Path(tmp) / f"r{rate:g}", clock=MonotonicClock())).metrics
-    return {"rate": rate, "sent": m["requests"]["sent"], "lag_p99_ms": m["latency_ms"]["dispatch_lag"]["p99"],
-            "loop_p99_ms": m["harness"]["loop_lag_ms"].get("p99"), "achieved": m["throughput"]["requests_per_s"]}
+    m = asyncio.run(
+        run_scenario_async(loaded, Path(tmp) / f"r{rate:g}", clock=MonotonicClock())
+    ).metrics
+    return {
+        "rate": rate,
+        "sent": m["requests"]["sent"],
+        "lag_p99_ms": m["latency_ms"]["dispatch_lag"]["p99"],
+        "loop_p99_ms": m["harness"]["loop_lag_ms"].get("p99"),
+        "achieved": m["throughput"]["requests_per_s"],
+    }
 
 
 def max_rate(seconds: float, tmp: str, start: float = 500.0) -> tuple[float, list[dict]]:
@@ -78,9 +86,13 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         best, rows = max_rate(args.seconds, tmp)
-    print(f"{'offered req/s':>14} {'sent':>8} {'lag p99 ms':>11} {'loop p99 ms':>12} {'achieved req/s':>15}")
+    print(
+        f"{'offered req/s':>14} {'sent':>8} {'lag p99 ms':>11} {'loop p99 ms':>12} {'achieved req/s':>15}"
+    )
     for r in rows:
-        print(f"{r['rate']:>14g} {r['sent']:>8} {r['lag_p99_ms']:>11.3f} {r['loop_p99_ms'] or 0:>12.3f} {r['achieved'] or 0:>15.1f}")
+        print(
+            f"{r['rate']:>14g} {r['sent']:>8} {r['lag_p99_ms']:>11.3f} {r['loop_p99_ms'] or 0:>12.3f} {r['achieved'] or 0:>15.1f}"
+        )
     print(f"\nhighest Poisson rate with dispatch lag p99 < 1 ms: {best:g} req/s")
     print(f"recording cost: {recording_cost_us_per_token():.2f} µs per token (256-token requests)")
 

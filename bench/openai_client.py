@@ -8,6 +8,7 @@ shared VM a single scheduler hiccup moves it by a millisecond.
 
     python bench/openai_client.py [--tokens 16] [--seconds 5]   # figures go to docs/benchmarks.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,15 +20,24 @@ import tempfile
 import time
 from pathlib import Path
 
-from loadtest.core.clock import MonotonicClock
 from loadtest.config.loading import parse_scenario
+from loadtest.core.clock import MonotonicClock
 from loadtest.session import run_scenario_async
 
 
-def run_rate_median(url: str, rate: float, seconds: float, tokens: int, tmp: str, repeats: int) -> dict:
-    runs = sorted((run_rate(url, rate, seconds, tokens, tmp) for _ in range(repeats)), key=lambda r: r["lag_p99_ms"])
+def run_rate_median(
+    url: str, rate: float, seconds: float, tokens: int, tmp: str, repeats: int
+) -> dict:
+    runs = sorted(
+        (run_rate(url, rate, seconds, tokens, tmp) for _ in range(repeats)),
+        key=lambda r: r["lag_p99_ms"],
+    )
     mid = runs[len(runs) // 2]
-    return {**mid, "lag_p99_all": [r["lag_p99_ms"] for r in runs], "failed": sum(r["failed"] for r in runs)}
+    return {
+        **mid,
+        "lag_p99_all": [r["lag_p99_ms"] for r in runs],
+        "failed": sum(r["failed"] for r in runs),
+    }
 
 
 def run_rate(url: str, rate: float, seconds: float, tokens: int, tmp: str) -> dict:
@@ -38,10 +48,18 @@ workload: {{input_tokens: 16, output_tokens: {tokens}}}
 load: {{arrival: {{kind: poisson, rate: {rate}}}, duration: {seconds}s, warmup: 1s}}
 """
     loaded = parse_scenario(text, Path(tmp) / "bench.yml", [])
-    m = asyncio.run(run_scenario_async(loaded, Path(tmp) / f"r{rate:g}", clock=MonotonicClock())).metrics
-    return {"rate": rate, "sent": m["requests"]["sent"], "failed": m["requests"]["failed"],
-            "lag_p99_ms": m["latency_ms"]["dispatch_lag"]["p99"], "ttft_p50_ms": m["latency_ms"]["ttft"].get("p50"),
-            "loop_p99_ms": m["harness"]["loop_lag_ms"].get("p99"), "achieved": m["throughput"]["requests_per_s"]}
+    m = asyncio.run(
+        run_scenario_async(loaded, Path(tmp) / f"r{rate:g}", clock=MonotonicClock())
+    ).metrics
+    return {
+        "rate": rate,
+        "sent": m["requests"]["sent"],
+        "failed": m["requests"]["failed"],
+        "lag_p99_ms": m["latency_ms"]["dispatch_lag"]["p99"],
+        "ttft_p50_ms": m["latency_ms"]["ttft"].get("p50"),
+        "loop_p99_ms": m["harness"]["loop_lag_ms"].get("p99"),
+        "achieved": m["throughput"]["requests_per_s"],
+    }
 
 
 def main() -> None:
@@ -53,7 +71,14 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fast_openai_server.py")), "--port", str(port)])
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("fast_openai_server.py")),
+            "--port",
+            str(port),
+        ]
+    )
     try:
         for _ in range(100):
             try:
@@ -73,17 +98,25 @@ def main() -> None:
                 mid = round((good * bad) ** 0.5)
                 row = run_rate_median(url, mid, args.seconds, args.tokens, tmp, args.repeats)
                 rows.append(row)
-                good, bad = (mid, bad) if row["lag_p99_ms"] < 1.0 and not row["failed"] else (good, mid)
+                good, bad = (
+                    (mid, bad) if row["lag_p99_ms"] < 1.0 and not row["failed"] else (good, mid)
+                )
     finally:
         server.terminate()
         server.wait(10)
-    print(f"{'offered req/s':>14} {'sent':>7} {'failed':>7} {'lag p99 ms (median; all)':>30} {'loop p99 ms':>12} "
-          f"{'TTFT p50 ms':>12} {'achieved':>9}")
+    print(
+        f"{'offered req/s':>14} {'sent':>7} {'failed':>7} {'lag p99 ms (median; all)':>30} {'loop p99 ms':>12} "
+        f"{'TTFT p50 ms':>12} {'achieved':>9}"
+    )
     for r in rows:
         every = "; ".join(f"{x:.2f}" for x in r["lag_p99_all"])
-        print(f"{r['rate']:>14g} {r['sent']:>7} {r['failed']:>7} {r['lag_p99_ms']:>10.3f} ({every}) {r['loop_p99_ms'] or 0:>12.3f} "
-              f"{r['ttft_p50_ms'] or 0:>12.3f} {r['achieved'] or 0:>9.1f}")
-    print(f"\nhighest Poisson rate with dispatch lag p99 < 1 ms ({args.tokens} streamed tokens a request): {good or 0:g} req/s")
+        print(
+            f"{r['rate']:>14g} {r['sent']:>7} {r['failed']:>7} {r['lag_p99_ms']:>10.3f} ({every}) {r['loop_p99_ms'] or 0:>12.3f} "
+            f"{r['ttft_p50_ms'] or 0:>12.3f} {r['achieved'] or 0:>9.1f}"
+        )
+    print(
+        f"\nhighest Poisson rate with dispatch lag p99 < 1 ms ({args.tokens} streamed tokens a request): {good or 0:g} req/s"
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ bootstrap interval (rounds are independent pairs; adjacent in time, so a slow ho
 both sides of a pair). Both sides share the process, the model and the compiled graph: what
 differs is only the harness. Run ``python bench/overhead_split.py`` to see where a gap comes from.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead_split import _median_ci  # noqa: E402
+from overhead_split import _median_ci
 
 N_IN = N_OUT = 128
 
@@ -54,20 +55,30 @@ async def _one(backend, req, prompt_ids) -> tuple[int, int]:
 
 
 async def main_async(args) -> list:
-    from loadtest.config.backend_specs import TransformersSpec
     from loadtest.backends.transformers.backend import TransformersBackend
+    from loadtest.config.backend_specs import TransformersSpec
     from loadtest.core.clock import MonotonicClock
 
     sizes = [int(x) for x in args.batch_sizes.split(",")]
-    spec = TransformersSpec(model=args.model, device=args.device, dtype=args.dtype, mode="static",
-                            compile=args.compile, max_batch_size=max(sizes), max_wait_ms=60_000)
+    spec = TransformersSpec(
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        mode="static",
+        compile=args.compile,
+        max_batch_size=max(sizes),
+        max_wait_ms=60_000,
+    )
     backend = TransformersBackend(spec, MonotonicClock())
     info = await backend.start()
     print(f"{info.name}; stamp source: {info.details.get('stamp_source')}", flush=True)
     plan = SimpleNamespace(requests=[SimpleNamespace(input_tokens=N_IN, output_tokens=N_OUT)])
     t = time.monotonic()
     warm = await backend.prepare(plan)  # as a run does: every batch size 1..max, before t0
-    print(f"warm-up {warm['warmup_s']} s (sizes 1..{max(sizes)}; {time.monotonic() - t:.0f} s)", flush=True)
+    print(
+        f"warm-up {warm['warmup_s']} s (sizes 1..{max(sizes)}; {time.monotonic() - t:.0f} s)",
+        flush=True,
+    )
     prompt = [65] * N_IN
     next_index = [0]
 
@@ -97,20 +108,35 @@ async def main_async(args) -> list:
                 for side in order:
                     got[side].append(await (bare(bs) if side == "bare" else harness(bs)))
                 if r < 2 or r == args.rounds - 1:
-                    print(f"  bs {bs} round {r}: bare {got['bare'][-1]:.1f}, loadtest {got['loadtest'][-1]:.1f} tok/s",
-                          flush=True)
+                    print(
+                        f"  bs {bs} round {r}: bare {got['bare'][-1]:.1f}, loadtest {got['loadtest'][-1]:.1f} tok/s",
+                        flush=True,
+                    )
             ratios = [o / b for o, b in zip(got["loadtest"], got["bare"])]
             lo, hi = _median_ci(ratios)
-            table.append((bs, statistics.median(got["bare"]), statistics.median(got["loadtest"]),
-                          statistics.median(ratios), lo, hi, sum(r >= 0.98 for r in ratios) / len(ratios)))
+            table.append(
+                (
+                    bs,
+                    statistics.median(got["bare"]),
+                    statistics.median(got["loadtest"]),
+                    statistics.median(ratios),
+                    lo,
+                    hi,
+                    sum(r >= 0.98 for r in ratios) / len(ratios),
+                )
+            )
             rounds[bs] = got
             facts = await backend.point_facts()
-            print(f"  bs {bs}: worker gc {facts.get('gc_pauses')}, stamp mismatches {facts.get('stamp_mismatches')}",
-                  flush=True)
+            print(
+                f"  bs {bs}: worker gc {facts.get('gc_pauses')}, stamp mismatches {facts.get('stamp_mismatches')}",
+                flush=True,
+            )
     finally:
         await backend.stop()
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "rounds": rounds}, indent=1))
+        args.json.write_text(
+            json.dumps({"args": vars(args) | {"json": str(args.json)}, "rounds": rounds}, indent=1)
+        )
     return table
 
 
@@ -121,14 +147,20 @@ def main() -> None:
     ap.add_argument("--model", default="dummy:llama-3.2-1b")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--compile", action="store_true", help="static cache + torch.compile, as compile: true")
+    ap.add_argument(
+        "--compile", action="store_true", help="static cache + torch.compile, as compile: true"
+    )
     ap.add_argument("--json", type=Path, help="write every round's figures here")
     args = ap.parse_args()
     table = asyncio.run(main_async(args))
-    print(f"\n{args.model} {args.dtype} on {args.device}, static mode{' + compile' if args.compile else ''}, "
-          f"{N_IN} in / {N_OUT} out, {args.rounds} rounds\n")
-    print("| batch | bare tok/s (median) | loadtest tok/s (median) | loadtest / bare: median of per-round ratios "
-          "[95% CI] | rounds >= 0.98 |\n|---|---|---|---|---|")
+    print(
+        f"\n{args.model} {args.dtype} on {args.device}, static mode{' + compile' if args.compile else ''}, "
+        f"{N_IN} in / {N_OUT} out, {args.rounds} rounds\n"
+    )
+    print(
+        "| batch | bare tok/s (median) | loadtest tok/s (median) | loadtest / bare: median of per-round ratios "
+        "[95% CI] | rounds >= 0.98 |\n|---|---|---|---|---|"
+    )
     for bs, b, o, r, lo, hi, share in table:
         print(f"| {bs} | {b:.1f} | {o:.1f} | {r:.3f} [{lo:.3f}, {hi:.3f}] | {share:.0%} |")
 

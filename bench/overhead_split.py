@@ -22,6 +22,7 @@ Prints tok/s per variant (median over rounds), the median of the per-round ratio
 (``*-eos`` to bare-eos) with a
 95% bootstrap interval, and the time each streamer's ``put`` took per step on this host.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,11 @@ def _sample(stop, interval: float) -> None:
     s.start()
     stop.wait()
     s.stop()
-    print(f"  (sampler: {len(s.rows)} rows, {s.errors} errors, unavailable={s.unavailable}, "
-          f"gpm={'yes' if s.devices and s.devices[0].gpm_samples else 'no'})", flush=True)
+    print(
+        f"  (sampler: {len(s.rows)} rows, {s.errors} errors, unavailable={s.unavailable}, "
+        f"gpm={'yes' if s.devices and s.devices[0].gpm_samples else 'no'})",
+        flush=True,
+    )
 
 
 PUT_S: dict[str, list] = {}
@@ -61,7 +65,9 @@ def timed(cls, name: str):
 
     def wrapper(self, *args, **kwargs):
         t = time.perf_counter()
-        result = inner(self, *args, **kwargs)  # _drain returns the steps' messages: they must still be sent
+        result = inner(
+            self, *args, **kwargs
+        )  # _drain returns the steps' messages: they must still be sent
         acc = PUT_S.setdefault(f"{CURRENT[0]} {name}", [0.0, 0])
         acc[0] += time.perf_counter() - t
         acc[1] += 1
@@ -108,16 +114,29 @@ def main() -> None:
     import transformers
 
     from loadtest.backends.transformers import worker as engine_worker
-    from loadtest.backends.transformers.worker import AFTER_SYNC, STREAMER, Engine
-    from loadtest.backends.transformers.outbox import Outbox
     from loadtest.backends.transformers.loading import load_model
+    from loadtest.backends.transformers.outbox import Outbox
+    from loadtest.backends.transformers.worker import AFTER_SYNC, STREAMER, Engine
     from loadtest.core.heap import settle_heap
 
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, deferred stop check: "
-          f"{hasattr(__import__('transformers.generation.utils', fromlist=['x']), 'DeferredStopCheck')}", flush=True)
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, deferred stop check: "
+        f"{hasattr(__import__('transformers.generation.utils', fromlist=['x']), 'DeferredStopCheck')}",
+        flush=True,
+    )
     ctx = mp.get_context("spawn")
-    spec = {"model": args.model, "device": args.device, "dtype": "bfloat16", "seed": 0, "attn_implementation": None,
-            "trust_remote_code": False, "mode": "static", "compile": True, "max_batch_size": 64, "max_wait_ms": 0}
+    spec = {
+        "model": args.model,
+        "device": args.device,
+        "dtype": "bfloat16",
+        "seed": 0,
+        "attn_implementation": None,
+        "trust_remote_code": False,
+        "mode": "static",
+        "compile": True,
+        "max_batch_size": 64,
+        "max_wait_ms": 0,
+    }
     loaded = load_model(spec, ".")
     model, device = loaded[0], loaded[1]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -148,8 +167,14 @@ def main() -> None:
 
     def run(variant: str, bs: int) -> float:
         ids = torch.full((bs, N_IN), 65, dtype=torch.long, device=device)
-        kw = dict(max_new_tokens=N_OUT, min_new_tokens=N_OUT, do_sample=False, pad_token_id=0, eos_token_id=None,
-                  cache_implementation="static")
+        kw = dict(
+            max_new_tokens=N_OUT,
+            min_new_tokens=N_OUT,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
+            cache_implementation="static",
+        )
         never = model.config.vocab_size + 7  # an EOS id no step can produce
         if variant == "bare-eos":
             kw.update(min_new_tokens=None, eos_token_id=never)
@@ -183,12 +208,19 @@ def main() -> None:
     timed(StampOnly, "put")
     timed(engine_worker.StepStreamer, "put")
     timed(engine_worker.StepStreamer, "step")
-    timed(engine_worker.StepStreamer, "_drain")  # on the outbox thread: the steps since its last period
-    timed(engine_worker.AfterSyncStamps, "copy_tokens")  # the step's tokens to pinned memory, before the stop check
+    timed(
+        engine_worker.StepStreamer, "_drain"
+    )  # on the outbox thread: the steps since its last period
+    timed(
+        engine_worker.AfterSyncStamps, "copy_tokens"
+    )  # the step's tokens to pinned memory, before the stop check
     table = []
     for bs in [int(x) for x in args.batch_sizes.split(",")]:
         t = time.monotonic()
-        for v in ("bare", "engine"):  # compile this batch shape (both paths share the compiled model)
+        for v in (
+            "bare",
+            "engine",
+        ):  # compile this batch shape (both paths share the compiled model)
             run(v, bs)
         print(f"batch {bs}: compiled in {time.monotonic() - t:.0f} s", flush=True)
         settle_heap()  # as the engine worker after its warm-up
@@ -196,25 +228,43 @@ def main() -> None:
         PUT_S.clear()
         rounds = args.rounds
         for r in range(rounds):
-            order = variants[r % len(variants):] + variants[:r % len(variants)]
-            order.sort(key=lambda v: v.endswith("+nvml"))  # sampler runs grouped: one start/stop per round
+            order = variants[r % len(variants) :] + variants[: r % len(variants)]
+            order.sort(
+                key=lambda v: v.endswith("+nvml")
+            )  # sampler runs grouped: one start/stop per round
             for v in order:
                 got[v].append(run(v, bs))
             nvml(False)
             if r < 3 or r == args.rounds - 1:
-                print(f"  round {r}: " + ", ".join(f"{v} {got[v][-1]:.0f}" for v in variants), flush=True)
-        steps = {v: rounds * N_OUT for v in variants}  # _drain runs once per writer period: per step
-        print("  per step (put, step, copy_tokens: generate thread; _drain: outbox thread): " + ", ".join(
-            f"{k} {1e6 * a / (steps[k.split()[0]] if k.endswith('_drain') else n):.1f} us" for k, (a, n) in PUT_S.items()),
-            flush=True)
+                print(
+                    f"  round {r}: " + ", ".join(f"{v} {got[v][-1]:.0f}" for v in variants),
+                    flush=True,
+                )
+        steps = {
+            v: rounds * N_OUT for v in variants
+        }  # _drain runs once per writer period: per step
+        print(
+            "  per step (put, step, copy_tokens: generate thread; _drain: outbox thread): "
+            + ", ".join(
+                f"{k} {1e6 * a / (steps[k.split()[0]] if k.endswith('_drain') else n):.1f} us"
+                for k, (a, n) in PUT_S.items()
+            ),
+            flush=True,
+        )
         for v in variants:
             base = "bare-eos" if v.endswith("-eos") and "bare-eos" in got else "bare"
             ratios = [x / b for x, b in zip(got[v], got[base])]
-            table.append((bs, v, statistics.median(got[v]), statistics.median(ratios), *_median_ci(ratios)))
-    print("\n| batch | variant | tok/s (median) | ratio to bare (-eos: to bare-eos): median of per-round ratios [95% CI] | ms/step |")
+            table.append(
+                (bs, v, statistics.median(got[v]), statistics.median(ratios), *_median_ci(ratios))
+            )
+    print(
+        "\n| batch | variant | tok/s (median) | ratio to bare (-eos: to bare-eos): median of per-round ratios [95% CI] | ms/step |"
+    )
     print("|---|---|---|---|---|")
     for bs, v, tps, med, lo, hi in table:
-        print(f"| {bs} | {v} | {tps:.1f} | {med:.3f} [{lo:.3f}, {hi:.3f}] | {bs / tps * 1000:.3f} |")
+        print(
+            f"| {bs} | {v} | {tps:.1f} | {med:.3f} [{lo:.3f}, {hi:.3f}] | {bs / tps * 1000:.3f} |"
+        )
     outbox.send("end")
     outbox.close()
 

@@ -29,9 +29,12 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
-    from loadtest.config.loading import load_scenario
-    from loadtest.core.errors import BackendError, LoadtestError, ScenarioError
-    from loadtest.session import RunResult, run_scenario
+    from loadtest.config.loading import load_scenario as load_scenario
+    from loadtest.core.errors import BackendError as BackendError
+    from loadtest.core.errors import LoadtestError as LoadtestError
+    from loadtest.core.errors import ScenarioError as ScenarioError
+    from loadtest.session import RunResult as RunResult
+    from loadtest.session import run_scenario as run_scenario
 
 
 def __getattr__(name: str) -> Any:

@@ -3,15 +3,17 @@
 Exit codes: 0 ok (and SLA passed, if any); 1 SLA failed; 2 usage or scenario error; 3 run
 invalid or SLA inconclusive; 4 run failed (backend crashed); 130 interrupted (partial result written).
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="LLM inference latency load tester.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="LLM inference latency load tester."
+)
 
 EXIT_OK, EXIT_SLA_FAIL, EXIT_USAGE, EXIT_INVALID, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
@@ -30,31 +32,48 @@ def exit_code(metrics: dict) -> int:
 
 
 def _load(path: Path, overrides: list[str]):
-    from loadtest.core.errors import ScenarioError
     from loadtest.config.loading import load_scenario
+    from loadtest.core.errors import ScenarioError
 
     try:
         return load_scenario(path, overrides)
     except ScenarioError as exc:
         for line in exc.problems:
             typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 @app.command()
 def run(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (exactly this path)."),
-    set_: List[str] = typer.Option([], "--set", help="Override a field: dotted.key=value (repeatable)."),
-    repeat: int = typer.Option(1, "--repeat", min=1, help="Run N times with schedule seeds seed..seed+N-1 (model loaded "
-                                                        "once); report the median and spread (repeat.json)."),
-    gate_: bool = typer.Option(False, "--gate", help="Gate the result inline, as `loadtest gate` would."),
-    sla: Optional[Path] = typer.Option(None, "--sla", help="--gate: SLA file (default: the scenario's sla: block)."),
-    baseline: List[Path] = typer.Option([], "--baseline", help="--gate: baseline run or repeat directory (repeatable)."),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="--gate: write JUnit XML here."),
-    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="--gate: write a Markdown summary here."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (exactly this path)."),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a field: dotted.key=value (repeatable)."
+    ),
+    repeat: int = typer.Option(
+        1,
+        "--repeat",
+        min=1,
+        help="Run N times with schedule seeds seed..seed+N-1 (model loaded "
+        "once); report the median and spread (repeat.json).",
+    ),
+    gate_: bool = typer.Option(
+        False, "--gate", help="Gate the result inline, as `loadtest gate` would."
+    ),
+    sla: Path | None = typer.Option(
+        None, "--sla", help="--gate: SLA file (default: the scenario's sla: block)."
+    ),
+    baseline: list[Path] = typer.Option(
+        [], "--baseline", help="--gate: baseline run or repeat directory (repeatable)."
+    ),
+    junit: Path | None = typer.Option(None, "--junit", help="--gate: write JUnit XML here."),
+    markdown_out: Path | None = typer.Option(
+        None, "--markdown", help="--gate: write a Markdown summary here."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress display."),
-    as_json: bool = typer.Option(False, "--json", help="Print metrics.json (repeat.json) to stdout instead of tables."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print metrics.json (repeat.json) to stdout instead of tables."
+    ),
 ) -> None:
     """Run one load test and write its run directory (metrics.json); --repeat N for replicates."""
     import asyncio
@@ -64,9 +83,9 @@ def run(
 
     from loadtest.core.clock import MonotonicClock
     from loadtest.core.errors import LoadtestError, ScenarioError
-    from loadtest.reporters.progress import live_progress
     from loadtest.repeat import run_repeats
     from loadtest.reporters import terminal
+    from loadtest.reporters.progress import live_progress
     from loadtest.session import Session, default_out_dir
 
     if (sla or baseline or junit or markdown_out) and not gate_:
@@ -74,14 +93,24 @@ def run(
         raise typer.Exit(EXIT_USAGE)
     spec = _gate_spec(sla, loaded) if gate_ else None
     if gate_ and not spec and not baseline:
-        typer.echo("error: --gate needs an SLA (the scenario's sla: block or --sla FILE) or a --baseline", err=True)
+        typer.echo(
+            "error: --gate needs an SLA (the scenario's sla: block or --sla FILE) or a --baseline",
+            err=True,
+        )
         raise typer.Exit(EXIT_USAGE)
     console = Console(stderr=as_json)
-    out = out or (Path(loaded.scenario.outputs.dir) if loaded.scenario.outputs.dir else default_out_dir(loaded.scenario.name))
+    out = out or (
+        Path(loaded.scenario.outputs.dir)
+        if loaded.scenario.outputs.dir
+        else default_out_dir(loaded.scenario.name)
+    )
 
     async def go():
-        session = Session(MonotonicClock(), progress=None if quiet or not console.is_terminal else live_progress(),
-                          handle_signals=True)
+        session = Session(
+            MonotonicClock(),
+            progress=None if quiet or not console.is_terminal else live_progress(),
+            handle_signals=True,
+        )
         try:
             if repeat > 1:
                 return await run_repeats(loaded, out, repeat, session)
@@ -93,7 +122,7 @@ def run(
         doc = asyncio.run(go())
     except LoadtestError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE if isinstance(exc, ScenarioError) else EXIT_FAILED)
+        raise typer.Exit(EXIT_USAGE if isinstance(exc, ScenarioError) else EXIT_FAILED) from None
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
     elif repeat > 1:
@@ -111,16 +140,36 @@ def run(
 @app.command()
 def sweep(
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
-    batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="backend.max_batch_size values: 1,2,4,8"),
-    rates: Optional[str] = typer.Option(None, "--rates", help="load.arrival.rate values (req/s): 1,2,5"),
-    concurrency: Optional[str] = typer.Option(None, "--concurrency", help="load.arrival.users values: 1,4,16"),
-    param: List[str] = typer.Option([], "--param", help="Any field: dotted.key=v1,v2,... (repeatable: a grid; "
-                                                        "key1,key2=v1,v2 ties two fields to the same values)."),
-    find_max_rate: bool = typer.Option(False, "--find-max-rate", help="Search the highest rate that meets the SLA."),
-    tolerance: float = typer.Option(0.05, "--tolerance", help="--find-max-rate: relative width of the final bracket."),
-    stop_at_oom: bool = typer.Option(False, "--stop-at-oom", help="End the sweep cleanly at the first CUDA OOM point."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Sweep directory (exactly this path)."),
-    set_: List[str] = typer.Option([], "--set", help="Override a field for every point: dotted.key=value."),
+    batch_sizes: str | None = typer.Option(
+        None, "--batch-sizes", help="backend.max_batch_size values: 1,2,4,8"
+    ),
+    rates: str | None = typer.Option(
+        None, "--rates", help="load.arrival.rate values (req/s): 1,2,5"
+    ),
+    concurrency: str | None = typer.Option(
+        None, "--concurrency", help="load.arrival.users values: 1,4,16"
+    ),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="Any field: dotted.key=v1,v2,... (repeatable: a grid; "
+        "key1,key2=v1,v2 ties two fields to the same values).",
+    ),
+    find_max_rate: bool = typer.Option(
+        False, "--find-max-rate", help="Search the highest rate that meets the SLA."
+    ),
+    tolerance: float = typer.Option(
+        0.05, "--tolerance", help="--find-max-rate: relative width of the final bracket."
+    ),
+    stop_at_oom: bool = typer.Option(
+        False, "--stop-at-oom", help="End the sweep cleanly at the first CUDA OOM point."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Sweep directory (exactly this path)."
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override a field for every point: dotted.key=value."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress display."),
 ) -> None:
     """Run the scenario at several settings (model loaded once): curves, frontier, knee, sweep.json."""
@@ -128,11 +177,11 @@ def sweep(
 
     from rich.console import Console
 
+    from loadtest import sweep as sweeps
     from loadtest.core.clock import MonotonicClock
     from loadtest.core.errors import LoadtestError, ScenarioError
-    from loadtest.reporters.progress import live_progress
     from loadtest.reporters import sweep_report
-    from loadtest import sweep as sweeps
+    from loadtest.reporters.progress import live_progress
     from loadtest.session import Session, default_out_dir
 
     loaded = _load(scenario, set_)
@@ -141,15 +190,20 @@ def sweep(
     try:
         axes = sweeps.parse_axes(batch_sizes, rates, concurrency, param)
         if not axes and not find_max_rate:
-            raise ScenarioError(["sweep: give --batch-sizes, --rates, --concurrency, --param or --find-max-rate"])
+            raise ScenarioError(
+                ["sweep: give --batch-sizes, --rates, --concurrency, --param or --find-max-rate"]
+            )
     except ScenarioError as exc:
         for line in exc.problems:
             typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_USAGE) from None
 
     async def go():
-        session = Session(MonotonicClock(), progress=None if quiet or not console.is_terminal else live_progress(),
-                          handle_signals=True)
+        session = Session(
+            MonotonicClock(),
+            progress=None if quiet or not console.is_terminal else live_progress(),
+            handle_signals=True,
+        )
         try:
             if find_max_rate:
                 return await sweeps.find_max_rate(scenario, set_, out, session, tolerance)
@@ -162,10 +216,10 @@ def sweep(
     except ScenarioError as exc:
         for line in exc.problems:
             typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_USAGE) from None
     except LoadtestError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(EXIT_FAILED) from None
     sweep_report.render_terminal(doc, console)
     paths = sweep_report.write(doc, out)
     console.print(f"sweep: {out / 'sweep.json'}  report: {', '.join(str(p) for p in paths)}")
@@ -177,11 +231,13 @@ def sweep(
 
 
 @app.command()
-def validate(files: List[Path] = typer.Argument(..., help="Scenario files."),
-             set_: List[str] = typer.Option([], "--set", help="Override a field: dotted.key=value.")) -> None:
+def validate(
+    files: list[Path] = typer.Argument(..., help="Scenario files."),
+    set_: list[str] = typer.Option([], "--set", help="Override a field: dotted.key=value."),
+) -> None:
     """Check scenario files without running anything (no model load, no GPU)."""
-    from loadtest.core.errors import ScenarioError
     from loadtest.config.loading import load_scenario
+    from loadtest.core.errors import ScenarioError
 
     bad = 0
     for f in files:
@@ -196,7 +252,9 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario files."),
 
 
 @app.command()
-def report(run_dir: Path = typer.Argument(..., help="A run directory holding metrics.json.")) -> None:
+def report(
+    run_dir: Path = typer.Argument(..., help="A run directory holding metrics.json."),
+) -> None:
     """Re-render a saved run (report.md, report.html) or sweep (sweep.md, sweep.html) from its JSON alone."""
     from loadtest.reporters import html, markdown, sweep_report, terminal
 
@@ -212,7 +270,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory holding met
         metrics = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         typer.echo(f"error: {path}: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_USAGE) from None
     terminal.render(metrics)
     md = markdown.write(metrics, run_dir)
     page = html.write_run(metrics, run_dir)
@@ -220,7 +278,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory holding met
     raise typer.Exit(exit_code(metrics) if metrics.get("status") else EXIT_USAGE)
 
 
-def _gate_spec(sla: Optional[Path], loaded=None) -> dict | None:
+def _gate_spec(sla: Path | None, loaded=None) -> dict | None:
     """The SLA mapping from a file, else from the scenario (durations as written)."""
     from loadtest.analysis import gate
     from loadtest.core.errors import ScenarioError
@@ -231,35 +289,54 @@ def _gate_spec(sla: Optional[Path], loaded=None) -> dict | None:
     except ScenarioError as exc:
         for line in exc.problems:
             typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_USAGE) from None
     if loaded is not None and loaded.scenario.sla:
         return loaded.scenario.sla.model_dump(mode="json", exclude_none=True)
     return None
 
 
-def _gate_and_report(run_dir: Path, spec: dict | None, baselines: list[Path], junit: Optional[Path],
-                     markdown_out: Optional[Path], console, metrics=None, min_effect: float = 0.05,
-                     confidence: float = 0.99) -> int:
+def _gate_and_report(
+    run_dir: Path,
+    spec: dict | None,
+    baselines: list[Path],
+    junit: Path | None,
+    markdown_out: Path | None,
+    console,
+    metrics=None,
+    min_effect: float = 0.05,
+    confidence: float = 0.99,
+) -> int:
     """Judge, print the verdict tables, write JUnit/Markdown; the gate's exit code."""
     import os
 
-    from loadtest.core import atomic
-    from loadtest.analysis import gate
-    from loadtest.analysis import regression
-    from loadtest.results import runset
-    from loadtest.reporters import terminal
+    from loadtest.analysis import gate, regression
     from loadtest.analysis.sla import overall as sla_overall
+    from loadtest.core import atomic
+    from loadtest.reporters import terminal
+    from loadtest.results import runset
 
     try:
         run = runset.load(run_dir)
         bases = [runset.load(b) for b in baselines]
-        result = gate.gate(run, spec, bases, metrics=metrics or regression.DEFAULT_METRICS, min_effect=min_effect,
-                           confidence=confidence)
+        result = gate.gate(
+            run,
+            spec,
+            bases,
+            metrics=metrics or regression.DEFAULT_METRICS,
+            min_effect=min_effect,
+            confidence=confidence,
+        )
     except runset.RunSetError as exc:
         typer.echo(f"error: {exc}", err=True)
         return EXIT_USAGE
     if result["checks"]:
-        terminal.render_sla({"verdict": sla_overall(c["verdict"] for c in result["checks"]), "checks": result["checks"]}, console)
+        terminal.render_sla(
+            {
+                "verdict": sla_overall(c["verdict"] for c in result["checks"]),
+                "checks": result["checks"],
+            },
+            console,
+        )
     terminal.render_regression(result["regression"], console)
     for reason in result["reasons"]:
         console.print(f"[yellow]run {result['status']}: {reason}[/yellow]")
@@ -270,14 +347,16 @@ def _gate_and_report(run_dir: Path, spec: dict | None, baselines: list[Path], ju
     name = run_dir.name
     if junit:
         atomic.write_text(junit, gate.junit_xml(result, name))
-    summary = markdown_out or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
+    summary = markdown_out or (
+        Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None
+    )
     if summary:
         with open(summary, "a", encoding="utf-8") as f:  # step summaries accumulate
             f.write(gate.markdown(result, name))
     return gate.EXIT[result["verdict"]]
 
 
-def _metric_names(metric: List[str]) -> tuple:
+def _metric_names(metric: list[str]) -> tuple:
     from loadtest.analysis import regression
 
     names = tuple(metric) or regression.DEFAULT_METRICS
@@ -286,24 +365,48 @@ def _metric_names(metric: List[str]) -> tuple:
             regression.parse_metric(name)
         except ValueError as exc:
             typer.echo(f"error: --metric {exc}", err=True)
-            raise typer.Exit(EXIT_USAGE)
+            raise typer.Exit(EXIT_USAGE) from None
     return names
 
 
 @app.command("gate")
 def gate_cmd(
-    run_dir: Path = typer.Argument(..., help="A run directory (metrics.json) or repeat directory (repeat.json)."),
-    sla: Optional[Path] = typer.Option(None, "--sla", help="SLA file: the mapping of a scenario's sla: block."),
-    baseline: List[Path] = typer.Option([], "--baseline", help="Baseline run or repeat directory (repeatable: "
-                                                               "replicates); checks each metric for a regression."),
-    metric: List[str] = typer.Option([], "--metric", help="Regression metric (repeatable; default: ttft/itl/e2e "
-                                                          "p50 and p99, output_tokens_per_s)."),
-    min_effect: float = typer.Option(0.05, "--min-effect", help="Smallest regression that fails, as a fraction."),
-    confidence: float = typer.Option(0.99, "--confidence", min=0.5, max=0.9999,
-                                     help="Regression: 1 - the chance that an A/A comparison fails any check."),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per check)."),
-    markdown_out: Optional[Path] = typer.Option(None, "--markdown", help="Write a Markdown summary here "
-                                                "(default: $GITHUB_STEP_SUMMARY when set)."),
+    run_dir: Path = typer.Argument(
+        ..., help="A run directory (metrics.json) or repeat directory (repeat.json)."
+    ),
+    sla: Path | None = typer.Option(
+        None, "--sla", help="SLA file: the mapping of a scenario's sla: block."
+    ),
+    baseline: list[Path] = typer.Option(
+        [],
+        "--baseline",
+        help="Baseline run or repeat directory (repeatable: "
+        "replicates); checks each metric for a regression.",
+    ),
+    metric: list[str] = typer.Option(
+        [],
+        "--metric",
+        help="Regression metric (repeatable; default: ttft/itl/e2e "
+        "p50 and p99, output_tokens_per_s).",
+    ),
+    min_effect: float = typer.Option(
+        0.05, "--min-effect", help="Smallest regression that fails, as a fraction."
+    ),
+    confidence: float = typer.Option(
+        0.99,
+        "--confidence",
+        min=0.5,
+        max=0.9999,
+        help="Regression: 1 - the chance that an A/A comparison fails any check.",
+    ),
+    junit: Path | None = typer.Option(
+        None, "--junit", help="Write JUnit XML here (one test case per check)."
+    ),
+    markdown_out: Path | None = typer.Option(
+        None,
+        "--markdown",
+        help="Write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set).",
+    ),
 ) -> None:
     """Judge a saved run against an SLA and/or baselines: exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE or invalid run."""
     from rich.console import Console
@@ -312,39 +415,63 @@ def gate_cmd(
         typer.echo("error: give --sla FILE, --baseline DIR, or both", err=True)
         raise typer.Exit(EXIT_USAGE)
     names = _metric_names(metric)
-    raise typer.Exit(_gate_and_report(run_dir, _gate_spec(sla), baseline, junit, markdown_out, Console(),
-                                      names, min_effect, confidence))
+    raise typer.Exit(
+        _gate_and_report(
+            run_dir,
+            _gate_spec(sla),
+            baseline,
+            junit,
+            markdown_out,
+            Console(),
+            names,
+            min_effect,
+            confidence,
+        )
+    )
 
 
 @app.command()
 def compare(
     run_a: Path = typer.Argument(..., help="Run or repeat directory (the reference)."),
     run_b: Path = typer.Argument(..., help="Run or repeat directory (compared with A)."),
-    metric: List[str] = typer.Option([], "--metric", help="Metric (repeatable; default: the headline set)."),
-    confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.9999,
-                                     help="Of the intervals, simultaneous over the metrics."),
+    metric: list[str] = typer.Option(
+        [], "--metric", help="Metric (repeatable; default: the headline set)."
+    ),
+    confidence: float = typer.Option(
+        0.95,
+        "--confidence",
+        min=0.5,
+        max=0.9999,
+        help="Of the intervals, simultaneous over the metrics.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Side by side: each headline metric of B against A, the change and its bootstrap interval."""
     from rich.console import Console
 
-    from loadtest.analysis import gate
-    from loadtest.analysis import regression
-    from loadtest.results import runset
+    from loadtest.analysis import gate, regression
     from loadtest.reporters import terminal
+    from loadtest.results import runset
 
     names = _metric_names(metric)
     try:
         a, b = runset.load(run_a), runset.load(run_b)
     except runset.RunSetError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_USAGE) from None
     if not a.measured or not b.measured:
         typer.echo(f"error: {run_a if not a.measured else run_b}: nothing measured", err=True)
         raise typer.Exit(EXIT_USAGE)
-    checks = regression.as_dicts(regression.compare(a.measured, b.measured, names, confidence=confidence))
+    checks = regression.as_dicts(
+        regression.compare(a.measured, b.measured, names, confidence=confidence)
+    )
     if as_json:
-        typer.echo(json.dumps({"a": str(run_a), "b": str(run_b), "confidence": confidence, "metrics": checks}, indent=2))
+        typer.echo(
+            json.dumps(
+                {"a": str(run_a), "b": str(run_b), "confidence": confidence, "metrics": checks},
+                indent=2,
+            )
+        )
         raise typer.Exit(EXIT_OK)
     console = Console()
     terminal.render_compare(checks, a.name, b.name, confidence, console)
@@ -352,7 +479,9 @@ def compare(
         console.print(f"[yellow]warning: {w}[/yellow]")
     for rs in (a, b):
         if any(m["status"] != "ok" for m in rs.runs):
-            console.print(f"[yellow]warning: {rs.name}: not every run is valid ({', '.join(m['status'] for m in rs.runs)})[/yellow]")
+            console.print(
+                f"[yellow]warning: {rs.name}: not every run is valid ({', '.join(m['status'] for m in rs.runs)})[/yellow]"
+            )
     raise typer.Exit(EXIT_OK)
 
 
@@ -389,8 +518,10 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest a
 
 
 @app.command()
-def calibrate(device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
-              as_json: bool = typer.Option(False, "--json", help="Print the result as JSON.")) -> None:
+def calibrate(
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
     """Measure this device's copy bandwidth and matmul rate; cache them as the roofline's peaks."""
     from loadtest.telemetry import calibrate as cal
 
@@ -398,18 +529,24 @@ def calibrate(device: str = typer.Option("auto", "--device", help="auto, cpu, cu
         result = cal.measure(device)
     except ImportError:
         typer.echo("error: calibrate needs torch: pip install -e '.[transformers]'", err=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(EXIT_USAGE) from None
     except RuntimeError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(EXIT_FAILED) from None
     path = cal.save(result)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
         sheet = result["datasheet"]
-        typer.echo(f"{result['device_name']}: copy bandwidth {result['bw_gb_s']:g} GB/s, {result['dtype']} matmul "
-                   f"{result['tflops']:g} TFLOP/s" + (f" (datasheet: {sheet['bw_gb_s']:g} GB/s, {sheet['tflops']:g} TFLOP/s)"
-                                                       if sheet else ""))
+        typer.echo(
+            f"{result['device_name']}: copy bandwidth {result['bw_gb_s']:g} GB/s, {result['dtype']} matmul "
+            f"{result['tflops']:g} TFLOP/s"
+            + (
+                f" (datasheet: {sheet['bw_gb_s']:g} GB/s, {sheet['tflops']:g} TFLOP/s)"
+                if sheet
+                else ""
+            )
+        )
         typer.echo(f"cached: {path}")
     raise typer.Exit(EXIT_OK)
 

@@ -7,17 +7,18 @@ the replicates differ only in when requests arrive. ``repeat.json`` names the re
 directories and holds the median and spread of each headline metric, and the SLA verdict on the
 pooled histograms (every replicate's samples count as evidence).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import statistics
 from pathlib import Path
 
+from loadtest.analysis.sla import evaluate
+from loadtest.config.loading import LoadedScenario
 from loadtest.core import atomic
 from loadtest.results.runset import REPEAT_FILE, RunSet
-from loadtest.config.loading import LoadedScenario
 from loadtest.session import Session
-from loadtest.analysis.sla import evaluate
 
 SCHEMA = "loadtest/repeat/v1"
 
@@ -47,8 +48,14 @@ def summarize(runs: list[dict]) -> dict:
             out[name] = {"n": 0}
             continue
         med = statistics.median(values)
-        out[name] = {"n": len(values), "median": med, "min": min(values), "max": max(values),
-                     "spread_pct": 100.0 * (max(values) - min(values)) / med if med else None, "values": values}
+        out[name] = {
+            "n": len(values),
+            "median": med,
+            "min": min(values),
+            "max": max(values),
+            "spread_pct": 100.0 * (max(values) - min(values)) / med if med else None,
+            "values": values,
+        }
     return out
 
 
@@ -77,9 +84,16 @@ def _doc(loaded: LoadedScenario, out: Path, runs: list[dict], dirs: list[str], n
     sla = loaded.scenario.sla
     status = pooled["status"] if len(runs) == n or pooled["status"] != "ok" else "interrupted"
     return {
-        "schema": SCHEMA, "name": loaded.scenario.name, "scenario_file": str(loaded.path), "status": status,
-        "repeats": n, "runs": dirs, "schedule_seeds": [loaded.scenario.seeds.schedule + i for i in range(len(runs))],
+        "schema": SCHEMA,
+        "name": loaded.scenario.name,
+        "scenario_file": str(loaded.path),
+        "status": status,
+        "repeats": n,
+        "runs": dirs,
+        "schedule_seeds": [loaded.scenario.seeds.schedule + i for i in range(len(runs))],
         "summary": summarize([m for m in runs if "latency_ms" in m]),
         "reasons": pooled.get("validity", {}).get("reasons", []),
-        "sla": evaluate(runs[0]["scenario"]["sla"], pooled) if sla and "histograms" in pooled else None,
+        "sla": evaluate(runs[0]["scenario"]["sla"], pooled)
+        if sla and "histograms" in pooled
+        else None,
     }

@@ -2,6 +2,7 @@
 
 This is the Python API the CLI calls; a notebook can call ``run_scenario`` the same way.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -11,15 +12,15 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtest.core import atomic
-from loadtest.telemetry import environment
+from loadtest.analysis.sla import evaluate
 from loadtest.backends import create_backend
+from loadtest.config.loading import LoadedScenario, resolve_path
+from loadtest.core import atomic
 from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError
-from loadtest.results.build import build_metrics, null_non_finite
 from loadtest.execution.runner import Runner
-from loadtest.config.loading import LoadedScenario, resolve_path
-from loadtest.analysis.sla import evaluate
+from loadtest.results.build import build_metrics, null_non_finite
+from loadtest.telemetry import environment
 from loadtest.workload.plan import build_plan
 
 
@@ -43,15 +44,29 @@ def default_out_dir(name: str) -> Path:
     return Path("reports") / f"{name}-{stamp}"
 
 
-def run_scenario(loaded: LoadedScenario, out_dir: str | Path | None = None, *, clock: Clock | None = None,
-                 progress=None, handle_signals: bool = False) -> RunResult:
+def run_scenario(
+    loaded: LoadedScenario,
+    out_dir: str | Path | None = None,
+    *,
+    clock: Clock | None = None,
+    progress=None,
+    handle_signals: bool = False,
+) -> RunResult:
     """Run on a fresh event loop (the real clock unless one is given); write the run directory."""
-    return asyncio.run(run_scenario_async(loaded, out_dir, clock=clock or MonotonicClock(), progress=progress,
-                                          handle_signals=handle_signals))
+    return asyncio.run(
+        run_scenario_async(
+            loaded,
+            out_dir,
+            clock=clock or MonotonicClock(),
+            progress=progress,
+            handle_signals=handle_signals,
+        )
+    )
 
 
-async def run_scenario_async(loaded: LoadedScenario, out_dir, *, clock: Clock, progress=None,
-                             handle_signals: bool = False) -> RunResult:
+async def run_scenario_async(
+    loaded: LoadedScenario, out_dir, *, clock: Clock, progress=None, handle_signals: bool = False
+) -> RunResult:
     session = Session(clock, progress=progress, handle_signals=handle_signals)
     try:
         return await session.run_point(loaded, out_dir)
@@ -92,12 +107,22 @@ class Session:
 
     async def run_point(self, loaded: LoadedScenario, out_dir) -> RunResult:
         scenario = loaded.scenario
-        out = Path(out_dir) if out_dir is not None else Path(scenario.outputs.dir) if scenario.outputs.dir else default_out_dir(scenario.name)
-        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label, never a duration
+        out = (
+            Path(out_dir)
+            if out_dir is not None
+            else Path(scenario.outputs.dir)
+            if scenario.outputs.dir
+            else default_out_dir(scenario.name)
+        )
+        started_at = dt.datetime.now(dt.timezone.utc).isoformat(
+            timespec="seconds"
+        )  # a label, never a duration
         env_facts = lambda: environment.collect(scenario.seeds.model_dump(), loaded.sha256)  # noqa: E731
         try:
             await self._ensure_backend(loaded)
-            plan = build_plan(scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name))
+            plan = build_plan(
+                scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name)
+            )
             details = dict(self.info.details)
             if hasattr(self.backend, "prepare"):
                 details.update(await self.backend.prepare(plan))
@@ -118,10 +143,21 @@ class Session:
         if outcome.status == "failed":
             facts.update(await self.close())
         profile_export = facts.pop("profile_export", {})
-        metrics = build_metrics(scenario=scenario, scenario_path=str(loaded.path), scenario_sha256=loaded.sha256,
-                                outcome=outcome, backend={"kind": scenario.backend.kind, "name": self.info.name if self.info else None,
-                                                          **details, **facts},
-                                environment=env, planned=plan.planned_count, started_at=started_at)
+        metrics = build_metrics(
+            scenario=scenario,
+            scenario_path=str(loaded.path),
+            scenario_sha256=loaded.sha256,
+            outcome=outcome,
+            backend={
+                "kind": scenario.backend.kind,
+                "name": self.info.name if self.info else None,
+                **details,
+                **facts,
+            },
+            environment=env,
+            planned=plan.planned_count,
+            started_at=started_at,
+        )
         _add_inside_sections(metrics, outcome, env, sampler, window, profile_export, out)
         metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
         null_non_finite(metrics)
@@ -138,8 +174,16 @@ class Session:
         return ProfileWindow(scenario.profile, self.backend, self.clock, out)
 
     async def _run(self, plan, scenario, window=None):
-        runner = Runner(plan, self.backend, self.info.tokenizer, self.clock, scenario.load, scenario.outputs.interval,
-                        keep_records=scenario.outputs.requests_jsonl, profile=window)
+        runner = Runner(
+            plan,
+            self.backend,
+            self.info.tokenizer,
+            self.clock,
+            scenario.load,
+            scenario.outputs.interval,
+            keep_records=scenario.outputs.requests_jsonl,
+            profile=window,
+        )
         restore = _install_sigint(runner) if self.handle_signals else None
         progress_task = asyncio.create_task(self.progress(runner)) if self.progress else None
         try:
@@ -152,7 +196,9 @@ class Session:
                 restore()
 
 
-def _add_inside_sections(metrics: dict, outcome, env: dict, sampler, window, profile_export: dict, out: Path) -> None:
+def _add_inside_sections(
+    metrics: dict, outcome, env: dict, sampler, window, profile_export: dict, out: Path
+) -> None:
     """``gpu`` (and gpu.csv), the environment's warnings, ``profile``, ``roofline``."""
     rec = outcome.recorder
     if sampler:
@@ -166,7 +212,8 @@ def _add_inside_sections(metrics: dict, outcome, env: dict, sampler, window, pro
     if metrics["backend"].get("stamp_mismatches"):
         metrics["validity"]["warnings"].append(
             f"{metrics['backend']['stamp_mismatches']} batch(es) had a different number of token stamps than tokens "
-            "generated: the per-step stamp hook did not match this transformers version; report it")
+            "generated: the per-step stamp hook did not match this transformers version; report it"
+        )
     if window is not None:
         metrics["profile"] = {**window.summary(outcome.t0_ns, rec.profiled), **profile_export}
         metrics["requests"]["profiled"] = rec.profiled
@@ -190,7 +237,9 @@ def _roofline(metrics: dict, env: dict) -> dict | None:
     result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
     if estimated:
         result["estimated"] = estimated
-    result["diagnosis"] = roofline.diagnose(result, metrics["gpu"], (metrics.get("profile") or {}).get("kernel_summary"))
+    result["diagnosis"] = roofline.diagnose(
+        result, metrics["gpu"], (metrics.get("profile") or {}).get("kernel_summary")
+    )
     return result
 
 
@@ -226,9 +275,20 @@ def _install_sigint(runner: Runner):
 def _failed_start(loaded: LoadedScenario, started_at: str, env: dict, error: str) -> dict:
     from loadtest.results.build import SCHEMA
 
-    return {"schema": SCHEMA, "status": "failed", "name": loaded.scenario.name, "started_at": started_at,
-            "scenario_file": str(loaded.path),
-            "scenario": loaded.scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
-            "environment": env, "backend": {"kind": loaded.scenario.backend.kind, "error": error},
-            "validity": {"valid": False, "reasons": [f"backend failed to start: {error}"], "warnings": []},
-            "sla": None, "commit": env.get("commit")}
+    return {
+        "schema": SCHEMA,
+        "status": "failed",
+        "name": loaded.scenario.name,
+        "started_at": started_at,
+        "scenario_file": str(loaded.path),
+        "scenario": loaded.scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "environment": env,
+        "backend": {"kind": loaded.scenario.backend.kind, "error": error},
+        "validity": {
+            "valid": False,
+            "reasons": [f"backend failed to start: {error}"],
+            "warnings": [],
+        },
+        "sla": None,
+        "commit": env.get("commit"),
+    }

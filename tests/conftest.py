@@ -1,4 +1,5 @@
 """Shared helpers: build a scenario from a dict and run it on the virtual clock."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadtest.core.clock import run_virtual
 from loadtest.config.loading import load_scenario
+from loadtest.core.clock import run_virtual
 from loadtest.session import run_scenario_async
 
 

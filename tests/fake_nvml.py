@@ -1,5 +1,6 @@
 """A stand-in for pynvml with scripted readings: for testing what the sampler does with missing
 metrics and errors (no GPU here). The real NVML is exercised on the GPU machine."""
+
 from __future__ import annotations
 
 import types
@@ -7,7 +8,9 @@ import types
 
 class NVMLError(Exception):
     def __init__(self, value: int) -> None:
-        super().__init__({3: "Not Supported", 15: "GPU is lost", 999: "Unknown Error"}.get(value, str(value)))
+        super().__init__(
+            {3: "Not Supported", 15: "GPU is lost", 999: "Unknown Error"}.get(value, str(value))
+        )
         self.value = value
 
 
@@ -18,8 +21,16 @@ class FakeNVML:
 
     NVML_GPM_METRICS_GET_VERSION = 1
 
-    def __init__(self, *, devices: int = 1, unsupported=(), fail_calls: dict | None = None, power_w: float = 300.0,
-                 processes=(), gpm_values=None) -> None:
+    def __init__(
+        self,
+        *,
+        devices: int = 1,
+        unsupported=(),
+        fail_calls: dict | None = None,
+        power_w: float = 300.0,
+        processes=(),
+        gpm_values=None,
+    ) -> None:
         self.devices = devices
         self.unsupported = set(unsupported)  # function names that raise NOT_SUPPORTED
         self.fail_calls = dict(fail_calls or {})  # name -> set of call numbers that raise an error
@@ -107,11 +118,13 @@ class FakeNVML:
 
     class c_nvmlGpmMetricsGet_t:
         def __init__(self):
-            self.metrics = [types.SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0) for _ in range(98)]
+            self.metrics = [
+                types.SimpleNamespace(metricId=0, value=0.0, nvmlReturn=0) for _ in range(98)
+            ]
 
     def nvmlGpmMetricsGet(self, get):
         self._call("nvmlGpmMetricsGet")
-        for m in get.metrics[:get.numMetrics]:
+        for m in get.metrics[: get.numMetrics]:
             m.value = self.gpm_values(self.calls["nvmlGpmMetricsGet"])
 
     def nvmlSystemGetDriverVersion(self):

@@ -4,8 +4,8 @@ import statistics
 
 from scipy import stats
 
-from loadtest.workload.arrivals import Constant, Gamma, Poisson, read_trace
 from loadtest.core.errors import ScenarioError
+from loadtest.workload.arrivals import Constant, Gamma, Poisson, read_trace
 
 
 def take(process, n, seed=0):
@@ -48,7 +48,7 @@ def test_gamma_has_the_configured_cv_and_rate():
 
 def test_trace_reads_seconds_and_jsonl(tmp_path):
     p = tmp_path / "t.txt"
-    p.write_text("# offsets\n0\n0.5\n{\"offset\": 1.25}\n")
+    p.write_text('# offsets\n0\n0.5\n{"offset": 1.25}\n')
     assert read_trace(p, 2.0) == (0, 1_000_000_000, 2_500_000_000)
 
 

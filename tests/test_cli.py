@@ -1,8 +1,8 @@
 """End to end through the CLI: exit codes, bad input (property 12), interrupts and files (11)."""
+
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,16 +12,27 @@ from pathlib import Path
 import yaml
 
 SIM_DEMO = {
-    "name": "sim-demo", "seeds": {"schedule": 1, "prompts": 2, "lengths": 3},
-    "backend": {"kind": "sim", "max_concurrency": 4, "prefill_ms_per_token": 0.01, "decode_ms_per_token": 1},
+    "name": "sim-demo",
+    "seeds": {"schedule": 1, "prompts": 2, "lengths": 3},
+    "backend": {
+        "kind": "sim",
+        "max_concurrency": 4,
+        "prefill_ms_per_token": 0.01,
+        "decode_ms_per_token": 1,
+    },
     "workload": {"input_tokens": 100, "output_tokens": {"dist": "uniform", "min": 4, "max": 8}},
     "load": {"arrival": {"kind": "poisson", "rate": 40}, "duration": "1s", "warmup": "200ms"},
 }
 
 
 def cli(*args, timeout=60, **kw):
-    return subprocess.run([sys.executable, "-m", "loadtest", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "loadtest", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
 
 
 def write(tmp_path: Path, data, name="s.yml") -> Path:
@@ -36,18 +47,49 @@ def test_run_writes_metrics_at_exactly_out(tmp_path):
     assert r.returncode == 0, r.stderr
     m = json.loads((out / "metrics.json").read_text())
     assert m["status"] == "ok" and m["schema"] == "loadtest/metrics/v1"
-    for key in ("scenario", "environment", "requests", "latency_ms", "throughput", "validity", "histograms",
-                "p50_ms", "p95_ms", "p99_ms", "peak_mem_mb", "commit", "output_tokens_per_s"):
+    for key in (
+        "scenario",
+        "environment",
+        "requests",
+        "latency_ms",
+        "throughput",
+        "validity",
+        "histograms",
+        "p50_ms",
+        "p95_ms",
+        "p99_ms",
+        "peak_mem_mb",
+        "commit",
+        "output_tokens_per_s",
+    ):
         assert key in m
-    assert set(m["latency_ms"]) == {"ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag"}
+    assert set(m["latency_ms"]) == {
+        "ttft",
+        "ttft_service",
+        "itl",
+        "tpot",
+        "e2e",
+        "e2e_service",
+        "queue",
+        "dispatch_lag",
+    }
     assert m["environment"]["seeds"] == {"schedule": 1, "prompts": 2, "lengths": 3}
     assert not list(out.glob(".*.tmp"))  # no temp files left behind
 
 
 def test_set_overrides_and_requests_jsonl(tmp_path):
     out = tmp_path / "run"
-    r = cli("run", write(tmp_path, SIM_DEMO), "--out", out, "-q", "--set", "load.arrival.rate=20",
-            "--set", "outputs.requests_jsonl=true")
+    r = cli(
+        "run",
+        write(tmp_path, SIM_DEMO),
+        "--out",
+        out,
+        "-q",
+        "--set",
+        "load.arrival.rate=20",
+        "--set",
+        "outputs.requests_jsonl=true",
+    )
     assert r.returncode == 0, r.stderr
     m = json.loads((out / "metrics.json").read_text())
     assert m["scenario"]["load"]["arrival"]["rate"] == 20.0
@@ -66,12 +108,31 @@ def test_sla_fail_exits_1_and_inconclusive_exits_3(tmp_path):
 
 BAD_CASES = {
     "yaml": ("name: x\nload:\n  arrival: {kind: poisson\n  rate: 5\n", ":4:", "YAML error"),
-    "unknown key": ("name: x\nload:\n  arrival: {kind: poisson, rate: 5}\n  duration: 1s\n  durration: 2s\n", ":5:", "load.durration"),
-    "negative rate": ("name: x\nload:\n  arrival: {kind: poisson, rate: -5}\n  duration: 1s\n", ":3:", "load.arrival.rate"),
-    "percentile": ("name: x\nload: {arrival: {kind: burst}, requests: 1}\nsla:\n  ttft_p101: 5ms\n", ":4:", "sla.ttft_p101"),
-    "wrong type": ("name: x\nload:\n  arrival: {kind: constant, rate: 5}\n  requests: many\n", ":4:", "load.requests"),
-    "missing model": ("name: x\nbackend: {kind: transformers, model: ./nowhere}\nload: {arrival: {kind: burst}, requests: 1}\n",
-                      ":2:", "backend.model"),
+    "unknown key": (
+        "name: x\nload:\n  arrival: {kind: poisson, rate: 5}\n  duration: 1s\n  durration: 2s\n",
+        ":5:",
+        "load.durration",
+    ),
+    "negative rate": (
+        "name: x\nload:\n  arrival: {kind: poisson, rate: -5}\n  duration: 1s\n",
+        ":3:",
+        "load.arrival.rate",
+    ),
+    "percentile": (
+        "name: x\nload: {arrival: {kind: burst}, requests: 1}\nsla:\n  ttft_p101: 5ms\n",
+        ":4:",
+        "sla.ttft_p101",
+    ),
+    "wrong type": (
+        "name: x\nload:\n  arrival: {kind: constant, rate: 5}\n  requests: many\n",
+        ":4:",
+        "load.requests",
+    ),
+    "missing model": (
+        "name: x\nbackend: {kind: transformers, model: ./nowhere}\nload: {arrival: {kind: burst}, requests: 1}\n",
+        ":2:",
+        "backend.model",
+    ),
 }
 
 
@@ -88,9 +149,11 @@ def test_bad_input_exits_2_fast_with_file_line_and_field(tmp_path):
 
 def test_validation_never_imports_torch(tmp_path):
     path = write(tmp_path, BAD_CASES["missing model"][0])
-    code = ("import sys; from loadtest.config.loading import load_scenario\n"
-            f"try: load_scenario({str(path)!r})\nexcept Exception: pass\n"
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    code = (
+        "import sys; from loadtest.config.loading import load_scenario\n"
+        f"try: load_scenario({str(path)!r})\nexcept Exception: pass\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -103,10 +166,26 @@ def test_validate_command(tmp_path):
 
 
 def test_ctrl_c_writes_partial_result_and_exits_130(tmp_path):
-    long_run = {**SIM_DEMO, "load": {"arrival": {"kind": "constant", "rate": 50}, "duration": "60s"}}
+    long_run = {
+        **SIM_DEMO,
+        "load": {"arrival": {"kind": "constant", "rate": 50}, "duration": "60s"},
+    }
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "loadtest", "run", str(write(tmp_path, long_run)), "-o", str(out), "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadtest",
+            "run",
+            str(write(tmp_path, long_run)),
+            "-o",
+            str(out),
+            "-q",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)

@@ -1,4 +1,5 @@
 """The engine worker's messages: what the streamer reports per step, and how the outbox writes it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,8 +9,8 @@ import threading
 import pytest
 import torch
 
-from loadtest.backends.transformers.worker import StepStreamer
 from loadtest.backends.transformers.outbox import Outbox
+from loadtest.backends.transformers.worker import StepStreamer
 from loadtest.core.events import Finished, Tokens
 
 
@@ -46,8 +47,11 @@ def test_streamer_reports_tokens_per_step_and_each_end_once():
     kinds = [(m[0], m[2:]) for m in out.msgs]
     assert kinds == [
         ("tokens", ([10, 11, 12],)),
-        ("tokens", ([10, 11, 12],)), ("done", (10, 2)), ("done", (11, 2)),  # row 10 at its cap, 11 at EOS
-        ("tokens", ([12],)), ("done", (12, 3)),
+        ("tokens", ([10, 11, 12],)),
+        ("done", (10, 2)),
+        ("done", (11, 2)),  # row 10 at its cap, 11 at EOS
+        ("tokens", ([12],)),
+        ("done", (12, 3)),
     ]
     stamps = [_last_stamp(m) for m in out.msgs]
     assert stamps == sorted(stamps) and finished == {10, 11, 12}
@@ -162,10 +166,12 @@ def test_a_failing_deferred_call_ends_the_worker_process(tmp_path):
     import subprocess
     import sys
 
-    code = ("from loadtest.backends.transformers.outbox import Outbox\n"
-            "import time\n"
-            "class C:\n    def send(self, m): pass\n"
-            "box = Outbox(C())\nbox.call(lambda: 1 / 0)\ntime.sleep(30)\n")
+    code = (
+        "from loadtest.backends.transformers.outbox import Outbox\n"
+        "import time\n"
+        "class C:\n    def send(self, m): pass\n"
+        "box = Outbox(C())\nbox.call(lambda: 1 / 0)\ntime.sleep(30)\n"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 70 and "ZeroDivisionError" in p.stderr
 
@@ -188,8 +194,18 @@ def test_parent_unpacks_coalesced_messages_in_order():
         b = TransformersBackend.__new__(TransformersBackend)
         b._queues = {1: asyncio.Queue(), 2: asyncio.Queue()}
         b._reply = asyncio.Queue()
-        b._on_message(("many", [("tokens", (100,), [1, 2]), ("done", 100, 1, 1), ("tokens", (200,), [2]),
-                                ("done", 200, 2, 2), ("warmed", 1.5)]))
+        b._on_message(
+            (
+                "many",
+                [
+                    ("tokens", (100,), [1, 2]),
+                    ("done", 100, 1, 1),
+                    ("tokens", (200,), [2]),
+                    ("done", 200, 2, 2),
+                    ("warmed", 1.5),
+                ],
+            )
+        )
         got = {rid: [q.get_nowait() for _ in range(q.qsize())] for rid, q in b._queues.items()}
         return got, b._reply.get_nowait()
 
@@ -216,17 +232,28 @@ def test_close_flushes_everything(n):
 
 # -- stamp sources: after generate()'s own sync (default) and the streamer (fallback) ------------
 
+
 class Inline(Recorder):
     def flush(self) -> None:
         pass
 
 
 def _engine(model_dir):
-    from loadtest.backends.transformers.worker import Engine
     from loadtest.backends.transformers.loading import load_model
+    from loadtest.backends.transformers.worker import Engine
 
-    spec = {"model": str(model_dir), "device": "cpu", "dtype": "float32", "seed": 0, "attn_implementation": None,
-            "trust_remote_code": False, "mode": "static", "compile": False, "max_batch_size": 8, "max_wait_ms": 0}
+    spec = {
+        "model": str(model_dir),
+        "device": "cpu",
+        "dtype": "float32",
+        "seed": 0,
+        "attn_implementation": None,
+        "trust_remote_code": False,
+        "mode": "static",
+        "compile": False,
+        "max_batch_size": 8,
+        "max_wait_ms": 0,
+    }
     out = Inline()
     return Engine(spec, ".", out, loaded=load_model(spec, ".")), out
 
@@ -241,38 +268,55 @@ def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
     eng, out = _engine(tiny_model_dir)
     assert eng.stamp_source == AFTER_SYNC  # this transformers synchronises in its stop check
     ids = torch.tensor([[5, 6, 7, 8]])
-    seq = eng.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, min_new_tokens=6,
-                             do_sample=False, pad_token_id=0, eos_token_id=None)[0, 4:].tolist()
+    seq = eng.model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=6,
+        min_new_tokens=6,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=None,
+    )[0, 4:].tolist()
     eos = seq[2]
     first = seq.index(eos) + 1  # the row ends at the first occurrence of that token
     got = {}
     for source in (AFTER_SYNC, STREAMER):
         eng.stamp_source = source
-        for batch in ([("req", 1, [5, 6, 7, 8], 6, True, None), ("req", 2, [9, 10], 3, True, None)],
-                      [("req", 3, [5, 6, 7, 8], 6, False, eos)]):
+        for batch in (
+            [("req", 1, [5, 6, 7, 8], 6, True, None), ("req", 2, [9, 10], 3, True, None)],
+            [("req", 3, [5, 6, 7, 8], 6, False, eos)],
+        ):
             out.msgs.clear()
             assert eng._generate(batch, set(), out, set()) == 0  # one stamp per token
             got[source, batch[0][1]] = out.msgs[:]
     for rid in (1, 3):
         assert _shape(got[AFTER_SYNC, rid]) == _shape(got[STREAMER, rid])
     fixed = got[AFTER_SYNC, 1]
-    assert _shape(fixed) == [("tokens", [1, 2])] * 3 + [("done", 2, 3)] + [("tokens", [1])] * 3 + [("done", 1, 6)]
+    assert _shape(fixed) == [("tokens", [1, 2])] * 3 + [("done", 2, 3)] + [("tokens", [1])] * 3 + [
+        ("done", 1, 6)
+    ]
     assert [_last_stamp(m) for m in fixed] == sorted(_last_stamp(m) for m in fixed)
     assert _shape(got[AFTER_SYNC, 3]) == [("tokens", [3])] * first + [("done", 3, first)]
 
 
-def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted(tiny_model_dir, monkeypatch):
-    from loadtest.backends.transformers import worker as ew
-
+def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted(
+    tiny_model_dir, monkeypatch
+):
     import transformers.generation.utils as gu
 
+    from loadtest.backends.transformers import worker as ew
+
     assert ew.choose_stamp_source(torch.device("cpu")) == ew.AFTER_SYNC
-    with monkeypatch.context() as m:  # a loop with no StopCheck (transformers 4): its wait has no hook after it
+    with (
+        monkeypatch.context() as m
+    ):  # a loop with no StopCheck (transformers 4): its wait has no hook after it
         m.delattr(gu, "StopCheck")
         assert ew.choose_stamp_source(torch.device("cpu")) == ew.STREAMER
 
     if hasattr(gu, "DeferredStopCheck"):  # a stop check that does not wait for the step
-        monkeypatch.setattr(gu.DeferredStopCheck, "is_supported", staticmethod(lambda *a, **k: True))
+        monkeypatch.setattr(
+            gu.DeferredStopCheck, "is_supported", staticmethod(lambda *a, **k: True)
+        )
         eng, _ = _engine(tiny_model_dir)
         assert eng.stamp_source == ew.STREAMER
         monkeypatch.undo()
@@ -343,8 +387,12 @@ def test_steps_without_tokens_count_rows_and_honour_a_cancellation():
         s.step(t, None)
     s.close_rest()
     assert [(m[0], m[1], *m[2:]) for m in out.msgs] == [
-        ("tokens", (10,), [1, 2, 3]), ("tokens", (20,), [1, 2, 3]), ("done", 20, 2, 2),
-        ("tokens", (30,), [1]), ("tokens", (40,), [1]), ("done", 40, 1, 4),
+        ("tokens", (10,), [1, 2, 3]),
+        ("tokens", (20,), [1, 2, 3]),
+        ("done", 20, 2, 2),
+        ("tokens", (30,), [1]),
+        ("tokens", (40,), [1]),
+        ("done", 40, 1, 4),
     ]
     assert finished == {1, 2}
 
@@ -353,10 +401,21 @@ def test_roofline_accounting_from_step_stamps():
     from loadtest.backends.transformers.worker import new_accounting
 
     acct, counting = new_accounting(), [True]
-    s = StepStreamer([("req", 1, [1, 2, 3], 4, True, None), ("req", 2, [1, 2, 3, 4, 5], 4, True, None)],
-                     Recorder(), set(), set(), width=5, accounting=lambda: acct if counting[0] else None)
+    s = StepStreamer(
+        [("req", 1, [1, 2, 3], 4, True, None), ("req", 2, [1, 2, 3, 4, 5], 4, True, None)],
+        Recorder(),
+        set(),
+        set(),
+        width=5,
+        accounting=lambda: acct if counting[0] else None,
+    )
     s.start(0)
-    for t_ms, on in ((10, True), (13, True), (16, False), (19, True)):  # the third step under a profiler
+    for t_ms, on in (
+        (10, True),
+        (13, True),
+        (16, False),
+        (19, True),
+    ):  # the third step under a profiler
         counting[0] = on
         s.step(t_ms * 1_000_000, None)
     assert acct["prefill_batches"] == 1 and acct["prefill_tokens"] == 8
@@ -421,7 +480,9 @@ def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
 
     before, window, out = new_accounting(), new_accounting(), PeriodRecorder()
     current = [before]
-    s = StepStreamer([req(1, 6), req(2, 6)], out, set(), set(), width=3, accounting=lambda: current[0])
+    s = StepStreamer(
+        [req(1, 6), req(2, 6)], out, set(), set(), width=3, accounting=lambda: current[0]
+    )
     s.start(0)
     s.step(10, None)  # the prefill
     s.step(20, None)  # decode step 1 (context 3 + 1)
@@ -430,9 +491,17 @@ def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
     s.step(45, None)
     out.period()
     assert out.writes == 1
-    assert before["prefill_batches"] == 1 and before["decode_steps"] == 1 and before["decode_ctx_sum"] == 2 * 4
+    assert (
+        before["prefill_batches"] == 1
+        and before["decode_steps"] == 1
+        and before["decode_ctx_sum"] == 2 * 4
+    )
     assert before["decode_s"] == pytest.approx(10e-9)
-    assert window["prefill_batches"] == 0 and window["decode_steps"] == 2 and window["decode_rows"] == 4
+    assert (
+        window["prefill_batches"] == 0
+        and window["decode_steps"] == 2
+        and window["decode_rows"] == 4
+    )
     assert window["decode_ctx_sum"] == 2 * (5 + 6) and window["decode_s"] == pytest.approx(25e-9)
 
 
@@ -445,13 +514,16 @@ def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
     assert eng._facts(reset=True)["stamp_mismatches"] == 0
 
 
-def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_a_profiler(tiny_model_dir):
+def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_a_profiler(
+    tiny_model_dir,
+):
     eng, out = _engine(tiny_model_dir)
     batch = lambda rid: [("req", rid, [5, 6, 7], 4, True, None)]  # noqa: E731
     eng._generate(batch(1), set(), out, set())  # before the window: not counted
     eng.urgent.append(("window_start",))
     eng.poll_urgent()
     eng._generate(batch(2), set(), out, set())
+
     class Profiler:  # a capture window is open: its steps are not the model's speed
         annotate = staticmethod(lambda label: contextlib.nullcontext())
         decode_step = end_steps = staticmethod(lambda: None)
@@ -470,7 +542,9 @@ def test_gc_pauses_are_timed_and_the_warm_heap_is_frozen():
     from loadtest.core.heap import GcPauses, process_gc_pauses, settle_heap
 
     callbacks = len(gc.callbacks)
-    assert process_gc_pauses() is process_gc_pauses()  # one callback per process, however many engines
+    assert (
+        process_gc_pauses() is process_gc_pauses()
+    )  # one callback per process, however many engines
     assert len(gc.callbacks) <= callbacks + 1
     pauses = GcPauses()
     gc.disable()  # only the collections this test makes
@@ -478,7 +552,9 @@ def test_gc_pauses_are_timed_and_the_warm_heap_is_frozen():
         gc.collect()
         gc.collect()
         got = pauses.summary(reset=True)
-        assert got["collections"] >= 2 and got["total_ms"] > 0 and 0 < got["max_ms"] <= got["total_ms"]
+        assert (
+            got["collections"] >= 2 and got["total_ms"] > 0 and 0 < got["max_ms"] <= got["total_ms"]
+        )
         assert pauses.summary(reset=False)["collections"] == 0
         settle_heap()
         assert gc.get_freeze_count() > 0

@@ -1,4 +1,5 @@
 """loadtest gate: three-valued verdicts from a saved run, JUnit that a JUnit parser reads, exit codes."""
+
 from __future__ import annotations
 
 import json
@@ -8,13 +9,21 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from loadtest.core.clock import run_virtual
 from loadtest.config.loading import load_scenario
+from loadtest.core.clock import run_virtual
 from loadtest.session import run_scenario_async
 
-RUN = {"name": "g", "backend": {"kind": "sim", "max_concurrency": 4, "prefill_ms_per_token": 0.1, "decode_ms_per_token": 5},
-       "workload": {"input_tokens": 100, "output_tokens": 4},
-       "load": {"arrival": {"kind": "poisson", "rate": 50}, "duration": "20s"}}
+RUN = {
+    "name": "g",
+    "backend": {
+        "kind": "sim",
+        "max_concurrency": 4,
+        "prefill_ms_per_token": 0.1,
+        "decode_ms_per_token": 5,
+    },
+    "workload": {"input_tokens": 100, "output_tokens": 4},
+    "load": {"arrival": {"kind": "poisson", "rate": 50}, "duration": "20s"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +40,21 @@ def run_dir(tmp_path_factory):
 def gate(run_dir, sla_text, tmp_path, *extra):
     sla = tmp_path / "sla.yml"
     sla.write_text(sla_text)
-    return subprocess.run([sys.executable, "-m", "loadtest", "gate", str(run_dir), "--sla", str(sla), *map(str, extra)],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadtest",
+            "gate",
+            str(run_dir),
+            "--sla",
+            str(sla),
+            *map(str, extra),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_pass_fail_inconclusive_exit_codes(run_dir, tmp_path):
@@ -44,7 +66,15 @@ def test_pass_fail_inconclusive_exit_codes(run_dir, tmp_path):
 
 def test_junit_xml_one_case_per_check(run_dir, tmp_path):
     junit, md = tmp_path / "gate.xml", tmp_path / "summary.md"
-    r = gate(run_dir, "ttft_p99: 50ms\nttft_p50: 5ms\nttft_p999: 50ms\n", tmp_path, "--junit", junit, "--markdown", md)
+    r = gate(
+        run_dir,
+        "ttft_p99: 50ms\nttft_p50: 5ms\nttft_p999: 50ms\n",
+        tmp_path,
+        "--junit",
+        junit,
+        "--markdown",
+        md,
+    )
     assert r.returncode == 1
     suite = ET.parse(junit).getroot()
     cases = {c.get("name"): c for c in suite.iter("testcase")}
@@ -64,7 +94,11 @@ def test_bad_sla_file_exits_2(run_dir, tmp_path):
 def test_an_invalid_run_never_passes(run_dir, tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     metrics["status"] = "invalid"
-    metrics["validity"] = {"valid": False, "reasons": ["dispatch lag p99 9 ms > 5 ms"], "warnings": []}
+    metrics["validity"] = {
+        "valid": False,
+        "reasons": ["dispatch lag p99 9 ms > 5 ms"],
+        "warnings": [],
+    }
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "metrics.json").write_text(json.dumps(metrics))
@@ -83,7 +117,12 @@ sla: {ttft_p99: 1s}
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "loadtest", *map(str, args)], capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "loadtest", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,26 +145,62 @@ def test_repeat_runs_replicates_with_successive_schedule_seeds(repeat_dir):
     assert s["spread_pct"] == pytest.approx(100 * (p99s[2] - p99s[0]) / p99s[1])
     # the SLA is judged on the pooled samples of all three: more evidence than any one run
     pooled_n = sum(m["latency_ms"]["ttft"]["count"] for m in runs)
-    assert doc["sla"]["verdict"] == "PASS" and f"of {pooled_n} samples" in doc["sla"]["checks"][0]["reason"]
+    assert (
+        doc["sla"]["verdict"] == "PASS"
+        and f"of {pooled_n} samples" in doc["sla"]["checks"][0]["reason"]
+    )
 
 
 def test_gate_against_a_replicated_baseline(repeat_dir, tmp_path):
     slow = tmp_path / "slow"
-    r = cli("run", repeat_dir / "s.yml", "--out", slow, "-q", "--set", "backend.decode_ms_per_token=2.6", "--set",
-            "seeds.schedule=7", "--gate", "--baseline", repeat_dir / "base", "--junit", tmp_path / "j.xml",
-            "--markdown", tmp_path / "s.md")
+    r = cli(
+        "run",
+        repeat_dir / "s.yml",
+        "--out",
+        slow,
+        "-q",
+        "--set",
+        "backend.decode_ms_per_token=2.6",
+        "--set",
+        "seeds.schedule=7",
+        "--gate",
+        "--baseline",
+        repeat_dir / "base",
+        "--junit",
+        tmp_path / "j.xml",
+        "--markdown",
+        tmp_path / "s.md",
+    )
     assert r.returncode == 1, r.stdout + r.stderr  # ITL +30%: a regression
-    cases = {(c.get("classname"), c.get("name")): c for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")}
+    cases = {
+        (c.get("classname"), c.get("name")): c
+        for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")
+    }
     assert cases[("loadtest.regression", "itl_p50")].find("failure") is not None
     assert ("loadtest.sla", "ttft_p99") in cases
     md = (tmp_path / "s.md").read_text()
-    assert "| itl_p50 | FAIL |" in md and "decode_ms_per_token" in md  # the scenarios differ: said so
+    assert (
+        "| itl_p50 | FAIL |" in md and "decode_ms_per_token" in md
+    )  # the scenarios differ: said so
     # the same scenario, another seed: no regression found (PASS or INCONCLUSIVE, never FAIL)
     same = tmp_path / "same"
     r = cli("run", repeat_dir / "s.yml", "--out", same, "-q", "--set", "seeds.schedule=9")
-    assert (same / "metrics.json").exists()  # its own SLA verdict depends on this machine's load: not tested here
-    r = cli("gate", same, "--baseline", repeat_dir / "base", "--metric", "itl_p50", "--metric", "ttft_p50")
-    assert r.returncode in (0, 3), r.stdout  # the sim's p50s barely move: PASS, or INCONCLUSIVE on a loaded machine
+    assert (
+        same / "metrics.json"
+    ).exists()  # its own SLA verdict depends on this machine's load: not tested here
+    r = cli(
+        "gate",
+        same,
+        "--baseline",
+        repeat_dir / "base",
+        "--metric",
+        "itl_p50",
+        "--metric",
+        "ttft_p50",
+    )
+    assert r.returncode in (0, 3), (
+        r.stdout
+    )  # the sim's p50s barely move: PASS, or INCONCLUSIVE on a loaded machine
 
 
 def test_compare_prints_both_sides_and_the_change(repeat_dir):
@@ -138,7 +213,10 @@ def test_compare_prints_both_sides_and_the_change(repeat_dir):
     assert by["ttft_p99"]["candidate"] == one["latency_ms"]["ttft"]["p99"]
     # one replicate against the pool it belongs to: the sim's ITL is the same by design, but it is
     # stamped on the real clock, so a loaded machine moves a p50 by a bucket (0.05% seen in CI)
-    assert by["itl_p50"]["change_pct"] == pytest.approx(0.0, abs=1.0) and by["itl_p50"]["significant"] is False
+    assert (
+        by["itl_p50"]["change_pct"] == pytest.approx(0.0, abs=1.0)
+        and by["itl_p50"]["significant"] is False
+    )
     r = cli("compare", repeat_dir / "base", single)
     assert "significant" in r.stdout and "ttft_p99" in r.stdout
 
@@ -149,4 +227,6 @@ def test_gate_usage_errors(repeat_dir, tmp_path):
     assert r.returncode == 2 and "no metrics.json" in r.stderr
     r = cli("gate", repeat_dir / "base", "--baseline", repeat_dir / "base", "--metric", "ttft_p42")
     assert r.returncode == 2 and "ttft_p42" in r.stderr
-    assert cli("run", repeat_dir / "s.yml", "--baseline", repeat_dir / "base").returncode == 2  # needs --gate
+    assert (
+        cli("run", repeat_dir / "s.yml", "--baseline", repeat_dir / "base").returncode == 2
+    )  # needs --gate

@@ -1,4 +1,5 @@
 """GPU tests (opt-in: ``python -m pytest -m gpu``): every mode on a dummy Llama-3.2-1B."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,14 +14,32 @@ def _run(tmp_path, backend: dict, load: dict) -> dict:
     from loadtest.session import run_scenario
 
     path = tmp_path / "s.yml"
-    path.write_text(yaml.safe_dump({
-        "name": "gpu", "backend": {"kind": "transformers", "model": "dummy:llama-3.2-1b", "device": "cuda", **backend},
-        "workload": {"input_tokens": 128, "output_tokens": 16}, "load": load}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "gpu",
+                "backend": {
+                    "kind": "transformers",
+                    "model": "dummy:llama-3.2-1b",
+                    "device": "cuda",
+                    **backend,
+                },
+                "workload": {"input_tokens": 128, "output_tokens": 16},
+                "load": load,
+            }
+        )
+    )
     return run_scenario(load_scenario(path), tmp_path / "run").metrics
 
 
-@pytest.mark.parametrize("backend", [{"mode": "single"}, {"mode": "static", "max_batch_size": 8, "max_wait_ms": 20},
-                                     {"mode": "continuous", "max_batch_size": 8}])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        {"mode": "single"},
+        {"mode": "static", "max_batch_size": 8, "max_wait_ms": 20},
+        {"mode": "continuous", "max_batch_size": 8},
+    ],
+)
 def test_mode_on_gpu(tmp_path, backend):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

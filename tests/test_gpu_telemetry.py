@@ -1,21 +1,23 @@
 """GPU sampling with a scripted NVML: missing metrics and errors never fail a run; the summary,
 the CSV and the warnings hold what was sampled."""
+
 from __future__ import annotations
 
 import csv
 import io
 import time
 
-import pytest
-
 from loadtest.telemetry import environment, gpu_sampler
 from loadtest.telemetry.gpu_sampler import GpuSampler
 from tests.fake_nvml import FakeNVML
 
-SIM = {"name": "gpu", "backend": {"kind": "sim", "max_concurrency": 4, "decode_ms_per_token": 2},
-       "workload": {"input_tokens": 10, "output_tokens": 10},
-       "load": {"arrival": {"kind": "poisson", "rate": 50}, "duration": "1.5s", "warmup": "0.3s"},
-       "telemetry": {"interval": "50ms"}}
+SIM = {
+    "name": "gpu",
+    "backend": {"kind": "sim", "max_concurrency": 4, "decode_ms_per_token": 2},
+    "workload": {"input_tokens": 10, "output_tokens": 10},
+    "load": {"arrival": {"kind": "poisson", "rate": 50}, "duration": "1.5s", "warmup": "0.3s"},
+    "telemetry": {"interval": "50ms"},
+}
 
 
 def run_real_clock(tmp_path, data, monkeypatch, nvml):
@@ -38,27 +40,48 @@ def test_a_run_with_a_gpu_writes_samples_summary_and_csv(tmp_path, monkeypatch):
     assert d["utilization_gpu_pct"]["mean"] == 80 and d["power_w"]["max"] == 300.0
     assert d["peak_memory_mib"] == 10 * 1024
     # the counter is read every 4th sample; the fake adds 75 J a reading
-    rows = [r for r in csv.DictReader(io.StringIO((tmp_path / "run" / "gpu.csv").read_text())) if r["energy [J]"]]
+    rows = [
+        r
+        for r in csv.DictReader(io.StringIO((tmp_path / "run" / "gpu.csv").read_text()))
+        if r["energy [J]"]
+    ]
     assert [float(r["energy [J]"]) for r in rows[:3]] == [0.0, 75.0, 150.0]
     assert d["energy_j"] % 75 == 0 and d["energy_j"] > 0
     assert d["throttle_reasons_seen"] == ["sw_power_cap"]
-    assert d["unavailable"] == {"gpm": "GPM metrics need a Hopper or newer GPU (and driver support)"}
+    assert d["unavailable"] == {
+        "gpm": "GPM metrics need a Hopper or newer GPU (and driver support)"
+    }
     assert gpu["sampler"]["errors"] == 0 and gpu["sampler"]["cpu_pct_of_one_core"] is not None
     rows = list(csv.DictReader(io.StringIO((tmp_path / "run" / "gpu.csv").read_text())))
     assert len(rows) == gpu["sampler"]["samples"] and rows[0]["utilization.gpu [%]"] == "80"
-    assert rows[0]["clocks_event_reasons.active [bitmask]"] == "0x4" and rows[0]["gpm.sm_activity [%]"] == ""
+    assert (
+        rows[0]["clocks_event_reasons.active [bitmask]"] == "0x4"
+        and rows[0]["gpm.sm_activity [%]"] == ""
+    )
     t = [float(r["t_s"]) for r in rows]
-    assert t == sorted(t) and t[0] < 0.1 and t[-1] >= m["window"]["end_s"]  # from t0 to the end of the drain
+    assert (
+        t == sorted(t) and t[0] < 0.1 and t[-1] >= m["window"]["end_s"]
+    )  # from t0 to the end of the drain
     warnings = " ".join(m["validity"]["warnings"])
     assert "throttled during the window: sw_power_cap" in warnings
     assert "other processes at start: pid 999999" in warnings  # a foreign process, not ours
-    assert m["environment"]["gpus"][0]["processes_at_start"] == [{"pid": 999999, "used_mib": 512.0, "ours": False}]
+    assert m["environment"]["gpus"][0]["processes_at_start"] == [
+        {"pid": 999999, "used_mib": 512.0, "ours": False}
+    ]
 
 
 def test_unsupported_metrics_and_errors_mid_run_never_fail_it(tmp_path, monkeypatch):
-    nvml = FakeNVML(unsupported={"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption",
-                                 "nvmlDeviceGetPcieThroughput"},
-                    fail_calls={"nvmlDeviceGetUtilizationRates": {3, 4, 5}, "nvmlDeviceGetMemoryInfo": set(range(2, 1000))})
+    nvml = FakeNVML(
+        unsupported={
+            "nvmlDeviceGetPowerUsage",
+            "nvmlDeviceGetTotalEnergyConsumption",
+            "nvmlDeviceGetPcieThroughput",
+        },
+        fail_calls={
+            "nvmlDeviceGetUtilizationRates": {3, 4, 5},
+            "nvmlDeviceGetMemoryInfo": set(range(2, 1000)),
+        },
+    )
     m = run_real_clock(tmp_path, SIM, monkeypatch, nvml).metrics
     assert m["status"] == "ok"
     d = m["gpu"]["devices"][0]
@@ -74,17 +97,32 @@ def test_no_nvml_says_why_and_the_run_proceeds(tmp_path, monkeypatch):
     from loadtest.session import run_scenario
     from tests.conftest import write_scenario
 
-    monkeypatch.setattr(gpu_sampler, "load_nvml", lambda: (None, "NVML unavailable: driver not loaded"))
+    monkeypatch.setattr(
+        gpu_sampler, "load_nvml", lambda: (None, "NVML unavailable: driver not loaded")
+    )
     m = run_scenario(load_scenario(write_scenario(tmp_path, SIM)), tmp_path / "run").metrics
-    assert m["status"] == "ok" and m["gpu"] == {"available": False, "reason": "NVML unavailable: driver not loaded"}
+    assert m["status"] == "ok" and m["gpu"] == {
+        "available": False,
+        "reason": "NVML unavailable: driver not loaded",
+    }
     assert not (tmp_path / "run" / "gpu.csv").exists()
 
 
 def test_a_device_lost_mid_run_keeps_the_run(monkeypatch):
     """Every reading fails after the first tick (the GPU fell off the bus): samples stay, values go."""
-    fails = {name: set(range(2, 10_000)) for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
-             "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetClockInfo",
-             "nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetPcieThroughput")}
+    fails = {
+        name: set(range(2, 10_000))
+        for name in (
+            "nvmlDeviceGetUtilizationRates",
+            "nvmlDeviceGetMemoryInfo",
+            "nvmlDeviceGetPowerUsage",
+            "nvmlDeviceGetTotalEnergyConsumption",
+            "nvmlDeviceGetClockInfo",
+            "nvmlDeviceGetTemperature",
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetPcieThroughput",
+        )
+    }
     s = GpuSampler(0.01, nvml=FakeNVML(fail_calls=fails))
     s.start()
     time.sleep(0.1)
@@ -102,11 +140,22 @@ def test_energy_agrees_with_integrated_power():
     s.stop()  # one tick at start, one at stop: replace with a scripted series
     t0 = 1_000_000_000
     d = s.devices[0]
-    s.rows = [{"t_ns": t0 + k * 250_000_000, "index": 0, "power.draw": 300.0,
-               **({"energy": 75.0 * k} if 1 <= k <= 7 else {})} for k in range(9)]
+    s.rows = [
+        {
+            "t_ns": t0 + k * 250_000_000,
+            "index": 0,
+            "power.draw": 300.0,
+            **({"energy": 75.0 * k} if 1 <= k <= 7 else {}),
+        }
+        for k in range(9)
+    ]
     out = s.summary(t0, None, 100)["devices"][0]
     # counter read at 0.25 s .. 1.75 s: 450 J over 1.5 s; power integrated over the same span agrees
-    assert (out["energy_j"], out["energy_span_s"], out["energy_integrated_j"]) == (450.0, 1.5, 450.0)
+    assert (out["energy_j"], out["energy_span_s"], out["energy_integrated_j"]) == (
+        450.0,
+        1.5,
+        450.0,
+    )
     assert out["joules_per_output_token"] == 450 / 1.5 * 2.0 / 100  # scaled to the 2 s window: 6 J
     assert d.name == "NVIDIA H100 80GB HBM3"
 
@@ -116,7 +165,11 @@ def test_environment_manifest_from_nvml():
     assert env["gpu_driver"] == "580.00" and env["cuda_driver"] == "13.0"
     g = env["gpus"][0]
     assert g["clocks_mhz"] == {"sm": 1980, "mem": 2619, "sm_max": 1980, "mem_max": 2619}
-    assert g["power_limit_w"] == 700.0 and g["ecc"] == {"current": 1, "pending": 1} and g["persistence_mode"] == 1
+    assert (
+        g["power_limit_w"] == 700.0
+        and g["ecc"] == {"current": 1, "pending": 1}
+        and g["persistence_mode"] == 1
+    )
 
 
 def test_debug_flags_are_warned(monkeypatch):
@@ -131,7 +184,12 @@ def test_loadtest_env_prints_the_manifest():
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "loadtest", "env", "--json"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "loadtest", "env", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     env = json.loads(r.stdout)
     assert env["tool"] == "loadtest" and "python" in env and "gpus" in env

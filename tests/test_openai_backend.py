@@ -1,5 +1,6 @@
 """The OpenAI-compatible HTTP backend against a real server: ``transformers serve`` on loopback
 with a tiny model built here. No mock server stands in for it."""
+
 from __future__ import annotations
 
 import json
@@ -17,12 +18,15 @@ import yaml
 pytest.importorskip("aiohttp")
 pytest.importorskip("fastapi")  # transformers[serving]
 
-from loadtest.backends.openai.sse import SseParser  # noqa: E402
-from loadtest.config.loading import load_scenario  # noqa: E402
-from loadtest.session import run_scenario  # noqa: E402
-from tests.tiny_model import CORPUS, build_tiny_model  # noqa: E402
+from loadtest.backends.openai.sse import SseParser
+from loadtest.config.loading import load_scenario
+from loadtest.session import run_scenario
+from tests.tiny_model import CORPUS, build_tiny_model
 
-LOOSE = {"max_dispatch_lag_p99": "1s", "max_loop_lag_p99": "1s"}  # server and client share 2 cores here
+LOOSE = {
+    "max_dispatch_lag_p99": "1s",
+    "max_loop_lag_p99": "1s",
+}  # server and client share 2 cores here
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +43,25 @@ def free_port() -> int:
 def start_server(model_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # leave the client a core
-    proc = subprocess.Popen([sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir),
-                             "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "transformers.cli.transformers",
+            "serve",
+            str(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -69,9 +89,14 @@ def server(model_dir, tmp_path_factory):
 
 
 def scenario(tmp_path: Path, backend: dict, load: dict, workload=None) -> Path:
-    data = {"name": "served", "backend": {"kind": "openai", **backend},
-            "workload": workload or {"input_tokens": {"dist": "uniform", "min": 4, "max": 24}, "output_tokens": 8},
-            "load": {**load, "validity": LOOSE}, "outputs": {"requests_jsonl": True}}
+    data = {
+        "name": "served",
+        "backend": {"kind": "openai", **backend},
+        "workload": workload
+        or {"input_tokens": {"dist": "uniform", "min": 4, "max": 24}, "output_tokens": 8},
+        "load": {**load, "validity": LOOSE},
+        "outputs": {"requests_jsonl": True},
+    }
     path = tmp_path / "s.yml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -82,15 +107,22 @@ def records(run_dir: Path) -> list[dict]:
 
 
 def test_completions_stream_one_stamp_per_token(server, model_dir, tmp_path):
-    path = scenario(tmp_path, {"base_url": server, "model": str(model_dir), "api": "completions"},
-                    {"arrival": {"kind": "concurrency", "users": 2}, "requests": 12, "warmup_requests": 2})
+    path = scenario(
+        tmp_path,
+        {"base_url": server, "model": str(model_dir), "api": "completions"},
+        {"arrival": {"kind": "concurrency", "users": 2}, "requests": 12, "warmup_requests": 2},
+    )
     m = run_scenario(load_scenario(path), tmp_path / "run").metrics
     assert m["status"] == "ok", m["validity"]
     assert m["requests"]["completed"] == 12 and m["requests"]["failed"] == 0
-    assert m["backend"]["fixed_output_via"] == "generation_config"  # transformers serve refuses ignore_eos
+    assert (
+        m["backend"]["fixed_output_via"] == "generation_config"
+    )  # transformers serve refuses ignore_eos
     assert m["backend"]["server_model"].startswith(str(model_dir))
     for r in records(tmp_path / "run"):
-        assert r["output_tokens"] == 8 and len(r["token_ns"]) == 8  # the fixed length, every token stamped
+        assert (
+            r["output_tokens"] == 8 and len(r["token_ns"]) == 8
+        )  # the fixed length, every token stamped
         assert r["token_ns"] == sorted(r["token_ns"])
         assert r["sent_ns"] < r["token_ns"][0] <= r["done_ns"]
     lat = m["latency_ms"]
@@ -101,10 +133,15 @@ def test_completions_stream_one_stamp_per_token(server, model_dir, tmp_path):
 
 def test_chat_with_a_dataset_of_messages(server, model_dir, tmp_path):
     data = tmp_path / "chats.jsonl"
-    data.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": t}]}) for t in CORPUS[:4]))
-    path = scenario(tmp_path, {"base_url": server, "model": str(model_dir), "api": "chat"},
-                    {"arrival": {"kind": "poisson", "rate": 20}, "requests": 10, "warmup_requests": 1},
-                    {"dataset": str(data), "output_tokens": 6})
+    data.write_text(
+        "\n".join(json.dumps({"messages": [{"role": "user", "content": t}]}) for t in CORPUS[:4])
+    )
+    path = scenario(
+        tmp_path,
+        {"base_url": server, "model": str(model_dir), "api": "chat"},
+        {"arrival": {"kind": "poisson", "rate": 20}, "requests": 10, "warmup_requests": 1},
+        {"dataset": str(data), "output_tokens": 6},
+    )
     m = run_scenario(load_scenario(path), tmp_path / "run").metrics
     assert m["status"] == "ok", m["validity"]
     rows = records(tmp_path / "run")
@@ -114,9 +151,16 @@ def test_chat_with_a_dataset_of_messages(server, model_dir, tmp_path):
 
 def test_the_api_key_is_sent_but_never_written(server, model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("LOADTEST_TEST_KEY", "sk-do-not-write-7f3a")
-    path = scenario(tmp_path, {"base_url": server, "model": str(model_dir), "api": "completions",
-                               "api_key_env": "LOADTEST_TEST_KEY"},
-                    {"arrival": {"kind": "concurrency", "users": 1}, "requests": 2})
+    path = scenario(
+        tmp_path,
+        {
+            "base_url": server,
+            "model": str(model_dir),
+            "api": "completions",
+            "api_key_env": "LOADTEST_TEST_KEY",
+        },
+        {"arrival": {"kind": "concurrency", "users": 1}, "requests": 2},
+    )
     m = run_scenario(load_scenario(path), tmp_path / "run").metrics
     assert m["backend"]["api_key"] == "from $LOADTEST_TEST_KEY"
     for f in (tmp_path / "run").iterdir():
@@ -124,8 +168,11 @@ def test_the_api_key_is_sent_but_never_written(server, model_dir, tmp_path, monk
 
 
 def test_a_wrong_endpoint_fails_the_start_with_the_reason(server, model_dir, tmp_path):
-    path = scenario(tmp_path, {"base_url": server.replace("/v1", "/nope"), "model": str(model_dir)},
-                    {"arrival": {"kind": "concurrency", "users": 1}, "requests": 2})
+    path = scenario(
+        tmp_path,
+        {"base_url": server.replace("/v1", "/nope"), "model": str(model_dir)},
+        {"arrival": {"kind": "concurrency", "users": 1}, "requests": 2},
+    )
     m = run_scenario(load_scenario(path), tmp_path / "run").metrics
     assert m["status"] == "failed" and "HTTP 404" in m["backend"]["error"]
 
@@ -133,10 +180,26 @@ def test_a_wrong_endpoint_fails_the_start_with_the_reason(server, model_dir, tmp
 def test_server_death_mid_run_ends_with_partial_results(model_dir, tmp_path):
     proc, url = start_server(model_dir, tmp_path / "serve.log")
     try:
-        path = scenario(tmp_path, {"base_url": url, "model": str(model_dir), "api": "completions"},
-                        {"arrival": {"kind": "poisson", "rate": 10}, "duration": "60s"})
-        run = subprocess.Popen([sys.executable, "-m", "loadtest", "run", str(path), "--out", str(tmp_path / "run"), "-q"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        path = scenario(
+            tmp_path,
+            {"base_url": url, "model": str(model_dir), "api": "completions"},
+            {"arrival": {"kind": "poisson", "rate": 10}, "duration": "60s"},
+        )
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loadtest",
+                "run",
+                str(path),
+                "--out",
+                str(tmp_path / "run"),
+                "-q",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         time.sleep(8)  # the probe, then a few seconds of traffic
         stop_server(proc)
         out, _ = run.communicate(timeout=120)
@@ -153,10 +216,13 @@ def test_server_death_mid_run_ends_with_partial_results(model_dir, tmp_path):
 
 # -- pieces, with hand-computed answers ------------------------------------------------------
 
+
 def test_sse_events_split_across_reads():
     p = SseParser()
     assert p.feed(b'data: {"a"') == []
-    assert p.feed(b': 1}\n\ndata: x\r\n\r\n: a comment\n\nevent: e\ndata: line1\ndata:line2\n\nda') == ['{"a": 1}', "x", "line1\nline2"]
+    assert p.feed(
+        b": 1}\n\ndata: x\r\n\r\n: a comment\n\nevent: e\ndata: line1\ndata:line2\n\nda"
+    ) == ['{"a": 1}', "x", "line1\nline2"]
     assert p.pending == b"da"
     assert p.feed(b"ta: [DONE]\n\n") == ["[DONE]"]
 
@@ -170,7 +236,14 @@ def test_reconcile_to_the_servers_count():
     chunks = [(10, 1), (20, 2), (30, 1)]  # the client counted 4 tokens in 3 chunks
     assert b._reconcile(chunks, {"completion_tokens": 4}) == [10, 20, 20, 30]
     assert b._reconcile(chunks, {"completion_tokens": 3}) == [10, 20, 30]  # one a chunk
-    assert b._reconcile(chunks, {"completion_tokens": 6}) == [10, 20, 20, 30, 30, 30]  # unstreamed: at the end
+    assert b._reconcile(chunks, {"completion_tokens": 6}) == [
+        10,
+        20,
+        20,
+        30,
+        30,
+        30,
+    ]  # unstreamed: at the end
     assert b._reconcile([(10, 3), (20, 3)], {"completion_tokens": 5}) == [10, 10, 10, 20, 20]
     assert b._reconcile(chunks, None) == [10, 20, 20, 30]
     assert b.facts["usage_disagreements"] == 3
@@ -180,9 +253,11 @@ def test_secrets_in_headers_are_refused(tmp_path):
     from loadtest.core.errors import ScenarioError
 
     path = tmp_path / "s.yml"
-    path.write_text("name: x\nbackend:\n  kind: openai\n  base_url: http://h/v1\n  model: m\n"
-                    "  headers: {Authorization: Bearer sk-1}\nworkload: {input_tokens: 4, output_tokens: 4}\n"
-                    "load: {arrival: {kind: concurrency, users: 1}, requests: 1}\n")
+    path.write_text(
+        "name: x\nbackend:\n  kind: openai\n  base_url: http://h/v1\n  model: m\n"
+        "  headers: {Authorization: Bearer sk-1}\nworkload: {input_tokens: 4, output_tokens: 4}\n"
+        "load: {arrival: {kind: concurrency, users: 1}, requests: 1}\n"
+    )
     with pytest.raises(ScenarioError) as e:
         load_scenario(path)
     assert "s.yml:6" in e.value.problems[0] and "api_key_env" in e.value.problems[0]

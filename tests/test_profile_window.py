@@ -1,5 +1,6 @@
 """Profiler capture windows: the right requests are flagged (and kept out of the statistics), and
 the transformers worker's trace holds exactly the window's batches."""
+
 from __future__ import annotations
 
 import gzip
@@ -8,16 +9,27 @@ import re
 
 import pytest
 
-SIM = {"name": "prof", "backend": {"kind": "sim", "max_concurrency": 2, "prefill_ms_per_token": 0.1, "decode_ms_per_token": 5},
-       "workload": {"input_tokens": 100, "output_tokens": 10},
-       "load": {"arrival": {"kind": "constant", "rate": 10}, "duration": "10s"},
-       "outputs": {"requests_jsonl": True}, "profile": {"start": "5s", "duration": "2s"}}
+SIM = {
+    "name": "prof",
+    "backend": {
+        "kind": "sim",
+        "max_concurrency": 2,
+        "prefill_ms_per_token": 0.1,
+        "decode_ms_per_token": 5,
+    },
+    "workload": {"input_tokens": 100, "output_tokens": 10},
+    "load": {"arrival": {"kind": "constant", "rate": 10}, "duration": "10s"},
+    "outputs": {"requests_jsonl": True},
+    "profile": {"start": "5s", "duration": "2s"},
+}
 
 
 def test_a_time_window_flags_exactly_the_overlapping_requests(run_virtual_fn, tmp_path):
     m = run_virtual_fn(SIM)
     p = m["profile"]
-    assert p["window"] == {"start_s": 5.0, "end_s": 7.0} and "no in-process profiler" in p["profiler"]
+    assert (
+        p["window"] == {"start_s": 5.0, "end_s": 7.0} and "no in-process profiler" in p["profiler"]
+    )
     rows = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
     # 10 req/s from t0; each takes 10 ms + 10 x 5 ms = 60 ms. Request i is sent at i x 100 ms and done
     # at +60 ms: it overlaps [5 s, 7 s] for i = 50 .. 70 (request 49 is done at 4.96 s; 70 is sent at 7.0 s).
@@ -28,26 +40,35 @@ def test_a_time_window_flags_exactly_the_overlapping_requests(run_virtual_fn, tm
 
 
 def test_flagged_requests_can_stay_in_the_statistics(run_virtual_fn):
-    m = run_virtual_fn({**SIM, "profile": {"start": "5s", "duration": "2s", "exclude_from_stats": False}})
+    m = run_virtual_fn(
+        {**SIM, "profile": {"start": "5s", "duration": "2s", "exclude_from_stats": False}}
+    )
     assert m["requests"]["profiled"] == 21 and m["latency_ms"]["e2e"]["count"] == 100
 
 
 def test_profile_settings_are_checked(tmp_path):
-    from loadtest.core.errors import ScenarioError
     from loadtest.config.loading import load_scenario
+    from loadtest.core.errors import ScenarioError
     from tests.conftest import write_scenario
 
     with pytest.raises(ScenarioError, match="start and duration, or requests"):
-        load_scenario(write_scenario(tmp_path, {**SIM, "profile": {"start": "5s", "requests": [1, 2]}}))
+        load_scenario(
+            write_scenario(tmp_path, {**SIM, "profile": {"start": "5s", "requests": [1, 2]}})
+        )
 
 
 @pytest.mark.slow
 def test_the_worker_trace_holds_only_the_windows_batches(tmp_path, tiny_model_dir):
     from tests.test_transformers_backend import run
 
-    m, rows = run(tmp_path / "p", tiny_model_dir, {"mode": "static", "max_batch_size": 4},
-                  {"arrival": {"kind": "concurrency", "users": 1}, "requests": 12},
-                  {"input_tokens": 8, "output_tokens": 4}, profile={"requests": [4, 7]})
+    m, rows = run(
+        tmp_path / "p",
+        tiny_model_dir,
+        {"mode": "static", "max_batch_size": 4},
+        {"arrival": {"kind": "concurrency", "users": 1}, "requests": 12},
+        {"input_tokens": 8, "output_tokens": 4},
+        profile={"requests": [4, 7]},
+    )
     p = m["profile"]
     assert m["status"] == "ok" and p["trace"] == "trace.json.gz"
     trace = json.loads(gzip.decompress((tmp_path / "p" / "run" / "trace.json.gz").read_bytes()))
@@ -58,9 +79,13 @@ def test_the_worker_trace_holds_only_the_windows_batches(tmp_path, tiny_model_di
         if match:
             in_trace |= {int(x) for x in match[1].split(",")}
     flagged = {r["index"] for r in rows if r["profiled"]}
-    assert {4, 5, 6, 7} <= in_trace <= flagged  # the window's requests, and nothing it did not touch
+    assert (
+        {4, 5, 6, 7} <= in_trace <= flagged
+    )  # the window's requests, and nothing it did not touch
     assert not in_trace & {0, 1, 2, 3}
-    assert p["top_ops"] and all({"name", "calls", "self_cpu_time_us"} <= set(op) for op in p["top_ops"])
+    assert p["top_ops"] and all(
+        {"name", "calls", "self_cpu_time_us"} <= set(op) for op in p["top_ops"]
+    )
     assert any(op["name"].startswith("aten::") for op in p["top_ops"])
     r = m["roofline"]
     assert r["decode"]["steps"] > 0 and r["decode"]["batch_mean"] == 1.0  # one user: batches of one
@@ -84,7 +109,9 @@ def test_operator_tables_match_torchs_key_averages():
     prof.stop()
     ops, kernels = op_tables(prof.profiler.kineto_results.events(), torch.autograd.DeviceType)
     reference = {e.key: e for e in prof.key_averages()}
-    assert kernels == [] and "loadtest batch [1]" not in {o["name"] for o in ops}  # annotations are not operators
+    assert kernels == [] and "loadtest batch [1]" not in {
+        o["name"] for o in ops
+    }  # annotations are not operators
     for op in ops:
         ref = reference[op["name"]]
         assert op["calls"] == ref.count

@@ -1,4 +1,5 @@
 """Baseline regression: hand-built runs with known answers, then A/A and A/B over many seeds."""
+
 from __future__ import annotations
 
 import itertools
@@ -7,11 +8,13 @@ import math
 import pytest
 
 from loadtest.analysis import regression
-from loadtest.core.histogram import LatencyHistogram
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS
+from loadtest.core.histogram import LatencyHistogram
 
 
-def synthetic_run(values_per_interval: list[list[int]], tokens_per_interval: list[int] | None = None) -> dict:
+def synthetic_run(
+    values_per_interval: list[list[int]], tokens_per_interval: list[int] | None = None
+) -> dict:
     """A metrics.json with one point per interval (1 s), each holding these e2e values (µs)."""
     points = []
     for k, values in enumerate(values_per_interval):
@@ -19,22 +22,43 @@ def synthetic_run(values_per_interval: list[list[int]], tokens_per_interval: lis
         for v in values:
             h.record_us(v)
         tokens = tokens_per_interval[k] if tokens_per_interval else 100
-        points.append({"index": k, "t_s": float(k), "output_tokens_per_s": float(tokens),
-                       "histograms": {"e2e": h.encode()} if values else {}})
+        points.append(
+            {
+                "index": k,
+                "t_s": float(k),
+                "output_tokens_per_s": float(tokens),
+                "histograms": {"e2e": h.encode()} if values else {},
+            }
+        )
     n = len(values_per_interval)
-    return {"timeseries": {"interval_s": 1.0, "points": points}, "window": {"start_s": 0.0, "end_s": float(n)}}
+    return {
+        "timeseries": {"interval_s": 1.0, "points": points},
+        "window": {"start_s": 0.0, "end_s": float(n)},
+    }
 
 
 def test_point_estimate_is_the_runs_own_percentile(run_virtual_fn):
-    metrics = run_virtual_fn({"name": "p", "backend": {"kind": "sim", "max_concurrency": 2, "decode_ms_per_token": 3},
-                              "workload": {"input_tokens": 40, "output_tokens": {"dist": "uniform", "min": 2, "max": 20}},
-                              "load": {"arrival": {"kind": "poisson", "rate": 30}, "duration": "20s"}})
+    metrics = run_virtual_fn(
+        {
+            "name": "p",
+            "backend": {"kind": "sim", "max_concurrency": 2, "decode_ms_per_token": 3},
+            "workload": {
+                "input_tokens": 40,
+                "output_tokens": {"dist": "uniform", "min": 2, "max": 20},
+            },
+            "load": {"arrival": {"kind": "poisson", "rate": 30}, "duration": "20s"},
+        }
+    )
     sample = regression.Sample([metrics])
     for m in ("ttft", "itl", "e2e"):
-        for pct, key in ((50, "p50"), (99, "p99"), (99.9, "p999")):
-            assert sample.statistic(f"{m}_p{key[1:]}", sample.identity())[0] == metrics["latency_ms"][m][key]
+        for _pct, key in ((50, "p50"), (99, "p99"), (99.9, "p999")):
+            assert (
+                sample.statistic(f"{m}_p{key[1:]}", sample.identity())[0]
+                == metrics["latency_ms"][m][key]
+            )
     assert sample.statistic("output_tokens_per_s", sample.identity())[0] == pytest.approx(
-        metrics["throughput"]["output_tokens_per_s"], rel=0.05)  # whole intervals only, vs the exact window
+        metrics["throughput"]["output_tokens_per_s"], rel=0.05
+    )  # whole intervals only, vs the exact window
 
 
 def test_identical_runs_pass_and_a_uniform_slowdown_fails():
@@ -90,13 +114,24 @@ def test_unknown_metric_is_refused():
 
 # -- A/A and A/B over many seeds, on the simulated server and the virtual clock -----------------
 
+
 def scenario(seed: int, slowdown: float = 1.0) -> dict:
     # 4 slots, ~90 ms per request, 26 req/s: utilisation ~0.6 (1.15x slower: ~0.68)
-    return {"name": "ab", "seeds": {"schedule": seed},
-            "backend": {"kind": "sim", "max_concurrency": 4, "prefill_ms_per_token": 0.1 * slowdown,
-                        "decode_ms_per_token": 5 * slowdown},
-            "workload": {"input_tokens": 100, "output_tokens": {"dist": "uniform", "min": 8, "max": 24}},
-            "load": {"arrival": {"kind": "poisson", "rate": 26}, "duration": "40s", "warmup": "2s"}}
+    return {
+        "name": "ab",
+        "seeds": {"schedule": seed},
+        "backend": {
+            "kind": "sim",
+            "max_concurrency": 4,
+            "prefill_ms_per_token": 0.1 * slowdown,
+            "decode_ms_per_token": 5 * slowdown,
+        },
+        "workload": {
+            "input_tokens": 100,
+            "output_tokens": {"dist": "uniform", "min": 8, "max": 24},
+        },
+        "load": {"arrival": {"kind": "poisson", "rate": 26}, "duration": "40s", "warmup": "2s"},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +139,19 @@ def ab_runs(tmp_path_factory):
     from tests.conftest import run_virtual_scenario
 
     a = [run_virtual_scenario(tmp_path_factory.mktemp("a"), scenario(100 + s)) for s in range(10)]
-    b = [run_virtual_scenario(tmp_path_factory.mktemp("b"), scenario(200 + s, 1.15)) for s in range(10)]
+    b = [
+        run_virtual_scenario(tmp_path_factory.mktemp("b"), scenario(200 + s, 1.15))
+        for s in range(10)
+    ]
     return a, b
 
 
-NOISY = ("ttft_p99", "e2e_p50", "e2e_p99", "output_tokens_per_s")  # the sim's ITL is exact: too easy
+NOISY = (
+    "ttft_p99",
+    "e2e_p50",
+    "e2e_p99",
+    "output_tokens_per_s",
+)  # the sim's ITL is exact: too easy
 
 
 def gate_verdict(checks) -> str:
@@ -119,10 +162,14 @@ def gate_verdict(checks) -> str:
 @pytest.mark.slow
 def test_aa_rarely_fails_and_a_15_percent_slowdown_almost_always_fails(ab_runs):
     a, b = ab_runs
-    aa = [gate_verdict(regression.compare([a[i]], [a[j]], NOISY, seed=i * 10 + j))
-          for i, j in itertools.combinations(range(len(a)), 2)]
-    ab = [gate_verdict(regression.compare([a[i]], [b[j]], NOISY, seed=i * 10 + j))
-          for i, j in itertools.product(range(len(a)), range(len(b)))]
+    aa = [
+        gate_verdict(regression.compare([a[i]], [a[j]], NOISY, seed=i * 10 + j))
+        for i, j in itertools.combinations(range(len(a)), 2)
+    ]
+    ab = [
+        gate_verdict(regression.compare([a[i]], [b[j]], NOISY, seed=i * 10 + j))
+        for i, j in itertools.product(range(len(a)), range(len(b)))
+    ]
     assert aa.count(FAIL) <= 0.03 * len(aa), aa  # 45 A/A pairs; nominal family-wise rate 1%
     assert ab.count(FAIL) >= 0.95 * len(ab), ab  # 100 A/B pairs
     # replicated: three runs a side

@@ -30,10 +30,15 @@ def test_non_finite_figures_become_null_with_a_warning_naming_them():
 
     from loadtest.results.build import null_non_finite
 
-    doc = {"validity": {"warnings": []}, "roofline": {"decode": {"mbu": math.nan, "steps": 3}},
-           "points": [{"rate": math.inf}, {"rate": 1.5}]}
+    doc = {
+        "validity": {"warnings": []},
+        "roofline": {"decode": {"mbu": math.nan, "steps": 3}},
+        "points": [{"rate": math.inf}, {"rate": 1.5}],
+    }
     assert null_non_finite(doc) == ["roofline.decode.mbu", "points[0].rate"]
-    assert doc["roofline"]["decode"] == {"mbu": None, "steps": 3} and doc["points"][1]["rate"] == 1.5
+    assert (
+        doc["roofline"]["decode"] == {"mbu": None, "steps": 3} and doc["points"][1]["rate"] == 1.5
+    )
     assert "roofline.decode.mbu, points[0].rate" in doc["validity"]["warnings"][0]
     json.dumps(doc, allow_nan=False)  # writable now
     assert null_non_finite({"a": 1.0}) == []

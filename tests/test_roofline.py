@@ -1,12 +1,13 @@
 """Roofline arithmetic against hand-computed values for Llama-3.2-1B's shape."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from loadtest.telemetry import roofline
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
+from loadtest.telemetry import roofline
 
 LLAMA_1B_PARAMS = 1_235_814_400  # Llama-3.2-1B, tied embeddings (the published count)
 
@@ -15,7 +16,11 @@ def test_llama_3_2_1b_costs_by_hand():
     shape = roofline.model_shape(DUMMY_ARCHITECTURES["llama-3.2-1b"], 2 * LLAMA_1B_PARAMS, 2)
     # per layer: q 2048x(32x64) + k,v 2x 2048x(8x64) + o (32x64)x2048 = 10_485_760; MLP 3 x 2048 x 8192
     # = 50_331_648; x16 layers + the LM head 128_256 x 2048 = 1_235_746_816 matmul weights, 2 FLOPs each
-    assert shape["linear_flops_per_token"] == 2 * (16 * (10_485_760 + 50_331_648) + 128_256 * 2048) == 2_471_493_632
+    assert (
+        shape["linear_flops_per_token"]
+        == 2 * (16 * (10_485_760 + 50_331_648) + 128_256 * 2048)
+        == 2_471_493_632
+    )
     assert shape["attention_flops_per_token_per_context"] == 4 * 16 * 32 * 64 == 131_072
     assert shape["kv_bytes_per_token"] == 2 * 16 * 8 * 64 * 2 == 32_768
     assert shape["weight_bytes"] == 2_471_628_800
@@ -24,8 +29,16 @@ def test_llama_3_2_1b_costs_by_hand():
 def test_mbu_mfu_by_hand():
     shape = roofline.model_shape(DUMMY_ARCHITECTURES["llama-3.2-1b"], 2 * LLAMA_1B_PARAMS, 2)
     # 100 decode steps of batch 8 in 0.5 s, prompts padded to 128: context 128 + k at step k
-    acct = {"decode_steps": 100, "decode_s": 0.5, "decode_rows": 800, "decode_ctx_sum": 8 * sum(128 + k for k in range(1, 101)),
-            "prefill_tokens": 1000, "prefill_s": 0.01, "prefill_attn_pairs": 8 * (125 * 126 // 2), "prefill_batches": 1}
+    acct = {
+        "decode_steps": 100,
+        "decode_s": 0.5,
+        "decode_rows": 800,
+        "decode_ctx_sum": 8 * sum(128 + k for k in range(1, 101)),
+        "prefill_tokens": 1000,
+        "prefill_s": 0.01,
+        "prefill_attn_pairs": 8 * (125 * 126 // 2),
+        "prefill_batches": 1,
+    }
     assert acct["decode_ctx_sum"] == 142_800
     r = roofline.analyse(shape, acct, {"bw_gb_s": 3350, "tflops": 989, "source": "test"})
     d = r["decode"]
@@ -39,7 +52,9 @@ def test_mbu_mfu_by_hand():
     assert d["step_ms"] == 5.0 and d["batch_mean"] == 8.0
     p = r["prefill"]
     pre_flops = 1000 * 2_471_493_632 + 63_000 * 131_072
-    assert p["tokens_per_s"] == 100_000.0 and p["mfu"] == pytest.approx(pre_flops / 0.01 / 989e12, abs=1e-5)
+    assert p["tokens_per_s"] == 100_000.0 and p["mfu"] == pytest.approx(
+        pre_flops / 0.01 / 989e12, abs=1e-5
+    )
 
 
 def test_peaks_prefer_a_calibration_over_the_datasheet(tmp_path, monkeypatch):
@@ -49,31 +64,57 @@ def test_peaks_prefer_a_calibration_over_the_datasheet(tmp_path, monkeypatch):
     assert roofline.peaks_for("NVIDIA H200")["bw_gb_s"] == 4800
     assert roofline.peaks_for("cpu") is None
     (tmp_path / "loadtest").mkdir()
-    (tmp_path / "loadtest" / "calibration.json").write_text(json.dumps(
-        {"GPU-abc": {"bw_gb_s": 3012.0, "tflops": 700.0, "measured_at": "today"}}))
+    (tmp_path / "loadtest" / "calibration.json").write_text(
+        json.dumps({"GPU-abc": {"bw_gb_s": 3012.0, "tflops": 700.0, "measured_at": "today"}})
+    )
     p = roofline.peaks_for("NVIDIA H100 80GB HBM3", "GPU-abc")
     assert (p["bw_gb_s"], p["tflops"]) == (3012.0, 700.0) and "calibrate" in p["source"]
 
 
 def test_diagnosis():
-    launch = roofline.diagnose({"decode": {"mbu": 0.05, "mfu": 0.001, "step_ms": 10, "floor_ms": 0.8, "batch_mean": 1}},
-                               {"devices": [{"utilization_gpu_pct": {"mean": 35}}]})
-    assert launch["verdict"] == "host/launch-bound" and any("CUDA graphs" in r for r in launch["remedies"])
-    memory = roofline.diagnose({"decode": {"mbu": 0.72, "mfu": 0.01, "step_ms": 1.1, "floor_ms": 0.8, "batch_mean": 1}},
-                               {"devices": [{"utilization_gpu_pct": {"mean": 98}}]})
+    launch = roofline.diagnose(
+        {"decode": {"mbu": 0.05, "mfu": 0.001, "step_ms": 10, "floor_ms": 0.8, "batch_mean": 1}},
+        {"devices": [{"utilization_gpu_pct": {"mean": 35}}]},
+    )
+    assert launch["verdict"] == "host/launch-bound" and any(
+        "CUDA graphs" in r for r in launch["remedies"]
+    )
+    memory = roofline.diagnose(
+        {"decode": {"mbu": 0.72, "mfu": 0.01, "step_ms": 1.1, "floor_ms": 0.8, "batch_mean": 1}},
+        {"devices": [{"utilization_gpu_pct": {"mean": 98}}]},
+    )
     assert memory["verdict"] == "memory-bound (decode)"
-    short = roofline.diagnose({"decode": {"mbu": 0.1, "mfu": 0.001, "step_ms": 8, "floor_ms": 0.8, "batch_mean": 1}}, None,
-                              {"launches": 1000, "under_10us_share": 0.9})
-    assert short["verdict"] == "host/launch-bound" and "90% of profiled CUDA kernels ran under 10 µs" in short["evidence"]
+    short = roofline.diagnose(
+        {"decode": {"mbu": 0.1, "mfu": 0.001, "step_ms": 8, "floor_ms": 0.8, "batch_mean": 1}},
+        None,
+        {"launches": 1000, "under_10us_share": 0.9},
+    )
+    assert (
+        short["verdict"] == "host/launch-bound"
+        and "90% of profiled CUDA kernels ran under 10 µs" in short["evidence"]
+    )
 
 
 def test_continuous_mode_is_estimated_from_the_runs_own_figures():
     # mean ITL 20 ms over a 10 s window: 500 steps; 400 tok/s x 0.02 s = 8 rows a step;
     # context 100 input + 40 output / 2 = 120 tokens a row
-    m = {"latency_ms": {"itl": {"mean": 20.0}}, "throughput": {"output_tokens_per_s": 400.0, "window_s": 10.0},
-         "requests": {"completed": 100, "input_tokens": 10_000, "output_tokens": 4_000}}
+    m = {
+        "latency_ms": {"itl": {"mean": 20.0}},
+        "throughput": {"output_tokens_per_s": 400.0, "window_s": 10.0},
+        "requests": {"completed": 100, "input_tokens": 10_000, "output_tokens": 4_000},
+    }
     acct = roofline.estimate_from_latencies(m)
-    assert acct == {"decode_steps": 500, "decode_s": 10.0, "decode_rows": 4000, "decode_ctx_sum": 480_000}
-    r = roofline.analyse(roofline.model_shape(DUMMY_ARCHITECTURES["llama-3.2-1b"], 2 * LLAMA_1B_PARAMS, 2), acct,
-                         {"bw_gb_s": 3350, "tflops": 989, "source": "test"})
-    assert r["decode"]["step_ms"] == 20.0 and r["decode"]["batch_mean"] == 8.0 and "prefill" not in r
+    assert acct == {
+        "decode_steps": 500,
+        "decode_s": 10.0,
+        "decode_rows": 4000,
+        "decode_ctx_sum": 480_000,
+    }
+    r = roofline.analyse(
+        roofline.model_shape(DUMMY_ARCHITECTURES["llama-3.2-1b"], 2 * LLAMA_1B_PARAMS, 2),
+        acct,
+        {"bw_gb_s": 3350, "tflops": 989, "source": "test"},
+    )
+    assert (
+        r["decode"]["step_ms"] == 20.0 and r["decode"]["batch_mean"] == 8.0 and "prefill" not in r
+    )

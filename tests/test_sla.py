@@ -1,6 +1,16 @@
 """Property 8 (enough evidence) and the three-valued verdicts."""
+
+from loadtest.analysis.sla import (
+    FAIL,
+    INCONCLUSIVE,
+    PASS,
+    binom_cdf,
+    error_rate_check,
+    overall,
+    percentile_check,
+    samples_needed,
+)
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, binom_cdf, error_rate_check, overall, percentile_check, samples_needed
 
 
 def hist(values_us):
@@ -55,12 +65,26 @@ def test_overall_is_three_valued_and_invalid_runs_never_pass():
 
 def test_every_sla_key_becomes_a_check(run_virtual_fn):
     """Regression: e2e_* keys were once skipped (a regex without digits), and no check meant PASS."""
-    m = run_virtual_fn({"name": "all", "backend": {"kind": "sim", "max_concurrency": 1, "prefill_ms_per_token": 10.0},
-                        "workload": {"input_tokens": 1, "output_tokens": 2},
-                        "load": {"arrival": {"kind": "constant", "rate": 10}, "requests": 50},
-                        "sla": {"e2e_p99": "1ms", "e2e_service_p50": "1s", "ttft_p90": "1s", "itl_p50": "1s",
-                                "tpot_p50": "1s", "queue_p50": "1s", "ttft_service_p50": "1s",
-                                "error_rate": 0.5, "output_tokens_per_s": 1, "requests_per_s": 1}})
+    m = run_virtual_fn(
+        {
+            "name": "all",
+            "backend": {"kind": "sim", "max_concurrency": 1, "prefill_ms_per_token": 10.0},
+            "workload": {"input_tokens": 1, "output_tokens": 2},
+            "load": {"arrival": {"kind": "constant", "rate": 10}, "requests": 50},
+            "sla": {
+                "e2e_p99": "1ms",
+                "e2e_service_p50": "1s",
+                "ttft_p90": "1s",
+                "itl_p50": "1s",
+                "tpot_p50": "1s",
+                "queue_p50": "1s",
+                "ttft_service_p50": "1s",
+                "error_rate": 0.5,
+                "output_tokens_per_s": 1,
+                "requests_per_s": 1,
+            },
+        }
+    )
     names = [c["name"] for c in m["sla"]["checks"]]
     assert len(names) == 10 and "e2e_p99" in names
     assert m["sla"]["verdict"] == FAIL  # e2e is ~15 ms > 1 ms

@@ -1,4 +1,5 @@
 """Sweeps on the sim backend and the virtual clock: curve shape, OOM points, find-max-rate."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,6 @@ import yaml
 from loadtest.core.clock import run_virtual
 from loadtest.session import Session
 from loadtest.sweep import find_max_rate, run_sweep
-
 from tests.test_measurement import md1_sojourn_quantile
 
 
@@ -30,25 +30,45 @@ def sweep(tmp_path, data, axes, **kw):
     return run_virtual(go)
 
 
-BASE = {"name": "sw", "backend": {"kind": "sim", "max_concurrency": 1, "prefill_ms_per_token": 0, "decode_ms_per_token": 10},
-        "workload": {"input_tokens": 10, "output_tokens": 10},
-        "load": {"arrival": {"kind": "constant", "rate": 100}, "duration": "10s", "warmup": "1s", "drain_timeout": "2s"}}
+BASE = {
+    "name": "sw",
+    "backend": {
+        "kind": "sim",
+        "max_concurrency": 1,
+        "prefill_ms_per_token": 0,
+        "decode_ms_per_token": 10,
+    },
+    "workload": {"input_tokens": 10, "output_tokens": 10},
+    "load": {
+        "arrival": {"kind": "constant", "rate": 100},
+        "duration": "10s",
+        "warmup": "1s",
+        "drain_timeout": "2s",
+    },
+}
 
 
 def test_concurrency_sweep_has_the_expected_shape(tmp_path):
     # Each request holds a slot 90 ms (10 tokens, 10 ms apart, first at once): capacity c/0.09 req/s.
     doc = sweep(tmp_path, BASE, {"backend.max_concurrency": [1, 2, 4, 8, 16, 32]})
     tput = {c["x"]: c["output_tokens_per_s"] for c in doc["curve"]}
-    assert tput[1] < tput[2] < tput[4] < tput[8] < tput[16]          # capacity-bound: grows with slots
-    assert tput[1] == pytest.approx(10 / 0.09, rel=0.02)              # one slot: 11.1 req/s x 10 tokens
-    assert tput[16] == pytest.approx(tput[32], rel=0.01) == pytest.approx(1000, rel=0.02)  # load-bound: 100 req/s x 10
-    assert doc["knee"] == 16  # the first point with the plateau's throughput at the service-time latency
+    assert tput[1] < tput[2] < tput[4] < tput[8] < tput[16]  # capacity-bound: grows with slots
+    assert tput[1] == pytest.approx(10 / 0.09, rel=0.02)  # one slot: 11.1 req/s x 10 tokens
+    assert (
+        tput[16] == pytest.approx(tput[32], rel=0.01) == pytest.approx(1000, rel=0.02)
+    )  # load-bound: 100 req/s x 10
+    assert (
+        doc["knee"] == 16
+    )  # the first point with the plateau's throughput at the service-time latency
     assert doc["frontier"][0] == 16
     assert (tmp_path / "sweep" / "point-05" / "metrics.json").exists()
 
 
 def test_an_oom_point_is_marked_and_the_sweep_goes_on(tmp_path):
-    data = {**BASE, "backend": {**BASE["backend"], "kv_capacity_tokens": 80}}  # 4 requests of 20 tokens fit
+    data = {
+        **BASE,
+        "backend": {**BASE["backend"], "kv_capacity_tokens": 80},
+    }  # 4 requests of 20 tokens fit
     doc = sweep(tmp_path, data, {"backend.max_concurrency": [2, 4, 8, 16]})
     statuses = [p["status"] for p in doc["points"]]
     assert statuses[:2] == ["ok", "ok"] and statuses[2:] == ["oom", "oom"]
@@ -59,16 +79,30 @@ def test_an_oom_point_is_marked_and_the_sweep_goes_on(tmp_path):
 def test_stop_at_oom_ends_the_sweep_cleanly(tmp_path):
     data = {**BASE, "backend": {**BASE["backend"], "kv_capacity_tokens": 80}}
     doc = sweep(tmp_path, data, {"backend.max_concurrency": [2, 4, 8, 16]}, stop_at_oom=True)
-    assert [p["status"] for p in doc["points"]] == ["ok", "ok", "oom"] and doc["status"] == "stopped_at_oom"
+    assert [p["status"] for p in doc["points"]] == ["ok", "ok", "oom"] and doc[
+        "status"
+    ] == "stopped_at_oom"
 
 
 def test_find_max_rate_lands_within_tolerance_of_md1_theory(tmp_path):
     d, bound_ms, tol = 0.010, 60.0, 0.05
-    data = {"name": "md1", "seeds": {"schedule": 5},
-            "backend": {"kind": "sim", "max_concurrency": 1, "prefill_ms_per_token": 10.0, "decode_ms_per_token": 0},
-            "workload": {"input_tokens": 1, "output_tokens": 1},
-            "load": {"arrival": {"kind": "poisson", "rate": 20}, "requests": 20_000, "warmup_requests": 200},
-            "sla": {"e2e_p99": f"{bound_ms}ms"}}
+    data = {
+        "name": "md1",
+        "seeds": {"schedule": 5},
+        "backend": {
+            "kind": "sim",
+            "max_concurrency": 1,
+            "prefill_ms_per_token": 10.0,
+            "decode_ms_per_token": 0,
+        },
+        "workload": {"input_tokens": 1, "output_tokens": 1},
+        "load": {
+            "arrival": {"kind": "poisson", "rate": 20},
+            "requests": 20_000,
+            "warmup_requests": 200,
+        },
+        "sla": {"e2e_p99": f"{bound_ms}ms"},
+    }
     path = scenario(tmp_path, data)
 
     async def go(clock):
@@ -95,5 +129,7 @@ def test_tied_axis_sets_both_fields():
     from loadtest.sweep import parse_axes, points_of
 
     axes = parse_axes(None, None, None, ["backend.max_batch_size,load.arrival.users=1,4"])
-    assert points_of(axes) == [{"backend.max_batch_size": 1, "load.arrival.users": 1},
-                               {"backend.max_batch_size": 4, "load.arrival.users": 4}]
+    assert points_of(axes) == [
+        {"backend.max_batch_size": 1, "load.arrival.users": 1},
+        {"backend.max_batch_size": 4, "load.arrival.users": 4},
+    ]

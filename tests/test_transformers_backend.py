@@ -1,81 +1,133 @@
 """The transformers backend on the CPU, through the real loading path: a tiny Llama and a
 tokenizer trained here, saved with save_pretrained, loaded by the engine worker process."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 pytest.importorskip("transformers")
 
-from loadtest.config.loading import load_scenario  # noqa: E402
-from loadtest.session import run_scenario  # noqa: E402
-from tests.tiny_model import CORPUS  # noqa: E402
+from loadtest.config.loading import load_scenario
+from loadtest.session import run_scenario
+from tests.tiny_model import CORPUS
 
-def run(tmp_path, model_dir, backend: dict, load: dict, workload=None, env=None, monkeypatch=None,
-        profile=None) -> tuple[dict, list]:
-    data = {"name": "hf", "backend": {"kind": "transformers", "model": str(model_dir), "device": "cpu", **backend},
-            "workload": workload or {"input_tokens": {"dist": "uniform", "min": 4, "max": 40}, "output_tokens": 6},
-            "load": load, "outputs": {"requests_jsonl": True}, **({"profile": profile} if profile else {})}
+
+def run(
+    tmp_path,
+    model_dir,
+    backend: dict,
+    load: dict,
+    workload=None,
+    env=None,
+    monkeypatch=None,
+    profile=None,
+) -> tuple[dict, list]:
+    data = {
+        "name": "hf",
+        "backend": {"kind": "transformers", "model": str(model_dir), "device": "cpu", **backend},
+        "workload": workload
+        or {"input_tokens": {"dist": "uniform", "min": 4, "max": 40}, "output_tokens": 6},
+        "load": load,
+        "outputs": {"requests_jsonl": True},
+        **({"profile": profile} if profile else {}),
+    }
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "s.yml"
     path.write_text(yaml.safe_dump(data))
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
     result = run_scenario(load_scenario(path), tmp_path / "run")
-    rows = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()] \
-        if (tmp_path / "run" / "requests.jsonl").exists() else []
+    rows = (
+        [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
+        if (tmp_path / "run" / "requests.jsonl").exists()
+        else []
+    )
     return result.metrics, rows
 
 
 def test_single_mode_stamps_every_token(tmp_path, tiny_model_dir):
-    m, rows = run(tmp_path, tiny_model_dir, {"mode": "single"},
-                  {"arrival": {"kind": "concurrency", "users": 1}, "requests": 6, "warmup_requests": 1})
+    m, rows = run(
+        tmp_path,
+        tiny_model_dir,
+        {"mode": "single"},
+        {"arrival": {"kind": "concurrency", "users": 1}, "requests": 6, "warmup_requests": 1},
+    )
     assert m["status"] == "ok" and m["requests"]["completed"] == 6
     assert m["backend"]["architecture"] == "LlamaForCausalLM" and m["backend"]["warmup_s"] >= 0
     for r in rows:
         assert r["output_tokens"] == 6 and len(r["token_ns"]) == 6  # fixed output: EOS ignored
         assert r["token_ns"] == sorted(r["token_ns"])
-        assert r["intended_ns"] <= r["sent_ns"] <= r["admitted_ns"] <= r["token_ns"][0] <= r["done_ns"]
+        assert (
+            r["intended_ns"] <= r["sent_ns"] <= r["admitted_ns"] <= r["token_ns"][0] <= r["done_ns"]
+        )
     lat = m["latency_ms"]
     assert 0 < lat["ttft"]["p50"] < lat["e2e"]["p50"]
     assert lat["itl"]["count"] == 6 * 5
 
 
 def test_static_batches_never_exceed_max_batch_size(tmp_path, tiny_model_dir):
-    m, rows = run(tmp_path, tiny_model_dir, {"mode": "static", "max_batch_size": 3, "max_wait_ms": 50},
-                  {"arrival": {"kind": "burst"}, "requests": 10})
+    m, rows = run(
+        tmp_path,
+        tiny_model_dir,
+        {"mode": "static", "max_batch_size": 3, "max_wait_ms": 50},
+        {"arrival": {"kind": "burst"}, "requests": 10},
+    )
     assert m["requests"]["completed"] == 10
     batches: dict[int, int] = {}
     for r in rows:
         batches[r["admitted_ns"]] = batches.get(r["admitted_ns"], 0) + 1
     assert max(batches.values()) == 3 and sum(batches.values()) == 10
     assert len(batches) == 4  # 3 + 3 + 3 + 1
-    assert m["backend"]["warmup_batch_sizes"] == [1, 2, 3]  # every size the batcher can form, before t0
+    assert m["backend"]["warmup_batch_sizes"] == [
+        1,
+        2,
+        3,
+    ]  # every size the batcher can form, before t0
 
 
 def test_queue_time_grows_when_the_batcher_waits(tmp_path, tiny_model_dir):
     load = {"arrival": {"kind": "constant", "rate": 8}, "requests": 8}
-    quick, _ = run(tmp_path / "a", tiny_model_dir, {"mode": "static", "max_batch_size": 8, "max_wait_ms": 0}, load)
-    slow, _ = run(tmp_path / "b", tiny_model_dir, {"mode": "static", "max_batch_size": 8, "max_wait_ms": 300}, load)
+    quick, _ = run(
+        tmp_path / "a",
+        tiny_model_dir,
+        {"mode": "static", "max_batch_size": 8, "max_wait_ms": 0},
+        load,
+    )
+    slow, _ = run(
+        tmp_path / "b",
+        tiny_model_dir,
+        {"mode": "static", "max_batch_size": 8, "max_wait_ms": 300},
+        load,
+    )
     # Requests 125 ms apart: waiting up to 300 ms for company puts most of them in the queue.
     assert slow["latency_ms"]["queue"]["p50"] > quick["latency_ms"]["queue"]["p50"] + 50
 
 
 def test_injected_oom_fails_only_that_batch(tmp_path, tiny_model_dir, monkeypatch):
-    m, rows = run(tmp_path, tiny_model_dir, {"mode": "static", "max_batch_size": 4, "max_wait_ms": 100},
-                  {"arrival": {"kind": "burst"}, "requests": 12}, env={"LOADTEST_FAULT_OOM_BATCH": "2"},
-                  monkeypatch=monkeypatch)
+    m, rows = run(
+        tmp_path,
+        tiny_model_dir,
+        {"mode": "static", "max_batch_size": 4, "max_wait_ms": 100},
+        {"arrival": {"kind": "burst"}, "requests": 12},
+        env={"LOADTEST_FAULT_OOM_BATCH": "2"},
+        monkeypatch=monkeypatch,
+    )
     assert m["requests"]["errors_by_type"] == {"CudaOOM": 4}
     assert m["requests"]["completed"] == 8 and m["status"] == "ok"
 
 
 def test_worker_death_ends_the_run_with_what_it_measured(tmp_path, tiny_model_dir, monkeypatch):
-    m, rows = run(tmp_path, tiny_model_dir, {"mode": "single"},
-                  {"arrival": {"kind": "concurrency", "users": 1}, "requests": 8},
-                  env={"LOADTEST_FAULT_EXIT_BATCH": "4"}, monkeypatch=monkeypatch)
+    m, rows = run(
+        tmp_path,
+        tiny_model_dir,
+        {"mode": "single"},
+        {"arrival": {"kind": "concurrency", "users": 1}, "requests": 8},
+        env={"LOADTEST_FAULT_EXIT_BATCH": "4"},
+        monkeypatch=monkeypatch,
+    )
     assert m["status"] == "failed"
     assert m["requests"]["completed"] == 3
     assert "exit code 3" in m["harness"]["failure"]
@@ -83,10 +135,16 @@ def test_worker_death_ends_the_run_with_what_it_measured(tmp_path, tiny_model_di
 
 def test_natural_output_and_chat_dataset(tmp_path, tiny_model_dir):
     data = tmp_path / "chats.jsonl"
-    data.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": t}]}) for t in CORPUS[:4]))
-    m, rows = run(tmp_path, tiny_model_dir, {"mode": "static", "max_batch_size": 4},
-                  {"arrival": {"kind": "burst"}, "requests": 4},
-                  workload={"dataset": str(data), "output_tokens": 12, "output": "natural"})
+    data.write_text(
+        "\n".join(json.dumps({"messages": [{"role": "user", "content": t}]}) for t in CORPUS[:4])
+    )
+    m, rows = run(
+        tmp_path,
+        tiny_model_dir,
+        {"mode": "static", "max_batch_size": 4},
+        {"arrival": {"kind": "burst"}, "requests": 4},
+        workload={"dataset": str(data), "output_tokens": 12, "output": "natural"},
+    )
     assert m["requests"]["completed"] == 4
     assert all(1 <= r["output_tokens"] <= 12 for r in rows)
     # the chat template was applied: "<s>user: ...\nassistant:" is longer than the bare text
@@ -95,7 +153,9 @@ def test_natural_output_and_chat_dataset(tmp_path, tiny_model_dir):
 
 def test_missing_model_is_a_scenario_error_not_a_crash(tmp_path):
     path = tmp_path / "s.yml"
-    path.write_text("name: x\nbackend: {kind: transformers, model: ./nope}\nload: {arrival: {kind: burst}, requests: 1}\n")
+    path.write_text(
+        "name: x\nbackend: {kind: transformers, model: ./nope}\nload: {arrival: {kind: burst}, requests: 1}\n"
+    )
     from loadtest.core.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match=r"s.yml:2: backend.model"):
@@ -103,10 +163,20 @@ def test_missing_model_is_a_scenario_error_not_a_crash(tmp_path):
 
 
 def test_continuous_mode_streams_every_token(tmp_path, tiny_model_dir):
-    m, rows = run(tmp_path, tiny_model_dir,
-                  {"mode": "continuous", "max_batch_size": 4, "continuous": {"num_blocks": 64, "max_batch_tokens": 256}},
-                  {"arrival": {"kind": "poisson", "rate": 20}, "requests": 12},
-                  workload={"input_tokens": {"dist": "uniform", "min": 4, "max": 40}, "output_tokens": {"dist": "uniform", "min": 3, "max": 9}})
+    m, rows = run(
+        tmp_path,
+        tiny_model_dir,
+        {
+            "mode": "continuous",
+            "max_batch_size": 4,
+            "continuous": {"num_blocks": 64, "max_batch_tokens": 256},
+        },
+        {"arrival": {"kind": "poisson", "rate": 20}, "requests": 12},
+        workload={
+            "input_tokens": {"dist": "uniform", "min": 4, "max": 40},
+            "output_tokens": {"dist": "uniform", "min": 3, "max": 9},
+        },
+    )
     assert m["status"] == "ok" and m["requests"]["completed"] == 12
     assert m["backend"]["continuous"]["num_blocks"] == 64
     assert "continuous mode" in m["roofline"]["estimated"] and m["roofline"]["decode"]["steps"] > 0

@@ -3,20 +3,24 @@ import statistics
 
 import pytest
 
-from loadtest.core.errors import ScenarioError
 from loadtest.config.scenario import Scenario
-from loadtest.workload.tokenizer import ByteTokenizer
+from loadtest.core.errors import ScenarioError
 from loadtest.workload.plan import build_plan, read_dataset
+from loadtest.workload.tokenizer import ByteTokenizer
 
 
 def plan_for(data, resolve=lambda n: n):
     return build_plan(Scenario.model_validate({"name": "t", **data}), ByteTokenizer(), resolve)
 
 
-BASE = {"seeds": {"schedule": 0, "prompts": 0, "lengths": 0},
-        "workload": {"input_tokens": {"dist": "lognormal", "mean": 512, "sigma": 0.4, "min": 16, "max": 4096},
-                     "output_tokens": {"dist": "uniform", "min": 64, "max": 256}},
-        "load": {"arrival": {"kind": "poisson", "rate": 20}, "duration": "60s", "warmup": "5s"}}
+BASE = {
+    "seeds": {"schedule": 0, "prompts": 0, "lengths": 0},
+    "workload": {
+        "input_tokens": {"dist": "lognormal", "mean": 512, "sigma": 0.4, "min": 16, "max": 4096},
+        "output_tokens": {"dist": "uniform", "min": 64, "max": 256},
+    },
+    "load": {"arrival": {"kind": "poisson", "rate": 20}, "duration": "60s", "warmup": "5s"},
+}
 
 
 def test_same_seeds_give_a_byte_identical_plan():
@@ -29,8 +33,9 @@ def test_each_dimension_has_its_own_seed():
     a, b = plan_for(BASE).requests, plan_for(other).requests
     assert [r.offset_ns for r in a[:50]] != [r.offset_ns for r in b[:50]]
     # changing the schedule seed leaves lengths and prompts as they were, request for request
-    assert [(r.input_tokens, r.output_tokens, r.prompt_seed) for r in a[:50]] == \
-           [(r.input_tokens, r.output_tokens, r.prompt_seed) for r in b[:50]]
+    assert [(r.input_tokens, r.output_tokens, r.prompt_seed) for r in a[:50]] == [
+        (r.input_tokens, r.output_tokens, r.prompt_seed) for r in b[:50]
+    ]
 
 
 def test_lengths_are_clipped_and_lognormal_mean_holds():
@@ -49,7 +54,15 @@ def test_warmup_by_time_and_window():
 
 
 def test_count_window_and_warmup_requests():
-    plan = plan_for({"load": {"arrival": {"kind": "constant", "rate": 10}, "requests": 30, "warmup_requests": 5}})
+    plan = plan_for(
+        {
+            "load": {
+                "arrival": {"kind": "constant", "rate": 10},
+                "requests": 30,
+                "warmup_requests": 5,
+            }
+        }
+    )
     assert len(plan.requests) == 35
     assert [r.warmup for r in plan.requests] == [True] * 5 + [False] * 30
     assert plan.window_start_ns == 500_000_000 and plan.window_end_ns is None
@@ -66,14 +79,25 @@ def test_synthetic_prompt_has_exactly_the_planned_tokens():
 
 def test_dataset_prompts_and_chats(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps({"prompt": "héllo"}) + "\n\n" +
-                    json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    path.write_text(
+        json.dumps({"prompt": "héllo"})
+        + "\n\n"
+        + json.dumps({"messages": [{"role": "user", "content": "hi"}]})
+        + "\n"
+    )
     rows = read_dataset(path, ByteTokenizer())
     assert rows[0].token_ids == tuple("héllo".encode())  # é is two byte tokens
     assert rows[1].text == "user: hi\nassistant:"
-    plan = plan_for({"workload": {"dataset": str(path)}, "load": {"arrival": {"kind": "burst"}, "requests": 4}},
-                    resolve=lambda n: tmp_path / n)
-    assert sorted(r.dataset_row for r in plan.requests) == [0, 0, 1, 1]  # each pass is a fresh shuffle
+    plan = plan_for(
+        {"workload": {"dataset": str(path)}, "load": {"arrival": {"kind": "burst"}, "requests": 4}},
+        resolve=lambda n: tmp_path / n,
+    )
+    assert sorted(r.dataset_row for r in plan.requests) == [
+        0,
+        0,
+        1,
+        1,
+    ]  # each pass is a fresh shuffle
     assert {r.input_tokens for r in plan.requests} == {6, len("user: hi\nassistant:")}
 
 

@@ -1,11 +1,16 @@
 """A tiny Llama and a BPE tokenizer trained here, saved with save_pretrained: a real model
 directory for the real loading paths (in-process and ``transformers serve``), built in seconds."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-CORPUS = ["the quick brown fox jumps over the lazy dog", "load testing measures latency from the plan",
-          "tokens per second and time to first token", "hello world, hello tokenizer"] * 50
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "load testing measures latency from the plan",
+    "tokens per second and time to first token",
+    "hello world, hello tokenizer",
+] * 50
 
 
 def build_tiny_model(out: Path) -> Path:
@@ -17,13 +22,28 @@ def build_tiny_model(out: Path) -> Path:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=320, special_tokens=["<unk>", "<s>", "</s>"]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    fast.chat_template = "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    tok.train_from_iterator(
+        CORPUS, trainers.BpeTrainer(vocab_size=320, special_tokens=["<unk>", "<s>", "</s>"])
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    fast.chat_template = (
+        "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+    )
     fast.save_pretrained(out)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.eos_token_id,
+    )
     LlamaForCausalLM(config).save_pretrained(out)
     return out

@@ -7,9 +7,9 @@ PASS: its verdict is INCONCLUSIVE at best. With baselines, each headline metric 
 for a regression (``loadtest.analysis.regression``: a stated minimum effect, a bootstrap that respects
 autocorrelation and replication).
 """
+
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -17,10 +17,10 @@ import yaml
 from pydantic import ValidationError
 
 from loadtest.analysis import regression
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, evaluate, overall
+from loadtest.config.scenario import Sla
 from loadtest.core.errors import ScenarioError
 from loadtest.results.runset import RunSet
-from loadtest.config.scenario import Sla
-from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, evaluate, overall
 
 
 def load_sla(path: Path) -> dict:
@@ -34,37 +34,69 @@ def load_sla(path: Path) -> dict:
     try:
         model = Sla.model_validate(data if data is not None else {})
     except ValidationError as exc:
-        raise ScenarioError([f"{path}: {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)]) from None
+        raise ScenarioError(
+            [
+                f"{path}: {'.'.join(map(str, e['loc']))}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            ]
+        ) from None
     return model.model_dump(mode="json", exclude_none=True)
 
 
-def gate(run: RunSet, sla: dict | None, baselines: list[RunSet] = (), *, metrics=regression.DEFAULT_METRICS,
-         min_effect: float = 0.05, confidence: float = 0.99) -> dict:
+def gate(
+    run: RunSet,
+    sla: dict | None,
+    baselines: list[RunSet] = (),
+    *,
+    metrics=regression.DEFAULT_METRICS,
+    min_effect: float = 0.05,
+    confidence: float = 0.99,
+) -> dict:
     """SLA checks on the pooled run, regression checks against the pooled baselines; one verdict."""
     pooled = run.pooled()
-    result = {"status": pooled["status"], "reasons": pooled.get("validity", {}).get("reasons", []),
-              "checks": [], "regression": None, "warnings": []}
+    result = {
+        "status": pooled["status"],
+        "reasons": pooled.get("validity", {}).get("reasons", []),
+        "checks": [],
+        "regression": None,
+        "warnings": [],
+    }
     if sla and "histograms" in pooled:
         result["checks"] = evaluate(sla, pooled)["checks"]
     if baselines:
         base_runs = [m for b in baselines for m in b.measured]
         if not run.measured or not base_runs:
-            result["warnings"].append("regression: nothing measured " + ("in the run" if not run.measured else "in the baselines"))
+            result["warnings"].append(
+                "regression: nothing measured "
+                + ("in the run" if not run.measured else "in the baselines")
+            )
         else:
             result["regression"] = {
-                "baselines": [str(b.path) for b in baselines], "min_effect": min_effect, "confidence": confidence,
+                "baselines": [str(b.path) for b in baselines],
+                "min_effect": min_effect,
+                "confidence": confidence,
                 "replicates": {"baseline": len(base_runs), "candidate": len(run.measured)},
-                "checks": regression.as_dicts(regression.compare(base_runs, run.measured, metrics,
-                                                                 min_effect=min_effect, confidence=confidence)),
+                "checks": regression.as_dicts(
+                    regression.compare(
+                        base_runs,
+                        run.measured,
+                        metrics,
+                        min_effect=min_effect,
+                        confidence=confidence,
+                    )
+                ),
             }
             result["warnings"] += scenario_differences(base_runs[0], run.measured[0])
     verdicts = [c["verdict"] for _, c in all_checks(result)]
-    result["verdict"] = overall(verdicts, pooled["status"]) if verdicts else INCONCLUSIVE  # nothing checked: no evidence
+    result["verdict"] = (
+        overall(verdicts, pooled["status"]) if verdicts else INCONCLUSIVE
+    )  # nothing checked: no evidence
     return result
 
 
 def scenario_differences(base: dict, cand: dict) -> list[str]:
     """What differs between the scenarios that produced two runs (seeds and output settings aside)."""
+
     def flat(d, prefix=""):
         out = {}
         for k, v in (d or {}).items():
@@ -75,11 +107,18 @@ def scenario_differences(base: dict, cand: dict) -> list[str]:
         return out
 
     a, b = flat(base.get("scenario")), flat(cand.get("scenario"))
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and not k.startswith(("seeds.", "outputs.", "name")))
+    keys = sorted(
+        k
+        for k in set(a) | set(b)
+        if a.get(k) != b.get(k) and not k.startswith(("seeds.", "outputs.", "name"))
+    )
     warnings = []
     if keys:
-        warnings.append("baseline and run differ in " + ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in keys[:6])
-                        + (" ..." if len(keys) > 6 else ""))
+        warnings.append(
+            "baseline and run differ in "
+            + ", ".join(f"{k} ({a.get(k)!r} -> {b.get(k)!r})" for k in keys[:6])
+            + (" ..." if len(keys) > 6 else "")
+        )
     ga, gb = (_gpu_name(x) for x in (base, cand))
     if ga != gb:
         warnings.append(f"baseline ran on {ga or 'no GPU'}, this run on {gb or 'no GPU'}")
@@ -95,8 +134,19 @@ def all_checks(result: dict) -> list[tuple[str, dict]]:
     """(kind, check) for every SLA and regression check, in the shape the outputs share."""
     out = [("sla", c) for c in result["checks"]]
     for c in (result.get("regression") or {}).get("checks", []):
-        out.append(("regression", {"name": c["name"], "verdict": c["verdict"], "observed": c["candidate"],
-                                   "baseline": c["baseline"], "unit": c["unit"], "reason": c["reason"]}))
+        out.append(
+            (
+                "regression",
+                {
+                    "name": c["name"],
+                    "verdict": c["verdict"],
+                    "observed": c["candidate"],
+                    "baseline": c["baseline"],
+                    "unit": c["unit"],
+                    "reason": c["reason"],
+                },
+            )
+        )
     return out
 
 
@@ -109,9 +159,13 @@ def describe(kind: str, c: dict) -> str:
 def junit_xml(result: dict, name: str) -> str:
     """One test case per check; FAIL is a failure, INCONCLUSIVE is skipped (with the reason)."""
     checks = all_checks(result)
-    suite = ET.Element("testsuite", name=f"loadtest gate: {name}", tests=str(len(checks)),
-                       failures=str(sum(c["verdict"] == FAIL for _, c in checks)),
-                       skipped=str(sum(c["verdict"] == INCONCLUSIVE for _, c in checks)))
+    suite = ET.Element(
+        "testsuite",
+        name=f"loadtest gate: {name}",
+        tests=str(len(checks)),
+        failures=str(sum(c["verdict"] == FAIL for _, c in checks)),
+        skipped=str(sum(c["verdict"] == INCONCLUSIVE for _, c in checks)),
+    )
     for kind, c in checks:
         case = ET.SubElement(suite, "testcase", classname=f"loadtest.{kind}", name=c["name"])
         text = describe(kind, c)
@@ -121,7 +175,9 @@ def junit_xml(result: dict, name: str) -> str:
             ET.SubElement(case, "skipped", message=text)
     if result["status"] != "ok":
         case = ET.SubElement(suite, "testcase", classname="loadtest.run", name="run_validity")
-        ET.SubElement(case, "skipped", message=f"run {result['status']}: {'; '.join(result['reasons'])}")
+        ET.SubElement(
+            case, "skipped", message=f"run {result['status']}: {'; '.join(result['reasons'])}"
+        )
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
@@ -130,18 +186,26 @@ def markdown(result: dict, name: str) -> str:
     if result["checks"]:
         lines += ["| SLA check | verdict | observed | bound | evidence |", "|---|---|---|---|---|"]
         for c in result["checks"]:
-            lines.append(f"| {c['name']} | {c['verdict']} | {c['observed']} | {c['op']} {c['bound']} {c['unit']} | {_cell(c['reason'])} |")
+            lines.append(
+                f"| {c['name']} | {c['verdict']} | {c['observed']} | {c['op']} {c['bound']} {c['unit']} | {_cell(c['reason'])} |"
+            )
         lines.append("")
     reg = result.get("regression")
     if reg:
-        lines += [f"Regression against {', '.join(reg['baselines'])} (minimum effect {reg['min_effect']:.0%}, "
-                  f"{reg['confidence']:.0%} simultaneous confidence; replicates {reg['replicates']['baseline']} vs "
-                  f"{reg['replicates']['candidate']}):", "",
-                  "| metric | verdict | baseline | this run | change | evidence |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"Regression against {', '.join(reg['baselines'])} (minimum effect {reg['min_effect']:.0%}, "
+            f"{reg['confidence']:.0%} simultaneous confidence; replicates {reg['replicates']['baseline']} vs "
+            f"{reg['replicates']['candidate']}):",
+            "",
+            "| metric | verdict | baseline | this run | change | evidence |",
+            "|---|---|---|---|---|---|",
+        ]
         for c in reg["checks"]:
             change = "-" if c["change_pct"] is None else f"{c['change_pct']:+.1f}%"
-            lines.append(f"| {c['name']} | {c['verdict']} | {_fmt(c['baseline'])} | {_fmt(c['candidate'])} {c['unit']} | "
-                         f"{change} | {_cell(c['reason'])} |")
+            lines.append(
+                f"| {c['name']} | {c['verdict']} | {_fmt(c['baseline'])} | {_fmt(c['candidate'])} {c['unit']} | "
+                f"{change} | {_cell(c['reason'])} |"
+            )
         lines.append("")
     for w in result.get("warnings", []):
         lines.append(f"Warning: {_cell(w)}")

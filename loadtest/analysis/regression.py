@@ -22,6 +22,7 @@ and material (lo > 1 and the ratio > 1 + d); PASS when any regression is smaller
 The percentile of a resample is computed exactly as hdrh computes it on the merged histogram,
 so with every interval taken once the point estimate equals the run's reported figure.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,10 +30,18 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from loadtest.core.histogram import LatencyHistogram
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, percentile_key
+from loadtest.core.histogram import LatencyHistogram
 
-DEFAULT_METRICS = ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "output_tokens_per_s")
+DEFAULT_METRICS = (
+    "ttft_p50",
+    "ttft_p99",
+    "itl_p50",
+    "itl_p99",
+    "e2e_p50",
+    "e2e_p99",
+    "output_tokens_per_s",
+)
 INTERVAL_METRICS = ("ttft", "itl", "e2e")  # the latencies kept per interval in metrics.json
 
 
@@ -78,7 +87,9 @@ def parse_metric(name: str) -> tuple[str, float | None]:
         return name, None
     parsed = percentile_key(name)
     if parsed is None or parsed[0] not in INTERVAL_METRICS:
-        raise ValueError(f"{name}: not a comparable metric (use {', '.join(DEFAULT_METRICS)}, or a p90/p95/p999)")
+        raise ValueError(
+            f"{name}: not a comparable metric (use {', '.join(DEFAULT_METRICS)}, or a p90/p95/p999)"
+        )
     return parsed
 
 
@@ -112,9 +123,15 @@ class Sample:
                 for m, text in (p.get("histograms") or {}).items():
                     if m in unit_rows:
                         values, counts = LatencyHistogram.decode(text).recorded()
-                        unit_rows[m].append(np.stack([values, counts, np.full(len(values), u)], axis=1))
-                inside = (window.get("start_s") is not None and window.get("end_s") is not None
-                          and p["t_s"] >= window["start_s"] - 1e-9 and p["t_s"] + width <= window["end_s"] + 1e-9)
+                        unit_rows[m].append(
+                            np.stack([values, counts, np.full(len(values), u)], axis=1)
+                        )
+                inside = (
+                    window.get("start_s") is not None
+                    and window.get("end_s") is not None
+                    and p["t_s"] >= window["start_s"] - 1e-9
+                    and p["t_s"] + width <= window["end_s"] + 1e-9
+                )
                 tokens.append(p.get("output_tokens_per_s", 0.0) * width if inside else math.nan)
                 self.tput_width.append(width)
             self.run_units.append(np.asarray(units, dtype=np.int64))
@@ -136,11 +153,13 @@ class Sample:
             return out
         step = max(1, 20_000_000 // len(values))  # bound the (resamples x rows) working set
         for lo in range(0, weights.shape[0], step):
-            cum = np.cumsum(weights[lo:lo + step, unit] * counts, axis=1)
+            cum = np.cumsum(weights[lo : lo + step, unit] * counts, axis=1)
             total = cum[:, -1]
-            target = np.maximum(np.floor(pct * total / 100.0 + 0.5), 1)  # hdrh's count at percentile
+            target = np.maximum(
+                np.floor(pct * total / 100.0 + 0.5), 1
+            )  # hdrh's count at percentile
             idx = np.minimum([np.searchsorted(c, t) for c, t in zip(cum, target)], len(values) - 1)
-            out[lo:lo + step] = np.where(total > 0, values[idx], np.nan)
+            out[lo : lo + step] = np.where(total > 0, values[idx], np.nan)
         return out
 
     def tokens_per_s(self, weights: np.ndarray) -> np.ndarray:
@@ -150,7 +169,11 @@ class Sample:
         w = weights[:, ok]
         taken = w.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (w * self.tokens[ok]).sum(axis=1) / (w * self.tput_width[ok]).sum(axis=1) * np.where(taken > 0, 1, np.nan)
+            return (
+                (w * self.tokens[ok]).sum(axis=1)
+                / (w * self.tput_width[ok]).sum(axis=1)
+                * np.where(taken > 0, 1, np.nan)
+            )
 
     def statistic(self, name: str, weights: np.ndarray) -> np.ndarray:
         metric, pct = parse_metric(name)
@@ -203,7 +226,9 @@ class Sample:
                 per_run_var.append(np.var(boot, ddof=1))
         if len(per_run) < 2:
             return within, dof_within
-        between = max(0.0, float(np.var(per_run, ddof=1) - np.mean(per_run_var))) / len(per_run)  # tau^2 / R
+        between = max(0.0, float(np.var(per_run, ddof=1) - np.mean(per_run_var))) / len(
+            per_run
+        )  # tau^2 / R
         return within + between, _welch_dof([(within, dof_within), (between, len(per_run) - 1)])
 
 
@@ -225,8 +250,16 @@ def _block_indices(rng: np.random.Generator, k: int) -> np.ndarray:
     return (starts[:, None] + np.arange(length)[None, :]).ravel()[:k]
 
 
-def compare(baseline_runs: list[dict], candidate_runs: list[dict], metrics=DEFAULT_METRICS, *,
-            min_effect: float = 0.05, confidence: float = 0.99, resamples: int = 1000, seed: int = 0) -> list[Comparison]:
+def compare(
+    baseline_runs: list[dict],
+    candidate_runs: list[dict],
+    metrics=DEFAULT_METRICS,
+    *,
+    min_effect: float = 0.05,
+    confidence: float = 0.99,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> list[Comparison]:
     base, cand = Sample(baseline_runs), Sample(candidate_runs)
     rng = np.random.default_rng(seed)
     wb, wc = base.resample(rng, resamples), cand.resample(rng, resamples)
@@ -240,14 +273,34 @@ def _check(name, base: Sample, cand: Sample, wb, wc, min_effect: float, tail: fl
     b0 = float(base.statistic(name, base.identity())[0])
     c0 = float(cand.statistic(name, cand.identity())[0])
     if math.isnan(b0) or math.isnan(c0) or (b0 <= 0 if lower_is_better else c0 <= 0):
-        return Comparison(name, _num(b0), _num(c0), unit, None, None, None, INCONCLUSIVE, "not measured in both runs",
-                          lower_is_better)
+        return Comparison(
+            name,
+            _num(b0),
+            _num(c0),
+            unit,
+            None,
+            None,
+            None,
+            INCONCLUSIVE,
+            "not measured in both runs",
+            lower_is_better,
+        )
     ratio = c0 / b0 if lower_is_better else b0 / c0
     vb, dof_b = base.log_variance(name, wb)
     vc, dof_c = cand.log_variance(name, wc)
     if math.isnan(vb) or math.isnan(vc):
-        return Comparison(name, b0, c0, unit, ratio, None, None, INCONCLUSIVE, "too few intervals to resample",
-                          lower_is_better)
+        return Comparison(
+            name,
+            b0,
+            c0,
+            unit,
+            ratio,
+            None,
+            None,
+            INCONCLUSIVE,
+            "too few intervals to resample",
+            lower_is_better,
+        )
     # Student's t on the log scale: the spread is multiplicative, the variance is itself estimated
     # from a few dozen blocks (a normal quantile made A/A fail ~3x too often), and an extreme
     # quantile of a finite set of resamples would be unstable.
@@ -262,7 +315,10 @@ def _check(name, base: Sample, cand: Sample, wb, wc, min_effect: float, tail: fl
     elif hi <= 1 + min_effect:
         verdict, why = PASS, f"{span}: any regression is under {min_effect:.0%}"
     else:
-        verdict, why = INCONCLUSIVE, f"{span}: cannot rule out a {min_effect:.0%} regression (more runs: --repeat)"
+        verdict, why = (
+            INCONCLUSIVE,
+            f"{span}: cannot rule out a {min_effect:.0%} regression (more runs: --repeat)",
+        )
     return Comparison(name, b0, c0, unit, ratio, lo, hi, verdict, why, lower_is_better)
 
 
@@ -271,5 +327,12 @@ def _num(x: float) -> float | None:
 
 
 def as_dicts(comparisons: list[Comparison]) -> list[dict]:
-    return [{**asdict(c), "change_pct": c.change_pct, "change_interval_pct": c.change_interval_pct,
-             "significant": c.significant} for c in comparisons]
+    return [
+        {
+            **asdict(c),
+            "change_pct": c.change_pct,
+            "change_interval_pct": c.change_interval_pct,
+            "significant": c.significant,
+        }
+        for c in comparisons
+    ]

@@ -6,6 +6,7 @@ percentile is over B. PASS only with evidence: MLPerf's early-stopping rule, i.e
 ``1 - X/100`` must be at most ``1 - confidence``. With no misses at 99% confidence a p99 bound
 needs 459 samples; fewer is INCONCLUSIVE, never PASS. Error-rate bounds use the same rule.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,9 @@ def binom_cdf(k: int, n: int, p: float) -> float:
     log_n_fact = math.lgamma(n + 1)
     total = 0.0
     for i in range(0, min(k, n) + 1):
-        total += math.exp(log_n_fact - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq)
+        total += math.exp(
+            log_n_fact - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        )
     return min(1.0, total)
 
 
@@ -68,7 +71,9 @@ def samples_needed(misses: int, tail: float, confidence: float) -> int:
     return lo
 
 
-def percentile_check(name: str, hist: LatencyHistogram, pct: float, bound_ms: float, confidence: float) -> Check:
+def percentile_check(
+    name: str, hist: LatencyHistogram, pct: float, bound_ms: float, confidence: float
+) -> Check:
     n = hist.count
     if n == 0:
         return Check(name, INCONCLUSIVE, None, bound_ms, "<=", "ms", "no samples")
@@ -76,15 +81,36 @@ def percentile_check(name: str, hist: LatencyHistogram, pct: float, bound_ms: fl
     misses = hist.count_above_us(int(bound_ms * 1000))
     tail = 1 - pct / 100
     if observed > bound_ms:
-        return Check(name, FAIL, observed, bound_ms, "<=", "ms",
-                     f"observed {observed:g} ms > {bound_ms:g} ms ({misses} of {n} samples over)")
+        return Check(
+            name,
+            FAIL,
+            observed,
+            bound_ms,
+            "<=",
+            "ms",
+            f"observed {observed:g} ms > {bound_ms:g} ms ({misses} of {n} samples over)",
+        )
     if binom_cdf(misses, n, tail) <= 1 - confidence:
-        return Check(name, PASS, observed, bound_ms, "<=", "ms",
-                     f"{misses} of {n} samples over {bound_ms:g} ms: p{_fmt_pct(pct)} <= bound at {confidence:.0%} confidence")
+        return Check(
+            name,
+            PASS,
+            observed,
+            bound_ms,
+            "<=",
+            "ms",
+            f"{misses} of {n} samples over {bound_ms:g} ms: p{_fmt_pct(pct)} <= bound at {confidence:.0%} confidence",
+        )
     need = samples_needed(misses, tail, confidence)
-    return Check(name, INCONCLUSIVE, observed, bound_ms, "<=", "ms",
-                 f"observed {observed:g} ms is within the bound, but {n} samples with {misses} over are too few "
-                 f"for {confidence:.0%} confidence (needs >= {need})")
+    return Check(
+        name,
+        INCONCLUSIVE,
+        observed,
+        bound_ms,
+        "<=",
+        "ms",
+        f"observed {observed:g} ms is within the bound, but {n} samples with {misses} over are too few "
+        f"for {confidence:.0%} confidence (needs >= {need})",
+    )
 
 
 def error_rate_check(failed: int, finished: int, bound: float, confidence: float) -> Check:
@@ -92,12 +118,21 @@ def error_rate_check(failed: int, finished: int, bound: float, confidence: float
         return Check("error_rate", INCONCLUSIVE, None, bound, "<=", "", "no finished requests")
     rate = failed / finished
     if rate > bound:
-        return Check("error_rate", FAIL, rate, bound, "<=", "", f"{failed} of {finished} requests failed")
+        return Check(
+            "error_rate", FAIL, rate, bound, "<=", "", f"{failed} of {finished} requests failed"
+        )
     if (bound == 0 and failed == 0) or binom_cdf(failed, finished, bound) <= 1 - confidence:
         return Check("error_rate", PASS, rate, bound, "<=", "", f"{failed} of {finished} failed")
     need = samples_needed(failed, bound, confidence)
-    return Check("error_rate", INCONCLUSIVE, rate, bound, "<=", "",
-                 f"{failed} of {finished} failed: too few requests for {confidence:.0%} confidence (needs >= {need})")
+    return Check(
+        "error_rate",
+        INCONCLUSIVE,
+        rate,
+        bound,
+        "<=",
+        "",
+        f"{failed} of {finished} failed: too few requests for {confidence:.0%} confidence (needs >= {need})",
+    )
 
 
 def floor_check(name: str, observed: float | None, bound: float, unit: str) -> Check:
@@ -112,8 +147,10 @@ def evaluate(sla: dict, metrics: dict) -> dict:
     from loadtest.core.units import parse_duration_ns
 
     confidence = sla.get("confidence", 0.99)
-    hists = {m: LatencyHistogram.decode(e, metrics["histograms_over_range"].get(m, 0))
-             for m, e in metrics["histograms"].items()}
+    hists = {
+        m: LatencyHistogram.decode(e, metrics["histograms_over_range"].get(m, 0))
+        for m, e in metrics["histograms"].items()
+    }
     checks = []
     for key, value in sla.items():
         if value is None or key == "confidence":
@@ -124,9 +161,20 @@ def evaluate(sla: dict, metrics: dict) -> dict:
             checks.append(percentile_check(key, hists[parsed[0]], parsed[1], bound_ms, confidence))
         elif key == "error_rate":
             r = metrics["requests"]
-            checks.append(error_rate_check(r["failed"], r["failed"] + r["completed"], float(value), confidence))
+            checks.append(
+                error_rate_check(
+                    r["failed"], r["failed"] + r["completed"], float(value), confidence
+                )
+            )
         elif key in ("output_tokens_per_s", "requests_per_s"):
-            checks.append(floor_check(key, metrics["throughput"].get(key), float(value), key.rsplit("_per_s")[0] + "/s"))
+            checks.append(
+                floor_check(
+                    key,
+                    metrics["throughput"].get(key),
+                    float(value),
+                    key.rsplit("_per_s")[0] + "/s",
+                )
+            )
         else:  # the Sla model admits no other key: never let a check vanish silently
             raise ValueError(f"SLA key {key!r} has no check")
     return {"verdict": overall(checks, metrics["status"]), "checks": [asdict(c) for c in checks]}

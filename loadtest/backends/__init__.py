@@ -1,5 +1,6 @@
 """Systems under test. Each ``kind`` maps to the module that implements it, imported on demand
 so that a scenario for the ``sim`` backend never imports torch."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,12 +1,14 @@
 """The Backend protocol: the system under test, seen from the runner."""
+
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Protocol
+from typing import Protocol
 
 from loadtest.core.events import BackendEvent
-from loadtest.workload.tokenizer import Tokenizer
 from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.tokenizer import Tokenizer
 
 
 @dataclass
@@ -22,7 +24,9 @@ class Backend(Protocol):
     async def start(self) -> BackendInfo:
         """Load and warm up; return what was loaded. Called once, before the plan is built."""
 
-    def submit(self, req: PlannedRequest, prompt_ids: list[int] | None) -> AsyncIterator[BackendEvent]:
+    def submit(
+        self, req: PlannedRequest, prompt_ids: list[int] | None
+    ) -> AsyncIterator[BackendEvent]:
         """Run one request; yield Admitted / Tokens / Finished or Failed, each stamped."""
 
     async def stop(self) -> dict:

@@ -1,8 +1,9 @@
 """A Hugging Face tokenizer behind loadtest's ``Tokenizer`` protocol (used in the harness process)."""
+
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class HFTokenizer:
@@ -44,7 +45,9 @@ def load_tokenizer(model: str, base_dir, trust_remote_code: bool):
         path = Path(base_dir) / path
     target = str(path) if path.is_dir() else model
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(target, local_files_only=True, trust_remote_code=trust_remote_code)
+        tok = transformers.AutoTokenizer.from_pretrained(
+            target, local_files_only=True, trust_remote_code=trust_remote_code
+        )
     except (OSError, ValueError):
         return ByteTokenizer()
     return HFTokenizer(tok)

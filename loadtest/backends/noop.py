@@ -1,9 +1,10 @@
 """``kind: noop``: every request answered at once with all its tokens. Measures the harness alone."""
+
 from __future__ import annotations
 
+from loadtest.backends.base import BackendInfo
 from loadtest.core.events import Admitted, Finished, Tokens
 from loadtest.workload.tokenizer import ByteTokenizer
-from loadtest.backends.base import BackendInfo
 
 
 class NoopBackend:

@@ -6,14 +6,15 @@ comes ``prefill_ms_per_token × input_tokens`` later, then one token every
 every deadline inside or after a stall moves out by the stall's overlap. Every ``fail_every``-th
 submitted request fails with ``SimulatedFailure``.
 """
+
 from __future__ import annotations
 
 import asyncio
 from collections import deque
 
+from loadtest.backends.base import BackendInfo
 from loadtest.core.events import Admitted, Failed, Finished, Tokens
 from loadtest.workload.tokenizer import ByteTokenizer
-from loadtest.backends.base import BackendInfo
 
 
 class WorkClock:
@@ -62,7 +63,9 @@ class SimBackend:
         return True
 
     async def start(self) -> BackendInfo:
-        return BackendInfo("sim", ByteTokenizer(), {"spec": self.spec.model_dump(mode="json", by_alias=True)})
+        return BackendInfo(
+            "sim", ByteTokenizer(), {"spec": self.spec.model_dump(mode="json", by_alias=True)}
+        )
 
     async def stop(self) -> dict:
         return {}
@@ -70,14 +73,22 @@ class SimBackend:
     async def submit(self, req, prompt_ids):
         self._submitted += 1
         if self.spec.fail_every and self._submitted % self.spec.fail_every == 0:
-            yield Failed(self.clock.now_ns(), "SimulatedFailure", f"request {req.index}: fail_every={self.spec.fail_every}")
+            yield Failed(
+                self.clock.now_ns(),
+                "SimulatedFailure",
+                f"request {req.index}: fail_every={self.spec.fail_every}",
+            )
             return
         await self._acquire()
         need = req.input_tokens + req.output_tokens
         cap = self.spec.kv_capacity_tokens
         try:
             if cap is not None and self._kv_in_use + need > cap:
-                yield Failed(self.clock.now_ns(), "CudaOOM", f"simulated KV cache: {self._kv_in_use} + {need} > {cap} tokens")
+                yield Failed(
+                    self.clock.now_ns(),
+                    "CudaOOM",
+                    f"simulated KV cache: {self._kv_in_use} + {need} > {cap} tokens",
+                )
                 return
             self._kv_in_use += need
             try:

@@ -4,6 +4,7 @@ Every problem becomes one line ``file:line: field.path: message`` (an override's
 the ``--set`` it came from), all collected into one :class:`ScenarioError`. Nothing here imports
 torch or transformers, so a bad scenario fails in well under a second.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,8 +14,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from loadtest.core.errors import ScenarioError
 from loadtest.config.scenario import Scenario
+from loadtest.core.errors import ScenarioError
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,13 @@ def parse_scenario(text: str, path: Path, overrides: list[str]) -> LoadedScenari
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ScenarioError([f"{where}: YAML error: {getattr(exc, 'problem', None) or exc}"]) from None
+        raise ScenarioError(
+            [f"{where}: YAML error: {getattr(exc, 'problem', None) or exc}"]
+        ) from None
     if not isinstance(data, dict):
-        raise ScenarioError([f"{path}:1: the scenario must be a mapping (name:, backend:, load:, ...)"])
+        raise ScenarioError(
+            [f"{path}:1: the scenario must be a mapping (name:, backend:, load:, ...)"]
+        )
     origins: dict[tuple, str] = {}
     for item in overrides:
         key, value = _parse_override(item, path)
@@ -104,14 +109,21 @@ def _parse_override(item: str, path: Path) -> tuple[tuple, object]:
 def _set_dotted(data: dict, key: tuple, value: object, path: Path, item: str) -> None:
     node = data
     for i, part in enumerate(key[:-1]):
-        nxt = node[part] if isinstance(node, list) and isinstance(part, int) and part < len(node) else (
-            node.get(part) if isinstance(node, dict) else None)
+        nxt = (
+            node[part]
+            if isinstance(node, list) and isinstance(part, int) and part < len(node)
+            else (node.get(part) if isinstance(node, dict) else None)
+        )
         if nxt is None:
             if not isinstance(node, dict):
-                raise ScenarioError([f"--set {item}: {'.'.join(map(str, key[: i + 1]))} is not a mapping"])
+                raise ScenarioError(
+                    [f"--set {item}: {'.'.join(map(str, key[: i + 1]))} is not a mapping"]
+                )
             nxt = node[part] = {}
         if not isinstance(nxt, (dict, list)):
-            raise ScenarioError([f"--set {item}: {'.'.join(map(str, key[: i + 1]))} is a value, not a mapping"])
+            raise ScenarioError(
+                [f"--set {item}: {'.'.join(map(str, key[: i + 1]))} is a value, not a mapping"]
+            )
         node = nxt
     if isinstance(node, list) and isinstance(key[-1], int) and key[-1] < len(node):
         node[key[-1]] = value
@@ -132,13 +144,18 @@ def _describe_errors(exc: ValidationError, root, path: Path, origins: dict) -> l
             msg = "unknown field (check the spelling; see `loadtest validate --help`)"
         elif err["type"] == "missing":
             msg = "required field is missing"
-        lines.append(f"{_where(root, path, loc, origins)}: {'.'.join(map(str, loc)) or '(top)'}: {msg}")
+        lines.append(
+            f"{_where(root, path, loc, origins)}: {'.'.join(map(str, loc)) or '(top)'}: {msg}"
+        )
     return lines
 
 
 def _is_scalar_branch_noise(err: dict) -> bool:
     """``input_tokens: {dist: ...}`` also fails the bare-int branch of the union: not worth saying."""
-    scalar_branch = any(isinstance(p, str) and (p in ("int", "float", "str") or p.startswith("constrained-")) for p in err["loc"])
+    scalar_branch = any(
+        isinstance(p, str) and (p in ("int", "float", "str") or p.startswith("constrained-"))
+        for p in err["loc"]
+    )
     return scalar_branch and isinstance(err.get("input"), (dict, list))
 
 
@@ -146,14 +163,35 @@ def _user_loc(loc: tuple) -> tuple:
     """Drop pydantic's union-branch tags (``'poisson'``, ``'int'``, ``'function-before[...]'``)."""
     out = []
     for part in loc:
-        if isinstance(part, str) and (part in _BRANCH_TAGS or "[" in part or part.startswith("function-")):
+        if isinstance(part, str) and (
+            part in _BRANCH_TAGS or "[" in part or part.startswith("function-")
+        ):
             continue
         out.append(part)
     return tuple(out)
 
 
-_BRANCH_TAGS = {"constant", "poisson", "gamma", "concurrency", "burst", "trace", "fixed", "uniform", "normal",
-                "lognormal", "sim", "noop", "transformers", "openai", "int", "float", "str", "bool", "none"}
+_BRANCH_TAGS = {
+    "constant",
+    "poisson",
+    "gamma",
+    "concurrency",
+    "burst",
+    "trace",
+    "fixed",
+    "uniform",
+    "normal",
+    "lognormal",
+    "sim",
+    "noop",
+    "transformers",
+    "openai",
+    "int",
+    "float",
+    "str",
+    "bool",
+    "none",
+}
 
 
 def _where(root, path: Path, loc: tuple, origins: dict) -> str:

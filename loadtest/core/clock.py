@@ -6,6 +6,7 @@ monotonic clock (the same one the engine worker process and the GPU sampler stam
 jumps straight to the next timer when all are waiting, so a simulated 60 s run takes
 milliseconds and every timing in it is exact.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,7 +48,7 @@ class MonotonicClock:
 class _VirtualSelector:
     """Wraps the loop's selector: never blocks, advances virtual time by the timeout instead."""
 
-    def __init__(self, inner: selectors.BaseSelector, loop: "VirtualTimeLoop") -> None:
+    def __init__(self, inner: selectors.BaseSelector, loop: VirtualTimeLoop) -> None:
         self._inner = inner
         self._loop = loop
 
@@ -98,7 +99,9 @@ class VirtualClock:
         if self._loop is None:
             loop = asyncio.get_running_loop()
             if not isinstance(loop, VirtualTimeLoop):
-                raise RuntimeError("VirtualClock needs a VirtualTimeLoop (use loadtest.core.clock.run_virtual)")
+                raise RuntimeError(
+                    "VirtualClock needs a VirtualTimeLoop (use loadtest.core.clock.run_virtual)"
+                )
             self._loop = loop
         return self._loop
 

@@ -5,6 +5,7 @@ system under test only reports completions). A backend that produces several tok
 decode step of a batch, or an HTTP chunk carrying several tokens) sends one ``Tokens`` with one
 stamp per token, so the event stream stays short at tens of thousands of tokens per second.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

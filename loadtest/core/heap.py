@@ -1,4 +1,5 @@
 """The Python heap during a measurement: frozen before t0, collections timed."""
+
 from __future__ import annotations
 
 import gc
@@ -34,7 +35,11 @@ class GcPauses:
         self.max_s = max(self.max_s, dt)
 
     def summary(self, reset: bool) -> dict:
-        got = {"collections": self.count, "total_ms": round(self.total_s * 1e3, 3), "max_ms": round(self.max_s * 1e3, 3)}
+        got = {
+            "collections": self.count,
+            "total_ms": round(self.total_s * 1e3, 3),
+            "max_ms": round(self.max_s * 1e3, 3),
+        }
         if reset:
             self.count, self.total_s, self.max_s = 0, 0.0, 0.0
         return got

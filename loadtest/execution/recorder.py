@@ -10,6 +10,7 @@ Throughput counts what happened inside the measured window [start, end): output 
 in it, requests finished in it. A count-based window ends when its last measured request is
 done, which is only known at the end; completions after that moment are kept aside until then.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left
@@ -36,7 +37,9 @@ class RequestState:
     done_ns: int | None = None
     output_tokens: int | None = None
     error: str | None = None
-    lag_from_ns: int | None = None  # dispatch lag counts from here (intended, or the max_rate release)
+    lag_from_ns: int | None = (
+        None  # dispatch lag counts from here (intended, or the max_rate release)
+    )
     profiled: bool = False  # overlapped a profiler capture window
 
 
@@ -50,7 +53,9 @@ class Interval:
 
 
 class Recorder:
-    def __init__(self, t0_ns: int, interval_ns: int, window_start_ns: int | None, window_end_ns: int | None) -> None:
+    def __init__(
+        self, t0_ns: int, interval_ns: int, window_start_ns: int | None, window_end_ns: int | None
+    ) -> None:
         self.t0 = t0_ns
         self.interval_ns = interval_ns
         self.window_start = None if window_start_ns is None else t0_ns + window_start_ns
@@ -70,7 +75,9 @@ class Recorder:
         self.last_measured_done: int | None = None
         self.first_measured_intended: int | None = None
         self.records: list[dict] | None = None
-        self.profile = None  # a ProfileWindow: requests overlapping it are flagged (and maybe excluded)
+        self.profile = (
+            None  # a ProfileWindow: requests overlapping it are flagged (and maybe excluded)
+        )
         self.profiled = 0
 
     # -- the per-request path -------------------------------------------------------------
@@ -140,7 +147,10 @@ class Recorder:
         """Tokens and completions inside [window_start, window_end), for throughput."""
         stamps = st.stamps
         if stamps:
-            first, last = (stamps[0] - self.t0) // self.interval_ns, (stamps[-1] - self.t0) // self.interval_ns
+            first, last = (
+                (stamps[0] - self.t0) // self.interval_ns,
+                (stamps[-1] - self.t0) // self.interval_ns,
+            )
             if first == last:
                 self.token_bins[first] += len(stamps)
             else:
@@ -154,7 +164,11 @@ class Recorder:
         self.window_tokens += max(0, hi - lo)
         if lo == 0 and hi > 0:
             self.window_input_tokens += st.req.input_tokens
-        if st.error is None and st.done_ns >= start and (self.window_end is None or st.done_ns < self.window_end):
+        if (
+            st.error is None
+            and st.done_ns >= start
+            and (self.window_end is None or st.done_ns < self.window_end)
+        ):
             self.window_completions += 1
         if self.window_end is None and (st.req.warmup or st.error is not None):
             self._after_last_measured.append(st)
@@ -189,12 +203,21 @@ class Recorder:
         if self.records is None:
             return
         rel = lambda t: None if t is None else t - self.t0  # noqa: E731
-        self.records.append({
-            "index": st.req.index, "warmup": st.req.warmup, "intended_ns": rel(st.intended_ns),
-            "sent_ns": rel(st.sent_ns), "admitted_ns": rel(st.admitted_ns), "done_ns": rel(st.done_ns),
-            "input_tokens": st.req.input_tokens, "output_tokens": len(st.stamps), "error": st.error,
-            "token_ns": [t - self.t0 for t in st.stamps], "profiled": st.profiled,
-        })
+        self.records.append(
+            {
+                "index": st.req.index,
+                "warmup": st.req.warmup,
+                "intended_ns": rel(st.intended_ns),
+                "sent_ns": rel(st.sent_ns),
+                "admitted_ns": rel(st.admitted_ns),
+                "done_ns": rel(st.done_ns),
+                "input_tokens": st.req.input_tokens,
+                "output_tokens": len(st.stamps),
+                "error": st.error,
+                "token_ns": [t - self.t0 for t in st.stamps],
+                "profiled": st.profiled,
+            }
+        )
 
     # -- end of run -----------------------------------------------------------------------
 
@@ -222,4 +245,3 @@ class Recorder:
         if not hs:
             return None
         return max(h.percentile_ms(99) for h in hs)
-

@@ -6,6 +6,7 @@ task per user, each sending ``think`` after its previous response. Latency alway
 intended time; ``sent - intended`` is the dispatch lag, and an event-loop probe measures how long
 a ready callback waits. When either is too high the run is marked invalid, with the reason.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,13 +14,13 @@ import gc
 import itertools
 from dataclasses import dataclass, field
 
+from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, Failed, Finished, Tokens
 from loadtest.core.heap import settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import Recorder, RequestState
-from loadtest.config.scenario import Load
 from loadtest.workload.plan import Plan, PlannedRequest
 
 LOOP_PROBE_NS = 10_000_000
@@ -41,10 +42,25 @@ class RunOutcome:
 
 
 class Runner:
-    def __init__(self, plan: Plan, backend, tokenizer, clock: Clock, load: Load, interval_ns: int,
-                 keep_records: bool = False, profile=None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        backend,
+        tokenizer,
+        clock: Clock,
+        load: Load,
+        interval_ns: int,
+        keep_records: bool = False,
+        profile=None,
+    ) -> None:
         self.profile = profile  # a ProfileWindow, or None
-        self.plan, self.backend, self.tokenizer, self.clock, self.load = plan, backend, tokenizer, clock, load
+        self.plan, self.backend, self.tokenizer, self.clock, self.load = (
+            plan,
+            backend,
+            tokenizer,
+            clock,
+            load,
+        )
         self.interval_ns = interval_ns
         self.keep_records = keep_records
         self.recorder: Recorder | None = None
@@ -53,7 +69,9 @@ class Runner:
         self._tasks: set[asyncio.Task] = set()
         self._finished: list[RequestState] = []  # recorded in batches, off the dispatch path
         cl = plan.closed_loop
-        self._think_times = cl.think_times_ns(plan.think_rng) if cl else None  # one seeded stream, all users
+        self._think_times = (
+            cl.think_times_ns(plan.think_rng) if cl else None
+        )  # one seeded stream, all users
         self._flush_handle = None
         self._cancel_reason: str | None = None
         self._failure: str | None = None
@@ -65,7 +83,9 @@ class Runner:
 
             # A ceiling on top of the schedule, not the schedule: the sliding window admits at
             # most max_rate sends in any second.
-            self._throttler = Throttler(rate_limit=max(1, round(load.max_rate)), period=1.0, retry_interval=0.001)
+            self._throttler = Throttler(
+                rate_limit=max(1, round(load.max_rate)), period=1.0, retry_interval=0.001
+            )
 
     # -- public -------------------------------------------------------------------------------
 
@@ -80,7 +100,9 @@ class Runner:
         self.t0 = self.clock.now_ns() + start_delay_ns
         if hasattr(self.backend, "set_origin"):
             self.backend.set_origin(self.t0)
-        rec = self.recorder = Recorder(self.t0, self.interval_ns, self.plan.window_start_ns, self.plan.window_end_ns)
+        rec = self.recorder = Recorder(
+            self.t0, self.interval_ns, self.plan.window_start_ns, self.plan.window_end_ns
+        )
         if self.keep_records:
             rec.records = []
         if self.profile is not None:
@@ -90,7 +112,9 @@ class Runner:
         probe = asyncio.create_task(self._probe_loop(loop_lag))
         window_opens = None
         if hasattr(self.backend, "window_started") and self.plan.window_start_ns:
-            window_opens = asyncio.create_task(self._tell_window_start(self.t0 + self.plan.window_start_ns))
+            window_opens = asyncio.create_task(
+                self._tell_window_start(self.t0 + self.plan.window_start_ns)
+            )
         closed = self.plan.closed_loop is not None
         dispatch = asyncio.create_task(self._dispatch_closed() if closed else self._dispatch_open())
         window_end = None if self.plan.window_end_ns is None else self.t0 + self.plan.window_end_ns
@@ -105,23 +129,37 @@ class Runner:
         probe.cancel()
         if window_opens is not None:
             window_opens.cancel()
-        await asyncio.gather(probe, dispatch, *([window_opens] if window_opens else []), return_exceptions=True)
+        await asyncio.gather(
+            probe, dispatch, *([window_opens] if window_opens else []), return_exceptions=True
+        )
         if self.profile is not None:
             await self.profile.finish()
         if self._flush_handle is not None:
             self._flush_handle.cancel()
         self._flush()
         rec.close()
-        status = {"interrupted": "interrupted", "failed": "failed"}.get(self._cancel_reason or "", "ok")
+        status = {"interrupted": "interrupted", "failed": "failed"}.get(
+            self._cancel_reason or "", "ok"
+        )
         gc.unfreeze()  # a sweep's next point settles its own heap
-        return RunOutcome(rec, self.t0, self.clock.now_ns(), status, loop_lag, self.sent, self.cancelled,
-                          self._failure, self.throttled)
+        return RunOutcome(
+            rec,
+            self.t0,
+            self.clock.now_ns(),
+            status,
+            loop_lag,
+            self.sent,
+            self.cancelled,
+            self._failure,
+            self.throttled,
+        )
 
     def stats(self) -> dict:
         rec = self.recorder
         return {
             "elapsed_s": 0.0 if self.t0 is None else max(0, self.clock.now_ns() - self.t0) / 1e9,
-            "sent": self.sent, "in_flight": self.in_flight,
+            "sent": self.sent,
+            "in_flight": self.in_flight,
             "completed": 0 if rec is None else rec.completed + rec.warmup,
             "failed": 0 if rec is None else rec.failed,
             "ttft_p99_ms": None if rec is None else rec.live_ttft_p99_ms(),
@@ -157,7 +195,11 @@ class Runner:
             index = next(counter)
             if plan.planned_count is not None and index >= plan.planned_count:
                 return
-            warmup = (intended - t0 < plan.warmup_ns) if plan.warmup_ns is not None else index < (plan.warmup_requests or 0)
+            warmup = (
+                (intended - t0 < plan.warmup_ns)
+                if plan.warmup_ns is not None
+                else index < (plan.warmup_requests or 0)
+            )
             req = plan.source.next(index, None, warmup)
             await self.clock.sleep_until(intended)
             held_until = await self._throttle()
@@ -197,7 +239,9 @@ class Runner:
 
     # -- one request ------------------------------------------------------------------------------
 
-    async def _drive(self, req: PlannedRequest, intended: int, sent: int, held_until: int) -> RequestState:
+    async def _drive(
+        self, req: PlannedRequest, intended: int, sent: int, held_until: int
+    ) -> RequestState:
         # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go.
         st = RequestState(req, intended, sent, lag_from_ns=max(intended, held_until))
         self.sent += 1
@@ -241,7 +285,9 @@ class Runner:
             self.recorder.finish(st)
 
     async def _consume(self, st: RequestState) -> None:
-        prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer) if self.backend.needs_prompt_ids else None
+        prompt_ids = (
+            self.plan.prompt_ids(st.req, self.tokenizer) if self.backend.needs_prompt_ids else None
+        )
         async for ev in self.backend.submit(st.req, prompt_ids):
             kind = type(ev)
             if kind is Tokens:
@@ -261,10 +307,16 @@ class Runner:
 
     # -- drain and stop -------------------------------------------------------------------------
 
-    async def _wait(self, dispatch: asyncio.Task, deadline_ns: int | None, until_idle: bool) -> None:
+    async def _wait(
+        self, dispatch: asyncio.Task, deadline_ns: int | None, until_idle: bool
+    ) -> None:
         """Until stop, the deadline, or: dispatch done (and, with ``until_idle``, nothing in flight)."""
         stopper = asyncio.ensure_future(self._stop.wait())
-        sleeper = None if deadline_ns is None else asyncio.ensure_future(self.clock.sleep_until(deadline_ns))
+        sleeper = (
+            None
+            if deadline_ns is None
+            else asyncio.ensure_future(self.clock.sleep_until(deadline_ns))
+        )
         try:
             while not self._stop.is_set() and not (sleeper and sleeper.done()):
                 if dispatch.done() and (not until_idle or not self._tasks):

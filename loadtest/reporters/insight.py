@@ -1,5 +1,6 @@
 """The "inside the run" parts of a report, as rows both report formats render: GPU telemetry,
 the roofline position with its diagnosis, and the profiler window's top operators."""
+
 from __future__ import annotations
 
 
@@ -17,21 +18,43 @@ def gpu_rows(gpu: dict | None) -> list[tuple[str, str]]:
         g = f"GPU {d['index']} {d['name']}"
         util, sm = d.get("utilization_gpu_pct") or {}, d.get("gpm_sm_activity_pct") or {}
         rows += [
-            (f"{g}: kernel-active (NVML utilization)", f"mean {_f(util.get('mean'))}%, p95 {_f(util.get('p95'))}%, max {_f(util.get('max'))}%"),
+            (
+                f"{g}: kernel-active (NVML utilization)",
+                f"mean {_f(util.get('mean'))}%, p95 {_f(util.get('p95'))}%, max {_f(util.get('max'))}%",
+            ),
             (f"{g}: SM activity (GPM)", f"mean {_f(sm.get('mean'))}%" if sm else "unavailable"),
             (f"{g}: memory", f"peak {_f(d.get('peak_memory_mib'), '{:.0f}')} MiB"),
-            (f"{g}: power", f"mean {_f((d.get('power_w') or {}).get('mean'))} W, max {_f((d.get('power_w') or {}).get('max'))} W"),
-            (f"{g}: energy over the window", f"{_f(d.get('energy_j'), '{:.1f}')} J (power integrated over the same "
-                                             f"{_f(d.get('energy_span_s'))} s: {_f(d.get('energy_integrated_j'), '{:.1f}')} J), "
-                                             f"{_f(d.get('joules_per_output_token'))} J per output token"),
-            (f"{g}: SM clock", f"mean {_f((d.get('clocks_sm_mhz') or {}).get('mean'), '{:.0f}')} MHz"),
+            (
+                f"{g}: power",
+                f"mean {_f((d.get('power_w') or {}).get('mean'))} W, max {_f((d.get('power_w') or {}).get('max'))} W",
+            ),
+            (
+                f"{g}: energy over the window",
+                f"{_f(d.get('energy_j'), '{:.1f}')} J (power integrated over the same "
+                f"{_f(d.get('energy_span_s'))} s: {_f(d.get('energy_integrated_j'), '{:.1f}')} J), "
+                f"{_f(d.get('joules_per_output_token'))} J per output token",
+            ),
+            (
+                f"{g}: SM clock",
+                f"mean {_f((d.get('clocks_sm_mhz') or {}).get('mean'), '{:.0f}')} MHz",
+            ),
             (f"{g}: throttle reasons seen", ", ".join(d["throttle_reasons_seen"]) or "none"),
         ]
         if d.get("unavailable"):
-            rows.append((f"{g}: unavailable metrics", "; ".join(f"{k}: {v}" for k, v in d["unavailable"].items())))
+            rows.append(
+                (
+                    f"{g}: unavailable metrics",
+                    "; ".join(f"{k}: {v}" for k, v in d["unavailable"].items()),
+                )
+            )
     s = gpu["sampler"]
-    rows.append(("sampler", f"{s['samples']} samples every {gpu['interval_s']:g} s, {s['errors']} read errors, "
-                            f"{_f(s['cpu_pct_of_one_core'])}% of one CPU core"))
+    rows.append(
+        (
+            "sampler",
+            f"{s['samples']} samples every {gpu['interval_s']:g} s, {s['errors']} read errors, "
+            f"{_f(s['cpu_pct_of_one_core'])}% of one CPU core",
+        )
+    )
     return rows
 
 
@@ -40,17 +63,33 @@ def roofline_rows(r: dict | None) -> list[tuple[str, str]]:
         return []
     rows = []
     peaks = r.get("peaks")
-    rows.append(("peaks", f"{peaks['bw_gb_s']:g} GB/s, {peaks['tflops']:g} TFLOP/s ({peaks['source']})" if peaks
-                 else "unknown for this device (run `loadtest calibrate`)"))
+    rows.append(
+        (
+            "peaks",
+            f"{peaks['bw_gb_s']:g} GB/s, {peaks['tflops']:g} TFLOP/s ({peaks['source']})"
+            if peaks
+            else "unknown for this device (run `loadtest calibrate`)",
+        )
+    )
     if r.get("estimated"):
         rows.append(("estimated", r["estimated"]))
     d = r.get("decode")
     if d:
-        rows.append(("decode", f"step {d['step_ms']} ms at batch {d['batch_mean']} (floor {_f(d.get('floor_ms'))} ms); "
-                               f"{d['achieved_gb_s']:g} GB/s, MBU {_f(d.get('mbu'), '{:.1%}')}, MFU {_f(d.get('mfu'), '{:.2%}')}"))
+        rows.append(
+            (
+                "decode",
+                f"step {d['step_ms']} ms at batch {d['batch_mean']} (floor {_f(d.get('floor_ms'))} ms); "
+                f"{d['achieved_gb_s']:g} GB/s, MBU {_f(d.get('mbu'), '{:.1%}')}, MFU {_f(d.get('mfu'), '{:.2%}')}",
+            )
+        )
     p = r.get("prefill")
     if p:
-        rows.append(("prefill", f"{p['tokens_per_s']:g} tokens/s, {p['achieved_tflops']:g} TFLOP/s, MFU {_f(p.get('mfu'), '{:.1%}')}"))
+        rows.append(
+            (
+                "prefill",
+                f"{p['tokens_per_s']:g} tokens/s, {p['achieved_tflops']:g} TFLOP/s, MFU {_f(p.get('mfu'), '{:.1%}')}",
+            )
+        )
     diag = r.get("diagnosis") or {}
     rows.append(("diagnosis", diag.get("verdict", "-")))
     rows += [("evidence", e) for e in diag.get("evidence", [])]
@@ -62,13 +101,28 @@ def profile_rows(p: dict | None) -> tuple[list[tuple[str, str]], list[dict]]:
     if not p:
         return [], []
     w = p["window"]
-    rows = [("window", f"{_f(w['start_s'])} s .. {_f(w['end_s'])} s from t0"),
-            ("requests overlapping it", f"{p['requests_flagged']} ({'left out of' if p['excluded_from_stats'] else 'kept in'} "
-                                        "the latency statistics)"),
-            ("profiler", p.get("profiler", "-"))]
+    rows = [
+        ("window", f"{_f(w['start_s'])} s .. {_f(w['end_s'])} s from t0"),
+        (
+            "requests overlapping it",
+            f"{p['requests_flagged']} ({'left out of' if p['excluded_from_stats'] else 'kept in'} "
+            "the latency statistics)",
+        ),
+        ("profiler", p.get("profiler", "-")),
+    ]
     if p.get("trace"):
-        rows.append(("trace", f"{p['trace']} (Chrome trace format: open in https://ui.perfetto.dev or chrome://tracing)"))
+        rows.append(
+            (
+                "trace",
+                f"{p['trace']} (Chrome trace format: open in https://ui.perfetto.dev or chrome://tracing)",
+            )
+        )
     if p.get("kernel_summary"):
         k = p["kernel_summary"]
-        rows.append(("CUDA kernels", f"{k['launches']} launches of {k['distinct']} kernels, {_f(k['under_10us_share'], '{:.0%}')} under 10 µs"))
+        rows.append(
+            (
+                "CUDA kernels",
+                f"{k['launches']} launches of {k['distinct']} kernels, {_f(k['under_10us_share'], '{:.0%}')} under 10 µs",
+            )
+        )
     return rows, p.get("top_ops") or []

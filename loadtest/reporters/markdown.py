@@ -1,4 +1,5 @@
 """``report.md``: the headline numbers with their definitions, percentile tables, SLA verdict."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,45 +17,86 @@ def _cell(x) -> str:
 
 def _esc(text: str) -> str:
     """Escape Markdown table/HTML metacharacters in text that may come from prompts or users."""
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("|", "\\|").replace("\n", " "))
+    return (
+        str(text)
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("|", "\\|")
+        .replace("\n", " ")
+    )
 
 
 def render(m: dict) -> str:
-    lines = [f"# {_esc(m['name'])}", "", f"status: **{m['status']}**  started: {m.get('started_at', '-')}", ""]
+    lines = [
+        f"# {_esc(m['name'])}",
+        "",
+        f"status: **{m['status']}**  started: {m.get('started_at', '-')}",
+        "",
+    ]
     if "latency_ms" in m:
         t = m["throughput"]
-        lines += ["## Headline", "",
-                  "| metric | value | definition |", "|---|---|---|",
-                  f"| output tokens/s | {_cell(t['output_tokens_per_s'])} | {m['definitions']['output_tokens_per_s']} |",
-                  f"| total tokens/s | {_cell(t['total_tokens_per_s'])} | {m['definitions']['total_tokens_per_s']} |",
-                  f"| requests/s | {_cell(t['requests_per_s'])} | {m['definitions']['requests_per_s']} |", "",
-                  "## Latency (ms)", "", "| metric | " + " | ".join(COLS) + " |", "|---" * (len(COLS) + 1) + "|"]
+        lines += [
+            "## Headline",
+            "",
+            "| metric | value | definition |",
+            "|---|---|---|",
+            f"| output tokens/s | {_cell(t['output_tokens_per_s'])} | {m['definitions']['output_tokens_per_s']} |",
+            f"| total tokens/s | {_cell(t['total_tokens_per_s'])} | {m['definitions']['total_tokens_per_s']} |",
+            f"| requests/s | {_cell(t['requests_per_s'])} | {m['definitions']['requests_per_s']} |",
+            "",
+            "## Latency (ms)",
+            "",
+            "| metric | " + " | ".join(COLS) + " |",
+            "|---" * (len(COLS) + 1) + "|",
+        ]
         for r in ROWS:
             s = m["latency_ms"][r]
             lines.append(f"| {r} | " + " | ".join(_cell(s.get(c)) for c in COLS) + " |")
         lines += ["", "Definitions:", ""] + [f"- **{k}**: {v}" for k, v in m["definitions"].items()]
         r = m["requests"]
-        lines += ["", "## Requests", "", f"{r['completed']} completed, {r['failed']} failed, {r['warmup']} warmup, "
-                  f"{r['cancelled']} cancelled; errors: {_esc(r['errors_by_type'] or 'none')}"]
+        lines += [
+            "",
+            "## Requests",
+            "",
+            f"{r['completed']} completed, {r['failed']} failed, {r['warmup']} warmup, "
+            f"{r['cancelled']} cancelled; errors: {_esc(r['errors_by_type'] or 'none')}",
+        ]
     v = m.get("validity", {})
     lines += ["", "## Validity", "", "valid" if v.get("valid") else "**invalid**"]
     lines += [f"- {_esc(x)}" for x in v.get("reasons", []) + v.get("warnings", [])]
     if m.get("sla"):
-        lines += ["", f"## SLA: {m['sla']['verdict']}", "", "| check | verdict | observed | bound | evidence |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## SLA: {m['sla']['verdict']}",
+            "",
+            "| check | verdict | observed | bound | evidence |",
+            "|---|---|---|---|---|",
+        ]
         for c in m["sla"]["checks"]:
-            lines.append(f"| {c['name']} | {c['verdict']} | {_cell(c['observed'])} | {c['op']} {c['bound']} {c['unit']} "
-                         f"| {_esc(c['reason'])} |")
-    for title, rows in (("GPU", insight.gpu_rows(m.get("gpu"))), ("Roofline", insight.roofline_rows(m.get("roofline")))):
+            lines.append(
+                f"| {c['name']} | {c['verdict']} | {_cell(c['observed'])} | {c['op']} {c['bound']} {c['unit']} "
+                f"| {_esc(c['reason'])} |"
+            )
+    for title, rows in (
+        ("GPU", insight.gpu_rows(m.get("gpu"))),
+        ("Roofline", insight.roofline_rows(m.get("roofline"))),
+    ):
         if rows:
-            lines += ["", f"## {title}", "", "| | |", "|---|---|"] + [f"| {_esc(k)} | {_esc(v)} |" for k, v in rows]
+            lines += ["", f"## {title}", "", "| | |", "|---|---|"] + [
+                f"| {_esc(k)} | {_esc(v)} |" for k, v in rows
+            ]
     rows, ops = insight.profile_rows(m.get("profile"))
     if rows:
-        lines += ["", "## Profiler window", "", "| | |", "|---|---|"] + [f"| {_esc(k)} | {_esc(v)} |" for k, v in rows]
+        lines += ["", "## Profiler window", "", "| | |", "|---|---|"] + [
+            f"| {_esc(k)} | {_esc(v)} |" for k, v in rows
+        ]
     if ops:
         lines += ["", "| operator | calls | self CUDA µs | self CPU µs |", "|---|---|---|---|"]
-        lines += [f"| {_esc(o['name'])} | {o['calls']} | {o['self_cuda_time_us']} | {o['self_cpu_time_us']} |" for o in ops]
+        lines += [
+            f"| {_esc(o['name'])} | {o['calls']} | {o['self_cuda_time_us']} | {o['self_cpu_time_us']} |"
+            for o in ops
+        ]
     env = m.get("environment", {})
     lines += ["", "## Environment", ""] + [f"- {k}: {_esc(v)}" for k, v in env.items()]
     return "\n".join(lines) + "\n"

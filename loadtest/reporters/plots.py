@@ -2,6 +2,7 @@
 
 Each function takes plain data from metrics.json / sweep.json and returns ``data:image/png;...``.
 """
+
 from __future__ import annotations
 
 import base64
@@ -64,10 +65,19 @@ def timeseries_plot(points: list[dict], interval_s: float) -> str | None:
     ax.set_xlabel(f"time from t0 (s), {interval_s:g} s intervals")
     ax.set_ylabel("output tok/s", color="tab:blue")
     ax2 = ax.twinx()
-    for key, color in (("ttft_p99_ms", "tab:orange"), ("e2e_p99_ms", "tab:red"), ("itl_p99_ms", "tab:green")):
+    for key, color in (
+        ("ttft_p99_ms", "tab:orange"),
+        ("e2e_p99_ms", "tab:red"),
+        ("itl_p99_ms", "tab:green"),
+    ):
         ys = [p.get(key) for p in points]
         if any(y is not None for y in ys):
-            ax2.plot(t, [float("nan") if y is None else y for y in ys], color=color, label=key.replace("_ms", ""))
+            ax2.plot(
+                t,
+                [float("nan") if y is None else y for y in ys],
+                color=color,
+                label=key.replace("_ms", ""),
+            )
     ax2.set_ylabel("p99 latency (ms), by completion time")
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
@@ -93,7 +103,12 @@ def sweep_plots(curve: list[dict], axis: str, knee) -> list[tuple[str, str]]:
     out.append(("throughput", _uri(plt, fig)))
     plt, fig, ax = _fig()
     for key in ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
-        ax.plot(xs, [float("nan") if c.get(key) is None else c[key] for c in ok], marker="o", label=key.replace("_ms", ""))
+        ax.plot(
+            xs,
+            [float("nan") if c.get(key) is None else c[key] for c in ok],
+            marker="o",
+            label=key.replace("_ms", ""),
+        )
     ax.set_yscale("log")
     ax.set_xlabel(axis)
     ax.set_ylabel("ms")
@@ -121,8 +136,10 @@ def gpu_plot(device: dict, points: list[dict]) -> str | None:
     if not t:
         return None
     plt, fig, ax = _fig(7.0, 3.6)
-    for key, label, color in (("utilization_gpu_pct", "kernel-active %", "tab:blue"),
-                              ("sm_activity_pct", "SM activity % (GPM)", "tab:purple")):
+    for key, label, color in (
+        ("utilization_gpu_pct", "kernel-active %", "tab:blue"),
+        ("sm_activity_pct", "SM activity % (GPM)", "tab:purple"),
+    ):
         ys = series.get(key) or []
         if any(y is not None for y in ys):
             ax.plot(t, [float("nan") if y is None else y for y in ys], color=color, label=label)
@@ -132,13 +149,21 @@ def gpu_plot(device: dict, points: list[dict]) -> str | None:
     ax2 = ax.twinx()
     power = series.get("power_w") or []
     if any(p is not None for p in power):
-        ax2.plot(t, [float("nan") if p is None else p for p in power], color="tab:red", label="power W")
+        ax2.plot(
+            t, [float("nan") if p is None else p for p in power], color="tab:red", label="power W"
+        )
         ax2.set_ylabel("power (W)", color="tab:red")
     if points:
         ax3 = ax.twinx()
         ax3.spines["right"].set_position(("axes", 1.12))
-        ax3.plot([p["t_s"] for p in points], [p["output_tokens_per_s"] for p in points], color="grey", alpha=0.5,
-                 linestyle="--", label="output tok/s")
+        ax3.plot(
+            [p["t_s"] for p in points],
+            [p["output_tokens_per_s"] for p in points],
+            color="grey",
+            alpha=0.5,
+            linestyle="--",
+            label="output tok/s",
+        )
         ax3.set_ylabel("output tok/s", color="grey")
     handles, labels = [], []
     for a in fig.axes:

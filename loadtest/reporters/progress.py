@@ -1,4 +1,5 @@
 """The live progress line (rich), fed by polling the runner 4 times a second: cheap, off the hot path."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,17 +15,26 @@ def live_progress(console: Console | None = None, period_s: float = 0.25):
     async def show(runner) -> None:
         last_done, last_t = 0, 0.0
         rate = 0.0
-        with Live(Text("starting..."), console=console, refresh_per_second=4, transient=True) as live:
+        with Live(
+            Text("starting..."), console=console, refresh_per_second=4, transient=True
+        ) as live:
             while True:
                 await asyncio.sleep(period_s)
                 s = runner.stats()
                 dt = s["elapsed_s"] - last_t
                 if dt >= 1.0:
-                    rate, last_done, last_t = (s["completed"] - last_done) / dt, s["completed"], s["elapsed_s"]
+                    rate, last_done, last_t = (
+                        (s["completed"] - last_done) / dt,
+                        s["completed"],
+                        s["elapsed_s"],
+                    )
                 planned = f"/{s['planned']}" if s["planned"] else ""
                 p99 = "-" if s["ttft_p99_ms"] is None else f"{s['ttft_p99_ms']:.1f} ms"
-                live.update(Text(
-                    f"{s['elapsed_s']:7.1f} s  sent {s['sent']}{planned}  done {s['completed']}  "
-                    f"in flight {s['in_flight']}  failed {s['failed']}  {rate:.1f} req/s  p99 TTFT {p99}"))
+                live.update(
+                    Text(
+                        f"{s['elapsed_s']:7.1f} s  sent {s['sent']}{planned}  done {s['completed']}  "
+                        f"in flight {s['in_flight']}  failed {s['failed']}  {rate:.1f} req/s  p99 TTFT {p99}"
+                    )
+                )
 
     return show

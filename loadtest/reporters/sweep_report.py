@@ -1,4 +1,5 @@
 """Sweep reports: the terminal table, ``sweep.md`` and ``sweep.html``, from sweep.json alone."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +10,16 @@ from rich.table import Table
 from loadtest.core import atomic
 from loadtest.reporters import html
 
-COLS = ("x", "status", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p99_ms")
+COLS = (
+    "x",
+    "status",
+    "output_tokens_per_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2e_p99_ms",
+)
 
 
 def _fmt(v) -> str:
@@ -26,19 +36,33 @@ def render_terminal(doc: dict, console: Console) -> None:
     console.print(f"knee: {doc['knee']}  frontier: {doc['frontier']}")
     if doc.get("max_rate"):
         mr = doc["max_rate"]
-        console.print(f"highest rate meeting the SLA: {mr['rate']} req/s (first failing: {mr['first_failing_rate']}, "
-                      f"tolerance {mr['tolerance']:.0%})")
+        console.print(
+            f"highest rate meeting the SLA: {mr['rate']} req/s (first failing: {mr['first_failing_rate']}, "
+            f"tolerance {mr['tolerance']:.0%})"
+        )
 
 
 def markdown(doc: dict) -> str:
-    lines = [f"# Sweep over `{doc['axis']}`", "", f"status: **{doc['status']}**", "",
-             "| " + " | ".join(COLS) + " |", "|" + "---|" * len(COLS)]
+    lines = [
+        f"# Sweep over `{doc['axis']}`",
+        "",
+        f"status: **{doc['status']}**",
+        "",
+        "| " + " | ".join(COLS) + " |",
+        "|" + "---|" * len(COLS),
+    ]
     lines += ["| " + " | ".join(_fmt(c.get(k)) for k in COLS) + " |" for c in doc["curve"]]
-    lines += ["", f"Knee (highest output tok/s ÷ p99 E2E): **{doc['knee']}**; frontier: {doc['frontier']}"]
+    lines += [
+        "",
+        f"Knee (highest output tok/s ÷ p99 E2E): **{doc['knee']}**; frontier: {doc['frontier']}",
+    ]
     if doc.get("max_rate"):
         mr = doc["max_rate"]
-        lines += ["", f"Highest rate meeting the SLA: **{mr['rate']} req/s** (first failing {mr['first_failing_rate']}, "
-                      f"tolerance {mr['tolerance']:.0%})."]
+        lines += [
+            "",
+            f"Highest rate meeting the SLA: **{mr['rate']} req/s** (first failing {mr['first_failing_rate']}, "
+            f"tolerance {mr['tolerance']:.0%}).",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,5 @@
 """The end-of-run summary in the terminal (rich tables), from a metrics dict."""
+
 from __future__ import annotations
 
 from rich.console import Console
@@ -18,7 +19,9 @@ def _ms(x) -> str:
 def render(metrics: dict, console: Console | None = None, sla: bool = True) -> None:
     console = console or Console()
     status = metrics["status"]
-    style = {"ok": "green", "invalid": "yellow", "interrupted": "yellow", "failed": "red"}.get(status, "white")
+    style = {"ok": "green", "invalid": "yellow", "interrupted": "yellow", "failed": "red"}.get(
+        status, "white"
+    )
     console.print(f"[bold]{metrics['name']}[/bold]  status: [{style}]{status}[/{style}]")
     if "latency_ms" not in metrics:
         for reason in metrics.get("validity", {}).get("reasons", []):
@@ -36,13 +39,18 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
     r, t = metrics["requests"], metrics["throughput"]
     console.print(
         f"requests: {r['completed']} completed, {r['failed']} failed, {r['warmup']} warmup, {r['cancelled']} cancelled"
-        + (f"  errors: {r['errors_by_type']}" if r["errors_by_type"] else ""))
+        + (f"  errors: {r['errors_by_type']}" if r["errors_by_type"] else "")
+    )
     if t["window_s"]:
-        console.print(f"throughput over {t['window_s']:.3g} s window: {t['output_tokens_per_s']:.1f} output tok/s, "
-                      f"{t['total_tokens_per_s']:.1f} total tok/s, {t['requests_per_s']:.2f} req/s")
+        console.print(
+            f"throughput over {t['window_s']:.3g} s window: {t['output_tokens_per_s']:.1f} output tok/s, "
+            f"{t['total_tokens_per_s']:.1f} total tok/s, {t['requests_per_s']:.2f} req/s"
+        )
     loop = metrics["harness"]["loop_lag_ms"]
     lag = metrics["latency_ms"]["dispatch_lag"]
-    console.print(f"harness: dispatch lag p99 {_ms(lag.get('p99'))} ms, event-loop lag p99 {_ms(loop.get('p99'))} ms")
+    console.print(
+        f"harness: dispatch lag p99 {_ms(lag.get('p99'))} ms, event-loop lag p99 {_ms(loop.get('p99'))} ms"
+    )
     for reason in metrics["validity"]["reasons"]:
         console.print(f"[yellow]invalid: {reason}[/yellow]")
     for warning in metrics["validity"]["warnings"]:
@@ -54,13 +62,22 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
 def render_sla(sla: dict | None, console: Console) -> None:
     if not sla:
         return
-    table = Table(title=f"SLA: {sla['verdict']}", title_justify="left", title_style=VERDICT_STYLE[sla["verdict"]])
+    table = Table(
+        title=f"SLA: {sla['verdict']}",
+        title_justify="left",
+        title_style=VERDICT_STYLE[sla["verdict"]],
+    )
     for col in ("check", "verdict", "observed", "bound", "evidence"):
         table.add_column(col)
     for c in sla["checks"]:
         obs = "-" if c["observed"] is None else f"{c['observed']:.4g} {c['unit']}".strip()
-        table.add_row(c["name"], f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]", obs,
-                      f"{c['op']} {c['bound']:g} {c['unit']}".strip(), c["reason"])
+        table.add_row(
+            c["name"],
+            f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]",
+            obs,
+            f"{c['op']} {c['bound']:g} {c['unit']}".strip(),
+            c["reason"],
+        )
     console.print(table)
 
 
@@ -78,28 +95,48 @@ def render_regression(reg: dict | None, console: Console) -> None:
     from loadtest.analysis.sla import overall
 
     worst = overall(c["verdict"] for c in reg["checks"])
-    table = Table(title=f"regression vs {', '.join(reg['baselines'])}: {worst}  (minimum effect {reg['min_effect']:.0%}, "
-                        f"{reg['confidence']:.0%} simultaneous intervals, replicates {reg['replicates']['baseline']} vs "
-                        f"{reg['replicates']['candidate']})", title_justify="left", title_style=VERDICT_STYLE[worst])
+    table = Table(
+        title=f"regression vs {', '.join(reg['baselines'])}: {worst}  (minimum effect {reg['min_effect']:.0%}, "
+        f"{reg['confidence']:.0%} simultaneous intervals, replicates {reg['replicates']['baseline']} vs "
+        f"{reg['replicates']['candidate']})",
+        title_justify="left",
+        title_style=VERDICT_STYLE[worst],
+    )
     for col in ("metric", "verdict", "baseline", "this run", "change", "interval"):
-        table.add_column(col, justify="right" if col in ("baseline", "this run", "change", "interval") else "left")
+        table.add_column(
+            col,
+            justify="right" if col in ("baseline", "this run", "change", "interval") else "left",
+        )
     for c in reg["checks"]:
         iv = c["change_interval_pct"]
-        table.add_row(c["name"], f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]", _num(c["baseline"]),
-                      f"{_num(c['candidate'])} {c['unit']}", _pct(c["change_pct"]),
-                      "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}")
+        table.add_row(
+            c["name"],
+            f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]",
+            _num(c["baseline"]),
+            f"{_num(c['candidate'])} {c['unit']}",
+            _pct(c["change_pct"]),
+            "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}",
+        )
     console.print(table)
 
 
 def render_repeat(doc: dict, console: Console, sla: bool = True) -> None:
-    table = Table(title=f"{doc['name']}: {len(doc['runs'])} of {doc['repeats']} replicates, status {doc['status']} "
-                        f"(schedule seeds {', '.join(map(str, doc['schedule_seeds']))})", title_justify="left")
+    table = Table(
+        title=f"{doc['name']}: {len(doc['runs'])} of {doc['repeats']} replicates, status {doc['status']} "
+        f"(schedule seeds {', '.join(map(str, doc['schedule_seeds']))})",
+        title_justify="left",
+    )
     for col in ("metric", "median", "min", "max", "spread"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for name, s in doc["summary"].items():
         if s["n"]:
-            table.add_row(name, _num(s["median"]), _num(s["min"]), _num(s["max"]),
-                          "-" if s["spread_pct"] is None else f"{s['spread_pct']:.1f}%")
+            table.add_row(
+                name,
+                _num(s["median"]),
+                _num(s["min"]),
+                _num(s["max"]),
+                "-" if s["spread_pct"] is None else f"{s['spread_pct']:.1f}%",
+            )
     console.print(table)
     for reason in doc["reasons"]:
         console.print(f"[yellow]{reason}[/yellow]")
@@ -114,8 +151,16 @@ def render_compare(checks: list[dict], a: str, b: str, confidence: float, consol
     for c in checks:
         iv = c["change_interval_pct"]
         sig = {True: "[bold]yes[/bold]", False: "no", None: "-"}[c["significant"]]
-        table.add_row(f"{c['name']} ({c['unit']})", _num(c["baseline"]), _num(c["candidate"]), _pct(c["change_pct"]),
-                      "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}", sig)
+        table.add_row(
+            f"{c['name']} ({c['unit']})",
+            _num(c["baseline"]),
+            _num(c["candidate"]),
+            _pct(c["change_pct"]),
+            "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}",
+            sig,
+        )
     console.print(table)
-    console.print(f"* simultaneous over the {len(checks)} metrics (Bonferroni); block bootstrap within runs, "
-                  "plus the between-run spread when there are replicates")
+    console.print(
+        f"* simultaneous over the {len(checks)} metrics (Bonferroni); block bootstrap within runs, "
+        "plus the between-run spread when there are replicates"
+    )

@@ -3,14 +3,15 @@
 Validity is judged here from the numbers, separately from pass/fail: a run whose client fell
 behind is invalid whatever its latencies say (they still include the delay).
 """
+
 from __future__ import annotations
 
 import math
 
+from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import ALL_METRICS
 from loadtest.execution.runner import RunOutcome
-from loadtest.config.scenario import Scenario
 
 SCHEMA = "loadtest/metrics/v1"
 
@@ -29,12 +30,18 @@ DEFINITIONS = {
 }
 
 
-def judge_validity(scenario: Scenario, outcome: RunOutcome, hists: dict[str, LatencyHistogram],
-                   backend_warnings: list[str] = ()) -> dict:
+def judge_validity(
+    scenario: Scenario,
+    outcome: RunOutcome,
+    hists: dict[str, LatencyHistogram],
+    backend_warnings: list[str] = (),
+) -> dict:
     v = scenario.load.validity
     reasons, warnings = [], list(backend_warnings)
-    for name, hist, limit in (("dispatch lag", hists["dispatch_lag"], v.max_dispatch_lag_p99),
-                              ("event-loop lag", outcome.loop_lag, v.max_loop_lag_p99)):
+    for name, hist, limit in (
+        ("dispatch lag", hists["dispatch_lag"], v.max_dispatch_lag_p99),
+        ("event-loop lag", outcome.loop_lag, v.max_loop_lag_p99),
+    ):
         reason, warning = _judge_lag(name, hist, limit)
         if reason:
             reasons.append(reason)
@@ -44,12 +51,16 @@ def judge_validity(scenario: Scenario, outcome: RunOutcome, hists: dict[str, Lat
     if rec.completed < v.min_completed:
         reasons.append(f"{rec.completed} measured requests completed, fewer than {v.min_completed}")
     if rec.token_count_mismatch:
-        warnings.append(f"{rec.token_count_mismatch} requests: the backend's token count differs from the token stamps")
+        warnings.append(
+            f"{rec.token_count_mismatch} requests: the backend's token count differs from the token stamps"
+        )
     for m, h in hists.items():
         if h.over_range:
             warnings.append(f"{m}: {h.over_range} values over 1 h, counted at 1 h")
     if outcome.throttled:
-        warnings.append(f"{outcome.throttled} requests held over 1 ms by max_rate (latency counts from the plan)")
+        warnings.append(
+            f"{outcome.throttled} requests held over 1 ms by max_rate (latency counts from the plan)"
+        )
     return {"valid": not reasons, "reasons": reasons, "warnings": warnings}
 
 
@@ -65,19 +76,35 @@ def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | 
     late = hist.count_above_us(limit_ns // 1000)
     p99 = hist.percentile_ms(99)
     if late > max(1, 0.01 * n):
-        return (f"{name} p99 {p99:.3f} ms > {limit_ns / 1e6:g} ms ({late} of {n} late): the client could not keep up "
-                "(latencies include the delay)"), None
+        return (
+            f"{name} p99 {p99:.3f} ms > {limit_ns / 1e6:g} ms ({late} of {n} late): the client could not keep up "
+            "(latencies include the delay)"
+        ), None
     if late:
-        return None, f"{name}: {late} of {n} over {limit_ns / 1e6:g} ms (max {hist.hdr.get_max_value() / 1000:.3f} ms)"
+        return (
+            None,
+            f"{name}: {late} of {n} over {limit_ns / 1e6:g} ms (max {hist.hdr.get_max_value() / 1000:.3f} ms)",
+        )
     return None, None
 
 
-def build_metrics(*, scenario: Scenario, scenario_path: str, scenario_sha256: str, outcome: RunOutcome,
-                  backend: dict, environment: dict, planned: int | None, started_at: str) -> dict:
+def build_metrics(
+    *,
+    scenario: Scenario,
+    scenario_path: str,
+    scenario_sha256: str,
+    outcome: RunOutcome,
+    backend: dict,
+    environment: dict,
+    planned: int | None,
+    started_at: str,
+) -> dict:
     rec = outcome.recorder
     hists = rec.histograms()
     validity = judge_validity(scenario, outcome, hists, backend.get("warnings", []))
-    status = outcome.status if outcome.status != "ok" else ("ok" if validity["valid"] else "invalid")
+    status = (
+        outcome.status if outcome.status != "ok" else ("ok" if validity["valid"] else "invalid")
+    )
     window_s = _window_s(rec)
     throughput = {
         "requests_per_s": _rate(rec.window_completions, window_s),
@@ -98,20 +125,32 @@ def build_metrics(*, scenario: Scenario, scenario_path: str, scenario_sha256: st
         "environment": environment,
         "backend": backend,
         "requests": {
-            "planned": planned, "sent": outcome.sent, "completed": rec.completed, "failed": rec.failed,
-            "warmup": rec.warmup, "cancelled": outcome.cancelled, "errors_by_type": dict(rec.errors_by_type),
-            "under_two_tokens": rec.single_token, "output_tokens": rec.output_tokens_measured,
+            "planned": planned,
+            "sent": outcome.sent,
+            "completed": rec.completed,
+            "failed": rec.failed,
+            "warmup": rec.warmup,
+            "cancelled": outcome.cancelled,
+            "errors_by_type": dict(rec.errors_by_type),
+            "under_two_tokens": rec.single_token,
+            "output_tokens": rec.output_tokens_measured,
             "input_tokens": rec.input_tokens_measured,
         },
         "window": {
-            "start_s": None if rec.window_start is None else (rec.window_start - outcome.t0_ns) / 1e9,
+            "start_s": None
+            if rec.window_start is None
+            else (rec.window_start - outcome.t0_ns) / 1e9,
             "end_s": None if rec.window_end is None else (rec.window_end - outcome.t0_ns) / 1e9,
-            "length_s": window_s, "run_s": (outcome.end_ns - outcome.t0_ns) / 1e9,
+            "length_s": window_s,
+            "run_s": (outcome.end_ns - outcome.t0_ns) / 1e9,
         },
         "latency_ms": latency,
         "throughput": throughput,
-        "harness": {"loop_lag_ms": outcome.loop_lag.summary_ms(), "throttled_requests": outcome.throttled,
-                    "failure": outcome.failure},
+        "harness": {
+            "loop_lag_ms": outcome.loop_lag.summary_ms(),
+            "throttled_requests": outcome.throttled,
+            "failure": outcome.failure,
+        },
         "validity": validity,
         "timeseries": {"interval_s": rec.interval_ns / 1e9, "points": _points(rec)},
         "histograms": {m: hists[m].encode() for m in ALL_METRICS},
@@ -120,7 +159,9 @@ def build_metrics(*, scenario: Scenario, scenario_path: str, scenario_sha256: st
         "definitions": DEFINITIONS,
         # Flat headline keys for scripts and the profiling playbooks (end-to-end percentiles).
         "output_tokens_per_s": throughput["output_tokens_per_s"],
-        "p50_ms": e2e.get("p50"), "p95_ms": e2e.get("p95"), "p99_ms": e2e.get("p99"),
+        "p50_ms": e2e.get("p50"),
+        "p95_ms": e2e.get("p95"),
+        "p99_ms": e2e.get("p99"),
         "peak_mem_mb": backend.get("peak_mem_mb"),
         "commit": environment.get("commit"),
     }
@@ -143,7 +184,9 @@ def _points(rec) -> list[dict]:
     points = []
     for k in indices:
         c = by_index.get(k, {"index": k, "completed": 0, "failed": 0, "histograms": {}})
-        points.append({**c, "t_s": k * width, "output_tokens_per_s": rec.token_bins.get(k, 0) / width})
+        points.append(
+            {**c, "t_s": k * width, "output_tokens_per_s": rec.token_bins.get(k, 0) / width}
+        )
     return points
 
 
@@ -167,5 +210,6 @@ def null_non_finite(doc: dict) -> list[str]:
     walk(doc, "")
     if found:
         doc.setdefault("validity", {}).setdefault("warnings", []).append(
-            f"not a finite number, written as null: {', '.join(found)} (a bug in loadtest: report it)")
+            f"not a finite number, written as null: {', '.join(found)} (a bug in loadtest: report it)"
+        )
     return found

@@ -5,6 +5,7 @@ replicate run directories. ``gate`` and ``compare`` take either. The pooled view
 replicates' histograms (hdrh merges losslessly) and counts, so SLA checks on a repeat set use all
 of its samples as evidence.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,16 @@ class RunSet:
             return self.runs[0]
         measured = self.measured
         status = min((m["status"] for m in self.runs), key=_STATUS_ORDER.index)
-        reasons = [f"{label(m, i)}: {r}" for i, m in enumerate(self.runs) for r in m.get("validity", {}).get("reasons", [])]
-        pooled = {"status": status, "name": self.name, "validity": {"valid": not reasons, "reasons": reasons, "warnings": []}}
+        reasons = [
+            f"{label(m, i)}: {r}"
+            for i, m in enumerate(self.runs)
+            for r in m.get("validity", {}).get("reasons", [])
+        ]
+        pooled = {
+            "status": status,
+            "name": self.name,
+            "validity": {"valid": not reasons, "reasons": reasons, "warnings": []},
+        }
         if not measured:
             return pooled
         hists: dict[str, LatencyHistogram] = {}
@@ -54,14 +63,22 @@ class RunSet:
         requests = {k: sum(m["requests"][k] for m in measured) for k in ("completed", "failed")}
         window = sum(m["throughput"]["window_s"] or 0 for m in measured)
         tokens = sum(m["throughput"]["output_tokens_in_window"] for m in measured)
-        done = sum((m["throughput"]["requests_per_s"] or 0) * (m["throughput"]["window_s"] or 0) for m in measured)
-        pooled.update({
-            "histograms": {k: h.encode() for k, h in hists.items()},
-            "histograms_over_range": {k: h.over_range for k, h in hists.items()},
-            "requests": requests,
-            "throughput": {"output_tokens_per_s": tokens / window if window else None,
-                           "requests_per_s": done / window if window else None, "window_s": window or None},
-        })
+        done = sum(
+            (m["throughput"]["requests_per_s"] or 0) * (m["throughput"]["window_s"] or 0)
+            for m in measured
+        )
+        pooled.update(
+            {
+                "histograms": {k: h.encode() for k, h in hists.items()},
+                "histograms_over_range": {k: h.over_range for k, h in hists.items()},
+                "requests": requests,
+                "throughput": {
+                    "output_tokens_per_s": tokens / window if window else None,
+                    "requests_per_s": done / window if window else None,
+                    "window_s": window or None,
+                },
+            }
+        )
         return pooled
 
 
@@ -71,7 +88,7 @@ def label(metrics: dict, i: int) -> str:
 
 def load(path: str | Path) -> RunSet:
     path = Path(path)
-    repeat_file, metrics_file = path / REPEAT_FILE, path / "metrics.json"
+    repeat_file, _metrics_file = path / REPEAT_FILE, path / "metrics.json"
     try:
         if repeat_file.exists():
             repeat = json.loads(repeat_file.read_text())
@@ -84,7 +101,9 @@ def load(path: str | Path) -> RunSet:
 
 def _read(run_dir: Path) -> dict:
     if not (run_dir / "metrics.json").exists():
-        raise RunSetError(f"{run_dir}: no metrics.json (not a run directory, nor a repeat directory with {REPEAT_FILE})")
+        raise RunSetError(
+            f"{run_dir}: no metrics.json (not a run directory, nor a repeat directory with {REPEAT_FILE})"
+        )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     metrics["_dir"] = run_dir.name
     return metrics

@@ -5,6 +5,7 @@ several. Matmul rate: square bf16 matmuls on CUDA (float32 on the CPU), 2 n^3 FL
 several. The best run is the closest to the hardware's ceiling, which is what a utilisation is
 measured against. Cached in ``~/.cache/loadtest/calibration.json`` under the GPU's UUID and name.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -50,10 +51,18 @@ def measure(device: str = "auto", repeats: int = 10) -> dict:
     if cuda:
         uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "") or "") or None
         uuid = uuid if uuid is None or uuid.startswith("GPU-") else f"GPU-{uuid}"
-    return {"device_name": name, "uuid": uuid, "dtype": str(dtype).removeprefix("torch."),
-            "bw_gb_s": round(2 * size / copy_s / 1e9, 1), "tflops": round(2 * n**3 / mm_s / 1e12, 2),
-            "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "datasheet": next(({"bw_gb_s": bw, "tflops": tf} for frag, bw, tf in DATASHEET_PEAKS if frag in name), None)}
+    return {
+        "device_name": name,
+        "uuid": uuid,
+        "dtype": str(dtype).removeprefix("torch."),
+        "bw_gb_s": round(2 * size / copy_s / 1e9, 1),
+        "tflops": round(2 * n**3 / mm_s / 1e12, 2),
+        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "datasheet": next(
+            ({"bw_gb_s": bw, "tflops": tf} for frag, bw, tf in DATASHEET_PEAKS if frag in name),
+            None,
+        ),
+    }
 
 
 def save(result: dict):

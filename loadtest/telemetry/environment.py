@@ -3,6 +3,7 @@ measurement suspect. Reads only; imports nothing heavy (torch and transformers v
 reported only when the backend already imported them). The GPU part comes from NVML, read once
 at the start of a run: driver, CUDA, each device's name, UUID, memory, clocks, power limit,
 persistence and ECC, and the processes already on it."""
+
 from __future__ import annotations
 
 import os
@@ -18,32 +19,59 @@ from loadtest.core._version import __version__
 def git_commit(path: Path) -> tuple[str | None, bool | None]:
     """(commit, dirty) of the git checkout holding ``path``, or (None, None)."""
     try:
-        commit = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        commit = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         if commit.returncode != 0:
             return None, None
-        status = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=5)
+        status = subprocess.run(
+            ["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return commit.stdout.strip(), bool(status.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         return None, None
 
 
 # Settings that make timings unrepresentative when left on.
-DEBUG_ENV = ("CUDA_LAUNCH_BLOCKING", "TORCH_COMPILE_DEBUG", "PYTORCH_NO_CUDA_MEMORY_CACHING", "TORCH_USE_CUDA_DSA",
-             "PYTHONASYNCIODEBUG", "TORCH_SHOW_CPP_STACKTRACES", "NVIDIA_TF32_OVERRIDE", "CUDA_DEVICE_MAX_CONNECTIONS")
+DEBUG_ENV = (
+    "CUDA_LAUNCH_BLOCKING",
+    "TORCH_COMPILE_DEBUG",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "TORCH_USE_CUDA_DSA",
+    "PYTHONASYNCIODEBUG",
+    "TORCH_SHOW_CPP_STACKTRACES",
+    "NVIDIA_TF32_OVERRIDE",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+)
 
 
-def collect(seeds: dict | None = None, scenario_sha256: str | None = None, gpus: bool = True) -> dict:
+def collect(
+    seeds: dict | None = None, scenario_sha256: str | None = None, gpus: bool = True
+) -> dict:
     commit, dirty = git_commit(Path(__file__).resolve().parent)
     env = {
-        "tool": "loadtest", "tool_version": __version__, "commit": commit, "dirty": dirty,
-        "python": platform.python_version(), "implementation": platform.python_implementation(),
-        "platform": platform.platform(), "machine": platform.machine(), "hostname": socket.gethostname(),
-        "cpu_count": os.cpu_count(), "seeds": seeds, "scenario_sha256": scenario_sha256,
+        "tool": "loadtest",
+        "tool_version": __version__,
+        "commit": commit,
+        "dirty": dirty,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "seeds": seeds,
+        "scenario_sha256": scenario_sha256,
         "container_image": os.environ.get("LOADTEST_CONTAINER_IMAGE"),
         "python_debug_build": hasattr(sys, "gettotalrefcount"),
-        "cpu_model": _cpu_model(), "cpu_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
-        "debug_flags": {k: os.environ[k] for k in DEBUG_ENV if os.environ.get(k) not in (None, "", "0")}
+        "cpu_model": _cpu_model(),
+        "cpu_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "debug_flags": {
+            k: os.environ[k] for k in DEBUG_ENV if os.environ.get(k) not in (None, "", "0")
+        }
         | ({"python -X dev": True} if sys.flags.dev_mode else {}),
     }
     for name in ("torch", "transformers"):
@@ -60,7 +88,9 @@ def collect(seeds: dict | None = None, scenario_sha256: str | None = None, gpus:
 
 def gpu_manifest(nvml=None) -> dict:
     """``{"gpu_driver", "cuda_driver", "gpus": [...]}`` from NVML, or ``gpus: []`` with the reason."""
-    from loadtest.telemetry.gpu_sampler import load_nvml, nvml_text as _s, try_nvml as _try
+    from loadtest.telemetry.gpu_sampler import load_nvml
+    from loadtest.telemetry.gpu_sampler import nvml_text as _s
+    from loadtest.telemetry.gpu_sampler import try_nvml as _try
 
     owned = nvml is None
     if owned:
@@ -68,28 +98,45 @@ def gpu_manifest(nvml=None) -> dict:
         if nvml is None:
             return {"gpus": [], "gpu_reason": reason}
     try:
-        out = {"gpu_driver": _s(_try(nvml.nvmlSystemGetDriverVersion)),
-               "cuda_driver": _cuda_version(_try(nvml.nvmlSystemGetCudaDriverVersion)), "gpus": []}
+        out = {
+            "gpu_driver": _s(_try(nvml.nvmlSystemGetDriverVersion)),
+            "cuda_driver": _cuda_version(_try(nvml.nvmlSystemGetCudaDriverVersion)),
+            "gpus": [],
+        }
         ours = _our_pids()
         for i in range(nvml.nvmlDeviceGetCount()):
             h = nvml.nvmlDeviceGetHandleByIndex(i)
             mem = _try(nvml.nvmlDeviceGetMemoryInfo, h)
             ecc = _try(nvml.nvmlDeviceGetEccMode, h)
             procs = _try(nvml.nvmlDeviceGetComputeRunningProcesses, h) or []
-            out["gpus"].append({
-                "index": i, "name": _s(_try(nvml.nvmlDeviceGetName, h)), "uuid": _s(_try(nvml.nvmlDeviceGetUUID, h)),
-                "memory_total_mib": None if mem is None else round(mem.total / 2**20),
-                "clocks_mhz": {k: _try(fn, h, clock) for k, fn, clock in (
-                    ("sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
-                    ("mem", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM),
-                    ("sm_max", nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_SM),
-                    ("mem_max", nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_MEM))},
-                "power_limit_w": _div(_try(nvml.nvmlDeviceGetEnforcedPowerLimit, h), 1000),
-                "persistence_mode": _try(nvml.nvmlDeviceGetPersistenceMode, h),
-                "ecc": None if ecc is None else {"current": ecc[0], "pending": ecc[1]},
-                "processes_at_start": [{"pid": p.pid, "used_mib": _div(getattr(p, "usedGpuMemory", None), 2**20),
-                                        "ours": p.pid in ours} for p in procs],
-            })
+            out["gpus"].append(
+                {
+                    "index": i,
+                    "name": _s(_try(nvml.nvmlDeviceGetName, h)),
+                    "uuid": _s(_try(nvml.nvmlDeviceGetUUID, h)),
+                    "memory_total_mib": None if mem is None else round(mem.total / 2**20),
+                    "clocks_mhz": {
+                        k: _try(fn, h, clock)
+                        for k, fn, clock in (
+                            ("sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
+                            ("mem", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM),
+                            ("sm_max", nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_SM),
+                            ("mem_max", nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_MEM),
+                        )
+                    },
+                    "power_limit_w": _div(_try(nvml.nvmlDeviceGetEnforcedPowerLimit, h), 1000),
+                    "persistence_mode": _try(nvml.nvmlDeviceGetPersistenceMode, h),
+                    "ecc": None if ecc is None else {"current": ecc[0], "pending": ecc[1]},
+                    "processes_at_start": [
+                        {
+                            "pid": p.pid,
+                            "used_mib": _div(getattr(p, "usedGpuMemory", None), 2**20),
+                            "ours": p.pid in ours,
+                        }
+                        for p in procs
+                    ],
+                }
+            )
         return out
     except Exception as exc:
         return {"gpus": [], "gpu_reason": f"NVML: {exc}"}
@@ -101,25 +148,36 @@ def gpu_manifest(nvml=None) -> dict:
 def warnings(env: dict, gpu: dict | None = None) -> list[str]:
     """What makes this measurement suspect: debug settings, foreign GPU processes, throttling,
     clocks far under their maximum while the GPU was busy, persistence mode off."""
-    out = [f"debug setting on: {k}={v} (timings are not representative)" for k, v in (env.get("debug_flags") or {}).items()]
+    out = [
+        f"debug setting on: {k}={v} (timings are not representative)"
+        for k, v in (env.get("debug_flags") or {}).items()
+    ]
     if env.get("python_debug_build"):
         out.append("a debug build of Python")
     for g in env.get("gpus") or []:
         foreign = [p for p in g.get("processes_at_start") or [] if not p["ours"]]
         if foreign:
-            out.append(f"GPU {g['index']}: other processes at start: "
-                       + ", ".join(f"pid {p['pid']} ({p['used_mib']} MiB)" for p in foreign))
+            out.append(
+                f"GPU {g['index']}: other processes at start: "
+                + ", ".join(f"pid {p['pid']} ({p['used_mib']} MiB)" for p in foreign)
+            )
         if g.get("persistence_mode") == 0:
-            out.append(f"GPU {g['index']}: persistence mode off (the driver may re-initialise between runs)")
+            out.append(
+                f"GPU {g['index']}: persistence mode off (the driver may re-initialise between runs)"
+            )
     for d in (gpu or {}).get("devices", []):
         if d["throttle_reasons_seen"]:
-            out.append(f"GPU {d['index']}: clocks throttled during the window: {', '.join(d['throttle_reasons_seen'])}")
+            out.append(
+                f"GPU {d['index']}: clocks throttled during the window: {', '.join(d['throttle_reasons_seen'])}"
+            )
         g = next((g for g in env.get("gpus") or [] if g["index"] == d["index"]), {})
         sm_max = (g.get("clocks_mhz") or {}).get("sm_max")
         sm, util = d.get("clocks_sm_mhz"), d.get("utilization_gpu_pct")
         if sm_max and sm and util and util["mean"] > 30 and sm["mean"] < 0.7 * sm_max:
-            out.append(f"GPU {d['index']}: SM clock averaged {sm['mean']:.0f} MHz while busy, under 70% of its "
-                       f"{sm_max} MHz maximum")
+            out.append(
+                f"GPU {d['index']}: SM clock averaged {sm['mean']:.0f} MHz while busy, under 70% of its "
+                f"{sm_max} MHz maximum"
+            )
     return out
 
 

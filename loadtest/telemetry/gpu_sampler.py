@@ -14,6 +14,7 @@ mid-run each leave the value empty and say why. The running-process APIs are nev
 (they are slow and take locks); the environment manifest reads them once, at start. The thread's
 own CPU time is measured and reported.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,20 +24,42 @@ from dataclasses import dataclass, field
 
 # (column, unit) in the order of gpu.csv; names follow `nvidia-smi --query-gpu` where one exists.
 COLUMNS = (
-    ("utilization.gpu", "%"), ("utilization.memory", "%"), ("memory.used", "MiB"), ("power.draw", "W"),
-    ("energy", "J"), ("clocks.sm", "MHz"), ("clocks.mem", "MHz"), ("temperature.gpu", "C"),
-    ("clocks_event_reasons.active", "bitmask"), ("pcie.tx", "KB/s"), ("pcie.rx", "KB/s"),
-    ("gpm.sm_activity", "%"), ("gpm.sm_occupancy", "%"), ("gpm.tensor_activity", "%"), ("gpm.dram_bw_util", "%"),
+    ("utilization.gpu", "%"),
+    ("utilization.memory", "%"),
+    ("memory.used", "MiB"),
+    ("power.draw", "W"),
+    ("energy", "J"),
+    ("clocks.sm", "MHz"),
+    ("clocks.mem", "MHz"),
+    ("temperature.gpu", "C"),
+    ("clocks_event_reasons.active", "bitmask"),
+    ("pcie.tx", "KB/s"),
+    ("pcie.rx", "KB/s"),
+    ("gpm.sm_activity", "%"),
+    ("gpm.sm_occupancy", "%"),
+    ("gpm.tensor_activity", "%"),
+    ("gpm.dram_bw_util", "%"),
 )
-GPM_METRICS = {"gpm.sm_activity": 2, "gpm.sm_occupancy": 3, "gpm.tensor_activity": 5, "gpm.dram_bw_util": 10}
+GPM_METRICS = {
+    "gpm.sm_activity": 2,
+    "gpm.sm_occupancy": 3,
+    "gpm.tensor_activity": 5,
+    "gpm.dram_bw_util": 10,
+}
 # Costly reads, every 4th tick only: NVML measures PCIe throughput over a 20 ms window per call,
 # and the energy counter cost ~3.5 ms of CPU a read on an H100 (3/4 of the sampler's time). The
 # energy counter is cumulative, so reading it less often loses nothing but edge resolution.
 SLOW_COLUMNS = {"pcie.tx", "pcie.rx", "energy"}
 SLOW_EVERY = 4
 # Clocks-event reasons that mean the measurement is suspect (idle and app-clock settings are not).
-THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
-                    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x10: "sync_boost"}
+THROTTLE_REASONS = {
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x10: "sync_boost",
+}
 
 
 def load_nvml():
@@ -66,8 +89,13 @@ class DeviceState:
 class GpuSampler:
     """Start before t0, stop after the drain; ``rows`` then holds one dict per device per tick."""
 
-    def __init__(self, interval_s: float = 0.25, nvml=None, devices: list[int] | None = None,
-                 clock=time.monotonic_ns) -> None:
+    def __init__(
+        self,
+        interval_s: float = 0.25,
+        nvml=None,
+        devices: list[int] | None = None,
+        clock=time.monotonic_ns,
+    ) -> None:
         self.interval_s, self._nvml, self._wanted, self.clock = interval_s, nvml, devices, clock
         self.devices: list[DeviceState] = []
         self.rows: list[dict] = []
@@ -92,11 +120,19 @@ class GpuSampler:
             self._nvml, self._owns_nvml = nvml, True
         try:
             count = nvml.nvmlDeviceGetCount()
-            indices = [i for i in (self._wanted if self._wanted is not None else range(count)) if i < count]
+            indices = [
+                i for i in (self._wanted if self._wanted is not None else range(count)) if i < count
+            ]
             for i in indices:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
-                self.devices.append(DeviceState(i, h, nvml_text(try_nvml(nvml.nvmlDeviceGetName, h)) or f"GPU {i}",
-                                                nvml_text(try_nvml(nvml.nvmlDeviceGetUUID, h))))
+                self.devices.append(
+                    DeviceState(
+                        i,
+                        h,
+                        nvml_text(try_nvml(nvml.nvmlDeviceGetName, h)) or f"GPU {i}",
+                        nvml_text(try_nvml(nvml.nvmlDeviceGetUUID, h)),
+                    )
+                )
         except Exception as exc:
             self.unavailable = f"NVML device enumeration failed: {exc}"
             return
@@ -148,22 +184,59 @@ class GpuSampler:
                     else:
                         self.errors += 1  # transient: this sample lacks the value
                 finally:
-                    self.cpu_by_column[column] = self.cpu_by_column.get(column, 0.0) + time.thread_time() - c0
+                    self.cpu_by_column[column] = (
+                        self.cpu_by_column.get(column, 0.0) + time.thread_time() - c0
+                    )
             self.rows.append(row)
 
     def _readers(self):
         nvml = self._nvml
         return (
             ("utilization.gpu", lambda d: _util(nvml.nvmlDeviceGetUtilizationRates(d.handle))),
-            ("memory.used", lambda d: {"memory.used": nvml.nvmlDeviceGetMemoryInfo(d.handle).used / 2**20}),
+            (
+                "memory.used",
+                lambda d: {"memory.used": nvml.nvmlDeviceGetMemoryInfo(d.handle).used / 2**20},
+            ),
             ("power.draw", lambda d: {"power.draw": nvml.nvmlDeviceGetPowerUsage(d.handle) / 1000}),
             ("energy", lambda d: {"energy": self._energy(d)}),
-            ("clocks.sm", lambda d: {"clocks.sm": nvml.nvmlDeviceGetClockInfo(d.handle, nvml.NVML_CLOCK_SM)}),
-            ("clocks.mem", lambda d: {"clocks.mem": nvml.nvmlDeviceGetClockInfo(d.handle, nvml.NVML_CLOCK_MEM)}),
-            ("temperature.gpu", lambda d: {"temperature.gpu": nvml.nvmlDeviceGetTemperature(d.handle, nvml.NVML_TEMPERATURE_GPU)}),
-            ("clocks_event_reasons.active", lambda d: {"clocks_event_reasons.active": self._reasons(d)}),
-            ("pcie.tx", lambda d: {"pcie.tx": nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_TX_BYTES)}),
-            ("pcie.rx", lambda d: {"pcie.rx": nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_RX_BYTES)}),
+            (
+                "clocks.sm",
+                lambda d: {"clocks.sm": nvml.nvmlDeviceGetClockInfo(d.handle, nvml.NVML_CLOCK_SM)},
+            ),
+            (
+                "clocks.mem",
+                lambda d: {
+                    "clocks.mem": nvml.nvmlDeviceGetClockInfo(d.handle, nvml.NVML_CLOCK_MEM)
+                },
+            ),
+            (
+                "temperature.gpu",
+                lambda d: {
+                    "temperature.gpu": nvml.nvmlDeviceGetTemperature(
+                        d.handle, nvml.NVML_TEMPERATURE_GPU
+                    )
+                },
+            ),
+            (
+                "clocks_event_reasons.active",
+                lambda d: {"clocks_event_reasons.active": self._reasons(d)},
+            ),
+            (
+                "pcie.tx",
+                lambda d: {
+                    "pcie.tx": nvml.nvmlDeviceGetPcieThroughput(
+                        d.handle, nvml.NVML_PCIE_UTIL_TX_BYTES
+                    )
+                },
+            ),
+            (
+                "pcie.rx",
+                lambda d: {
+                    "pcie.rx": nvml.nvmlDeviceGetPcieThroughput(
+                        d.handle, nvml.NVML_PCIE_UTIL_RX_BYTES
+                    )
+                },
+            ),
             ("gpm", self._gpm),
         )
 
@@ -176,7 +249,10 @@ class GpuSampler:
 
     def _reasons(self, d: DeviceState) -> int:
         nvml = self._nvml
-        fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        fn = (
+            getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
         return int(fn(d.handle))
 
     # -- GPM (Hopper and newer): metrics between two samples ----------------------------------
@@ -206,8 +282,14 @@ class GpuSampler:
         d.gpm_samples = [cur, prev]
         # A metric NVML could not compute for this pair of samples is missing from this row;
         # that includes NaN or infinite values (rates over a too-short interval)
-        return {name: (v if get.metrics[i].nvmlReturn == 0 and math.isfinite(v := get.metrics[i].value) else None)
-                for i, name in enumerate(GPM_METRICS)}
+        return {
+            name: (
+                v
+                if get.metrics[i].nvmlReturn == 0 and math.isfinite(v := get.metrics[i].value)
+                else None
+            )
+            for i, name in enumerate(GPM_METRICS)
+        }
 
     # -- results ----------------------------------------------------------------------------
 
@@ -218,11 +300,17 @@ class GpuSampler:
             cells = [str(r["t_ns"]), f"{(r['t_ns'] - t0_ns) / 1e9:.3f}", str(r["index"])]
             for c, _ in COLUMNS:
                 v = r.get(c)
-                cells.append("" if v is None else (hex(v) if c == "clocks_event_reasons.active" else f"{v:.6g}"))
+                cells.append(
+                    ""
+                    if v is None
+                    else (hex(v) if c == "clocks_event_reasons.active" else f"{v:.6g}")
+                )
             lines.append(",".join(cells))
         return "\n".join(lines) + "\n"
 
-    def summary(self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None) -> dict:
+    def summary(
+        self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None
+    ) -> dict:
         """The ``gpu`` section of metrics.json: per device, over the measured window."""
         if self.unavailable:
             return {"available": False, "reason": self.unavailable}
@@ -231,32 +319,53 @@ class GpuSampler:
         for d in self.devices:
             rows = [r for r in self.rows if r["index"] == d.index]
             inside = [r for r in rows if lo <= r["t_ns"] <= hi] or rows
-            devices.append(_device_summary(d, rows, inside, t0_ns, output_tokens if len(self.devices) == 1 else None))
+            devices.append(
+                _device_summary(
+                    d, rows, inside, t0_ns, output_tokens if len(self.devices) == 1 else None
+                )
+            )
         return {
-            "available": True, "interval_s": self.interval_s, "devices": devices,
-            "sampler": {"samples": len(self.rows), "errors": self.errors, "cpu_s": round(self.cpu_s, 4),
-                        "wall_s": round(self.wall_s, 3),
-                        "cpu_pct_of_one_core": round(100 * self.cpu_s / self.wall_s, 3) if self.wall_s else None,
-                        "cpu_ms_by_metric": {k: round(1e3 * v, 2) for k, v in sorted(self.cpu_by_column.items())}},
+            "available": True,
+            "interval_s": self.interval_s,
+            "devices": devices,
+            "sampler": {
+                "samples": len(self.rows),
+                "errors": self.errors,
+                "cpu_s": round(self.cpu_s, 4),
+                "wall_s": round(self.wall_s, 3),
+                "cpu_pct_of_one_core": round(100 * self.cpu_s / self.wall_s, 3)
+                if self.wall_s
+                else None,
+                "cpu_ms_by_metric": {
+                    k: round(1e3 * v, 2) for k, v in sorted(self.cpu_by_column.items())
+                },
+            },
             "definitions": {
                 "utilization.gpu": "share of the sample period in which any kernel was running (NVML): "
-                                   "not SM occupancy; a single small kernel counts as 100%",
+                "not SM occupancy; a single small kernel counts as 100%",
                 "gpm.sm_activity": "share of SMs busy (Hopper+): how much of the GPU the kernels used",
                 "energy_j": "NVML energy counter difference between its first and last reading in the window "
-                            "(read every 4th sample: energy_span_s)",
+                "(read every 4th sample: energy_span_s)",
                 "energy_integrated_j": "power samples integrated (trapezoids) over the same span, for comparison",
                 "joules_per_output_token": "energy_j / energy_span_s x window length / output tokens in the window",
             },
         }
 
 
-def _device_summary(d: DeviceState, rows: list[dict], inside: list[dict], t0_ns: int, tokens: int | None) -> dict:
+def _device_summary(
+    d: DeviceState, rows: list[dict], inside: list[dict], t0_ns: int, tokens: int | None
+) -> dict:
     def stats(col):
         vals = sorted(r[col] for r in inside if r.get(col) is not None)
         if not vals:
             return None
         pick = lambda q: vals[min(len(vals) - 1, int(q * len(vals)))]  # noqa: E731
-        return {"mean": round(sum(vals) / len(vals), 3), "p50": pick(0.5), "p95": pick(0.95), "max": vals[-1]}
+        return {
+            "mean": round(sum(vals) / len(vals), 3),
+            "p50": pick(0.5),
+            "p95": pick(0.95),
+            "max": vals[-1],
+        }
 
     # Energy: the counter's difference between its first and last reading in the window; power
     # integrated over exactly that span, for comparison; per token, scaled to the whole window.
@@ -265,31 +374,54 @@ def _device_summary(d: DeviceState, rows: list[dict], inside: list[dict], t0_ns:
     if len(energy) >= 2:
         lo_t, hi_t = energy[0]["t_ns"], energy[-1]["t_ns"]
         energy_j, span_s = energy[-1]["energy"] - energy[0]["energy"], (hi_t - lo_t) / 1e9
-        power = [(r["t_ns"], r["power.draw"]) for r in inside if r.get("power.draw") is not None and lo_t <= r["t_ns"] <= hi_t]
+        power = [
+            (r["t_ns"], r["power.draw"])
+            for r in inside
+            if r.get("power.draw") is not None and lo_t <= r["t_ns"] <= hi_t
+        ]
         if len(power) >= 2:
-            integrated = sum((t2 - t1) / 1e9 * (p1 + p2) / 2 for (t1, p1), (t2, p2) in zip(power, power[1:]))
+            integrated = sum(
+                (t2 - t1) / 1e9 * (p1 + p2) / 2 for (t1, p1), (t2, p2) in zip(power, power[1:])
+            )
     window_s = (inside[-1]["t_ns"] - inside[0]["t_ns"]) / 1e9 if len(inside) >= 2 else None
     seen = 0
     for r in inside:
         seen |= r.get("clocks_event_reasons.active") or 0
     out = {
-        "index": d.index, "name": d.name, "uuid": d.uuid, "samples": len(inside),
-        "utilization_gpu_pct": stats("utilization.gpu"), "utilization_memory_pct": stats("utilization.memory"),
+        "index": d.index,
+        "name": d.name,
+        "uuid": d.uuid,
+        "samples": len(inside),
+        "utilization_gpu_pct": stats("utilization.gpu"),
+        "utilization_memory_pct": stats("utilization.memory"),
         "memory_used_mib": stats("memory.used"),
-        "peak_memory_mib": max((r["memory.used"] for r in rows if r.get("memory.used") is not None), default=None),
-        "power_w": stats("power.draw"), "energy_j": _round(energy_j), "energy_span_s": _round(span_s),
+        "peak_memory_mib": max(
+            (r["memory.used"] for r in rows if r.get("memory.used") is not None), default=None
+        ),
+        "power_w": stats("power.draw"),
+        "energy_j": _round(energy_j),
+        "energy_span_s": _round(span_s),
         "energy_integrated_j": _round(integrated),
         "joules_per_output_token": _round(energy_j / span_s * window_s / tokens)
-        if energy_j is not None and span_s and window_s and tokens else None,
-        "clocks_sm_mhz": stats("clocks.sm"), "clocks_mem_mhz": stats("clocks.mem"),
+        if energy_j is not None and span_s and window_s and tokens
+        else None,
+        "clocks_sm_mhz": stats("clocks.sm"),
+        "clocks_mem_mhz": stats("clocks.mem"),
         "temperature_c": stats("temperature.gpu"),
         "throttle_reasons_seen": [name for bit, name in THROTTLE_REASONS.items() if seen & bit],
         "unavailable": dict(d.unsupported),
-        "series": {"t_s": [round((r["t_ns"] - t0_ns) / 1e9, 3) for r in rows],
-                   **{k: [r.get(c) for r in rows] for k, c in (("utilization_gpu_pct", "utilization.gpu"),
-                                                               ("power_w", "power.draw"),
-                                                               ("memory_used_mib", "memory.used"),
-                                                               ("sm_activity_pct", "gpm.sm_activity"))}},
+        "series": {
+            "t_s": [round((r["t_ns"] - t0_ns) / 1e9, 3) for r in rows],
+            **{
+                k: [r.get(c) for r in rows]
+                for k, c in (
+                    ("utilization_gpu_pct", "utilization.gpu"),
+                    ("power_w", "power.draw"),
+                    ("memory_used_mib", "memory.used"),
+                    ("sm_activity_pct", "gpm.sm_activity"),
+                )
+            },
+        },
     }
     for name in GPM_METRICS:
         out[name.replace("gpm.", "gpm_") + "_pct"] = stats(name)

@@ -7,6 +7,7 @@ command to the moment the close is confirmed, so stopping the profiler, which ta
 inside it. A request is *profiled* when its [sent, done] overlaps the window; profiling perturbs
 it, so by default its latencies are kept out of the statistics (it is still counted and flagged).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -79,9 +80,14 @@ class ProfileWindow:
 
     def summary(self, t0: int, flagged: int) -> dict:
         rel = lambda t: None if t is None else round((t - t0) / 1e9, 6)  # noqa: E731
-        out = {"window": {"start_s": rel(self.start_ns), "end_s": rel(self.end_ns)},
-               "requests_flagged": flagged, "excluded_from_stats": self.spec.exclude_from_stats}
+        out = {
+            "window": {"start_s": rel(self.start_ns), "end_s": rel(self.end_ns)},
+            "requests_flagged": flagged,
+            "excluded_from_stats": self.spec.exclude_from_stats,
+        }
         if not self.supported:
-            out["profiler"] = "none: this backend has no in-process profiler (requests are still flagged)"
+            out["profiler"] = (
+                "none: this backend has no in-process profiler (requests are still flagged)"
+            )
         out.update(self.result)
         return out

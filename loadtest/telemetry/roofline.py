@@ -15,6 +15,7 @@ of each step. Achieved bandwidth and FLOP/s over those times, divided by the dev
 give MBU and MFU. Peaks come from ``loadtest calibrate`` (measured on this device, cached) or,
 failing that, the vendor datasheet table below (dense bf16 tensor FLOP/s, memory bandwidth).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,18 @@ from pathlib import Path
 
 # NVML device name fragment -> (memory bandwidth GB/s, dense bf16 TFLOP/s); most specific first.
 DATASHEET_PEAKS: tuple[tuple[str, float, float], ...] = (
-    ("H200", 4800, 989), ("H100 NVL", 3900, 835), ("H100 PCIe", 2000, 756), ("H100", 3350, 989),
-    ("GH200", 4000, 989), ("A100-SXM4-80GB", 2039, 312), ("A100 80GB PCIe", 1935, 312), ("A100", 1555, 312),
-    ("L40S", 864, 362), ("L40", 864, 181), ("L4", 300, 121), ("A10", 600, 125),
+    ("H200", 4800, 989),
+    ("H100 NVL", 3900, 835),
+    ("H100 PCIe", 2000, 756),
+    ("H100", 3350, 989),
+    ("GH200", 4000, 989),
+    ("A100-SXM4-80GB", 2039, 312),
+    ("A100 80GB PCIe", 1935, 312),
+    ("A100", 1555, 312),
+    ("L40S", 864, 362),
+    ("L40", 864, 181),
+    ("L4", 300, 121),
+    ("A10", 600, 125),
 )
 
 
@@ -43,10 +53,18 @@ def peaks_for(device_name: str | None, uuid: str | None = None) -> dict | None:
     for key in (uuid, device_name):
         if key and key in cached:
             c = cached[key]
-            return {"bw_gb_s": c["bw_gb_s"], "tflops": c["tflops"], "source": f"loadtest calibrate ({c.get('measured_at')})"}
+            return {
+                "bw_gb_s": c["bw_gb_s"],
+                "tflops": c["tflops"],
+                "source": f"loadtest calibrate ({c.get('measured_at')})",
+            }
     for fragment, bw, tflops in DATASHEET_PEAKS:
         if device_name and fragment in device_name:
-            return {"bw_gb_s": bw, "tflops": tflops, "source": f"datasheet ({fragment}: dense bf16, HBM/GDDR bandwidth)"}
+            return {
+                "bw_gb_s": bw,
+                "tflops": tflops,
+                "source": f"datasheet ({fragment}: dense bf16, HBM/GDDR bandwidth)",
+            }
     return None
 
 
@@ -59,8 +77,11 @@ def model_shape(config: dict, parameter_bytes: int, dtype_bytes: int) -> dict:
     head_dim = config.get("head_dim") or h // heads
     inter = config["intermediate_size"]
     vocab = config["vocab_size"]
-    gated = config.get("hidden_act", "silu") in ("silu", "swiglu", "gelu_pytorch_tanh") or config.get("model_type") in (
-        "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+    gated = config.get("hidden_act", "silu") in (
+        "silu",
+        "swiglu",
+        "gelu_pytorch_tanh",
+    ) or config.get("model_type") in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
     attn_params = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
     mlp_params = (3 if gated else 2) * h * inter
     matmul_params = layers * (attn_params + mlp_params) + vocab * h  # + the LM head
@@ -72,9 +93,11 @@ def model_shape(config: dict, parameter_bytes: int, dtype_bytes: int) -> dict:
     }
 
 
-ESTIMATED_NOTE = ("continuous mode: the manager's steps are not timed; decode estimated from the harness's "
-                  "figures (step = mean ITL, batch = output tok/s x step, context = mean input + half the mean "
-                  "output); prefill not estimated")
+ESTIMATED_NOTE = (
+    "continuous mode: the manager's steps are not timed; decode estimated from the harness's "
+    "figures (step = mean ITL, batch = output tok/s x step, context = mean input + half the mean "
+    "output); prefill not estimated"
+)
 
 
 def estimate_from_latencies(metrics: dict) -> dict:
@@ -90,8 +113,12 @@ def estimate_from_latencies(metrics: dict) -> dict:
     steps = window_s / step_s
     batch = tput * step_s
     context = req["input_tokens"] / req["completed"] + req["output_tokens"] / req["completed"] / 2
-    return {"decode_steps": round(steps), "decode_s": window_s, "decode_rows": round(batch * steps),
-            "decode_ctx_sum": round(batch * steps * context)}
+    return {
+        "decode_steps": round(steps),
+        "decode_s": window_s,
+        "decode_rows": round(batch * steps),
+        "decode_ctx_sum": round(batch * steps * context),
+    }
 
 
 def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
@@ -99,13 +126,20 @@ def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
     out: dict = {"peaks": peaks, "model": shape}
     steps, decode_s = acct.get("decode_steps", 0), acct.get("decode_s", 0.0)
     if steps and decode_s > 0:
-        bytes_moved = steps * shape["weight_bytes"] + acct["decode_ctx_sum"] * shape["kv_bytes_per_token"]
-        flops = (acct["decode_rows"] * shape["linear_flops_per_token"]
-                 + acct["decode_ctx_sum"] * shape["attention_flops_per_token_per_context"])
+        bytes_moved = (
+            steps * shape["weight_bytes"] + acct["decode_ctx_sum"] * shape["kv_bytes_per_token"]
+        )
+        flops = (
+            acct["decode_rows"] * shape["linear_flops_per_token"]
+            + acct["decode_ctx_sum"] * shape["attention_flops_per_token_per_context"]
+        )
         step_s = decode_s / steps
         decode = {
-            "steps": steps, "step_ms": round(1e3 * step_s, 4), "batch_mean": round(acct["decode_rows"] / steps, 3),
-            "bytes_per_step": round(bytes_moved / steps), "achieved_gb_s": round(bytes_moved / decode_s / 1e9, 3),
+            "steps": steps,
+            "step_ms": round(1e3 * step_s, 4),
+            "batch_mean": round(acct["decode_rows"] / steps, 3),
+            "bytes_per_step": round(bytes_moved / steps),
+            "achieved_gb_s": round(bytes_moved / decode_s / 1e9, 3),
             "achieved_tflops": round(flops / decode_s / 1e12, 4),
         }
         if peaks:
@@ -115,10 +149,16 @@ def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
         out["decode"] = decode
     tokens, prefill_s = acct.get("prefill_tokens", 0), acct.get("prefill_s", 0.0)
     if tokens and prefill_s > 0:
-        flops = (tokens * shape["linear_flops_per_token"]
-                 + acct.get("prefill_attn_pairs", 0) * shape["attention_flops_per_token_per_context"])
-        prefill = {"batches": acct.get("prefill_batches"), "tokens": tokens, "tokens_per_s": round(tokens / prefill_s, 1),
-                   "achieved_tflops": round(flops / prefill_s / 1e12, 4)}
+        flops = (
+            tokens * shape["linear_flops_per_token"]
+            + acct.get("prefill_attn_pairs", 0) * shape["attention_flops_per_token_per_context"]
+        )
+        prefill = {
+            "batches": acct.get("prefill_batches"),
+            "tokens": tokens,
+            "tokens_per_s": round(tokens / prefill_s, 1),
+            "achieved_tflops": round(flops / prefill_s / 1e12, 4),
+        }
         if peaks:
             prefill["mfu"] = round(flops / prefill_s / (peaks["tflops"] * 1e12), 5)
         out["prefill"] = prefill
@@ -134,27 +174,49 @@ def diagnose(roofline: dict, gpu: dict | None, kernel_summary: dict | None = Non
     evidence, verdict, remedies = [], None, []
     mbu, mfu = decode.get("mbu"), decode.get("mfu")
     if mbu is not None:
-        evidence.append(f"decode at {100 * mbu:.1f}% of memory bandwidth (MBU), {100 * mfu:.2f}% of FLOP/s (MFU); "
-                        f"step {decode['step_ms']} ms vs floor {decode.get('floor_ms')} ms at batch {decode['batch_mean']}")
+        evidence.append(
+            f"decode at {100 * mbu:.1f}% of memory bandwidth (MBU), {100 * mfu:.2f}% of FLOP/s (MFU); "
+            f"step {decode['step_ms']} ms vs floor {decode.get('floor_ms')} ms at batch {decode['batch_mean']}"
+        )
     if prefill.get("mfu") is not None:
-        evidence.append(f"prefill at {100 * prefill['mfu']:.1f}% of FLOP/s (MFU), {prefill['tokens_per_s']:.0f} tokens/s")
+        evidence.append(
+            f"prefill at {100 * prefill['mfu']:.1f}% of FLOP/s (MFU), {prefill['tokens_per_s']:.0f} tokens/s"
+        )
     if util is not None:
-        evidence.append(f"GPU kernel-active {util:.0f}% of the time" + (f", SMs busy {sm:.0f}%" if sm is not None else ""))
+        evidence.append(
+            f"GPU kernel-active {util:.0f}% of the time"
+            + (f", SMs busy {sm:.0f}%" if sm is not None else "")
+        )
     short = (kernel_summary or {}).get("under_10us_share")
     if short is not None:
         evidence.append(f"{100 * short:.0f}% of profiled CUDA kernels ran under 10 µs")
-    if mbu is not None and mbu < 0.3 and ((util is not None and util < 70) or (short is not None and short > 0.5)
-                                           or util is None):
+    if (
+        mbu is not None
+        and mbu < 0.3
+        and (
+            (util is not None and util < 70) or (short is not None and short > 0.5) or util is None
+        )
+    ):
         verdict = "host/launch-bound"
-        remedies = ["capture decode in CUDA graphs (backend.compile: true: static cache + torch.compile)",
-                    "larger batches (more work per launch)", "fewer host syncs per step; fused kernels"]
+        remedies = [
+            "capture decode in CUDA graphs (backend.compile: true: static cache + torch.compile)",
+            "larger batches (more work per launch)",
+            "fewer host syncs per step; fused kernels",
+        ]
     elif mbu is not None and mbu >= 0.5:
         verdict = "memory-bound (decode)"
-        remedies = ["larger batches amortise each weight read over more tokens", "quantised weights (int8/fp8/int4)",
-                    "a smaller KV cache (GQA, fp8 KV) for long contexts"]
+        remedies = [
+            "larger batches amortise each weight read over more tokens",
+            "quantised weights (int8/fp8/int4)",
+            "a smaller KV cache (GQA, fp8 KV) for long contexts",
+        ]
     elif prefill.get("mfu") is not None and prefill["mfu"] >= 0.4:
         verdict = "compute-bound (prefill)"
-        remedies = ["chunked prefill to interleave with decode", "fp8 matmuls", "FlashAttention kernels"]
+        remedies = [
+            "chunked prefill to interleave with decode",
+            "fp8 matmuls",
+            "FlashAttention kernels",
+        ]
     elif mbu is not None:
         verdict = "between the roofs (neither bandwidth nor compute saturated)"
         remedies = ["profile a window (profile:) to see where a step's time goes"]

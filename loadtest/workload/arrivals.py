@@ -5,19 +5,27 @@ ones), computed from a running float sum and rounded once per offset, so a long 
 drift. The closed-loop ``concurrency`` process has no offsets: its users send when their previous
 request is done; what it fixes before t0 is the sequence of think times.
 """
+
 from __future__ import annotations
 
 import itertools
 import json
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
+from loadtest.config.scenario import (
+    BurstArrival,
+    ConcurrencyArrival,
+    ConstantArrival,
+    GammaArrival,
+    PoissonArrival,
+    TraceArrival,
+)
 from loadtest.core.clock import NS_PER_S
 from loadtest.core.errors import ScenarioError
-from loadtest.config.scenario import (BurstArrival, ConcurrencyArrival, ConstantArrival, GammaArrival, PoissonArrival,
-                       TraceArrival)
 
 
 class ArrivalProcess(Protocol):
@@ -98,10 +106,16 @@ def read_trace(path: Path, time_scale: float) -> tuple[int, ...]:
             value = json.loads(line)
             seconds = float(value["offset"] if isinstance(value, dict) else value)
         except (ValueError, KeyError, TypeError):
-            raise ScenarioError([f"{path}:{lineno}: offset: expected seconds or {{\"offset\": seconds}}, got {line[:60]!r}"]) from None
+            raise ScenarioError(
+                [
+                    f'{path}:{lineno}: offset: expected seconds or {{"offset": seconds}}, got {line[:60]!r}'
+                ]
+            ) from None
         ns = round(seconds * time_scale * NS_PER_S)
         if ns < 0 or ns < previous:
-            raise ScenarioError([f"{path}:{lineno}: offset: offsets must be non-negative and non-decreasing"])
+            raise ScenarioError(
+                [f"{path}:{lineno}: offset: offsets must be non-negative and non-decreasing"]
+            )
         offsets.append(ns)
         previous = ns
     if not offsets:
@@ -120,6 +134,13 @@ ARRIVALS: dict[str, Callable] = {
 }
 
 
-def make_arrival(spec: ConstantArrival | PoissonArrival | GammaArrival | BurstArrival | TraceArrival | ConcurrencyArrival,
-                 resolve: Callable[[str], Path]) -> ArrivalProcess | ClosedLoop:
+def make_arrival(
+    spec: ConstantArrival
+    | PoissonArrival
+    | GammaArrival
+    | BurstArrival
+    | TraceArrival
+    | ConcurrencyArrival,
+    resolve: Callable[[str], Path],
+) -> ArrivalProcess | ClosedLoop:
     return ARRIVALS[spec.kind](spec, resolve)

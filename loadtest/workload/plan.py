@@ -4,18 +4,25 @@ Three seeded streams, one per random dimension (``seeds.schedule``, ``.prompts``
 so changing the arrival process never changes the prompts, and the same seeds always give a
 byte-identical plan (``Plan.to_jsonl``). Everything is decided before t0.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
-from loadtest.workload.arrivals import ClosedLoop, make_arrival
+from loadtest.config.scenario import (
+    FixedLength,
+    LognormalLength,
+    NormalLength,
+    Scenario,
+    UniformLength,
+)
 from loadtest.core.errors import ScenarioError
-from loadtest.config.scenario import FixedLength, LognormalLength, NormalLength, Scenario, UniformLength
+from loadtest.workload.arrivals import ClosedLoop, make_arrival
 from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
 
 
@@ -32,6 +39,7 @@ class PlannedRequest:
 
 
 # --- lengths ------------------------------------------------------------------------------
+
 
 def _sampler(spec) -> Callable[[random.Random], int]:
     if isinstance(spec, int):
@@ -51,11 +59,14 @@ def _sampler(spec) -> Callable[[random.Random], int]:
 
 # --- datasets -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class DatasetPrompt:
     text: str  # a chat row: rendered with the model's template
     token_ids: tuple[int, ...]
-    messages: tuple[dict, ...] | None = None  # a chat row as written (an HTTP chat API takes it as is)
+    messages: tuple[dict, ...] | None = (
+        None  # a chat row as written (an HTTP chat API takes it as is)
+    )
 
 
 def read_dataset(path: Path, tokenizer: Tokenizer) -> list[DatasetPrompt]:
@@ -84,10 +95,11 @@ def _row_text(row: object, tokenizer: Tokenizer, path: Path, lineno: int) -> str
         if all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs) and msgs:
             return tokenizer.render_chat(msgs) or render_messages_plainly(msgs)
         raise ScenarioError([f"{path}:{lineno}: messages: expected a list of {{role, content}}"])
-    raise ScenarioError([f"{path}:{lineno}: expected {{\"prompt\": ...}} or {{\"messages\": [...]}}"])
+    raise ScenarioError([f'{path}:{lineno}: expected {{"prompt": ...}} or {{"messages": [...]}}'])
 
 
 # --- the plan -------------------------------------------------------------------------------
+
 
 class RequestSource:
     """The deterministic sequence of request contents (lengths, prompts), independent of timing."""
@@ -155,22 +167,44 @@ class Plan:
 
 def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str], Path]) -> Plan:
     load = scenario.load
-    dataset = read_dataset(resolve(scenario.workload.dataset), tokenizer) if scenario.workload.dataset else None
+    dataset = (
+        read_dataset(resolve(scenario.workload.dataset), tokenizer)
+        if scenario.workload.dataset
+        else None
+    )
     source = RequestSource(scenario, dataset)
     arrival = make_arrival(load.arrival, resolve)
     schedule_rng = random.Random(scenario.seeds.schedule)
     if isinstance(arrival, ClosedLoop):
-        return Plan([], load.warmup or 0 if load.warmup_requests is None else None,
-                    None if load.duration is None else (load.warmup or 0) + load.duration,
-                    arrival, source, schedule_rng, load.warmup, load.warmup_requests, load.requests, dataset)
+        return Plan(
+            [],
+            load.warmup or 0 if load.warmup_requests is None else None,
+            None if load.duration is None else (load.warmup or 0) + load.duration,
+            arrival,
+            source,
+            schedule_rng,
+            load.warmup,
+            load.warmup_requests,
+            load.requests,
+            dataset,
+        )
     requests = list(_open_loop(load, arrival.offsets_ns(schedule_rng), source))
     measured = [r for r in requests if not r.warmup]
     if not measured:
-        raise ScenarioError(["load: the plan holds no measured request (window empty, or the trace ends in warmup)"])
+        raise ScenarioError(
+            ["load: the plan holds no measured request (window empty, or the trace ends in warmup)"]
+        )
     start = load.warmup if load.warmup is not None else measured[0].offset_ns
     end = start + load.duration if load.duration is not None else None
-    return Plan(requests, start, end, warmup_ns=load.warmup, warmup_requests=load.warmup_requests,
-                measured_requests=len(measured), dataset=dataset)
+    return Plan(
+        requests,
+        start,
+        end,
+        warmup_ns=load.warmup,
+        warmup_requests=load.warmup_requests,
+        measured_requests=len(measured),
+        dataset=dataset,
+    )
 
 
 def _open_loop(load, offsets: Iterator[int], source: RequestSource) -> Iterator[PlannedRequest]:

@@ -4,10 +4,12 @@ One token per UTF-8 byte (ids 0..255) plus BOS (256) and EOS (257), so token cou
 defined and a multi-byte character is several tokens, as with real byte-level BPE fallbacks.
 The :class:`Tokenizer` protocol is what the workload needs from any tokenizer.
 """
+
 from __future__ import annotations
 
 import random
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 
 class Tokenizer(Protocol):
@@ -50,4 +52,7 @@ class ByteTokenizer:
 
 def render_messages_plainly(messages: list[dict]) -> str:
     """The fallback rendering of a chat when the model has no template: ``role: content`` lines."""
-    return "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages) + "\nassistant:"
+    return (
+        "\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in messages)
+        + "\nassistant:"
+    )

@@ -12,6 +12,7 @@ Failures are classified and counted (``http_429``, ``connect_error``, ``server_d
 none succeeding, is down: the run ends with status failed and what it measured. The API key is
 read from an environment variable and never written anywhere.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,21 +21,25 @@ import ssl
 from collections import Counter
 from pathlib import Path
 
-from loadtest.core.errors import BackendError
-from loadtest.core.events import Finished, Failed, Tokens
 from loadtest.backends.base import BackendInfo
 from loadtest.backends.openai.sse import SseParser
+from loadtest.core.errors import BackendError
+from loadtest.core.events import Failed, Finished, Tokens
 
 PROBE_TOKENS = 2
 
 
 class OpenAIBackend:
-    needs_prompt_ids = True  # synthetic prompts are token ids of the model's tokenizer, sent as text
+    needs_prompt_ids = (
+        True  # synthetic prompts are token ids of the model's tokenizer, sent as text
+    )
 
     def __init__(self, spec, clock, context=None) -> None:
         self.spec, self.clock = spec, clock
         self.base_dir = Path((context or {}).get("base_dir", "."))
-        self.url = spec.base_url.rstrip("/") + ("/chat/completions" if spec.api == "chat" else "/completions")
+        self.url = spec.base_url.rstrip("/") + (
+            "/chat/completions" if spec.api == "chat" else "/completions"
+        )
         self._session = None
         self._plan = None
         self._fixed_via: str | None = None
@@ -55,22 +60,31 @@ class OpenAIBackend:
         key = os.environ.get(spec.api_key_env)
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        connector = aiohttp.TCPConnector(limit=spec.max_connections, limit_per_host=0, ssl=self._ssl_context(),
-                                         ttl_dns_cache=300)
+        connector = aiohttp.TCPConnector(
+            limit=spec.max_connections, limit_per_host=0, ssl=self._ssl_context(), ttl_dns_cache=300
+        )
         self._session = aiohttp.ClientSession(
-            connector=connector, headers=headers,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=spec.connect_timeout / 1e9))
+            connector=connector,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=spec.connect_timeout / 1e9),
+        )
         try:
             self._fixed_via = await self._probe()
         except BackendError:
             await self.stop()
             raise
         details = {
-            "base_url": spec.base_url, "model": spec.model, "api": spec.api, "server_model": self.server_model,
-            "fixed_output_via": self._fixed_via, "tokenizer": tokenizer_source,
-            "token_counting": "tokenizer (per chunk), reconciled to the server's usage" if self._count_tokens
+            "base_url": spec.base_url,
+            "model": spec.model,
+            "api": spec.api,
+            "server_model": self.server_model,
+            "fixed_output_via": self._fixed_via,
+            "tokenizer": tokenizer_source,
+            "token_counting": "tokenizer (per chunk), reconciled to the server's usage"
+            if self._count_tokens
             else "one token per chunk, reconciled to the server's usage",
-            "api_key": f"from ${spec.api_key_env}" if key else "none", "tls_verify": spec.verify_tls,
+            "api_key": f"from ${spec.api_key_env}" if key else "none",
+            "tls_verify": spec.verify_tls,
             "max_connections": spec.max_connections or "unbounded",
         }
         return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details)
@@ -84,18 +98,26 @@ class OpenAIBackend:
         out = {"http": dict(facts)}
         warnings = []
         if facts["usage_disagreements"]:
-            warnings.append(f"{facts['usage_disagreements']} requests: the streamed chunks held "
-                            f"{facts['client_tokens']} tokens by the client's count, the server's usage says "
-                            f"{facts['usage_tokens']} (stamps reconciled to the server's count)")
+            warnings.append(
+                f"{facts['usage_disagreements']} requests: the streamed chunks held "
+                f"{facts['client_tokens']} tokens by the client's count, the server's usage says "
+                f"{facts['usage_tokens']} (stamps reconciled to the server's count)"
+            )
         if facts["short_outputs"]:
-            warnings.append(f"{facts['short_outputs']} requests returned fewer tokens than the fixed output length "
-                            f"(fixed output via {self._fixed_via}): the server stopped early")
+            warnings.append(
+                f"{facts['short_outputs']} requests returned fewer tokens than the fixed output length "
+                f"(fixed output via {self._fixed_via}): the server stopped early"
+            )
         if facts["fixed_unsupported"]:
-            warnings.append(f"no fixed-length option (fixed_output: {self._fixed_via}): {facts['fixed_unsupported']} "
-                            "requests asked for a fixed length and could stop at EOS")
+            warnings.append(
+                f"no fixed-length option (fixed_output: {self._fixed_via}): {facts['fixed_unsupported']} "
+                "requests asked for a fixed length and could stop at EOS"
+            )
         if facts["prompt_token_mismatch"]:
-            warnings.append(f"{facts['prompt_token_mismatch']} requests: the server counted a different prompt length "
-                            "than planned (its tokenizer or chat template differs)")
+            warnings.append(
+                f"{facts['prompt_token_mismatch']} requests: the server counted a different prompt length "
+                "than planned (its tokenizer or chat template differs)"
+            )
         if warnings:
             out["warnings"] = warnings
         return out
@@ -145,10 +167,18 @@ class OpenAIBackend:
                         break
                 if not done and finish_reason is None:
                     yield Tokens(tuple(_stamps(chunks)))
-                    yield Failed(now(), "incomplete_stream", "the stream ended without [DONE] or a finish_reason")
+                    yield Failed(
+                        now(),
+                        "incomplete_stream",
+                        "the stream ended without [DONE] or a finish_reason",
+                    )
                     return
         except aiohttp.ClientConnectorError as exc:  # includes TLS verification failures
-            kind = "tls_error" if isinstance(exc, aiohttp.ClientConnectorCertificateError) else "connect_error"
+            kind = (
+                "tls_error"
+                if isinstance(exc, aiohttp.ClientConnectorCertificateError)
+                else "connect_error"
+            )
             self._connect_failed(exc)
             yield Failed(now(), kind, str(exc)[:300])
             return
@@ -160,7 +190,9 @@ class OpenAIBackend:
             yield Tokens(tuple(_stamps(chunks)))
             yield Failed(now(), "server_disconnected", str(exc)[:300])
             return
-        except aiohttp.ClientPayloadError as exc:  # a chunked body cut short: the server died mid-stream
+        except (
+            aiohttp.ClientPayloadError
+        ) as exc:  # a chunked body cut short: the server died mid-stream
             yield Tokens(tuple(_stamps(chunks)))
             yield Failed(now(), "stream_cut", str(exc)[:300])
             return
@@ -178,10 +210,16 @@ class OpenAIBackend:
         stamps = self._reconcile(chunks, usage)
         if req.ignore_eos and len(stamps) < req.output_tokens and self._fixed_via != "none":
             self.facts["short_outputs"] += 1
-        if usage and usage.get("prompt_tokens") is not None and usage["prompt_tokens"] != req.input_tokens:
+        if (
+            usage
+            and usage.get("prompt_tokens") is not None
+            and usage["prompt_tokens"] != req.input_tokens
+        ):
             self.facts["prompt_token_mismatch"] += 1
         yield Tokens(tuple(stamps))
-        yield Finished(stamps[-1] if stamps else now(), len(stamps), (usage or {}).get("prompt_tokens"))
+        yield Finished(
+            stamps[-1] if stamps else now(), len(stamps), (usage or {}).get("prompt_tokens")
+        )
 
     def _tokens_in(self, obj: dict) -> tuple[int, str | None]:
         """Output tokens in one streamed event, and its finish_reason."""
@@ -193,7 +231,9 @@ class OpenAIBackend:
             self.server_model = obj.get("model")
         if self.spec.api == "chat":
             delta = choice.get("delta") or {}
-            text = (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
+            text = (delta.get("content") or "") + (
+                delta.get("reasoning_content") or delta.get("reasoning") or ""
+            )
         else:
             text = choice.get("text") or ""
         if not text:
@@ -210,11 +250,17 @@ class OpenAIBackend:
         self.facts["usage_disagreements"] += 1
         self.facts["client_tokens"] += counted
         self.facts["usage_tokens"] += served
-        if served == len(chunks):  # one token a chunk: the client's tokenizer split some chunk texts
+        if served == len(
+            chunks
+        ):  # one token a chunk: the client's tokenizer split some chunk texts
             return [t for t, _ in chunks]
         if served > counted:  # generated, not streamed as text (partial characters, special tokens)
-            return _stamps(chunks) + [chunks[-1][0] if chunks else self.clock.now_ns()] * (served - counted)
-        counts = [n for _, n in chunks]  # over-counted: take the excess from multi-token chunks, latest first
+            return _stamps(chunks) + [chunks[-1][0] if chunks else self.clock.now_ns()] * (
+                served - counted
+            )
+        counts = [
+            n for _, n in chunks
+        ]  # over-counted: take the excess from multi-token chunks, latest first
         excess = counted - served
         for i in range(len(counts) - 1, -1, -1):
             take = min(excess, counts[i] - 1)
@@ -226,20 +272,35 @@ class OpenAIBackend:
         self._connect_errors_in_a_row += 1
         self._last_connect_error = str(exc)
         if self._connect_errors_in_a_row >= self.spec.fail_after_connect_errors:
-            raise BackendError(f"{self.spec.base_url}: the server is down ({self._connect_errors_in_a_row} connection "
-                               f"attempts in a row failed; last: {self._last_connect_error})")
+            raise BackendError(
+                f"{self.spec.base_url}: the server is down ({self._connect_errors_in_a_row} connection "
+                f"attempts in a row failed; last: {self._last_connect_error})"
+            )
 
     # -- request bodies -----------------------------------------------------------------------
 
     def _body(self, req, prompt_ids) -> dict:
-        row = self._plan.dataset[req.dataset_row] if req.dataset_row is not None and self._plan else None
+        row = (
+            self._plan.dataset[req.dataset_row]
+            if req.dataset_row is not None and self._plan
+            else None
+        )
         text = row.text if row else self._tokenizer.decode(prompt_ids)
-        return self._request(text, row.messages if row else None, req.output_tokens,
-                             self._fixed_via if req.ignore_eos else None)
+        return self._request(
+            text,
+            row.messages if row else None,
+            req.output_tokens,
+            self._fixed_via if req.ignore_eos else None,
+        )
 
     def _request(self, text: str, messages, n: int, fixed_via: str | None) -> dict:
         """A streaming request for ``n`` tokens; ``fixed_via``: how to ask for exactly ``n``."""
-        body = {"model": self.spec.model, "stream": True, "max_tokens": n, "stream_options": {"include_usage": True}}
+        body = {
+            "model": self.spec.model,
+            "stream": True,
+            "max_tokens": n,
+            "stream_options": {"include_usage": True},
+        }
         if self.spec.api == "chat":
             body["messages"] = list(messages) if messages else [{"role": "user", "content": text}]
         else:
@@ -262,7 +323,11 @@ class OpenAIBackend:
 
     async def _probe(self) -> str:
         """Reach the server (a 2-token request) and find how it takes fixed output lengths."""
-        modes = [self.spec.fixed_output] if self.spec.fixed_output != "auto" else ["ignore_eos", "generation_config"]
+        modes = (
+            [self.spec.fixed_output]
+            if self.spec.fixed_output != "auto"
+            else ["ignore_eos", "generation_config"]
+        )
         last = ""
         for via in modes:
             if via == "none":
@@ -271,13 +336,18 @@ class OpenAIBackend:
             if status < 400:
                 return via
             last = f"HTTP {status}: {text}"
-            if status not in (400, 422):  # not a refused field: the server or the model is the problem
+            if status not in (
+                400,
+                422,
+            ):  # not a refused field: the server or the model is the problem
                 raise BackendError(f"{self.url}: probe request failed: {last}")
         status, text = await self._probe_once(None)
         if status >= 400:
             raise BackendError(f"{self.url}: probe request failed: HTTP {status}: {text}")
         if self.spec.fixed_output not in ("auto", "none"):
-            raise BackendError(f"{self.url}: the server refused fixed_output={self.spec.fixed_output}: {last}")
+            raise BackendError(
+                f"{self.url}: the server refused fixed_output={self.spec.fixed_output}: {last}"
+            )
         return "none"
 
     async def _probe_once(self, via: str | None) -> tuple[int, str]:
@@ -309,8 +379,10 @@ class OpenAIBackend:
             tok = ByteTokenizer()
         if isinstance(tok, ByteTokenizer):
             if self.spec.tokenizer:
-                raise BackendError(f"backend.tokenizer: no tokenizer found at {self.spec.tokenizer!r} "
-                                   "(a local directory or a hub id in the local cache)")
+                raise BackendError(
+                    f"backend.tokenizer: no tokenizer found at {self.spec.tokenizer!r} "
+                    "(a local directory or a hub id in the local cache)"
+                )
             self._tokenizer, self._count_tokens = tok, None
             return tok, f"none found for {name!r}: built-in bytes for prompts, one token per chunk"
         self._tokenizer, self._count_tokens = tok, tok.encode
@@ -321,7 +393,9 @@ class OpenAIBackend:
             return False
         if self.spec.ca_bundle:
             path = Path(self.spec.ca_bundle).expanduser()
-            return ssl.create_default_context(cafile=str(path if path.is_absolute() else self.base_dir / path))
+            return ssl.create_default_context(
+                cafile=str(path if path.is_absolute() else self.base_dir / path)
+            )
         return True
 
 

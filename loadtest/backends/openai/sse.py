@@ -6,6 +6,7 @@ line (``\\n\\n``, ``\\r\\n\\r\\n`` or ``\\r\\r``); an event's ``data:`` lines ar
 (``event:``, ``id:``, ``retry:``) are ignored. An event split across network reads is held until
 its end arrives.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,7 +27,7 @@ class SseParser:
         out = []
         start = 0
         for m in _EVENT_END.finditer(buf):
-            data = _event_data(buf[start:m.start()])
+            data = _event_data(buf[start : m.start()])
             if data is not None:
                 out.append(data)
             start = m.end()

@@ -6,15 +6,16 @@ the worker's per-step messages into events for each request's async iterator (on
 If the worker dies, every request in flight fails with ``BackendError`` and the run ends with
 what it measured.
 """
+
 from __future__ import annotations
 
 import asyncio
 import threading
 from pathlib import Path
 
+from loadtest.backends.base import BackendInfo
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, Failed, Finished, Tokens
-from loadtest.backends.base import BackendInfo
 
 _DEATH = object()
 
@@ -33,21 +34,26 @@ class TransformersBackend:
     async def start(self) -> BackendInfo:
         import multiprocessing as mp
 
-        from loadtest.backends.transformers.worker import main
         from loadtest.backends.hf_tokenizer import load_tokenizer
+        from loadtest.backends.transformers.worker import main
 
         ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
         to_worker_r, self._to_worker = ctx.Pipe(duplex=False)
         self._from_worker, from_worker_w = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=main, args=(to_worker_r, from_worker_w, self.spec.model_dump(), self.base_dir),
-                                 daemon=True, name="loadtest-engine")
+        self._proc = ctx.Process(
+            target=main,
+            args=(to_worker_r, from_worker_w, self.spec.model_dump(), self.base_dir),
+            daemon=True,
+            name="loadtest-engine",
+        )
         self._proc.start()
         to_worker_r.close()
         from_worker_w.close()
         self._loop = asyncio.get_running_loop()
         self._reply = asyncio.Queue()
-        tokenizer = await self._loop.run_in_executor(None, load_tokenizer, self.spec.model, self.base_dir,
-                                                     self.spec.trust_remote_code)
+        tokenizer = await self._loop.run_in_executor(
+            None, load_tokenizer, self.spec.model, self.base_dir, self.spec.trust_remote_code
+        )
         threading.Thread(target=self._read, daemon=True, name="loadtest-engine-reader").start()
         msg = await self._reply.get()
         if msg is _DEATH or msg[0] == "load_failed":
@@ -56,30 +62,41 @@ class TransformersBackend:
             raise BackendError(f"engine worker could not load {self.spec.model!r}: {detail}")
         info = msg[1]
         self.tokenizer = tokenizer
-        name = f"transformers:{self.spec.model} ({self.spec.mode}, {info['device']}, {info['dtype']})"
+        name = (
+            f"transformers:{self.spec.model} ({self.spec.mode}, {info['device']}, {info['dtype']})"
+        )
         info["tokenizer"] = getattr(tokenizer, "name", type(tokenizer).__name__)
         return BackendInfo(name, tokenizer, info)
 
     async def prepare(self, plan) -> dict:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""
-        longest = max((r.input_tokens for r in plan.requests), default=128) if plan.requests else 128
+        longest = (
+            max((r.input_tokens for r in plan.requests), default=128) if plan.requests else 128
+        )
         # The static batcher can form any size up to max_batch_size: each is a new shape (a
         # compile, or in eager mode first-use costs such as attention plans). ``continuous`` warms
         # by running max_batch_size requests through the manager at once.
-        sizes = {"single": [1], "static": list(range(1, self.spec.max_batch_size + 1)),
-                 "continuous": [self.spec.max_batch_size]}[self.spec.mode]
+        sizes = {
+            "single": [1],
+            "static": list(range(1, self.spec.max_batch_size + 1)),
+            "continuous": [self.spec.max_batch_size],
+        }[self.spec.mode]
         new_tokens = 4
         if self.spec.compile:
             # A static cache is compiled for its length (prompt + new tokens): warm up with the
             # run's own, or the first real batch recompiles inside the measurement (seconds).
-            new_tokens = max((r.output_tokens for r in plan.requests), default=128) if plan.requests else 128
+            new_tokens = (
+                max((r.output_tokens for r in plan.requests), default=128) if plan.requests else 128
+            )
         self._to_worker.send(("warmup", [(bs, longest, new_tokens) for bs in sizes]))
         msg = await self._reply.get()
         if msg is _DEATH:
             raise BackendError(f"engine worker died during warm-up: {self._dead}")
         return {"warmup_s": msg[1], "warmup_batch_sizes": sizes}
 
-    async def bare_generate(self, batch_size: int, prompt_len: int, new_tokens: int, reps: int = 1) -> list:
+    async def bare_generate(
+        self, batch_size: int, prompt_len: int, new_tokens: int, reps: int = 1
+    ) -> list:
         """Seconds per call of a bare generate() loop in the worker, on its loaded (and warmed)
         model: the reference for the harness's overhead (bench/overhead_e2e.py). Between runs."""
         if self._dead:

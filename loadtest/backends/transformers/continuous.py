@@ -10,6 +10,7 @@ EOS is handled here, not by the manager: the manager runs with EOS disabled, and
 request is finished and cancelled when its EOS token arrives. That works the same across
 transformers versions whose per-request EOS options differ.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,18 +37,31 @@ class ContinuousEngine:
         from transformers import GenerationConfig
 
         spec, model = self.base.spec, self.base.model
-        gen = GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=self.base.info.get("pad_token_id", 0),
-                               max_new_tokens=4096)
+        gen = GenerationConfig(
+            do_sample=False,
+            eos_token_id=-1,
+            pad_token_id=self.base.info.get("pad_token_id", 0),
+            max_new_tokens=4096,
+        )
         cb = spec.get("continuous") or {}
-        wanted = {"page_size": cb.get("block_size"), "block_size": cb.get("block_size"),
-                  "num_blocks": cb.get("num_blocks"), "max_batch_tokens": cb.get("max_batch_tokens"),
-                  "use_cuda_graph": cb.get("use_cuda_graph"), "max_requests_per_batch": spec["max_batch_size"]}
+        wanted = {
+            "page_size": cb.get("block_size"),
+            "block_size": cb.get("block_size"),
+            "num_blocks": cb.get("num_blocks"),
+            "max_batch_tokens": cb.get("max_batch_tokens"),
+            "use_cuda_graph": cb.get("use_cuda_graph"),
+            "max_requests_per_batch": spec["max_batch_size"],
+        }
         try:
             from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
             names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
-            config = ContinuousBatchingConfig(**{k: v for k, v in wanted.items() if k in names and v is not None})
-            manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=config)
+            config = ContinuousBatchingConfig(
+                **{k: v for k, v in wanted.items() if k in names and v is not None}
+            )
+            manager = model.init_continuous_batching(
+                generation_config=gen, continuous_batching_config=config
+            )
             self.settings = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else {}
         except ImportError:  # older transformers: the settings live on the generation config
             for k, v in wanted.items():
@@ -84,9 +98,20 @@ class ContinuousEngine:
     def _add(self, msg) -> None:
         _, rid, prompt, cap, ignore_eos, eos = msg
         key = str(rid)
-        self.live[key] = {"rid": rid, "cap": cap, "eos": None if ignore_eos else eos, "seen": 0, "admitted": False}
-        self.manager.add_request(list(prompt), request_id=key, max_new_tokens=cap, streaming=True,
-                                 record_timestamps=self.stamp_source == "manager")
+        self.live[key] = {
+            "rid": rid,
+            "cap": cap,
+            "eos": None if ignore_eos else eos,
+            "seen": 0,
+            "admitted": False,
+        }
+        self.manager.add_request(
+            list(prompt),
+            request_id=key,
+            max_new_tokens=cap,
+            streaming=True,
+            record_timestamps=self.stamp_source == "manager",
+        )
 
     def _poll(self) -> None:
         """Take every result the manager has ready; one message per poll for all their tokens."""
@@ -115,7 +140,7 @@ class ContinuousEngine:
             self.live.pop(r.request_id)
             return
         tokens = r.generated_tokens
-        new = tokens[st["seen"]:st["cap"]]
+        new = tokens[st["seen"] : st["cap"]]
         ts = r.timestamps if self.stamp_source == "manager" and r.timestamps else None
         done = False
         kept = []

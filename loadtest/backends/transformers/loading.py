@@ -3,6 +3,7 @@
 No network, ever: hub ids load with ``local_files_only``. ``dummy:<arch>`` builds the real
 architecture from its config with random weights, directly on the target device and dtype.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,11 @@ def load_model(spec: dict, base_dir: str):
         # behind it: leave one core to the harness.
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     torch.manual_seed(spec["seed"])
-    attn = {"attn_implementation": spec["attn_implementation"]} if spec.get("attn_implementation") else {}
+    attn = (
+        {"attn_implementation": spec["attn_implementation"]}
+        if spec.get("attn_implementation")
+        else {}
+    )
     name = spec["model"]
     if name.startswith("dummy:"):
         arch = name.split(":", 1)[1]
@@ -53,7 +58,11 @@ def load_model(spec: dict, base_dir: str):
             path = Path(base_dir) / path
         target = str(path) if path.is_dir() else name
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            target, dtype=dtype, local_files_only=True, trust_remote_code=spec["trust_remote_code"], **attn
+            target,
+            dtype=dtype,
+            local_files_only=True,
+            trust_remote_code=spec["trust_remote_code"],
+            **attn,
         ).to(device)
         source = str(target)
     model.eval()
@@ -64,17 +73,36 @@ def load_model(spec: dict, base_dir: str):
         pad = eos if isinstance(eos, int) else (eos[0] if eos else 0)
     n_params = sum(p.numel() for p in model.parameters())
     info = {
-        "model": name, "source": source, "architecture": type(model).__name__, "device": str(device),
+        "model": name,
+        "source": source,
+        "architecture": type(model).__name__,
+        "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "dtype": str(dtype).removeprefix("torch."), "parameters": n_params,
+        "dtype": str(dtype).removeprefix("torch."),
+        "parameters": n_params,
         "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-        "attn_implementation": getattr(config, "_attn_implementation", None), "mode": spec["mode"],
-        "compile": spec["compile"], "trust_remote_code": spec["trust_remote_code"], "pad_token_id": pad,
-        "torch": torch.__version__, "transformers": transformers.__version__,
+        "attn_implementation": getattr(config, "_attn_implementation", None),
+        "mode": spec["mode"],
+        "compile": spec["compile"],
+        "trust_remote_code": spec["trust_remote_code"],
+        "pad_token_id": pad,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,
         "dtype_bytes": torch.tensor([], dtype=dtype).element_size(),
-        "shape_config": {k: getattr(config, k, None) for k in (
-            "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "intermediate_size", "vocab_size", "hidden_act")},
+        "shape_config": {
+            k: getattr(config, k, None)
+            for k in (
+                "model_type",
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "intermediate_size",
+                "vocab_size",
+                "hidden_act",
+            )
+        },
     }
     return model, device, info

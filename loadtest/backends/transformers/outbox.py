@@ -18,6 +18,7 @@ of a token (at most ``period`` later), never the token's time.
 whose result it waits on (a step where a request ends, a batch's end): queued in order and the
 writer woken at once.
 """
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ an NVTX range too. ``export``, after the run, writes
 TensorBoard folder, and returns the top operators by self device time plus a summary of the
 CUDA kernels (how many ran under 10 µs: the launch-bound signature).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,9 +28,12 @@ class WorkerProfiler:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self.prof = torch.profiler.profile(activities=activities, record_shapes=options.get("record_shapes", False),
-                                           profile_memory=options.get("profile_memory", False),
-                                           with_stack=options.get("with_stack", False))
+        self.prof = torch.profiler.profile(
+            activities=activities,
+            record_shapes=options.get("record_shapes", False),
+            profile_memory=options.get("profile_memory", False),
+            with_stack=options.get("with_stack", False),
+        )
 
     _steps = 0
     _step_open = False
@@ -90,23 +94,33 @@ class WorkerProfiler:
         with raw.open("rb") as src, gzip.open(out / "trace.json.gz", "wb", compresslevel=1) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         raw.unlink()
-        result = {"profiler": f"torch.profiler ({'CPU+CUDA' if self.cuda else 'CPU'})", "trace": "trace.json.gz",
-                  "captured_s": round(captured_s, 3)}
+        result = {
+            "profiler": f"torch.profiler ({'CPU+CUDA' if self.cuda else 'CPU'})",
+            "trace": "trace.json.gz",
+            "captured_s": round(captured_s, 3),
+        }
         if self.options.get("tensorboard"):
             torch.profiler.tensorboard_trace_handler(str(out / "tb"))(self.prof)
             result["tensorboard"] = "tb/"
         result["export_s"] = round(time.monotonic() - t, 3)
         t = time.monotonic()
-        ops, kernels = op_tables(self.prof.profiler.kineto_results.events(), torch.autograd.DeviceType)
+        ops, kernels = op_tables(
+            self.prof.profiler.kineto_results.events(), torch.autograd.DeviceType
+        )
         result["tables_s"] = round(time.monotonic() - t, 3)
         key = "self_cuda_time_us" if self.cuda else "self_cpu_time_us"
-        result["top_ops"] = sorted(ops, key=lambda r: r[key], reverse=True)[: self.options.get("top_ops", 20)]
+        result["top_ops"] = sorted(ops, key=lambda r: r[key], reverse=True)[
+            : self.options.get("top_ops", 20)
+        ]
         launches = sum(k["cuda_calls"] for k in kernels)
         short = sum(k["short_calls"] for k in kernels)
         result["kernels"] = kernels[:50]
-        result["kernel_summary"] = {"distinct": len(kernels), "launches": launches,
-                                    "cuda_time_us": round(sum(k["cuda_time_us"] for k in kernels), 1),
-                                    "under_10us_share": round(short / launches, 4) if launches else None}
+        result["kernel_summary"] = {
+            "distinct": len(kernels),
+            "launches": launches,
+            "cuda_time_us": round(sum(k["cuda_time_us"] for k in kernels), 1),
+            "under_10us_share": round(short / launches, 4) if launches else None,
+        }
         return result
 
 
@@ -132,8 +146,13 @@ def op_tables(events, device_type) -> tuple[list[dict], list[dict]]:
     def row(name: str) -> dict:
         r = ops.get(name)
         if r is None:
-            r = ops[name] = {"name": name, "calls": 0, "cpu_time_us": 0.0, "self_cpu_time_us": 0.0,
-                             "self_cuda_time_us": 0.0}
+            r = ops[name] = {
+                "name": name,
+                "calls": 0,
+                "cpu_time_us": 0.0,
+                "self_cpu_time_us": 0.0,
+                "self_cuda_time_us": 0.0,
+            }
         return r
 
     for es in cpu_by_thread.values():
@@ -154,7 +173,9 @@ def op_tables(events, device_type) -> tuple[list[dict], list[dict]]:
     kernels: dict[str, dict] = {}
     for e in gpu:
         us = e.duration_ns() / 1000
-        k = kernels.setdefault(e.name(), {"name": e.name(), "cuda_calls": 0, "cuda_time_us": 0.0, "short_calls": 0})
+        k = kernels.setdefault(
+            e.name(), {"name": e.name(), "cuda_calls": 0, "cuda_time_us": 0.0, "short_calls": 0}
+        )
         k["cuda_calls"] += 1
         k["cuda_time_us"] += us
         k["short_calls"] += us < 10
@@ -165,8 +186,11 @@ def op_tables(events, device_type) -> tuple[list[dict], list[dict]]:
     out = []
     for r in ops.values():
         out.append({**r, **{k: round(v, 1) for k, v in r.items() if isinstance(v, float)}})
-    kern = sorted(({**k, "cuda_time_us": round(k["cuda_time_us"], 1)} for k in kernels.values()),
-                  key=lambda k: k["cuda_time_us"], reverse=True)
+    kern = sorted(
+        ({**k, "cuda_time_us": round(k["cuda_time_us"], 1)} for k in kernels.values()),
+        key=lambda k: k["cuda_time_us"],
+        reverse=True,
+    )
     return out, kern
 
 

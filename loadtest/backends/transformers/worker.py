@@ -17,6 +17,7 @@ produced the token is done and the host knows it: right after generate()'s own p
 synchronisation (AfterSyncStamps), or in the streamer fallback right after the tokens were copied
 to the host. Messages are built and written by the outbox's thread, off the decode loop.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,8 @@ import time
 import traceback
 from collections import deque
 
-from loadtest.core.heap import process_gc_pauses, settle_heap
 from loadtest.backends.transformers.outbox import Outbox
+from loadtest.core.heap import process_gc_pauses, settle_heap
 
 STOP = ("stop",)
 
@@ -54,17 +55,27 @@ def _serve(inbox_conn, out: Outbox, spec: dict, base_dir: str) -> None:
         return
     inbox: queue.Queue = queue.Queue()
     cancelled: set = set()
-    threading.Thread(target=_pump, args=(inbox_conn, inbox, cancelled, engine.urgent), daemon=True).start()
+    threading.Thread(
+        target=_pump, args=(inbox_conn, inbox, cancelled, engine.urgent), daemon=True
+    ).start()
     if spec["mode"] == "continuous":
         from loadtest.backends.transformers.continuous import ContinuousEngine
 
         try:
             served = ContinuousEngine(engine)
         except Exception as exc:
-            out.send(("load_failed", f"continuous batching manager: {type(exc).__name__}: {exc}", traceback.format_exc(limit=5)))
+            out.send(
+                (
+                    "load_failed",
+                    f"continuous batching manager: {type(exc).__name__}: {exc}",
+                    traceback.format_exc(limit=5),
+                )
+            )
             return
-        engine.info["continuous"] = {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
-                                     for k, v in served.settings.items()}
+        engine.info["continuous"] = {
+            k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v))
+            for k, v in served.settings.items()
+        }
         engine.info["stamp_source"] = served.stamp_source
     else:
         served = engine
@@ -105,14 +116,20 @@ class Engine:
         self.info["load_s"] = round(time.monotonic() - t, 3)
         self.stamp_source = choose_stamp_source(self.device)
         self.info["stamp_source"] = self.stamp_source
-        self.stamp_mismatches = 0  # batches since the last facts whose stamp count differed from their tokens
+        self.stamp_mismatches = (
+            0  # batches since the last facts whose stamp count differed from their tokens
+        )
         self.batches = 0
         self._batches_reported = 0
         self.acct = new_accounting()
         self.gc = process_gc_pauses()
         self.profiler = None  # a WorkerProfiler while a capture window is open
-        self.pending_export = None  # (profiler, out_dir): a closed window, exported at the end of the run
-        self.urgent: deque = deque()  # checked every decode step: a deque's emptiness test takes no lock
+        self.pending_export = (
+            None  # (profiler, out_dir): a closed window, exported at the end of the run
+        )
+        self.urgent: deque = (
+            deque()
+        )  # checked every decode step: a deque's emptiness test takes no lock
         # Fault injection for tests: an OOM in batch N, or the worker dying at batch N.
         self.fault_oom_batch = int(os.environ.get("LOADTEST_FAULT_OOM_BATCH", "0"))
         self.fault_exit_batch = int(os.environ.get("LOADTEST_FAULT_EXIT_BATCH", "0"))
@@ -226,15 +243,26 @@ class Engine:
         pad = self.info.get("pad_token_id", 0)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, r in enumerate(batch):  # left padding: every row's next token lands in the last column
-            ids[i, width - len(r[2]):] = torch.tensor(r[2], dtype=torch.long)
-            mask[i, width - len(r[2]):] = 1
+        for i, r in enumerate(
+            batch
+        ):  # left padding: every row's next token lands in the last column
+            ids[i, width - len(r[2]) :] = torch.tensor(r[2], dtype=torch.long)
+            mask[i, width - len(r[2]) :] = 1
         real = not isinstance(out, _NullOut)
         # A step counts for the roofline in the accounting current when it is handed over (the
         # window's, once it opened), and not while a profiler is on: its overhead is not the model's.
-        streamer = StepStreamer(batch, out, cancelled, finished, width, self._after_step if real else None,
-                                accounting=(lambda: self.acct if self.profiler is None else None) if real else None)
-        kwargs = self._generate_kwargs(max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5])
+        streamer = StepStreamer(
+            batch,
+            out,
+            cancelled,
+            finished,
+            width,
+            self._after_step if real else None,
+            accounting=(lambda: self.acct if self.profiler is None else None) if real else None,
+        )
+        kwargs = self._generate_kwargs(
+            max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5]
+        )
         hook = None
         if self.stamp_source == AFTER_SYNC:
             hook = AfterSyncStamps(torch, streamer)
@@ -242,7 +270,7 @@ class Engine:
             kwargs["streamer"] = streamer
         label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
         ids, mask = ids.to(self.device), mask.to(self.device)
-        with torch.inference_mode(), (self.profiler.annotate(label) if label else _nothing()):
+        with torch.inference_mode(), self.profiler.annotate(label) if label else _nothing():
             if hook is not None:
                 hook.install()
                 streamer.start(time.monotonic_ns())
@@ -258,8 +286,12 @@ class Engine:
         return 0 if hook is None or hook.stamps == generated else 1
 
     def _generate_kwargs(self, max_new: int, ignore_eos: bool, eos) -> dict:
-        kwargs = dict(max_new_tokens=max_new, do_sample=False, pad_token_id=self.info.get("pad_token_id", 0),
-                      eos_token_id=None if ignore_eos else eos)
+        kwargs = dict(
+            max_new_tokens=max_new,
+            do_sample=False,
+            pad_token_id=self.info.get("pad_token_id", 0),
+            eos_token_id=None if ignore_eos else eos,
+        )
         if ignore_eos:
             kwargs["min_new_tokens"] = max_new
         if self.spec.get("compile"):
@@ -291,12 +323,17 @@ class Engine:
     def _warmup(self, shapes: list) -> None:
         t = time.monotonic()
         for batch_size, prompt_len, new_tokens in shapes:
-            fake = [("req", -1 - i, [65] * prompt_len, new_tokens, True, None) for i in range(batch_size)]
+            fake = [
+                ("req", -1 - i, [65] * prompt_len, new_tokens, True, None)
+                for i in range(batch_size)
+            ]
             if self._generate(fake, set(), _NullOut(), set()):
                 # Not one stamp per token: this transformers' loop does not call its stop check
                 # the way AfterSyncStamps expects. Stamp from the streamer instead.
                 self.stamp_source = STREAMER
-                self.info["stamp_source"] = f"{STREAMER} (the after-sync hook miscounted in warm-up)"
+                self.info["stamp_source"] = (
+                    f"{STREAMER} (the after-sync hook miscounted in warm-up)"
+                )
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
             self.torch.cuda.reset_peak_memory_stats()
@@ -312,8 +349,12 @@ class Engine:
     def _facts(self, reset: bool = False) -> dict:
         torch = self.torch
         self.out.flush()  # the accounting is updated on the outbox's thread
-        facts = {"batches": self.batches - self._batches_reported, "roofline_acct": dict(self.acct),
-                 "stamp_mismatches": self.stamp_mismatches, "gc_pauses": self.gc.summary(reset)}
+        facts = {
+            "batches": self.batches - self._batches_reported,
+            "roofline_acct": dict(self.acct),
+            "stamp_mismatches": self.stamp_mismatches,
+            "gc_pauses": self.gc.summary(reset),
+        }
         if reset and self.pending_export is not None:
             profiler, out_dir = self.pending_export
             self.pending_export = None
@@ -329,14 +370,24 @@ class Engine:
         else:
             import resource
 
-            facts["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+            facts["peak_rss_mb"] = round(
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+            )
         return facts
 
 
 def new_accounting() -> dict:
     """What the roofline needs from the steps this worker ran (see loadtest.telemetry.roofline)."""
-    return {"prefill_batches": 0, "prefill_tokens": 0, "prefill_attn_pairs": 0, "prefill_s": 0.0,
-            "decode_steps": 0, "decode_rows": 0, "decode_ctx_sum": 0, "decode_s": 0.0}
+    return {
+        "prefill_batches": 0,
+        "prefill_tokens": 0,
+        "prefill_attn_pairs": 0,
+        "prefill_s": 0.0,
+        "decode_steps": 0,
+        "decode_rows": 0,
+        "decode_ctx_sum": 0,
+        "decode_s": 0.0,
+    }
 
 
 class _nothing:
@@ -396,7 +447,7 @@ class AfterSyncStamps:
     at the stamp the step is done and its tokens are on the host. One call per token generated;
     each batch checks that (``stamps``), and warm-up falls back to the streamer if not."""
 
-    def __init__(self, torch, streamer: "StepStreamer") -> None:
+    def __init__(self, torch, streamer: StepStreamer) -> None:
         self.torch, self.streamer = torch, streamer
         self.stamps = 0
         self._buf = None
@@ -416,8 +467,11 @@ class AfterSyncStamps:
         """Queue the copy of this step's tokens to the host; the row of the buffer they land in."""
         if self._buf is None:
             self._cuda = tokens.device.type == "cuda"
-            self._buf = self.torch.empty((self.streamer.max_steps, tokens.shape[0]), dtype=tokens.dtype,
-                                         pin_memory=self._cuda)
+            self._buf = self.torch.empty(
+                (self.streamer.max_steps, tokens.shape[0]),
+                dtype=tokens.dtype,
+                pin_memory=self._cuda,
+            )
         row = self._buf[min(self.stamps, self._buf.shape[0] - 1)]
         row.copy_(tokens, non_blocking=self._cuda)
         return row
@@ -444,8 +498,16 @@ class StepStreamer:
     on the host. ``put`` runs between two decode steps, so it only stamps and queues the step;
     turning steps into per-request messages (``_drain``) runs on the outbox's thread, in order."""
 
-    def __init__(self, batch: list, out, cancelled: set, finished: set, width: int = 0, on_step=None,
-                 accounting=None) -> None:
+    def __init__(
+        self,
+        batch: list,
+        out,
+        cancelled: set,
+        finished: set,
+        width: int = 0,
+        on_step=None,
+        accounting=None,
+    ) -> None:
         """``accounting()``: the roofline accounting dict a step handed over now counts in, or
         None for a step that does not count; None: no accounting."""
         self.width, self.on_step, self.accounting = width, on_step, accounting or (lambda: None)
@@ -585,7 +647,9 @@ class StepStreamer:
         if stamped:
             msgs.insert(0, ("tokens", (t,), stamped))
         self._n_cancelled = len(cancelled)
-        self._going = [rid for i, rid in enumerate(rids) if active[i]]  # a new list: sent ones stay as sent
+        self._going = [
+            rid for i, rid in enumerate(rids) if active[i]
+        ]  # a new list: sent ones stay as sent
         self._next_end = min((caps[i] for i in range(len(rids)) if active[i]), default=0)
         return msgs
 
@@ -601,7 +665,9 @@ class StepStreamer:
             for i, rid in enumerate(self.rids):
                 if rid not in self.finished and rid not in self.cancelled:
                     self.finished.add(rid)
-                    msgs.append(("done", t, rid, self.decoded if self.active[i] else self.counts[i]))
+                    msgs.append(
+                        ("done", t, rid, self.decoded if self.active[i] else self.counts[i])
+                    )
             return msgs
 
         self.out.call(rest)
