@@ -1,7 +1,6 @@
 """The command line: a thin typer layer over ``loadtest.session``.
 
-Exit codes: 0 ok (and SLA passed, if any); 1 SLA failed; 2 usage or scenario error; 3 run
-invalid or SLA inconclusive; 4 run failed (backend crashed); 130 interrupted (partial result written).
+Exit codes are defined once, in ``loadtest.core.exit_codes`` (the README lists them).
 """
 
 from __future__ import annotations
@@ -11,35 +10,66 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="LLM inference latency load tester."
-)
+from loadtest.core import exit_codes
+from loadtest.core.exit_codes import FAILED as EXIT_FAILED
+from loadtest.core.exit_codes import INTERRUPTED as EXIT_INTERRUPTED
+from loadtest.core.exit_codes import OK as EXIT_OK
+from loadtest.core.exit_codes import OUTPUT as EXIT_OUTPUT
+from loadtest.core.exit_codes import SLA_FAILED as EXIT_SLA_FAIL
+from loadtest.core.exit_codes import USAGE as EXIT_USAGE
+from loadtest.reporters.console import make_console, styled
 
-EXIT_OK, EXIT_SLA_FAIL, EXIT_USAGE, EXIT_INVALID, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="LLM inference latency load tester.",
+)
 
 
 def exit_code(metrics: dict) -> int:
     """For a metrics.json or a repeat.json (its pooled status and SLA verdict)."""
-    status = metrics["status"]
-    if status == "interrupted":
-        return EXIT_INTERRUPTED
-    if status == "failed":
-        return EXIT_FAILED
-    if status == "invalid":
-        return EXIT_INVALID
     verdict = (metrics.get("sla") or {}).get("verdict")
-    return {"FAIL": EXIT_SLA_FAIL, "INCONCLUSIVE": EXIT_INVALID}.get(verdict, EXIT_OK)
+    return exit_codes.for_result(metrics["status"], verdict, metrics.get("interrupted_by"))
+
+
+def _error(*lines: str) -> None:
+    """Error lines on stderr; outside text in them is scrubbed of secrets, never parsed."""
+    from loadtest.core import secrets
+
+    for line in lines:
+        typer.echo(f"error: {secrets.scrub(str(line))}", err=True)
 
 
 def _load(path: Path, overrides: list[str]):
-    from loadtest.config.loading import load_scenario
+    """The scenario, with everything a run would refuse found now (datasets, traces, an empty
+    window), before any model loads: exit 2 with ``file:line`` otherwise."""
+    from loadtest.config.loading import load_scenario, resolve_path
     from loadtest.core.errors import ScenarioError
+    from loadtest.workload.plan import check_plan
 
     try:
-        return load_scenario(path, overrides)
+        loaded = load_scenario(path, overrides)
+        check_plan(loaded.scenario, lambda name: resolve_path(loaded, name))
+        return loaded
     except ScenarioError as exc:
-        for line in exc.problems:
-            typer.echo(f"error: {line}", err=True)
+        _error(*exc.problems)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _claim(out: Path | None, loaded, overwrite: bool, suffix: str = "") -> Path:
+    """The run (or sweep, repeat) directory, created now, before anything heavy starts."""
+    from loadtest.core import rundir
+    from loadtest.core.errors import OutputError
+
+    try:
+        if out is None and loaded.scenario.outputs.dir:
+            out = Path(loaded.scenario.outputs.dir)
+        if out is None:
+            return rundir.default_dir(loaded.scenario.name + suffix)
+        return rundir.claim(out, overwrite)
+    except OutputError as exc:
+        _error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
 
 
@@ -70,23 +100,24 @@ def run(
     markdown_out: Path | None = typer.Option(
         None, "--markdown", help="--gate: write a Markdown summary here."
     ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace an earlier loadtest result in --out (never other files).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress display."),
     as_json: bool = typer.Option(
         False, "--json", help="Print metrics.json (repeat.json) to stdout instead of tables."
     ),
 ) -> None:
     """Run one load test and write its run directory (metrics.json); --repeat N for replicates."""
-    import asyncio
 
     loaded = _load(scenario, set_)
-    from rich.console import Console
-
     from loadtest.core.clock import MonotonicClock
-    from loadtest.core.errors import LoadtestError, ScenarioError
     from loadtest.repeat import run_repeats
     from loadtest.reporters import terminal
     from loadtest.reporters.progress import live_progress
-    from loadtest.session import Session, default_out_dir
+    from loadtest.session import Session
 
     if (sla or baseline or junit or markdown_out) and not gate_:
         typer.echo("error: --sla, --baseline, --junit and --markdown need --gate", err=True)
@@ -98,12 +129,8 @@ def run(
             err=True,
         )
         raise typer.Exit(EXIT_USAGE)
-    console = Console(stderr=as_json)
-    out = out or (
-        Path(loaded.scenario.outputs.dir)
-        if loaded.scenario.outputs.dir
-        else default_out_dir(loaded.scenario.name)
-    )
+    console = make_console(stderr=as_json)
+    out = _claim(out, loaded, overwrite)
 
     async def go():
         session = Session(
@@ -114,15 +141,11 @@ def run(
         try:
             if repeat > 1:
                 return await run_repeats(loaded, out, repeat, session)
-            return (await session.run_point(loaded, out)).metrics
+            return (await session.run_point(loaded, out, claimed=True)).metrics
         finally:
             await session.close()
 
-    try:
-        doc = asyncio.run(go())
-    except LoadtestError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_USAGE if isinstance(exc, ScenarioError) else EXIT_FAILED) from None
+    doc = _run_async(go)
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
     elif repeat > 1:
@@ -170,23 +193,24 @@ def sweep(
     set_: list[str] = typer.Option(
         [], "--set", help="Override a field for every point: dotted.key=value."
     ),
+    overwrite: bool = typer.Option(
+        False,
+        "--overwrite",
+        help="Replace an earlier loadtest result in --out (never other files).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress display."),
 ) -> None:
     """Run the scenario at several settings (model loaded once): curves, frontier, knee, sweep.json."""
-    import asyncio
-
-    from rich.console import Console
 
     from loadtest import sweep as sweeps
     from loadtest.core.clock import MonotonicClock
-    from loadtest.core.errors import LoadtestError, ScenarioError
+    from loadtest.core.errors import ScenarioError
     from loadtest.reporters import sweep_report
     from loadtest.reporters.progress import live_progress
-    from loadtest.session import Session, default_out_dir
+    from loadtest.session import Session
 
     loaded = _load(scenario, set_)
-    console = Console()
-    out = out or default_out_dir(f"{loaded.scenario.name}-sweep")
+    console = make_console()
     try:
         axes = sweeps.parse_axes(batch_sizes, rates, concurrency, param)
         if not axes and not find_max_rate:
@@ -194,9 +218,9 @@ def sweep(
                 ["sweep: give --batch-sizes, --rates, --concurrency, --param or --find-max-rate"]
             )
     except ScenarioError as exc:
-        for line in exc.problems:
-            typer.echo(f"error: {line}", err=True)
+        _error(*exc.problems)
         raise typer.Exit(EXIT_USAGE) from None
+    out = _claim(out, loaded, overwrite, "-sweep")
 
     async def go():
         session = Session(
@@ -211,20 +235,12 @@ def sweep(
         finally:
             await session.close()
 
-    try:
-        doc = asyncio.run(go())
-    except ScenarioError as exc:
-        for line in exc.problems:
-            typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except LoadtestError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_FAILED) from None
+    doc = _run_async(go)
     sweep_report.render_terminal(doc, console)
     paths = sweep_report.write(doc, out)
     console.print(f"sweep: {out / 'sweep.json'}  report: {', '.join(str(p) for p in paths)}")
     if doc["status"] == "interrupted":
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(exit_codes.SIGNALS.get(doc.get("interrupted_by") or "", EXIT_INTERRUPTED))
     if find_max_rate and doc["status"] != "ok":
         raise typer.Exit(EXIT_SLA_FAIL)
     raise typer.Exit(EXIT_OK)
@@ -235,19 +251,15 @@ def validate(
     files: list[Path] = typer.Argument(..., help="Scenario files."),
     set_: list[str] = typer.Option([], "--set", help="Override a field: dotted.key=value."),
 ) -> None:
-    """Check scenario files without running anything (no model load, no GPU)."""
-    from loadtest.config.loading import load_scenario
-    from loadtest.core.errors import ScenarioError
-
+    """Check scenario files as a run would (datasets, traces and the plan too), without loading
+    a model or touching a GPU."""
     bad = 0
     for f in files:
         try:
-            load_scenario(f, set_)
+            _load(f, set_)
             typer.echo(f"ok: {f}")
-        except ScenarioError as exc:
+        except typer.Exit:
             bad += 1
-            for line in exc.problems:
-                typer.echo(f"error: {line}", err=True)
     raise typer.Exit(EXIT_USAGE if bad else EXIT_OK)
 
 
@@ -259,10 +271,8 @@ def report(
     from loadtest.reporters import html, markdown, sweep_report, terminal
 
     if (run_dir / "sweep.json").exists():
-        from rich.console import Console
-
         doc = json.loads((run_dir / "sweep.json").read_text())
-        sweep_report.render_terminal(doc, Console())
+        sweep_report.render_terminal(doc, make_console())
         typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(doc, run_dir)))
         raise typer.Exit(EXIT_OK)
     path = run_dir / "metrics.json"
@@ -339,11 +349,11 @@ def _gate_and_report(
         )
     terminal.render_regression(result["regression"], console)
     for reason in result["reasons"]:
-        console.print(f"[yellow]run {result['status']}: {reason}[/yellow]")
+        console.print(f"run {result['status']}: {reason}", style="yellow")
     for warning in result["warnings"]:
-        console.print(f"[yellow]warning: {warning}[/yellow]")
+        console.print(f"warning: {warning}", style="yellow")
     style = terminal.VERDICT_STYLE[result["verdict"]]
-    console.print(f"gate: [{style}]{result['verdict']}[/{style}]")
+    console.print(styled("gate: ", (result["verdict"], style)))
     name = run_dir.name
     if junit:
         atomic.write_text(junit, gate.junit_xml(result, name))
@@ -409,8 +419,6 @@ def gate_cmd(
     ),
 ) -> None:
     """Judge a saved run against an SLA and/or baselines: exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE or invalid run."""
-    from rich.console import Console
-
     if not sla and not baseline:
         typer.echo("error: give --sla FILE, --baseline DIR, or both", err=True)
         raise typer.Exit(EXIT_USAGE)
@@ -422,7 +430,7 @@ def gate_cmd(
             baseline,
             junit,
             markdown_out,
-            Console(),
+            make_console(),
             names,
             min_effect,
             confidence,
@@ -447,8 +455,6 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
 ) -> None:
     """Side by side: each headline metric of B against A, the change and its bootstrap interval."""
-    from rich.console import Console
-
     from loadtest.analysis import gate, regression
     from loadtest.reporters import terminal
     from loadtest.results import runset
@@ -473,14 +479,16 @@ def compare(
             )
         )
         raise typer.Exit(EXIT_OK)
-    console = Console()
+    console = make_console()
     terminal.render_compare(checks, a.name, b.name, confidence, console)
     for w in gate.scenario_differences(a.measured[0], b.measured[0]):
-        console.print(f"[yellow]warning: {w}[/yellow]")
+        console.print(f"warning: {w}", style="yellow")
     for rs in (a, b):
         if any(m["status"] != "ok" for m in rs.runs):
             console.print(
-                f"[yellow]warning: {rs.name}: not every run is valid ({', '.join(m['status'] for m in rs.runs)})[/yellow]"
+                f"warning: {rs.name}: not every run is valid "
+                f"({', '.join(m['status'] for m in rs.runs)})",
+                style="yellow",
             )
     raise typer.Exit(EXIT_OK)
 
@@ -488,7 +496,6 @@ def compare(
 @app.command()
 def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON.")) -> None:
     """The environment manifest a run records: versions, commit, CPU, GPUs (NVML), and its warnings."""
-    from rich.console import Console
     from rich.table import Table
 
     from loadtest.telemetry import environment
@@ -498,7 +505,7 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest a
     if as_json:
         typer.echo(json.dumps({**manifest, "warnings": problems}, indent=2))
         raise typer.Exit(EXIT_OK)
-    console = Console()
+    console = make_console()
     table = Table(title="environment", title_justify="left", show_header=False)
     for key, value in manifest.items():
         if key != "gpus":
@@ -513,7 +520,7 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest a
     if not manifest.get("gpus"):
         console.print(f"GPUs: none ({manifest.get('gpu_reason')})")
     for w in problems:
-        console.print(f"[yellow]warning: {w}[/yellow]")
+        console.print(f"warning: {w}", style="yellow")
     raise typer.Exit(EXIT_OK)
 
 
@@ -559,5 +566,49 @@ def version() -> None:
     typer.echo(__version__)
 
 
+def _run_async(go):
+    """Run a command's coroutine; map loadtest's errors to their exit codes."""
+    import asyncio
+
+    from loadtest.core.errors import BackendError, LoadtestError, OutputError, ScenarioError
+    from loadtest.session import ResultWriteError
+
+    try:
+        return asyncio.run(go())
+    except ScenarioError as exc:
+        _error(*exc.problems)
+        raise typer.Exit(EXIT_USAGE) from None
+    except OutputError as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    except ResultWriteError as exc:
+        _error(str(exc))
+        if exc.saved_to:
+            _error(f"the result was saved to {exc.saved_to} instead")
+        raise typer.Exit(EXIT_OUTPUT) from None
+    except (BackendError, LoadtestError) as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_FAILED) from None
+
+
 def main() -> None:
-    app()
+    """The ``loadtest`` entry point: a crash is an internal error (exit 5), never exit 1, which
+    means "SLA failed" to a release pipeline."""
+    import sys
+    import traceback
+
+    try:
+        app()
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception:
+        from loadtest.core import secrets
+
+        sys.stderr.write(secrets.scrub(traceback.format_exc()))
+        sys.stderr.write(
+            "loadtest: internal error (a bug in loadtest): please report it with the "
+            "traceback above\n"
+        )
+        sys.exit(exit_codes.INTERNAL)

@@ -9,15 +9,19 @@ import asyncio
 import datetime as dt
 import os
 import signal
+import sys
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from loadtest.analysis.sla import evaluate
 from loadtest.backends import create_backend
+from loadtest.backends.base import Backend
 from loadtest.config.loading import LoadedScenario, resolve_path
-from loadtest.core import atomic
+from loadtest.core import atomic, exit_codes, rundir, secrets
 from loadtest.core.clock import Clock, MonotonicClock
-from loadtest.core.errors import BackendError
+from loadtest.core.errors import BackendError, LoadtestError
 from loadtest.execution.runner import Runner
 from loadtest.results.build import build_metrics, null_non_finite
 from loadtest.telemetry import environment
@@ -40,8 +44,8 @@ class RunResult:
 
 
 def default_out_dir(name: str) -> Path:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path("reports") / f"{name}-{stamp}"
+    """``reports/<safe name>-<UTC time>[-N]``, created now (never shared with another run)."""
+    return rundir.default_dir(name)
 
 
 def run_scenario(
@@ -51,6 +55,7 @@ def run_scenario(
     clock: Clock | None = None,
     progress=None,
     handle_signals: bool = False,
+    overwrite: bool = False,
 ) -> RunResult:
     """Run on a fresh event loop (the real clock unless one is given); write the run directory."""
     return asyncio.run(
@@ -60,16 +65,23 @@ def run_scenario(
             clock=clock or MonotonicClock(),
             progress=progress,
             handle_signals=handle_signals,
+            overwrite=overwrite,
         )
     )
 
 
 async def run_scenario_async(
-    loaded: LoadedScenario, out_dir, *, clock: Clock, progress=None, handle_signals: bool = False
+    loaded: LoadedScenario,
+    out_dir,
+    *,
+    clock: Clock,
+    progress=None,
+    handle_signals: bool = False,
+    overwrite: bool = False,
 ) -> RunResult:
     session = Session(clock, progress=progress, handle_signals=handle_signals)
     try:
-        return await session.run_point(loaded, out_dir)
+        return await session.run_point(loaded, out_dir, overwrite=overwrite)
     finally:
         await session.close()
 
@@ -79,59 +91,132 @@ class Session:
 
     Between points, a backend whose spec changes only in settings it can take live (the
     batcher's size and wait, say) is reconfigured; any other change reloads it.
+
+    With ``handle_signals``, SIGINT, SIGTERM and SIGHUP stop whatever is under way (loading,
+    warm-up or the run), the partial result is written with ``status: interrupted`` and the
+    process exits 128 + the signal's number; a second signal exits at once, and a stop that
+    cannot finish within ``grace_s`` exits anyway.
     """
 
-    def __init__(self, clock: Clock, *, progress=None, handle_signals: bool = False) -> None:
+    def __init__(
+        self, clock: Clock, *, progress=None, handle_signals: bool = False, grace_s: float = 15.0
+    ) -> None:
         self.clock, self.progress, self.handle_signals = clock, progress, handle_signals
-        self.backend = self.info = self.spec = None
+        self.grace_s = grace_s
+        self.backend: Backend | None = None
+        self.info = self.spec = None
+        self.interrupted_by: str | None = None
+        self._runner: Runner | None = None
+        self._starting: asyncio.Future | None = None
+        self._restore_signals = None
 
     async def close(self) -> dict:
         facts = {}
+        if self._restore_signals is not None:
+            self._restore_signals()
+            self._restore_signals = None
         if self.backend is not None:
-            facts = await self.backend.stop()
-            self.backend = self.info = self.spec = None
+            backend, self.backend, self.info, self.spec = self.backend, None, None, None
+            facts = await backend.stop()
         return facts
+
+    # -- signals ------------------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        if not self.handle_signals or self._restore_signals is not None:
+            return
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+        def restore() -> None:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+        self._restore_signals = restore
+
+    def _on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        code = exit_codes.SIGNALS.get(name, exit_codes.INTERRUPTED)
+        if self.interrupted_by is not None:
+            os._exit(code)  # the second signal: at once
+        self.interrupted_by = name
+        sys.stderr.write(
+            f"\nloadtest: {name}: stopping and writing the partial result "
+            "(send it again to exit at once)\n"
+        )
+        if self._runner is not None:
+            self._runner.request_stop("interrupted")
+        if self._starting is not None:
+            self._starting.cancel()
+        timer = threading.Timer(self.grace_s, _give_up, (name, code, self.grace_s))
+        timer.daemon = True
+        timer.start()
+
+    # -- one point ----------------------------------------------------------------------------
 
     async def _ensure_backend(self, loaded: LoadedScenario) -> None:
         spec = loaded.scenario.backend
         if self.backend is not None and spec != self.spec:
-            hot = getattr(self.backend, "reconfigure", None)
-            if hot is None or not await hot(spec):
+            if not await self.backend.reconfigure(spec):
                 await self.close()
             else:
                 self.spec = spec
         if self.backend is None:
-            backend = create_backend(spec, self.clock, {"base_dir": loaded.base_dir})
-            self.info = await backend.start()  # BackendError propagates: nothing loaded
-            self.backend, self.spec = backend, spec
+            self.backend = create_backend(spec, self.clock, {"base_dir": loaded.base_dir})
+            self.info = await self.backend.start()  # BackendError propagates: nothing loaded
+            self.spec = spec
 
-    async def run_point(self, loaded: LoadedScenario, out_dir) -> RunResult:
+    async def _start(self, loaded: LoadedScenario):
+        """Backend loaded and warmed, plan built: everything before t0."""
         scenario = loaded.scenario
-        out = (
-            Path(out_dir)
-            if out_dir is not None
-            else Path(scenario.outputs.dir)
-            if scenario.outputs.dir
-            else default_out_dir(scenario.name)
-        )
-        started_at = dt.datetime.now(dt.timezone.utc).isoformat(
-            timespec="seconds"
-        )  # a label, never a duration
-        env_facts = lambda: environment.collect(scenario.seeds.model_dump(), loaded.sha256)  # noqa: E731
-        try:
-            await self._ensure_backend(loaded)
-            plan = build_plan(
-                scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name)
+        await self._ensure_backend(loaded)
+        assert self.backend is not None and self.info is not None
+        plan = build_plan(scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name))
+        details = dict(self.info.details)
+        details.update(await self.backend.prepare(plan))
+        return plan, details
+
+    async def run_point(
+        self, loaded: LoadedScenario, out_dir, *, overwrite: bool = False, claimed: bool = False
+    ) -> RunResult:
+        """One run into ``out_dir`` (claimed here, before anything loads, unless ``claimed``)."""
+        scenario = loaded.scenario
+        self._install_signals()
+        secrets.register(*scenario.backend.secret_values())
+        if out_dir is None:
+            out = (
+                Path(scenario.outputs.dir)
+                if scenario.outputs.dir
+                else default_out_dir(scenario.name)
             )
-            details = dict(self.info.details)
-            if hasattr(self.backend, "prepare"):
-                details.update(await self.backend.prepare(plan))
+            out = out if not scenario.outputs.dir else rundir.claim(out, overwrite)
+        else:
+            out = Path(out_dir) if claimed else rundir.claim(Path(out_dir), overwrite)
+        started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label
+        env_facts = lambda: environment.collect(scenario.seeds.model_dump(), loaded.sha256)  # noqa: E731
+        timeout_s = scenario.backend.start_timeout / 1e9
+        try:
+            if self.interrupted_by is not None:
+                raise asyncio.CancelledError
+            self._starting = asyncio.ensure_future(asyncio.wait_for(self._start(loaded), timeout_s))
+            plan, details = await self._starting
             env = env_facts()  # at start: the processes already on the GPU are part of it
-        except BackendError as exc:
+        except (BackendError, asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError) and self.interrupted_by is None:
+                raise
+            reason = _start_failure(exc, self.interrupted_by, timeout_s)
             await self.close()
-            metrics = _failed_start(loaded, started_at, env_facts(), str(exc))
-            atomic.write_json(out / "metrics.json", metrics)
+            metrics = _failed_start(loaded, started_at, env_facts(), reason, self.interrupted_by)
+            _write_result(out, metrics)
             return RunResult(out, metrics)
+        finally:
+            self._starting = None
         sampler = _sampler(scenario)
         window = self._profile_window(scenario, out)
         try:
@@ -139,7 +224,11 @@ class Session:
         finally:
             if sampler:
                 await asyncio.to_thread(sampler.stop)
-        facts = await self.backend.point_facts() if hasattr(self.backend, "point_facts") else {}
+        assert self.backend is not None
+        try:
+            facts = await self.backend.point_facts()
+        except BackendError as exc:
+            facts = {"error": str(exc)}
         if outcome.status == "failed":
             facts.update(await self.close())
         profile_export = facts.pop("profile_export", {})
@@ -158,12 +247,14 @@ class Session:
             planned=plan.planned_count,
             started_at=started_at,
         )
+        if self.interrupted_by is not None:
+            metrics["interrupted_by"] = self.interrupted_by
         _add_inside_sections(metrics, outcome, env, sampler, window, profile_export, out)
         metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
         null_non_finite(metrics)
         if outcome.recorder.records is not None:
             atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
-        atomic.write_json(out / "metrics.json", metrics)
+        _write_result(out, metrics)
         return RunResult(out, metrics)
 
     def _profile_window(self, scenario, out: Path):
@@ -184,16 +275,17 @@ class Session:
             keep_records=scenario.outputs.requests_jsonl,
             profile=window,
         )
-        restore = _install_sigint(runner) if self.handle_signals else None
+        self._runner = runner
+        if self.interrupted_by is not None:  # a signal between points
+            runner.request_stop("interrupted")
         progress_task = asyncio.create_task(self.progress(runner)) if self.progress else None
         try:
             return await runner.run()
         finally:
+            self._runner = None
             if progress_task:
                 progress_task.cancel()
                 await asyncio.gather(progress_task, return_exceptions=True)
-            if restore:
-                restore()
 
 
 def _add_inside_sections(
@@ -254,41 +346,74 @@ def _sampler(scenario):
     return sampler
 
 
-def _install_sigint(runner: Runner):
-    """First Ctrl-C: stop, write the partial result (status interrupted). Second: exit at once."""
-    loop = asyncio.get_running_loop()
-    pressed = []
+class ResultWriteError(LoadtestError):
+    """The run finished but metrics.json could not be written; ``saved_to`` says where it went."""
 
-    def on_sigint():
-        if pressed:
-            os._exit(130)
-        pressed.append(True)
-        runner.request_stop("interrupted")
+    def __init__(self, message: str, saved_to: Path | None) -> None:
+        super().__init__(message)
+        self.saved_to = saved_to
 
+
+def _write_result(out: Path, metrics: dict) -> None:
+    """metrics.json, atomically. When that fails (disk full, folder removed), the result is
+    kept in the temp folder if possible, and the error says where."""
     try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-    except (NotImplementedError, RuntimeError, ValueError):
-        return None
-    return lambda: loop.remove_signal_handler(signal.SIGINT)
+        atomic.write_json(out / "metrics.json", metrics)
+        return
+    except OSError as exc:
+        problem = f"{out / 'metrics.json'}: could not write the result: {exc.strerror or exc}"
+    fallback = (
+        Path(tempfile.gettempdir()) / f"loadtest-{rundir.safe_name(out.name)}-{os.getpid()}.json"
+    )
+    try:
+        atomic.write_json(fallback, metrics)
+    except OSError:
+        fallback = None
+    raise ResultWriteError(problem, fallback)
 
 
-def _failed_start(loaded: LoadedScenario, started_at: str, env: dict, error: str) -> dict:
+def _give_up(name: str, code: int, grace_s: float) -> None:
+    sys.stderr.write(
+        f"loadtest: {name}: could not stop within {grace_s:g} s; exiting without writing a result\n"
+    )
+    os._exit(code)
+
+
+def _start_failure(exc: BaseException, interrupted_by: str | None, timeout_s: float) -> str:
+    if interrupted_by is not None:
+        return f"interrupted by {interrupted_by} before the run started"
+    if isinstance(exc, asyncio.TimeoutError):
+        return (
+            f"the backend was not ready within {timeout_s:g} s (backend.start_timeout): "
+            "the system under test did not answer"
+        )
+    return f"backend failed to start: {exc}"
+
+
+def _failed_start(
+    loaded: LoadedScenario, started_at: str, env: dict, reason: str, interrupted_by: str | None
+) -> dict:
     from loadtest.results.build import SCHEMA
 
+    planned = loaded.scenario.load.planned_estimate()
     return {
         "schema": SCHEMA,
-        "status": "failed",
+        "status": "interrupted" if interrupted_by else "failed",
+        **({"interrupted_by": interrupted_by} if interrupted_by else {}),
         "name": loaded.scenario.name,
         "started_at": started_at,
         "scenario_file": str(loaded.path),
-        "scenario": loaded.scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "scenario": loaded.scenario.public_dump(),
         "environment": env,
-        "backend": {"kind": loaded.scenario.backend.kind, "error": error},
-        "validity": {
-            "valid": False,
-            "reasons": [f"backend failed to start: {error}"],
-            "warnings": [],
+        "backend": {"kind": loaded.scenario.backend.kind, "error": reason},
+        "requests": {
+            "planned": None if planned is None else round(planned),
+            "sent": 0,
+            "never_sent": None if planned is None else round(planned),
+            "completed": 0,
+            "failed": 0,
         },
+        "validity": {"valid": False, "reasons": [reason], "warnings": []},
         "sla": None,
         "commit": env.get("commit"),
     }

@@ -234,9 +234,10 @@ def test_reconcile_to_the_servers_count():
 
     b = OpenAIBackend(OpenAISpec(base_url="http://x/v1", model="m"), MonotonicClock())
     chunks = [(10, 1), (20, 2), (30, 1)]  # the client counted 4 tokens in 3 chunks
-    assert b._reconcile(chunks, {"completion_tokens": 4}) == [10, 20, 20, 30]
-    assert b._reconcile(chunks, {"completion_tokens": 3}) == [10, 20, 30]  # one a chunk
-    assert b._reconcile(chunks, {"completion_tokens": 6}) == [
+    chars = 12  # characters streamed: without a tokenizer, the most tokens a server can claim + 4
+    assert b._reconcile(chunks, {"completion_tokens": 4}, chars) == [10, 20, 20, 30]
+    assert b._reconcile(chunks, {"completion_tokens": 3}, chars) == [10, 20, 30]  # one a chunk
+    assert b._reconcile(chunks, {"completion_tokens": 6}, chars) == [
         10,
         20,
         20,
@@ -244,20 +245,34 @@ def test_reconcile_to_the_servers_count():
         30,
         30,
     ]  # unstreamed: at the end
-    assert b._reconcile([(10, 3), (20, 3)], {"completion_tokens": 5}) == [10, 10, 10, 20, 20]
-    assert b._reconcile(chunks, None) == [10, 20, 20, 30]
+    assert b._reconcile([(10, 3), (20, 3)], {"completion_tokens": 5}, chars) == [10, 10, 10, 20, 20]
+    assert b._reconcile(chunks, None, chars) == [10, 20, 20, 30]
     assert b.facts["usage_disagreements"] == 3
+    # Not plausible: 1000 tokens claimed for 12 characters, or fewer tokens than chunks with text.
+    assert b._reconcile(chunks, {"completion_tokens": 1000}, chars) == [10, 20, 20, 30]
+    assert b._reconcile(chunks, {"completion_tokens": 2}, chars) == [10, 20, 20, 30]
+    assert b.facts["usage_implausible"] == 2 and b.facts["usage_disagreements"] == 3
 
 
-def test_secrets_in_headers_are_refused(tmp_path):
-    from loadtest.core.errors import ScenarioError
-
+def test_secret_fields_are_masked_in_the_saved_scenario(tmp_path):
     path = tmp_path / "s.yml"
     path.write_text(
-        "name: x\nbackend:\n  kind: openai\n  base_url: http://h/v1\n  model: m\n"
-        "  headers: {Authorization: Bearer sk-1}\nworkload: {input_tokens: 4, output_tokens: 4}\n"
+        "name: x\nbackend:\n  kind: openai\n  base_url: http://user:pw-1234@h/v1\n  model: m\n"
+        "  headers: {' Authorization ': Bearer sk-12345, X-Trace: t1, x_api_key: k-6789}\n"
+        "  extra_body: {temperature: 0, session_token: s-0000}\n"
+        "workload: {input_tokens: 4, output_tokens: 4}\n"
         "load: {arrival: {kind: concurrency, users: 1}, requests: 1}\n"
     )
-    with pytest.raises(ScenarioError) as e:
-        load_scenario(path)
-    assert "s.yml:6" in e.value.problems[0] and "api_key_env" in e.value.problems[0]
+    loaded = load_scenario(path)
+    backend = loaded.scenario.public_dump()["backend"]
+    assert backend["base_url"] == "http://***@h/v1"
+    assert backend["headers"] == {" Authorization ": "***", "X-Trace": "t1", "x_api_key": "***"}
+    assert backend["extra_body"] == {"temperature": 0, "session_token": "***"}
+    assert set(loaded.scenario.backend.secret_values()) >= {
+        "user",
+        "pw-1234",
+        "Bearer sk-12345",
+        "sk-12345",
+        "k-6789",
+        "s-0000",
+    }

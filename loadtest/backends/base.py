@@ -1,13 +1,19 @@
-"""The Backend protocol: the system under test, seen from the runner."""
+"""The backend contract: the system under test, seen from the session and the runner.
+
+``start``, ``submit`` and ``stop`` are what every backend does. The other hooks have no-op
+defaults here, so callers call them unconditionally (no ``hasattr`` probes) and a backend
+overrides only what it has: live reconfiguration, warm-up, per-point facts, a measurement
+origin, the window's start, a profiler.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any
 
 from loadtest.core.events import BackendEvent
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
 
@@ -20,16 +26,48 @@ class BackendInfo:
     details: dict = field(default_factory=dict)
 
 
-class Backend(Protocol):
+class Backend:
+    """Base class of every backend kind (registered in ``loadtest.backends.REGISTRY``)."""
+
+    needs_prompt_ids: bool = True  # False: the runner skips materialising prompt token ids
+    supports_profiling: bool = False  # an in-process profiler window (profile_start/stop)
+
     async def start(self) -> BackendInfo:
-        """Load and warm up; return what was loaded. Called once, before the plan is built."""
+        """Load; return what was loaded. Called once, before the plan is built; bounded by the
+        spec's ``start_timeout`` (with ``prepare``)."""
+        raise NotImplementedError
 
     def submit(
         self, req: PlannedRequest, prompt_ids: list[int] | None
     ) -> AsyncIterator[BackendEvent]:
-        """Run one request; yield Admitted / Tokens / Finished or Failed, each stamped."""
+        """Run one request; yield Sent / Admitted / Tokens / Finished or Failed, each stamped."""
+        raise NotImplementedError
 
     async def stop(self) -> dict:
-        """Release everything; return end-of-run facts (``peak_mem_mb``, ...)."""
+        """Release everything; return end-of-run facts (``peak_mem_mb``, ...). Bounded."""
+        return {}
 
-    needs_prompt_ids: bool  # False: the runner skips materialising prompt token ids
+    async def prepare(self, plan: Plan) -> dict:
+        """Before t0, with the plan known: warm up; facts for the result."""
+        return {}
+
+    async def reconfigure(self, spec: Any) -> bool:
+        """Take a changed spec live (a sweep's next point); False: reload the backend."""
+        return False
+
+    async def point_facts(self) -> dict:
+        """Facts about the point just run (batches, stamps, HTTP counters, warnings)."""
+        return {}
+
+    def set_origin(self, t0_ns: int) -> None:
+        """The run's t0, before the first request (a simulator keys its timeline to it)."""
+
+    def window_started(self) -> None:
+        """The measurement window opened (a backend's own accounting starts over)."""
+
+    async def profile_start(self, options: dict) -> None:
+        """Open the profiler window (``supports_profiling`` backends)."""
+
+    async def profile_stop(self, out_dir: str) -> dict:
+        """Close the profiler window; what it exported."""
+        return {}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from loadtest.backends.base import BackendInfo
+from loadtest.backends.base import Backend, BackendInfo
 from loadtest.core.events import Admitted, Finished, Tokens
 from loadtest.workload.tokenizer import ByteTokenizer
 
 
-class NoopBackend:
+class NoopBackend(Backend):
     needs_prompt_ids = False
 
     def __init__(self, spec, clock, context=None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from loadtest.backends.base import BackendInfo
+from loadtest.backends.base import Backend, BackendInfo
 from loadtest.core.events import Admitted, Failed, Finished, Tokens
 from loadtest.workload.tokenizer import ByteTokenizer
 
@@ -36,7 +36,7 @@ class WorkClock:
         return wall
 
 
-class SimBackend:
+class SimBackend(Backend):
     needs_prompt_ids = False
 
     def __init__(self, spec, clock, context=None) -> None:

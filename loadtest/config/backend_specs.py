@@ -3,23 +3,39 @@
 They live here, apart from the backends, so that validating a scenario never imports torch or
 transformers. Each backend module registers its implementation under the same ``kind``.
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from loadtest.config.types import Duration
+from loadtest.config.types import Duration, PositiveDuration
+from loadtest.core import secrets
 
 
 class Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=True)
+    model_config = ConfigDict(
+        allow_inf_nan=False,
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        validate_default=True,
+    )
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         """Cheap checks of referenced files (no imports of heavy modules): ``[(field_path, message)]``."""
         return []
+
+    def secret_values(self) -> list[str]:
+        """Values that must never be stored or shown (registered with ``core.secrets``)."""
+        return []
+
+    def redact(self, dumped: dict) -> dict:
+        """This spec as saved in a result, with secret fields masked."""
+        return dumped
 
 
 class Stall(Spec):
@@ -31,46 +47,97 @@ class SimSpec(Spec):
     """A FIFO server with ``max_concurrency`` slots; the harness's test double and a dry-run mode."""
 
     kind: Literal["sim"] = "sim"
-    max_concurrency: int = Field(1, ge=1, description="Requests served at once; the rest wait FIFO.")
-    prefill_ms_per_token: float = Field(0.1, ge=0, description="Time to first token per input token, after a slot is free.")
+    start_timeout: PositiveDuration = Field(
+        "10s", description="Longest the backend may take to start."
+    )
+    max_concurrency: int = Field(
+        1, ge=1, description="Requests served at once; the rest wait FIFO."
+    )
+    prefill_ms_per_token: float = Field(
+        0.1, ge=0, description="Time to first token per input token, after a slot is free."
+    )
     decode_ms_per_token: float = Field(5.0, ge=0, description="Time between output tokens.")
-    stalls: tuple[Stall, ...] = Field((), description="Intervals with no progress: [{at: 10s, for: 2s}].")
-    fail_every: int | None = Field(None, ge=1, description="Every Nth submitted request fails (SimulatedFailure).")
-    kv_capacity_tokens: int | None = Field(None, ge=1, description="KV memory: a request whose tokens would overflow it "
-                                           "among those in flight fails with CudaOOM (simulates batches too big to fit).")
+    stalls: tuple[Stall, ...] = Field(
+        (), description="Intervals with no progress: [{at: 10s, for: 2s}]."
+    )
+    fail_every: int | None = Field(
+        None, ge=1, description="Every Nth submitted request fails (SimulatedFailure)."
+    )
+    kv_capacity_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="KV memory: a request whose tokens would overflow it "
+        "among those in flight fails with CudaOOM (simulates batches too big to fit).",
+    )
 
 
 class NoopSpec(Spec):
     """Answers every request at once with all its tokens: measures the harness alone."""
 
     kind: Literal["noop"] = "noop"
+    start_timeout: PositiveDuration = Field(
+        "10s", description="Longest the backend may take to start."
+    )
 
 
 class ContinuousSpec(Spec):
     """transformers' continuous-batching manager settings; unset = the manager's own choice."""
 
     block_size: int | None = Field(None, ge=1, description="KV-cache page/block size in tokens.")
-    num_blocks: int | None = Field(None, ge=1, description="KV-cache blocks (default: sized from free memory).")
-    max_batch_tokens: int | None = Field(None, ge=1, description="Most tokens in one step across the batch.")
-    use_cuda_graph: bool | None = Field(None, description="Capture steps in CUDA graphs (default: the manager decides).")
+    num_blocks: int | None = Field(
+        None, ge=1, description="KV-cache blocks (default: sized from free memory)."
+    )
+    max_batch_tokens: int | None = Field(
+        None, ge=1, description="Most tokens in one step across the batch."
+    )
+    use_cuda_graph: bool | None = Field(
+        None, description="Capture steps in CUDA graphs (default: the manager decides)."
+    )
 
 
 class TransformersSpec(Spec):
     """A Hugging Face transformers model run in-process, in an engine worker process."""
 
     kind: Literal["transformers"] = "transformers"
-    model: str = Field(description="Local model directory, hub id (from the local cache), or dummy:<architecture>.")
+    start_timeout: PositiveDuration = Field(
+        "30m",
+        description="Longest loading and warm-up (compilation included) may take before the run "
+        "fails; a worker that stops answering any other command fails it within a minute.",
+    )
+    model: str = Field(
+        description="Local model directory, hub id (from the local cache), or dummy:<architecture>."
+    )
     mode: Literal["single", "static", "continuous"] = Field(
-        "static", description="single: batch 1; static: padded dynamic batches; continuous: in-flight batching.")
-    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto picks cuda:0 when there is a GPU.")
-    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field("auto", description="auto: bfloat16 on CUDA, float32 on CPU.")
-    attn_implementation: str | None = Field(None, description="eager, sdpa, flash_attention_2, ... (default: transformers' choice).")
-    compile: bool = Field(False, description="Static KV cache + torch.compile (CUDA graphs) for decode.")
-    max_batch_size: int = Field(8, ge=1, description="static: the largest batch; continuous: most requests per step.")
-    max_wait_ms: float = Field(5.0, ge=0, description="static: longest a request waits for its batch to fill.")
+        "static",
+        description="single: batch 1; static: padded dynamic batches; continuous: in-flight batching.",
+    )
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="auto picks cuda:0 when there is a GPU.",
+    )
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "auto", description="auto: bfloat16 on CUDA, float32 on CPU."
+    )
+    attn_implementation: str | None = Field(
+        None, description="eager, sdpa, flash_attention_2, ... (default: transformers' choice)."
+    )
+    compile: bool = Field(
+        False, description="Static KV cache + torch.compile (CUDA graphs) for decode."
+    )
+    max_batch_size: int = Field(
+        8, ge=1, description="static: the largest batch; continuous: most requests per step."
+    )
+    max_wait_ms: float = Field(
+        5.0, ge=0, description="static: longest a request waits for its batch to fill."
+    )
     seed: int = Field(0, ge=0, description="torch seed for dummy weights and sampling.")
-    trust_remote_code: bool = Field(False, description="Run code shipped with the model (stated in the report when on).")
-    continuous: ContinuousSpec = Field(default_factory=ContinuousSpec, description="continuous mode: manager settings.")
+    trust_remote_code: bool = Field(
+        False, description="Run code shipped with the model (stated in the report when on)."
+    )
+    continuous: ContinuousSpec = Field(
+        default_factory=ContinuousSpec, description="continuous mode: manager settings."
+    )
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         if self.model.startswith("dummy:"):
@@ -78,18 +145,37 @@ class TransformersSpec(Spec):
 
             arch = self.model.split(":", 1)[1]
             if arch not in DUMMY_ARCHITECTURES:
-                return [(("backend", "model"), f"unknown dummy architecture {arch!r}; known: {', '.join(sorted(DUMMY_ARCHITECTURES))}")]
+                return [
+                    (
+                        ("backend", "model"),
+                        f"unknown dummy architecture {arch!r}; known: {', '.join(sorted(DUMMY_ARCHITECTURES))}",
+                    )
+                ]
             return []
         path = Path(os.path.expanduser(self.model))
         if not path.is_absolute():
             path = base_dir / path
         if path.is_dir():
             if not (path / "config.json").is_file():
-                return [(("backend", "model"), f"{path} has no config.json: not a Hugging Face model directory")]
+                return [
+                    (
+                        ("backend", "model"),
+                        f"{path} has no config.json: not a Hugging Face model directory",
+                    )
+                ]
             return []
-        if self.model.count("/") == 1 and not self.model.startswith((".", "/", "~")) and _in_hub_cache(self.model):
+        if (
+            self.model.count("/") == 1
+            and not self.model.startswith((".", "/", "~"))
+            and _in_hub_cache(self.model)
+        ):
             return []
-        return [(("backend", "model"), f"model {self.model!r} not found: no such directory, and not in the local Hugging Face cache")]
+        return [
+            (
+                ("backend", "model"),
+                f"model {self.model!r} not found: no such directory, and not in the local Hugging Face cache",
+            )
+        ]
 
 
 class OpenAISpec(Spec):
@@ -97,41 +183,91 @@ class OpenAISpec(Spec):
     ``transformers serve``), streamed over server-sent events."""
 
     kind: Literal["openai"] = "openai"
-    base_url: str = Field(pattern=r"^https?://", description="The API root, e.g. http://127.0.0.1:8000/v1.")
+    start_timeout: PositiveDuration = Field(
+        "60s",
+        description="Longest the start-up probe (a 2-token request) may take: a server that "
+        "accepts connections and never answers fails the run within this.",
+    )
+    read_timeout: PositiveDuration = Field(
+        "60s",
+        description="Longest silence between two reads of a response: that request fails "
+        "with read_timeout (a server that stops answering altogether ends the run: "
+        "load.stall_timeout).",
+    )
+    base_url: str = Field(
+        pattern=r"^https?://", description="The API root, e.g. http://127.0.0.1:8000/v1."
+    )
     model: str = Field(description="The model name the server expects in each request.")
-    api: Literal["chat", "completions"] = Field("chat", description="/chat/completions (messages) or /completions (prompt).")
-    tokenizer: str | None = Field(None, description="Local tokenizer directory or cached hub id, for prompt lengths and "
-                                  "counting tokens in chunks (default: try `model`; else one token per chunk).")
-    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (never written out).")
+    api: Literal["chat", "completions"] = Field(
+        "chat", description="/chat/completions (messages) or /completions (prompt)."
+    )
+    tokenizer: str | None = Field(
+        None,
+        description="Local tokenizer directory or cached hub id, for prompt lengths and "
+        "counting tokens in chunks (default: try `model`; else one token per chunk).",
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Environment variable holding the API key (never written out).",
+    )
     fixed_output: Literal["auto", "ignore_eos", "generation_config", "none"] = Field(
-        "auto", description="How fixed output lengths are asked for: ignore_eos + min_tokens (vLLM, SGLang), "
-        "generation_config (transformers serve), none; auto probes the server at start.")
-    extra_body: dict = Field(default_factory=dict, description="Merged into every request body (temperature, ...).")
-    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (not for secrets: they are "
-                                    "written to the result; use api_key_env).")
-    max_connections: int = Field(0, ge=0, description="Connection pool cap; 0: a new connection whenever none is idle, "
-                                 "so the pool never makes a request wait (a waiting request is client lag).")
+        "auto",
+        description="How fixed output lengths are asked for: ignore_eos + min_tokens (vLLM, SGLang), "
+        "generation_config (transformers serve), none; auto probes the server at start.",
+    )
+    extra_body: dict = Field(
+        default_factory=dict, description="Merged into every request body (temperature, ...)."
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra HTTP headers. Values of sensitive names (authorization, cookie, "
+        "anything with key, token, secret, ...) are masked in results and scrubbed from all "
+        "output; prefer api_key_env for the API key.",
+    )
+    max_connections: int = Field(
+        0,
+        ge=0,
+        description="Connection pool cap; 0: a new connection whenever none is idle, "
+        "so the pool never makes a request wait (a waiting request is client lag).",
+    )
     connect_timeout: Duration = Field("10s", description="TCP + TLS connect timeout per request.")
     verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
-    ca_bundle: str | None = Field(None, description="CA file to verify against (default: the system's).")
-    fail_after_connect_errors: int = Field(10, ge=1, description="This many failed connections in a row, none "
-                                           "succeeding: the server is down; the run ends (status failed).")
+    ca_bundle: str | None = Field(
+        None, description="CA file to verify against (default: the system's)."
+    )
+    fail_after_connect_errors: int = Field(
+        10,
+        ge=1,
+        description="This many failed connections in a row, none "
+        "succeeding: the server is down; the run ends (status failed).",
+    )
 
-    @field_validator("headers")
-    @classmethod
-    def _no_secrets_in_headers(cls, headers: dict[str, str]) -> dict[str, str]:
-        for name in headers:
-            if name.lower() in ("authorization", "proxy-authorization", "api-key", "x-api-key"):
-                raise ValueError(f"{name}: secrets do not go in the scenario (it is written to the result); "
-                                 "put the key in an environment variable named by api_key_env")
-        return headers
+    def secret_values(self) -> list[str]:
+        return [
+            os.environ.get(self.api_key_env) or "",
+            *secrets.url_credentials(self.base_url),
+            *secrets.sensitive_values(dict(self.headers)),
+            *secrets.sensitive_values(self.extra_body),
+        ]
+
+    def redact(self, dumped: dict) -> dict:
+        out = dict(dumped)
+        out["base_url"] = secrets.redact_url(out["base_url"])
+        out["headers"] = secrets.redact_mapping(out.get("headers") or {})
+        out["extra_body"] = secrets.redact_mapping(out.get("extra_body") or {})
+        return out
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         import importlib.util
 
         problems = []
         if importlib.util.find_spec("aiohttp") is None:
-            problems.append((("backend", "kind"), "the openai backend needs aiohttp: pip install 'loadtest[http]'"))
+            problems.append(
+                (
+                    ("backend", "kind"),
+                    "the openai backend needs aiohttp: pip install 'loadtest[http]'",
+                )
+            )
         if self.ca_bundle is not None:
             p = Path(self.ca_bundle).expanduser()
             if not (p if p.is_absolute() else base_dir / p).is_file():
@@ -140,8 +276,13 @@ class OpenAISpec(Spec):
 
 
 def _in_hub_cache(repo_id: str) -> bool:
-    home = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub").expanduser()
+    home = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
+    ).expanduser()
     return (home / ("models--" + repo_id.replace("/", "--"))).is_dir()
 
 
-BackendSpec = Annotated[Union[SimSpec, NoopSpec, TransformersSpec, OpenAISpec], Field(discriminator="kind")]
+BackendSpec = Annotated[
+    SimSpec | NoopSpec | TransformersSpec | OpenAISpec, Field(discriminator="kind")
+]

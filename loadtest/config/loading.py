@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from loadtest.config import yaml_source
 from loadtest.config.scenario import Scenario
 from loadtest.core.errors import ScenarioError
 
@@ -32,22 +33,19 @@ class LoadedScenario:
 def load_scenario(path: str | Path, overrides: list[str] = ()) -> LoadedScenario:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if not path.is_file():  # a directory, a FIFO or a device would never end a read
+            raise ScenarioError(
+                [f"{path}: not a file" if path.exists() else f"{path}: no such file"]
+            )
+        with path.open("rb") as f:
+            raw = f.read(yaml_source.MAX_BYTES + 1)
     except OSError as exc:
         raise ScenarioError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
-    return parse_scenario(text, path, list(overrides))
+    return parse_scenario(yaml_source.decode(raw, path), path, list(overrides))
 
 
 def parse_scenario(text: str, path: Path, overrides: list[str]) -> LoadedScenario:
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ScenarioError(
-            [f"{where}: YAML error: {getattr(exc, 'problem', None) or exc}"]
-        ) from None
+    data, root = yaml_source.parse(text, path)
     if not isinstance(data, dict):
         raise ScenarioError(
             [f"{path}:1: the scenario must be a mapping (name:, backend:, load:, ...)"]
@@ -99,9 +97,13 @@ def _parse_override(item: str, path: Path) -> tuple[tuple, object]:
     parts = tuple(int(p) if p.isdigit() else p for p in key.strip().split("."))
     if not key.strip() or "" in parts:
         raise ScenarioError([f"--set {item}: empty key"])
+    if not raw.strip():
+        return parts, ""
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value, _ = yaml_source.parse(raw, f"--set {item}")
+    except ScenarioError as exc:
+        if "YAML error" not in exc.problems[0]:
+            raise  # a bomb or a bad tag is refused; plain malformed text is taken as a string
         value = raw
     return parts, value
 

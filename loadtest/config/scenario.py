@@ -3,26 +3,41 @@
 Every model forbids unknown keys and documents each field. Validators are pure: they never touch
 the GPU, the network or any file (files a scenario names are checked by ``scenario_file``).
 """
+
 from __future__ import annotations
 
-import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from loadtest.config.backend_specs import BackendSpec, SimSpec
-from loadtest.config.types import Duration, Rate
+from loadtest.config.types import Duration, PositiveDuration, Rate
+
+# Upper bounds that stop a typo (1e9 users) from exhausting memory before anything runs.
+MAX_TOKENS = 10_000_000  # per request, input or output
+MAX_USERS = 100_000
+MAX_CV = 100.0
+DEFAULT_MAX_PLANNED = 1_000_000
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=True)
+    model_config = ConfigDict(
+        allow_inf_nan=False,
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        validate_default=True,
+    )
 
 
 # --- token-length distributions -------------------------------------------------------------
 
+
 class _Clipped(_Model):
-    min: int = Field(1, ge=1, description="Lengths below this are raised to it.")
-    max: int = Field(1_000_000, ge=1, description="Lengths above this are lowered to it.")
+    min: int = Field(1, ge=1, le=MAX_TOKENS, description="Lengths below this are raised to it.")
+    max: int = Field(
+        1_000_000, ge=1, le=MAX_TOKENS, description="Lengths above this are lowered to it."
+    )
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -33,7 +48,7 @@ class _Clipped(_Model):
 
 class FixedLength(_Model):
     dist: Literal["fixed"]
-    value: int = Field(ge=1, description="Every request has this many tokens.")
+    value: int = Field(ge=1, le=MAX_TOKENS, description="Every request has this many tokens.")
 
 
 class UniformLength(_Clipped):
@@ -42,21 +57,26 @@ class UniformLength(_Clipped):
 
 class NormalLength(_Clipped):
     dist: Literal["normal"]
-    mean: float = Field(gt=0, description="Mean length in tokens.")
+    mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean length in tokens.")
     std: float = Field(ge=0, description="Standard deviation in tokens.")
 
 
 class LognormalLength(_Clipped):
     dist: Literal["lognormal"]
-    mean: float = Field(gt=0, description="Mean length in tokens (of the distribution, not of its log).")
+    mean: float = Field(
+        gt=0, description="Mean length in tokens (of the distribution, not of its log)."
+    )
     sigma: float = Field(ge=0, description="Standard deviation of the log of the length.")
 
 
-LengthDist = Annotated[Union[FixedLength, UniformLength, NormalLength, LognormalLength], Field(discriminator="dist")]
-LengthSpec = Union[Annotated[int, Field(ge=1)], LengthDist]
+LengthDist = Annotated[
+    FixedLength | UniformLength | NormalLength | LognormalLength, Field(discriminator="dist")
+]
+LengthSpec = Annotated[int, Field(ge=1, le=MAX_TOKENS)] | LengthDist
 
 
 # --- arrival processes ----------------------------------------------------------------------
+
 
 class ConstantArrival(_Model):
     kind: Literal["constant"]
@@ -71,14 +91,26 @@ class PoissonArrival(_Model):
 class GammaArrival(_Model):
     kind: Literal["gamma"]
     rate: Rate = Field(description="Mean requests per second.")
-    cv: float = Field(gt=0, description="Burstiness: coefficient of variation of the gaps (1 = Poisson).")
+    cv: float = Field(
+        gt=0,
+        le=MAX_CV,
+        description="Burstiness: coefficient of variation of the gaps (1 = Poisson).",
+    )
 
 
 class ConcurrencyArrival(_Model):
     kind: Literal["concurrency"]
-    users: int = Field(ge=1, description="Closed loop: this many users, each sends when its last request is done.")
-    think_time: Duration = Field(0, description="Pause between a user's response and its next request.")
-    think: Literal["fixed", "exponential"] = Field("fixed", description="Think time fixed, or exponential with that mean.")
+    users: int = Field(
+        ge=1,
+        le=MAX_USERS,
+        description="Closed loop: this many users, each sends when its last request is done.",
+    )
+    think_time: Duration = Field(
+        0, description="Pause between a user's response and its next request."
+    )
+    think: Literal["fixed", "exponential"] = Field(
+        "fixed", description="Think time fixed, or exponential with that mean."
+    )
 
 
 class BurstArrival(_Model):
@@ -87,17 +119,27 @@ class BurstArrival(_Model):
 
 class TraceArrival(_Model):
     kind: Literal["trace"]
-    file: str = Field(description="Offsets to replay: one number of seconds a line, or JSONL with an 'offset' key.")
-    time_scale: float = Field(1.0, gt=0, description="Multiply every offset (0.5 = twice as fast).")
+    file: str = Field(
+        description="Offsets to replay: one number of seconds a line, or JSONL with an 'offset' key."
+    )
+    time_scale: float = Field(
+        1.0, gt=0, le=1e6, description="Multiply every offset (0.5 = twice as fast)."
+    )
 
 
 Arrival = Annotated[
-    Union[ConstantArrival, PoissonArrival, GammaArrival, ConcurrencyArrival, BurstArrival, TraceArrival],
+    ConstantArrival
+    | PoissonArrival
+    | GammaArrival
+    | ConcurrencyArrival
+    | BurstArrival
+    | TraceArrival,
     Field(discriminator="kind"),
 ]
 
 
 # --- sections ---------------------------------------------------------------------------------
+
 
 class Seeds(_Model):
     schedule: int = Field(0, ge=0, description="Arrival times (and think times).")
@@ -106,16 +148,27 @@ class Seeds(_Model):
 
 
 class Workload(_Model):
-    input_tokens: LengthSpec | None = Field(None, description="Synthetic prompt length (tokens of the backend's tokenizer).")
-    dataset: str | None = Field(None, description="JSONL file: one {\"prompt\": ...} or {\"messages\": [...]} a line.")
-    output_tokens: LengthSpec = Field(128, description="Output length: exact (fixed) or the cap (natural).")
-    output: Literal["fixed", "natural"] = Field("fixed", description="fixed: ignore EOS, generate exactly; natural: stop at EOS.")
+    input_tokens: LengthSpec | None = Field(
+        None, description="Synthetic prompt length (tokens of the backend's tokenizer)."
+    )
+    dataset: str | None = Field(
+        None, description='JSONL file: one {"prompt": ...} or {"messages": [...]} a line.'
+    )
+    output_tokens: LengthSpec = Field(
+        128, description="Output length: exact (fixed) or the cap (natural)."
+    )
+    output: Literal["fixed", "natural"] = Field(
+        "fixed", description="fixed: ignore EOS, generate exactly; natural: stop at EOS."
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _one_prompt_source(cls, data):
         if isinstance(data, dict):
-            has_input, has_dataset = data.get("input_tokens") is not None, data.get("dataset") is not None
+            has_input, has_dataset = (
+                data.get("input_tokens") is not None,
+                data.get("dataset") is not None,
+            )
             if has_input and has_dataset:
                 raise ValueError("give either input_tokens or dataset, not both")
             if not has_input and not has_dataset:
@@ -124,21 +177,54 @@ class Workload(_Model):
 
 
 class Validity(_Model):
-    max_dispatch_lag_p99: Duration = Field("5ms", description="Over this, the client was the bottleneck: run invalid.")
-    max_loop_lag_p99: Duration = Field("20ms", description="Event-loop lag p99 over this: run invalid.")
-    min_completed: int = Field(1, ge=0, description="Fewer completed measured requests: run invalid.")
+    max_dispatch_lag_p99: Duration = Field(
+        "5ms", description="Over this, the client was the bottleneck: run invalid."
+    )
+    max_loop_lag_p99: Duration = Field(
+        "20ms", description="Event-loop lag p99 over this: run invalid."
+    )
+    min_completed: int = Field(
+        1, ge=0, description="Fewer completed measured requests: run invalid."
+    )
 
 
 class Load(_Model):
     arrival: Arrival = Field(description="How requests arrive.")
-    duration: Duration | None = Field(None, description="Measured window length (give this or requests).")
-    requests: int | None = Field(None, ge=1, description="Measured request count (give this or duration).")
-    warmup: Duration | None = Field(None, description="Warmup by time before the window; excluded from statistics.")
-    warmup_requests: int | None = Field(None, ge=0, description="Warmup by count before the window.")
-    drain_timeout: Duration = Field("60s", description="After the window, how long in-flight requests may finish.")
-    request_timeout: Duration | None = Field(None, description="A request still running after this fails with Timeout.")
-    max_rate: Rate | None = Field(None, description="Ceiling on sends per second over any arrival process (a limiter).")
-    validity: Validity = Field(default_factory=Validity, description="When the run is marked invalid.")
+    duration: PositiveDuration | None = Field(
+        None, description="Measured window length (give this or requests)."
+    )
+    requests: int | None = Field(
+        None, ge=1, description="Measured request count (give this or duration)."
+    )
+    warmup: Duration | None = Field(
+        None, description="Warmup by time before the window; excluded from statistics."
+    )
+    warmup_requests: int | None = Field(
+        None, ge=0, description="Warmup by count before the window."
+    )
+    drain_timeout: Duration = Field(
+        "60s", description="After the window, how long in-flight requests may finish."
+    )
+    stall_timeout: PositiveDuration = Field(
+        "60s",
+        description="With requests in flight and no event from the system under test for this "
+        "long, it has stopped answering: the run ends (status failed) with what it measured.",
+    )
+    max_planned_requests: int = Field(
+        DEFAULT_MAX_PLANNED,
+        ge=1,
+        description="Refuse a scenario that would plan more requests than this (warmup "
+        "included): a typo such as rate: 1e9 fails at once instead of exhausting memory.",
+    )
+    request_timeout: PositiveDuration | None = Field(
+        None, description="A request still running after this fails with Timeout."
+    )
+    max_rate: Rate | None = Field(
+        None, description="Ceiling on sends per second over any arrival process (a limiter)."
+    )
+    validity: Validity = Field(
+        default_factory=Validity, description="When the run is marked invalid."
+    )
 
     @model_validator(mode="after")
     def _window(self):
@@ -150,8 +236,27 @@ class Load(_Model):
         if self.warmup is not None and self.warmup_requests is not None:
             raise ValueError("give at most one of warmup or warmup_requests")
         if self.arrival.kind == "burst" and (self.duration is not None or self.warmup is not None):
-            raise ValueError("a burst sends everything at t0: give requests (and warmup_requests), not durations")
+            raise ValueError(
+                "a burst sends everything at t0: give requests (and warmup_requests), not durations"
+            )
+        planned = self.planned_estimate()
+        if planned is not None and planned > self.max_planned_requests:
+            raise ValueError(
+                f"this load plans about {planned:,.0f} requests, over the limit of "
+                f"{self.max_planned_requests:,} (raise load.max_planned_requests if you mean it)"
+            )
         return self
+
+    def planned_estimate(self) -> float | None:
+        """About how many requests the plan holds (warmup included), before building it."""
+        arrival = self.arrival
+        count = (self.requests or 0) + (self.warmup_requests or 0)
+        rate = getattr(arrival, "rate", None)
+        if rate is not None and (self.duration is not None or self.warmup is not None):
+            count += rate * ((self.duration or 0) + (self.warmup or 0)) / 1e9
+        if arrival.kind == "concurrency":
+            count = max(count, arrival.users)
+        return count or None
 
 
 # --- SLA: one optional field per metric and percentile, generated ----------------------------
@@ -167,25 +272,51 @@ Sla = create_model(
     "Sla",
     __base__=_Model,
     __doc__="Service-level objectives; each becomes a PASS / FAIL / INCONCLUSIVE check.",
-    error_rate=(float | None, Field(None, ge=0, le=1, description="Failed / finished requests must be at most this.")),
-    output_tokens_per_s=(float | None, Field(None, ge=0, description="Output tokens/s must be at least this.")),
-    requests_per_s=(float | None, Field(None, ge=0, description="Completed requests/s must be at least this.")),
-    confidence=(float, Field(0.99, gt=0.5, lt=1, description="Confidence a percentile PASS needs (MLPerf early stopping).")),
+    error_rate=(
+        float | None,
+        Field(None, ge=0, le=1, description="Failed / finished requests must be at most this."),
+    ),
+    output_tokens_per_s=(
+        float | None,
+        Field(None, ge=0, description="Output tokens/s must be at least this."),
+    ),
+    requests_per_s=(
+        float | None,
+        Field(None, ge=0, description="Completed requests/s must be at least this."),
+    ),
+    confidence=(
+        float,
+        Field(
+            0.99,
+            gt=0.5,
+            lt=1,
+            description="Confidence a percentile PASS needs (MLPerf early stopping).",
+        ),
+    ),
     **_SLA_LATENCY_FIELDS,
 )
 
 
 class Outputs(_Model):
-    dir: str | None = Field(None, description="Run directory (default reports/<name>-<UTC time>); --out overrides.")
-    requests_jsonl: bool = Field(False, description="Also write requests.jsonl: one line of raw timestamps a request.")
-    interval: Duration = Field("1s", description="Time-series bucket width.")
+    dir: str | None = Field(
+        None, description="Run directory (default reports/<name>-<UTC time>); --out overrides."
+    )
+    requests_jsonl: bool = Field(
+        False, description="Also write requests.jsonl: one line of raw timestamps a request."
+    )
+    interval: PositiveDuration = Field("1s", description="Time-series bucket width.")
 
 
 class Telemetry(_Model):
-    gpu: bool = Field(True, description="Sample every visible NVIDIA GPU through NVML (none, or no NVML: the "
-                      "result says why and the run goes on); false: no sampling.")
-    interval: Duration = Field("250ms", description="GPU sampling period.")
-    devices: list[int] | None = Field(None, description="NVML device indices to sample (default: all).")
+    gpu: bool = Field(
+        True,
+        description="Sample every visible NVIDIA GPU through NVML (none, or no NVML: the "
+        "result says why and the run goes on); false: no sampling.",
+    )
+    interval: PositiveDuration = Field("250ms", description="GPU sampling period.")
+    devices: list[int] | None = Field(
+        None, description="NVML device indices to sample (default: all)."
+    )
 
 
 class Profile(_Model):
@@ -193,14 +324,21 @@ class Profile(_Model):
 
     start: Duration | None = Field(None, description="Window start, from t0 (e.g. 30s).")
     duration: Duration | None = Field(None, description="Window length (e.g. 5s).")
-    requests: tuple[int, int] | None = Field(None, description="[first, last]: from the first's send to the last's end.")
+    requests: tuple[int, int] | None = Field(
+        None, description="[first, last]: from the first's send to the last's end."
+    )
     record_shapes: bool = Field(False, description="Record operator input shapes (a larger trace).")
     profile_memory: bool = Field(False, description="Track tensor memory allocations.")
     with_stack: bool = Field(False, description="Record Python stacks (large traces).")
     tensorboard: bool = Field(False, description="Also write a TensorBoard profile folder (tb/).")
-    top_ops: int = Field(20, ge=1, description="Operators listed in the result, by self device time.")
-    exclude_from_stats: bool = Field(True, description="Keep requests that overlap the window out of the latency "
-                                     "histograms and SLA (profiling perturbs them); they are flagged either way.")
+    top_ops: int = Field(
+        20, ge=1, description="Operators listed in the result, by self device time."
+    )
+    exclude_from_stats: bool = Field(
+        True,
+        description="Keep requests that overlap the window out of the latency "
+        "histograms and SLA (profiling perturbs them); they are flagged either way.",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self):
@@ -217,12 +355,29 @@ class Profile(_Model):
 class Scenario(_Model):
     """One load test: what to drive, with what, how hard, and what counts as good."""
 
-    name: str = Field(min_length=1, description="Names the run and its directory.")
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        description="Names the run; its default directory is this name made safe for a file system.",
+    )
     seeds: Seeds = Field(default_factory=Seeds, description="One seed per random dimension.")
-    backend: BackendSpec = Field(default_factory=SimSpec, description="The system under test, by kind.")
+    backend: BackendSpec = Field(
+        default_factory=SimSpec, description="The system under test, by kind."
+    )
     workload: Workload = Field(default_factory=Workload, description="Prompts and lengths.")
     load: Load = Field(description="Arrivals, window, warmup, drain.")
     sla: Sla | None = Field(None, description="Objectives that decide the exit code.")
     outputs: Outputs = Field(default_factory=Outputs, description="What to write, and where.")
-    telemetry: Telemetry = Field(default_factory=Telemetry, description="GPU sampling beside the latencies.")
-    profile: Profile | None = Field(None, description="A torch.profiler capture window (transformers backend).")
+    telemetry: Telemetry = Field(
+        default_factory=Telemetry, description="GPU sampling beside the latencies."
+    )
+    profile: Profile | None = Field(
+        None, description="A torch.profiler capture window (transformers backend)."
+    )
+
+    def public_dump(self) -> dict:
+        """The scenario as saved in a result: secrets (URL credentials, sensitive headers and
+        body fields) masked, by name, whatever their values."""
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["backend"] = self.backend.redact(data["backend"])
+        return data

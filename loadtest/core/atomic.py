@@ -1,7 +1,11 @@
 """Atomic file writes: temp file in the same folder, fsync, rename, fsync the folder.
 
-A reader (or a crash) never sees a truncated file: either the old content or the new.
+A reader (or a crash) never sees a truncated file: either the old content or the new. Files get
+the mode any tool would give them (0666 less the umask), not the temp file's 0600. Every text
+written is scrubbed of registered secrets (``loadtest.core.secrets``): this is where results
+leave the process.
 """
+
 from __future__ import annotations
 
 import json
@@ -9,12 +13,24 @@ import os
 import tempfile
 from pathlib import Path
 
+from loadtest.core import secrets
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # read it (there is no getter); set it straight back
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # read once, at import, before any thread runs
+
 
 def write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -34,11 +50,13 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
+    write_bytes(path, secrets.scrub(text).encode("utf-8"))
 
 
 def write_json(path: Path, obj) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    write_text(
+        path, json.dumps(secrets.scrub_tree(obj), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    )
 
 
 def write_jsonl(path: Path, rows) -> None:

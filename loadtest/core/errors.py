@@ -1,4 +1,5 @@
-"""The exception tree. The CLI maps each family to an exit code (see ``cli.py``)."""
+"""The exception tree. Each family has one exit code (``loadtest.core.exit_codes``)."""
+
 from __future__ import annotations
 
 
@@ -17,6 +18,9 @@ class ScenarioError(LoadtestError):
         super().__init__("\n".join(problems))
 
 
-class BackendError(LoadtestError):
-    """The system under test could not start or died. Exit code 4."""
+class OutputError(LoadtestError):
+    """The output directory cannot be used (taken, unwritable, a bad name). Exit code 2."""
 
+
+class BackendError(LoadtestError):
+    """The system under test could not start, died, or stopped answering. Exit code 4."""

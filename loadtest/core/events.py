@@ -12,6 +12,15 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class Sent:
+    """The request left the client: its bytes were handed to the socket (after any wait for a
+    connection). Backends that can see this stamp it; the runner's hand-over stamp stands
+    otherwise. Dispatch lag counts to here, so the client's own waits are never the server's."""
+
+    t_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class Admitted:
     """The engine put the request into a running batch."""
 
@@ -43,4 +52,4 @@ class Failed:
     message: str = ""
 
 
-BackendEvent = Admitted | Tokens | Finished | Failed
+BackendEvent = Sent | Admitted | Tokens | Finished | Failed

@@ -6,6 +6,7 @@ measurement). ``record_corrected_value`` is never used: latencies already count 
 send time, and correcting again would double count. Percentiles are computed from the histogram
 alone, so a histogram decoded from ``metrics.json`` reproduces every reported figure exactly.
 """
+
 from __future__ import annotations
 
 import numpy as np  # imported here, not on first use: a lazy import would stall the event loop mid-run
@@ -41,8 +42,10 @@ class LatencyHistogram:
     def count(self) -> int:
         return self.hdr.get_total_count()
 
-    def add(self, other: "LatencyHistogram") -> None:
-        self.hdr.add(other.hdr)
+    def add(self, other: LatencyHistogram) -> None:
+        # An empty histogram's min reads 0 in hdrh: merged in, it would make the minimum 0.
+        if other.hdr.total_count:
+            self.hdr.add(other.hdr)
         self.over_range += other.over_range
 
     # hdrh's own percentile, mean and stddev walk every bucket in Python (tens of ms on a wide
@@ -97,8 +100,14 @@ class LatencyHistogram:
         hdr = self.hdr
         all_counts = np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len]
         index = np.flatnonzero(all_counts)
-        lowest = np.fromiter((hdr.get_value_from_index(int(i)) for i in index), dtype=np.int64, count=len(index))
-        highest = np.fromiter((hdr.get_highest_equivalent_value(int(v)) for v in lowest), dtype=np.int64, count=len(index))
+        lowest = np.fromiter(
+            (hdr.get_value_from_index(int(i)) for i in index), dtype=np.int64, count=len(index)
+        )
+        highest = np.fromiter(
+            (hdr.get_highest_equivalent_value(int(v)) for v in lowest),
+            dtype=np.int64,
+            count=len(index),
+        )
         return lowest, highest, all_counts[index].astype(np.int64)
 
     def summary_ms(self) -> dict:
@@ -123,7 +132,7 @@ class LatencyHistogram:
         return self.hdr.encode().decode("ascii")
 
     @classmethod
-    def decode(cls, text: str, over_range: int = 0) -> "LatencyHistogram":
+    def decode(cls, text: str, over_range: int = 0) -> LatencyHistogram:
         return cls(HdrHistogram.decode(text.encode("ascii")), over_range)
 
 

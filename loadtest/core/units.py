@@ -3,9 +3,14 @@
 Durations are returned as integer nanoseconds; a bare number means seconds. Rates are requests per
 second as floats; a bare number means per second.
 """
+
 from __future__ import annotations
 
+import math
 import re
+
+MAX_DURATION_NS = 366 * 86_400 * 1_000_000_000  # a year: anything longer is a typo
+MAX_RATE_PER_S = 1_000_000.0
 
 _DURATION_UNITS_NS = {
     "ns": 1,
@@ -28,9 +33,7 @@ def parse_duration_ns(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected a duration, got {value!r}")
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"duration must not be negative, got {value}")
-        return round(value * 1_000_000_000)
+        return _duration_from_seconds(float(value), value)
     if not isinstance(value, str):
         raise ValueError(f"expected a duration such as 30s or 500ms, got {value!r}")
     match = _DURATION_RE.match(value)
@@ -39,7 +42,19 @@ def parse_duration_ns(value: object) -> int:
     number, unit = match.groups()
     if unit not in _DURATION_UNITS_NS and unit != "":
         raise ValueError(f"unknown duration unit {unit!r} in {value!r} (use ns, us, ms, s, m, h)")
-    return round(float(number) * _DURATION_UNITS_NS.get(unit, 1_000_000_000))
+    seconds = float(number) * _DURATION_UNITS_NS.get(unit, 1_000_000_000) / 1_000_000_000
+    return _duration_from_seconds(seconds, value)
+
+
+def _duration_from_seconds(seconds: float, written: object) -> int:
+    if not math.isfinite(seconds):
+        raise ValueError(f"duration must be a finite number, got {written!r}")
+    if seconds < 0:
+        raise ValueError(f"duration must not be negative, got {written!r}")
+    ns = round(seconds * 1_000_000_000)
+    if ns > MAX_DURATION_NS:
+        raise ValueError(f"duration {written!r} is over a year")
+    return ns
 
 
 def parse_rate_per_s(value: object) -> float:
@@ -47,7 +62,7 @@ def parse_rate_per_s(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"expected a rate, got {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
+        return _checked_rate(float(value), value)
     if not isinstance(value, str):
         raise ValueError(f"expected a rate such as 20 or 4/s, got {value!r}")
     match = _RATE_RE.match(value)
@@ -56,12 +71,26 @@ def parse_rate_per_s(value: object) -> float:
     number, unit = match.groups()
     if unit is not None and unit not in _RATE_UNITS_PER_S:
         raise ValueError(f"unknown rate unit {unit!r} in {value!r} (use /s, /m, /h)")
-    return float(number) * _RATE_UNITS_PER_S.get(unit or "s", 1.0)
+    return _checked_rate(float(number) * _RATE_UNITS_PER_S.get(unit or "s", 1.0), value)
+
+
+def _checked_rate(rate: float, written: object) -> float:
+    if not math.isfinite(rate):
+        raise ValueError(f"rate must be a finite number, got {written!r}")
+    if rate > MAX_RATE_PER_S:
+        raise ValueError(f"rate {written!r} is over {MAX_RATE_PER_S:g} requests/s")
+    return rate
 
 
 def format_duration_ns(ns: int) -> str:
     """Shortest exact-ish human form, for echoing config back: 1_500_000_000 -> ``1.5s``."""
-    for unit, size in (("h", 3_600_000_000_000), ("m", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
+    for unit, size in (
+        ("h", 3_600_000_000_000),
+        ("m", 60_000_000_000),
+        ("s", 1_000_000_000),
+        ("ms", 1_000_000),
+        ("us", 1_000),
+    ):
         if ns >= size:
             return f"{ns / size:g}{unit}"
     return f"{ns}ns"

@@ -221,8 +221,12 @@ class Recorder:
 
     # -- end of run -----------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Merge every open interval and settle a count-based window's end."""
+    def close(self, stopped_ns: int | None = None) -> None:
+        """Merge every open interval and settle the window's end: a run stopped early (a signal,
+        a failure) measured only up to the stop, and its rates divide by that span."""
+        if stopped_ns is not None and (self.window_end is None or stopped_ns < self.window_end):
+            if self.window_start is not None and stopped_ns > self.window_start:
+                self.window_end = stopped_ns
         for k in sorted(self.open):
             self._close(self.open.pop(k))
         self.closed.sort(key=lambda c: c["index"])

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
-from loadtest.core.events import Admitted, Failed, Finished, Tokens
+from loadtest.core.events import Admitted, Failed, Finished, Sent, Tokens
 from loadtest.core.heap import settle_heap
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder, RequestState
 from loadtest.workload.plan import Plan, PlannedRequest
 
@@ -76,16 +77,11 @@ class Runner:
         self._cancel_reason: str | None = None
         self._failure: str | None = None
         self._stop = asyncio.Event()
-        self._throttler = None
         self._throttle_exit = 0
-        if load.max_rate is not None:
-            from asyncio_throttle import Throttler
-
-            # A ceiling on top of the schedule, not the schedule: the sliding window admits at
-            # most max_rate sends in any second.
-            self._throttler = Throttler(
-                rate_limit=max(1, round(load.max_rate)), period=1.0, retry_interval=0.001
-            )
+        # A ceiling on top of the schedule, not the schedule.
+        self._ceiling = None if load.max_rate is None else RateCeiling(load.max_rate, clock)
+        self._progress_ns = 0  # the last event from the backend (or the first send after idle)
+        self.stopped_ns: int | None = None  # when a stop was asked for: the measured span ends
 
     # -- public -------------------------------------------------------------------------------
 
@@ -93,13 +89,13 @@ class Runner:
         """Stop dispatching and end in-flight requests now (Ctrl-C, or a crashed backend)."""
         if self._cancel_reason is None:
             self._cancel_reason = reason
+            self.stopped_ns = self.clock.now_ns()
         self._stop.set()
 
     async def run(self, start_delay_ns: int = 1_000_000) -> RunOutcome:
         settle_heap()  # the plan and everything loaded: never scanned by a collection in the window
         self.t0 = self.clock.now_ns() + start_delay_ns
-        if hasattr(self.backend, "set_origin"):
-            self.backend.set_origin(self.t0)
+        self.backend.set_origin(self.t0)
         rec = self.recorder = Recorder(
             self.t0, self.interval_ns, self.plan.window_start_ns, self.plan.window_end_ns
         )
@@ -110,8 +106,9 @@ class Runner:
             self.profile.arm(self.t0)
         loop_lag = LatencyHistogram()
         probe = asyncio.create_task(self._probe_loop(loop_lag))
+        watchdog = asyncio.create_task(self._watch_for_silence())
         window_opens = None
-        if hasattr(self.backend, "window_started") and self.plan.window_start_ns:
+        if self.plan.window_start_ns:
             window_opens = asyncio.create_task(
                 self._tell_window_start(self.t0 + self.plan.window_start_ns)
             )
@@ -127,17 +124,22 @@ class Runner:
         dispatch.cancel()
         await self._cancel_all(self._cancel_reason or "drain")
         probe.cancel()
+        watchdog.cancel()
         if window_opens is not None:
             window_opens.cancel()
         await asyncio.gather(
-            probe, dispatch, *([window_opens] if window_opens else []), return_exceptions=True
+            probe,
+            watchdog,
+            dispatch,
+            *([window_opens] if window_opens else []),
+            return_exceptions=True,
         )
         if self.profile is not None:
             await self.profile.finish()
         if self._flush_handle is not None:
             self._flush_handle.cancel()
         self._flush()
-        rec.close()
+        rec.close(self.stopped_ns)
         status = {"interrupted": "interrupted", "failed": "failed"}.get(
             self._cancel_reason or "", "ok"
         )
@@ -204,7 +206,7 @@ class Runner:
             await self.clock.sleep_until(intended)
             held_until = await self._throttle()
             if not warmup:
-                if self.recorder.window_start is None and hasattr(self.backend, "window_started"):
+                if self.recorder.window_start is None:
                     self.backend.window_started()  # a count-based window opens with its first request
                 self.recorder.set_window_start(intended)
             task = self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
@@ -221,14 +223,11 @@ class Runner:
         Requests queued behind a held one reach the front late because of the ceiling, not because
         the harness lagged, so dispatch lag counts from max(intended, that time).
         """
-        if self._throttler is None:
+        if self._ceiling is None:
             return 0
-        before = self.clock.now_ns()
-        await self._throttler.acquire()
-        now = self.clock.now_ns()
-        if now - before > 1_000_000:
+        if await self._ceiling.acquire():
             self.throttled += 1
-            self._throttle_exit = now
+            self._throttle_exit = self.clock.now_ns()
         return self._throttle_exit
 
     def _spawn(self, coro) -> asyncio.Task:
@@ -245,6 +244,8 @@ class Runner:
         # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go.
         st = RequestState(req, intended, sent, lag_from_ns=max(intended, held_until))
         self.sent += 1
+        if not self.in_flight:  # silence is timed from the first send after an idle spell
+            self._progress_ns = sent
         self.in_flight += 1
         try:
             if self.profile is not None:
@@ -288,10 +289,14 @@ class Runner:
         prompt_ids = (
             self.plan.prompt_ids(st.req, self.tokenizer) if self.backend.needs_prompt_ids else None
         )
+        now = self.clock.now_ns
         async for ev in self.backend.submit(st.req, prompt_ids):
+            self._progress_ns = now()
             kind = type(ev)
             if kind is Tokens:
                 st.stamps.extend(ev.t_ns)
+            elif kind is Sent:  # the backend saw the bytes leave: later than the hand-over
+                st.sent_ns = max(st.sent_ns, ev.t_ns)
             elif kind is Admitted:
                 st.admitted_ns = ev.t_ns
             elif kind is Finished:
@@ -337,6 +342,22 @@ class Runner:
             t.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch_for_silence(self) -> None:
+        """End the run when the system under test stops answering: requests in flight and no
+        event from it for ``load.stall_timeout``. Every other wait on the backend is bounded by
+        this one, whatever the backend."""
+        limit = self.load.stall_timeout
+        while True:
+            deadline = self._progress_ns + limit
+            if self.in_flight and self.clock.now_ns() >= deadline:
+                self._failure = (
+                    f"the system under test stopped answering: no response event for "
+                    f"{limit / 1e9:g} s with {self.in_flight} requests in flight (load.stall_timeout)"
+                )
+                self.request_stop("failed")
+                return
+            await self.clock.sleep_until(max(deadline, self.clock.now_ns() + limit // 4))
 
     async def _probe_loop(self, hist: LatencyHistogram) -> None:
         """Event-loop lag: how long a callback made ready now waits before it runs."""

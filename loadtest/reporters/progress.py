@@ -8,9 +8,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from loadtest.reporters.console import make_console
+
 
 def live_progress(console: Console | None = None, period_s: float = 0.25):
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
 
     async def show(runner) -> None:
         last_done, last_t = 0, 0.0

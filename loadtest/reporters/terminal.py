@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from loadtest.reporters.console import make_console, styled
 
 ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
 COLS = ("p50", "p90", "p95", "p99", "p999", "max")
@@ -17,15 +20,15 @@ def _ms(x) -> str:
 
 
 def render(metrics: dict, console: Console | None = None, sla: bool = True) -> None:
-    console = console or Console()
+    console = console or make_console()
     status = metrics["status"]
     style = {"ok": "green", "invalid": "yellow", "interrupted": "yellow", "failed": "red"}.get(
         status, "white"
     )
-    console.print(f"[bold]{metrics['name']}[/bold]  status: [{style}]{status}[/{style}]")
+    console.print(styled((str(metrics["name"]), "bold"), "  status: ", (status, style)))
     if "latency_ms" not in metrics:
         for reason in metrics.get("validity", {}).get("reasons", []):
-            console.print(f"  [red]{reason}[/red]")
+            console.print(f"  {reason}", style="red")
         return
     table = Table(title="latency (ms)", title_justify="left")
     table.add_column("metric")
@@ -52,9 +55,9 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
         f"harness: dispatch lag p99 {_ms(lag.get('p99'))} ms, event-loop lag p99 {_ms(loop.get('p99'))} ms"
     )
     for reason in metrics["validity"]["reasons"]:
-        console.print(f"[yellow]invalid: {reason}[/yellow]")
+        console.print(f"invalid: {reason}", style="yellow")
     for warning in metrics["validity"]["warnings"]:
-        console.print(f"[yellow]warning: {warning}[/yellow]")
+        console.print(f"warning: {warning}", style="yellow")
     if sla:
         render_sla(metrics.get("sla"), console)
 
@@ -73,7 +76,7 @@ def render_sla(sla: dict | None, console: Console) -> None:
         obs = "-" if c["observed"] is None else f"{c['observed']:.4g} {c['unit']}".strip()
         table.add_row(
             c["name"],
-            f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]",
+            Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
             obs,
             f"{c['op']} {c['bound']:g} {c['unit']}".strip(),
             c["reason"],
@@ -111,7 +114,7 @@ def render_regression(reg: dict | None, console: Console) -> None:
         iv = c["change_interval_pct"]
         table.add_row(
             c["name"],
-            f"[{VERDICT_STYLE[c['verdict']]}]{c['verdict']}[/]",
+            Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
             _num(c["baseline"]),
             f"{_num(c['candidate'])} {c['unit']}",
             _pct(c["change_pct"]),
@@ -139,7 +142,7 @@ def render_repeat(doc: dict, console: Console, sla: bool = True) -> None:
             )
     console.print(table)
     for reason in doc["reasons"]:
-        console.print(f"[yellow]{reason}[/yellow]")
+        console.print(reason, style="yellow")
     if sla:
         render_sla(doc.get("sla"), console)
 
@@ -150,7 +153,7 @@ def render_compare(checks: list[dict], a: str, b: str, confidence: float, consol
         table.add_column(col, justify="left" if col == "metric" else "right")
     for c in checks:
         iv = c["change_interval_pct"]
-        sig = {True: "[bold]yes[/bold]", False: "no", None: "-"}[c["significant"]]
+        sig = {True: Text("yes", style="bold"), False: "no", None: "-"}[c["significant"]]
         table.add_row(
             f"{c['name']} ({c['unit']})",
             _num(c["baseline"]),

@@ -50,6 +50,16 @@ def judge_validity(
     rec = outcome.recorder
     if rec.completed < v.min_completed:
         reasons.append(f"{rec.completed} measured requests completed, fewer than {v.min_completed}")
+    if rec.failed:
+        top = ", ".join(f"{k} {n}" for k, n in rec.errors_by_type.most_common(3))
+        warnings.append(
+            f"{rec.failed} of {rec.completed + rec.failed} measured requests failed ({top})"
+            + (
+                ""
+                if scenario.sla and scenario.sla.error_rate is not None
+                else "; set sla.error_rate to gate on it"
+            )
+        )
     if rec.token_count_mismatch:
         warnings.append(
             f"{rec.token_count_mismatch} requests: the backend's token count differs from the token stamps"
@@ -121,12 +131,13 @@ def build_metrics(
         "name": scenario.name,
         "started_at": started_at,
         "scenario_file": scenario_path,
-        "scenario": scenario.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "scenario": scenario.public_dump(),
         "environment": environment,
         "backend": backend,
         "requests": {
             "planned": planned,
             "sent": outcome.sent,
+            "never_sent": None if planned is None else max(0, planned - outcome.sent),
             "completed": rec.completed,
             "failed": rec.failed,
             "warmup": rec.warmup,

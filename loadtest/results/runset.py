@@ -95,7 +95,7 @@ def load(path: str | Path) -> RunSet:
             runs = [_read(path / d) for d in repeat["runs"]]
             return RunSet(path, runs, repeat)
         return RunSet(path, [_read(path)])
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RunSetError(f"{path}: {exc}") from None
 
 
@@ -104,6 +104,31 @@ def _read(run_dir: Path) -> dict:
         raise RunSetError(
             f"{run_dir}: no metrics.json (not a run directory, nor a repeat directory with {REPEAT_FILE})"
         )
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    problem = _shape_problem(metrics)
+    if problem:
+        raise RunSetError(f"{run_dir / 'metrics.json'}: not a loadtest result: {problem}")
     metrics["_dir"] = run_dir.name
     return metrics
+
+
+_STATUSES = ("ok", "invalid", "interrupted", "failed")
+
+
+def _shape_problem(metrics: object) -> str | None:
+    """What makes a metrics.json unusable for a verdict (a usage error, not INCONCLUSIVE)."""
+    if not isinstance(metrics, dict):
+        return "expected a JSON object"
+    if metrics.get("status") not in _STATUSES:
+        return f"status: expected one of {', '.join(_STATUSES)}"
+    if "histograms" not in metrics:
+        return None  # a run that failed to start: nothing measured, and it says so
+    for key in ("histograms", "histograms_over_range", "requests", "throughput", "latency_ms"):
+        if not isinstance(metrics.get(key), dict):
+            return f"{key}: missing or not an object"
+    for name, text in metrics["histograms"].items():
+        try:
+            LatencyHistogram.decode(text)
+        except Exception:  # hdrh raises several types for a corrupt encoding
+            return f"histograms.{name}: not an encoded HDR histogram"
+    return None

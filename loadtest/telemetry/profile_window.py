@@ -21,7 +21,7 @@ class ProfileWindow:
         self.end_ns: int | None = None
         self.result: dict = {}
         self._task: asyncio.Task | None = None
-        self.supported = hasattr(backend, "profile_start")
+        self.supported = backend.supports_profiling
 
     # -- triggers (called by the runner) --------------------------------------------------------
 

@@ -23,7 +23,7 @@ from loadtest.config.scenario import (
 )
 from loadtest.core.errors import ScenarioError
 from loadtest.workload.arrivals import ClosedLoop, make_arrival
-from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
+from loadtest.workload.tokenizer import ByteTokenizer, Tokenizer, render_messages_plainly
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,3 +221,10 @@ def _open_loop(load, offsets: Iterator[int], source: RequestSource) -> Iterator[
                 return
             measured += 1
         yield source.next(index, offset, warmup)
+
+
+def check_plan(scenario: Scenario, resolve: Callable[[str], Path]) -> None:
+    """Everything ``build_plan`` would refuse, found without a model: datasets and traces are
+    read (with a byte tokenizer: lengths differ, problems do not) and an open-loop plan is built
+    to see that its window holds a request. ``ScenarioError`` with ``file:line`` otherwise."""
+    build_plan(scenario, ByteTokenizer(), resolve)

@@ -21,15 +21,15 @@ import ssl
 from collections import Counter
 from pathlib import Path
 
-from loadtest.backends.base import BackendInfo
+from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai.sse import SseParser
 from loadtest.core.errors import BackendError
-from loadtest.core.events import Failed, Finished, Tokens
+from loadtest.core.events import Failed, Finished, Sent, Tokens
 
 PROBE_TOKENS = 2
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     needs_prompt_ids = (
         True  # synthetic prompts are token ids of the model's tokenizer, sent as text
     )
@@ -66,7 +66,12 @@ class OpenAIBackend:
         self._session = aiohttp.ClientSession(
             connector=connector,
             headers=headers,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=spec.connect_timeout / 1e9),
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=spec.connect_timeout / 1e9,
+                sock_read=spec.read_timeout / 1e9,
+            ),
+            trace_configs=[self._wire_trace()],
         )
         try:
             self._fixed_via = await self._probe()
@@ -103,6 +108,24 @@ class OpenAIBackend:
                 f"{facts['client_tokens']} tokens by the client's count, the server's usage says "
                 f"{facts['usage_tokens']} (stamps reconciled to the server's count)"
             )
+        if facts["usage_implausible"]:
+            warnings.append(
+                f"{facts['usage_implausible']} requests: the server's usage claimed "
+                f"{facts['usage_implausible_reported']} output tokens where "
+                f"{facts['usage_implausible_streamed']} were streamed; not plausible, so the "
+                "streamed count was used"
+            )
+        if facts["bad_response"]:
+            warnings.append(
+                f"{facts['bad_response']} responses were not OpenAI-shaped streams (bad_response)"
+            )
+        if facts["connection_waits"]:
+            warnings.append(
+                f"{facts['connection_waits']} requests waited for a free connection in the "
+                f"client's pool (max_connections: {self.spec.max_connections}), "
+                f"{facts['connection_wait_ns'] / 1e6:.1f} ms in all: client lag, counted in "
+                "dispatch lag, not in the server's latency"
+            )
         if facts["short_outputs"]:
             warnings.append(
                 f"{facts['short_outputs']} requests returned fewer tokens than the fixed output length "
@@ -136,15 +159,20 @@ class OpenAIBackend:
         now = self.clock.now_ns
         body = self._body(req, prompt_ids)
         chunks: list[tuple[int, int]] = []  # (arrival ns, tokens in it)
+        wire = _Wire()
+        chars = 0  # characters of text streamed: bounds what the server's usage may claim
         usage = None
         finish_reason = None
         try:
-            async with self._session.post(self.url, data=json.dumps(body)) as resp:
+            async with self._session.post(
+                self.url, data=json.dumps(body), trace_request_ctx=wire
+            ) as resp:
                 self._connect_errors_in_a_row = 0
+                if wire.sent_ns:
+                    yield Sent(wire.sent_ns)
                 if resp.status >= 400:
-                    text = (await resp.text())[:300]
                     self.facts[f"http_{resp.status}"] += 1
-                    yield Failed(now(), f"http_{resp.status}", text)
+                    yield Failed(now(), f"http_{resp.status}", await _error_text(resp))
                     return
                 parser = SseParser()
                 done = False
@@ -154,15 +182,16 @@ class OpenAIBackend:
                         if data == "[DONE]":
                             done = True
                             break
-                        obj = json.loads(data)
-                        if "error" in obj:
-                            yield Failed(t, "server_error", str(obj["error"])[:300])
+                        event = _event(data)  # BadResponse for anything not an OpenAI chunk
+                        if "error" in event:
+                            yield Failed(t, "server_error", str(event["error"])[:300])
                             return
-                        n, reason = self._tokens_in(obj)
+                        n, nchars, reason = self._tokens_in(event)
                         if n:
                             chunks.append((t, n))
+                            chars += nchars
                         finish_reason = reason or finish_reason
-                        usage = obj.get("usage") or usage
+                        usage = event.get("usage") or usage
                     if done:
                         break
                 if not done and finish_reason is None:
@@ -186,6 +215,10 @@ class OpenAIBackend:
             self._connect_failed(exc)
             yield Failed(now(), "connect_timeout", str(exc)[:300])
             return
+        except aiohttp.SocketTimeoutError as exc:  # silent past read_timeout
+            yield Tokens(tuple(_stamps(chunks)))
+            yield Failed(now(), "read_timeout", str(exc)[:300])
+            return
         except aiohttp.ServerDisconnectedError as exc:
             yield Tokens(tuple(_stamps(chunks)))
             yield Failed(now(), "server_disconnected", str(exc)[:300])
@@ -204,48 +237,64 @@ class OpenAIBackend:
             yield Tokens(tuple(_stamps(chunks)))
             yield Failed(now(), type(exc).__name__, str(exc)[:300])
             return
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except BadResponse as exc:
+            self.facts["bad_response"] += 1
+            yield Tokens(tuple(_stamps(chunks)))
             yield Failed(now(), "bad_response", str(exc)[:300])
             return
-        stamps = self._reconcile(chunks, usage)
+        finally:
+            if wire.queued_ns:
+                self.facts["connection_waits"] += 1
+                self.facts["connection_wait_ns"] += wire.queued_ns
+        stamps = self._reconcile(chunks, usage, chars)
         if req.ignore_eos and len(stamps) < req.output_tokens and self._fixed_via != "none":
             self.facts["short_outputs"] += 1
-        if (
-            usage
-            and usage.get("prompt_tokens") is not None
-            and usage["prompt_tokens"] != req.input_tokens
-        ):
+        prompt_tokens = _count(usage, "prompt_tokens")
+        if prompt_tokens is not None and prompt_tokens != req.input_tokens:
             self.facts["prompt_token_mismatch"] += 1
         yield Tokens(tuple(stamps))
-        yield Finished(
-            stamps[-1] if stamps else now(), len(stamps), (usage or {}).get("prompt_tokens")
-        )
+        yield Finished(stamps[-1] if stamps else now(), len(stamps), prompt_tokens)
 
-    def _tokens_in(self, obj: dict) -> tuple[int, str | None]:
-        """Output tokens in one streamed event, and its finish_reason."""
+    def _tokens_in(self, obj: dict) -> tuple[int, int, str | None]:
+        """Output tokens and characters in one streamed event, and its finish_reason
+        (``BadResponse`` when the event is not shaped like an OpenAI chunk)."""
         choices = obj.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise BadResponse(f"choices: expected a list of objects, got {str(choices)[:80]}")
         if not choices:
-            return 0, None
+            return 0, 0, None
         choice = choices[0]
-        if self.server_model is None:
-            self.server_model = obj.get("model")
+        if self.server_model is None and isinstance(obj.get("model"), str):
+            self.server_model = obj["model"]
         if self.spec.api == "chat":
             delta = choice.get("delta") or {}
-            text = (delta.get("content") or "") + (
-                delta.get("reasoning_content") or delta.get("reasoning") or ""
-            )
+            if not isinstance(delta, dict):
+                raise BadResponse(f"delta: expected an object, got {str(delta)[:80]}")
+            parts = (delta.get("content"), delta.get("reasoning_content") or delta.get("reasoning"))
         else:
-            text = choice.get("text") or ""
+            parts = (choice.get("text"),)
+        if not all(p is None or isinstance(p, str) for p in parts):
+            raise BadResponse("content: expected text")
+        text = "".join(p for p in parts if p)
+        reason = choice.get("finish_reason")
+        reason = reason if isinstance(reason, str) else None
         if not text:
-            return 0, choice.get("finish_reason")
+            return 0, 0, reason
         n = max(1, len(self._count_tokens(text))) if self._count_tokens else 1
-        return n, choice.get("finish_reason")
+        return n, len(text), reason
 
-    def _reconcile(self, chunks: list[tuple[int, int]], usage: dict | None) -> list[int]:
+    def _reconcile(
+        self, chunks: list[tuple[int, int]], usage: dict | None, chars: int
+    ) -> list[int]:
         """One stamp per token, agreeing with the server's count when it gives one."""
         counted = sum(n for _, n in chunks)
-        served = None if not usage else usage.get("completion_tokens")
+        served = _count(usage, "completion_tokens")
         if served is None or served == counted:
+            return _stamps(chunks)
+        if not self._plausible(served, counted, len(chunks), chars):
+            self.facts["usage_implausible"] += 1
+            self.facts["usage_implausible_reported"] += served
+            self.facts["usage_implausible_streamed"] += counted
             return _stamps(chunks)
         self.facts["usage_disagreements"] += 1
         self.facts["client_tokens"] += counted
@@ -268,6 +317,19 @@ class OpenAIBackend:
             excess -= take
         return _stamps([(t, n) for (t, _), n in zip(chunks, counts)])
 
+    def _plausible(self, served: int, counted: int, chunks: int, chars: int) -> bool:
+        """Could the server really have generated ``served`` tokens for what it streamed? Each
+        chunk with text holds at least one token; a token is at least one character, give or
+        take a few that stream as no text (partial characters, special tokens); with the
+        model's tokenizer the count is close, within a quarter. Past that the server's count
+        is not trusted (1000 reported against 8 streamed would multiply tok/s by 125)."""
+        slack = 4
+        if served < chunks:
+            return False
+        if self._count_tokens is not None:
+            return served <= counted + max(slack, counted // 4)
+        return served <= chars + slack
+
     def _connect_failed(self, exc: Exception) -> None:
         self._connect_errors_in_a_row += 1
         self._last_connect_error = str(exc)
@@ -276,6 +338,30 @@ class OpenAIBackend:
                 f"{self.spec.base_url}: the server is down ({self._connect_errors_in_a_row} connection "
                 f"attempts in a row failed; last: {self._last_connect_error})"
             )
+
+    def _wire_trace(self):
+        """aiohttp tracing hooks: when a request's headers were written to the socket (the
+        send, as near the wire as the client shows it) and how long it queued for a pooled
+        connection (the client's own wait)."""
+        import aiohttp
+
+        now = self.clock.now_ns
+        trace = aiohttp.TraceConfig()
+
+        async def headers_sent(session, ctx, params) -> None:
+            ctx.trace_request_ctx.sent_ns = now()
+
+        async def queued(session, ctx, params) -> None:
+            ctx.trace_request_ctx.queue_start_ns = now()
+
+        async def dequeued(session, ctx, params) -> None:
+            w = ctx.trace_request_ctx
+            w.queued_ns += now() - w.queue_start_ns
+
+        trace.on_request_headers_sent.append(headers_sent)
+        trace.on_connection_queued_start.append(queued)
+        trace.on_connection_queued_end.append(dequeued)
+        return trace
 
     # -- request bodies -----------------------------------------------------------------------
 
@@ -355,15 +441,26 @@ class OpenAIBackend:
 
         body = self._request("hello", None, PROBE_TOKENS, via)
         try:
-            async with self._session.post(self.url, data=json.dumps(body)) as resp:
-                text = await resp.text()
-                if resp.status < 400:
-                    for data in SseParser().feed(text.encode()):
-                        if data != "[DONE]":
-                            self.server_model = self.server_model or (json.loads(data).get("model"))
-                return resp.status, text[:300]
-        except (aiohttp.ClientError, json.JSONDecodeError) as exc:
-            raise BackendError(f"{self.url}: cannot reach the server: {exc}") from None
+            async with self._session.post(
+                self.url, data=json.dumps(body), trace_request_ctx=_Wire()
+            ) as resp:
+                if resp.status >= 400:
+                    return resp.status, await _error_text(resp)
+                raw = await resp.content.read(1 << 20)  # a 2-token answer is a few hundred bytes
+                for data in SseParser().feed(raw):
+                    if data != "[DONE]":
+                        model = _event(data).get("model")
+                        if isinstance(model, str):
+                            self.server_model = self.server_model or model
+                return resp.status, ""
+        except BadResponse as exc:
+            raise BackendError(
+                f"{self.url}: the probe's answer is not an OpenAI stream: {exc}"
+            ) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BackendError(
+                f"{self.url}: cannot reach the server: {exc or type(exc).__name__}"
+            ) from None
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -404,3 +501,43 @@ def _stamps(chunks) -> list[int]:
     for t, n in chunks:
         out.extend([t] * n)
     return out
+
+
+class BadResponse(Exception):
+    """A streamed event that is not an OpenAI-compatible chunk."""
+
+
+class _Wire:
+    """Per-request stamps from the tracing hooks."""
+
+    __slots__ = ("queue_start_ns", "queued_ns", "sent_ns")
+
+    def __init__(self) -> None:
+        self.sent_ns = 0
+        self.queue_start_ns = 0
+        self.queued_ns = 0
+
+
+def _event(data: str) -> dict:
+    try:
+        event = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadResponse(f"not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise BadResponse(f"expected a JSON object, got {data[:80]}")
+    return event
+
+
+def _count(usage, key: str) -> int | None:
+    """A token count from a server's ``usage``, if it is a sane integer."""
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+async def _error_text(resp, limit: int = 4096) -> str:
+    """The start of an error body (never the whole of a hostile one), as text."""
+    try:
+        raw = await resp.content.read(limit)
+    except Exception:  # the body is only for the message
+        return ""
+    return raw.decode("utf-8", errors="replace")[:300]

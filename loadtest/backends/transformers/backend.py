@@ -5,31 +5,42 @@ the worker's per-step messages into events for each request's async iterator (on
 ``call_soon_threadsafe`` per message the worker writes — a few decode steps — not per token).
 If the worker dies, every request in flight fails with ``BackendError`` and the run ends with
 what it measured.
+
+Nothing here can hang on the worker: messages to it go through a sender thread (a stopped worker
+fills the pipe, and a blocking write would freeze the event loop and every signal handler with
+it); every reply is awaited with a deadline; a request's events are bounded by the runner's
+``load.stall_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 from pathlib import Path
 
-from loadtest.backends.base import BackendInfo
+from loadtest.backends.base import Backend, BackendInfo
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, Failed, Finished, Tokens
 
 _DEATH = object()
+REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
 
 
-class TransformersBackend:
+class TransformersBackend(Backend):
     needs_prompt_ids = True
+    supports_profiling = True
 
     def __init__(self, spec, clock, context=None) -> None:
         self.spec = spec
         self.base_dir = str((context or {}).get("base_dir", Path.cwd()))
         self._queues: dict[int, asyncio.Queue] = {}
+        self._start_s = spec.start_timeout / 1e9
         self._proc = None
         self._reply: asyncio.Queue | None = None
         self._dead: str | None = None
+        self._ready = False
+        self._outq: queue.SimpleQueue = queue.SimpleQueue()
 
     async def start(self) -> BackendInfo:
         import multiprocessing as mp
@@ -38,7 +49,13 @@ class TransformersBackend:
         from loadtest.backends.transformers.worker import main
 
         ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
-        to_worker_r, self._to_worker = ctx.Pipe(duplex=False)
+        to_worker_r, to_worker = ctx.Pipe(duplex=False)
+        threading.Thread(
+            target=_send_loop,
+            args=(to_worker, self._outq),
+            daemon=True,
+            name="loadtest-engine-sender",
+        ).start()
         self._from_worker, from_worker_w = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
             target=main,
@@ -55,12 +72,13 @@ class TransformersBackend:
             None, load_tokenizer, self.spec.model, self.base_dir, self.spec.trust_remote_code
         )
         threading.Thread(target=self._read, daemon=True, name="loadtest-engine-reader").start()
-        msg = await self._reply.get()
+        msg = await self._reply_within("loading the model", self._start_s)
         if msg is _DEATH or msg[0] == "load_failed":
             detail = self._dead if msg is _DEATH else msg[1]
             await self.stop()
             raise BackendError(f"engine worker could not load {self.spec.model!r}: {detail}")
         info = msg[1]
+        self._ready = True
         self.tokenizer = tokenizer
         name = (
             f"transformers:{self.spec.model} ({self.spec.mode}, {info['device']}, {info['dtype']})"
@@ -88,8 +106,8 @@ class TransformersBackend:
             new_tokens = (
                 max((r.output_tokens for r in plan.requests), default=128) if plan.requests else 128
             )
-        self._to_worker.send(("warmup", [(bs, longest, new_tokens) for bs in sizes]))
-        msg = await self._reply.get()
+        self._send(("warmup", [(bs, longest, new_tokens) for bs in sizes]))
+        msg = await self._reply_within("warm-up", self._start_s)
         if msg is _DEATH:
             raise BackendError(f"engine worker died during warm-up: {self._dead}")
         return {"warmup_s": msg[1], "warmup_batch_sizes": sizes}
@@ -101,8 +119,8 @@ class TransformersBackend:
         model: the reference for the harness's overhead (bench/overhead_e2e.py). Between runs."""
         if self._dead:
             raise BackendError(self._dead)
-        self._to_worker.send(("bare", batch_size, prompt_len, new_tokens, reps))
-        msg = await self._reply.get()
+        self._send(("bare", batch_size, prompt_len, new_tokens, reps))
+        msg = await self._reply_within("the bare loop", 600.0)
         if msg is _DEATH:
             raise BackendError(f"engine worker died in the bare loop: {self._dead}")
         return msg[1]
@@ -114,11 +132,13 @@ class TransformersBackend:
         rid = req.index
         self._queues[rid] = q
         eos = getattr(self.tokenizer, "eos_token_id", None)
-        self._to_worker.send(("req", rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
+        self._send(("req", rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
         finished = False
         try:
             while True:
-                ev = await q.get()
+                ev = (
+                    await q.get()
+                )  # bounded: the runner's load.stall_timeout cancels a silent request
                 if ev is _DEATH:
                     raise BackendError(self._dead or "engine worker died")
                 yield ev
@@ -129,7 +149,7 @@ class TransformersBackend:
             self._queues.pop(rid, None)
             if not finished and not self._dead:
                 try:
-                    self._to_worker.send(("cancel", rid))
+                    self._send(("cancel", rid))
                 except OSError:
                     pass
 
@@ -140,55 +160,72 @@ class TransformersBackend:
         changed = {k for k in type(spec).model_fields if getattr(spec, k) != getattr(self.spec, k)}
         if self._dead or self.spec.mode == "continuous" or not changed <= self.HOT_FIELDS:
             return False
-        self._to_worker.send(("configure", {k: getattr(spec, k) for k in self.HOT_FIELDS}))
+        self._send(("configure", {k: getattr(spec, k) for k in self.HOT_FIELDS}))
         self.spec = spec
         return True
 
     def window_started(self) -> None:
         """The measurement window opened: the worker's step accounting starts over."""
         if not self._dead:
-            self._to_worker.send(("window_start",))
+            self._send(("window_start",))
 
     async def profile_start(self, options: dict) -> None:
         """torch.profiler on in the worker, at its next decode step (or at once when idle)."""
         if self._dead:
             return
-        self._to_worker.send(("profile_start", options))
-        await self._reply.get()
+        self._send(("profile_start", options))
+        await self._reply_within("profile start", REPLY_TIMEOUT_S)
 
     async def profile_stop(self, out_dir: str) -> dict:
         """Profiler off (at the next decode step); the worker exports trace.json.gz there and the
         top operators with its end-of-point facts (``profile_export``), after the run."""
         if self._dead:
             return {"profiler": "engine worker died during the window"}
-        self._to_worker.send(("profile_stop", out_dir))
-        msg = await self._reply.get()
+        self._send(("profile_stop", out_dir))
+        msg = await self._reply_within("profile stop", REPLY_TIMEOUT_S)
         return {"profiler": "engine worker died during the window"} if msg is _DEATH else {}
 
     async def point_facts(self) -> dict:
         """Peak memory and batches since the last call (the worker resets its peak counter)."""
         if self._dead:
             return {}
-        self._to_worker.send(("facts",))
-        msg = await self._reply.get()
+        self._send(("facts",))
+        msg = await self._reply_within("facts", REPLY_TIMEOUT_S)
         return {} if msg is _DEATH else msg[1]
 
     async def stop(self) -> dict:
         facts: dict = {}
         if self._proc is None:
             return facts
-        if self._proc.is_alive() and not self._dead:
+        if self._proc.is_alive() and not self._dead and self._ready:
             try:
-                self._to_worker.send(("stop",))
-                msg = await asyncio.wait_for(self._reply.get(), timeout=30)
+                self._send(("stop",))
+                msg = await self._reply_within("stop", REPLY_TIMEOUT_S)
                 if msg is not _DEATH and msg[0] == "stopped":
                     facts = msg[1]
-            except (OSError, asyncio.TimeoutError):
+            except BackendError:
                 pass
-        await self._loop.run_in_executor(None, self._proc.join, 10)
-        if self._proc.is_alive():
+            await asyncio.to_thread(self._proc.join, 5)
+        if self._proc.is_alive():  # wedged, still loading, or slow to exit
             self._proc.kill()
+            await asyncio.to_thread(self._proc.join, 5)
+        self._outq.put(None)
         return facts
+
+    def _send(self, msg) -> None:
+        self._outq.put(msg)  # never blocks: the sender thread does the pipe write
+
+    async def _reply_within(self, what: str, timeout_s: float):
+        """The worker's next reply, or ``BackendError`` when it has not come in time."""
+        if self._reply is None:
+            raise BackendError(f"engine worker not started ({what})")
+        try:
+            return await asyncio.wait_for(self._reply.get(), timeout_s)
+        except asyncio.TimeoutError:
+            self._dead = (
+                self._dead or f"engine worker did not answer ({what}) within {timeout_s:g} s"
+            )
+            raise BackendError(self._dead) from None
 
     # -- reader thread -> event loop ------------------------------------------------------------
 
@@ -246,3 +283,16 @@ class TransformersBackend:
         for q in self._queues.values():
             q.put_nowait(_DEATH)
         self._reply.put_nowait(_DEATH)
+
+
+def _send_loop(conn, outq: queue.SimpleQueue) -> None:
+    """Writes queued messages to the worker's pipe, in order; ends at ``None`` or a broken pipe."""
+    while True:
+        msg = outq.get()  # a thread of its own: waiting here blocks nothing else
+        if msg is None:
+            break
+        try:
+            conn.send(msg)
+        except (OSError, ValueError):
+            break
+    conn.close()

@@ -1,0 +1,47 @@
+"""Exit codes: the one definition the CLI, the gate and the docs use.
+
+A release pipeline branches on these, so each means one thing: 1 is only ever "the SLA (or gate)
+said FAIL", never a crash.
+"""
+
+from __future__ import annotations
+
+import signal
+
+OK = 0
+SLA_FAILED = 1  # an SLA check or the regression gate said FAIL
+USAGE = 2  # bad command line, scenario, SLA file, output directory or saved result
+INVALID = 3  # the run is invalid (the client was the bottleneck, too few samples) or a verdict INCONCLUSIVE
+FAILED = 4  # the system under test failed: did not start, crashed, stopped answering
+INTERNAL = 5  # a bug in loadtest (the traceback is printed)
+OUTPUT = 6  # the run finished but its result could not be written (disk full, ...)
+
+# Interrupted runs exit 128 + the signal number, as a shell reports a process killed by it.
+SIGNALS = {
+    "SIGINT": 128 + signal.SIGINT,
+    "SIGTERM": 128 + signal.SIGTERM,
+    "SIGHUP": 128 + signal.SIGHUP,
+}
+INTERRUPTED = SIGNALS["SIGINT"]  # 130
+
+DESCRIPTIONS = {
+    OK: "ok (and the SLA passed, if any)",
+    SLA_FAILED: "SLA or gate FAIL",
+    USAGE: "usage error: command line, scenario, SLA file, output directory, or an unreadable result",
+    INVALID: "run invalid, or a verdict INCONCLUSIVE",
+    FAILED: "the system under test failed (did not start, crashed, stopped answering)",
+    INTERNAL: "internal error (a bug in loadtest)",
+    OUTPUT: "the result could not be written",
+    **{code: f"interrupted by {name} (partial result written)" for name, code in SIGNALS.items()},
+}
+
+
+def for_result(status: str, verdict: str | None, interrupted_by: str | None = None) -> int:
+    """The exit code of a run, a replicate set or a sweep, from its status and SLA verdict."""
+    if status == "interrupted":
+        return SIGNALS.get(interrupted_by or "SIGINT", INTERRUPTED)
+    if status == "failed":
+        return FAILED
+    if status == "invalid":
+        return INVALID
+    return {"FAIL": SLA_FAILED, "INCONCLUSIVE": INVALID}.get(verdict or "", OK)
