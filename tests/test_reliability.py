@@ -1,0 +1,478 @@
+"""Nothing lost, no hang, no leak: each class of defect, with a case that would have caught it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from loadtest.cli import app
+from loadtest.core import exit_codes, secrets
+from loadtest.core.clock import run_virtual
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.rate_ceiling import RateCeiling
+from tests.conftest import write_scenario
+
+SIM_LOAD = {"arrival": {"kind": "constant", "rate": 20}, "duration": "30s"}
+
+
+def cli(*args, timeout=60, env=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "loadtest", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+class SilentServer:
+    """Accepts TCP connections and never answers (reads and drops what it gets)."""
+
+    def __init__(self, reply: bytes | None = None) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.reply = reply
+        self.conns: list[socket.socket] = []
+        self.seen = b""
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            conn.settimeout(2)
+            try:
+                self.seen += conn.recv(65536)
+            except OSError:
+                pass
+            if self.reply is not None:
+                conn.sendall(self.reply(self.seen) if callable(self.reply) else self.reply)
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def openai_scenario(tmp_path: Path, port: int, **backend) -> Path:
+    return write_scenario(
+        tmp_path,
+        {
+            "name": "served",
+            "backend": {
+                "kind": "openai",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "model": "m",
+                "tokenizer": None,
+                **backend,
+            },
+            "workload": {"input_tokens": 8, "output_tokens": 4},
+            "load": {"arrival": {"kind": "constant", "rate": 2}, "duration": "2s"},
+            "telemetry": {"gpu": False},
+        },
+    )
+
+
+# --- 1. every wait is bounded ---------------------------------------------------------------
+
+
+def test_a_server_that_never_answers_fails_the_start_with_everything_written(tmp_path):
+    server = SilentServer()
+    try:
+        path = openai_scenario(tmp_path, server.port, start_timeout="1s")
+        t = time.monotonic()
+        r = cli("run", path, "--out", tmp_path / "run", "-q")
+        assert time.monotonic() - t < 30
+    finally:
+        server.close()
+    assert r.returncode == exit_codes.FAILED, r.stderr
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["status"] == "failed" and m["validity"]["valid"] is False
+    assert "start_timeout" in m["validity"]["reasons"][0]
+    assert m["requests"]["sent"] == 0 and m["requests"]["never_sent"] == 4  # 2/s for 2 s
+    assert "start_timeout" in r.stderr + r.stdout
+
+
+def test_silence_mid_run_ends_it_as_failed_with_what_was_measured(tmp_path):
+    data = {
+        "name": "stall",
+        "backend": {
+            "kind": "sim",
+            "max_concurrency": 4,
+            "decode_ms_per_token": 1,
+            "stalls": [{"at": "3s", "for": "10m"}],
+        },
+        "workload": {"input_tokens": 10, "output_tokens": 10},
+        "load": {**SIM_LOAD, "stall_timeout": "5s"},
+        "telemetry": {"gpu": False},
+    }
+    from loadtest.config.loading import load_scenario
+    from loadtest.session import run_scenario_async
+
+    loaded = load_scenario(write_scenario(tmp_path, data))
+    m = run_virtual(lambda c: run_scenario_async(loaded, tmp_path / "run", clock=c)).metrics
+    assert m["status"] == "failed"
+    assert "stopped answering" in m["harness"]["failure"]
+    assert 55 <= m["requests"]["completed"] <= 61  # 20/s for ~3 s before the stall
+    assert m["requests"]["never_sent"] > 400  # the rest of the 30 s plan
+    # rates divide by the span measured (stall at 3 s + 5 s of silence), not the planned 30 s
+    assert 7.5 <= m["window"]["length_s"] <= 8.5
+    assert m["throughput"]["requests_per_s"] == pytest.approx(
+        m["requests"]["completed"] / m["window"]["length_s"], rel=0.05
+    )
+
+
+# --- 2. signals -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_writes_the_partial_result_and_exits_by_convention(tmp_path, sig):
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "long",
+            "load": SIM_LOAD,
+            "telemetry": {"gpu": False},
+            "backend": {"kind": "sim", "max_concurrency": 8, "decode_ms_per_token": 1},
+            "workload": {"input_tokens": 8, "output_tokens": 8},
+        },
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadtest", "run", str(path), "--out", str(tmp_path / "run"), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)  # loads, then runs: well inside the 30 s window
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, err
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["status"] == "interrupted" and m["interrupted_by"] == signal.Signals(sig).name
+    window = m["window"]["length_s"]
+    assert 0 < window < 25  # the measured span, not the planned 30 s
+    assert m["throughput"]["requests_per_s"] == pytest.approx(20, rel=0.3)
+
+
+def test_sigterm_ends_a_run_stuck_on_a_silent_server_within_seconds(tmp_path):
+    server = SilentServer()
+    try:
+        path = openai_scenario(tmp_path, server.port, start_timeout="10m")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loadtest",
+                "run",
+                str(path),
+                "--out",
+                str(tmp_path / "run"),
+                "-q",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3)
+        t = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        assert time.monotonic() - t < 20
+    finally:
+        server.close()
+    assert proc.returncode == 143
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["status"] == "interrupted" and "SIGTERM" in m["validity"]["reasons"][0]
+
+
+# --- 3. results are never lost or mixed ----------------------------------------------------
+
+
+def sim_scenario(tmp_path: Path, name="quick") -> Path:
+    return write_scenario(
+        tmp_path,
+        {
+            "name": name,
+            "telemetry": {"gpu": False},
+            "load": {"arrival": {"kind": "constant", "rate": 50}, "requests": 20},
+        },
+    )
+
+
+def test_a_second_run_never_replaces_or_mixes_with_the_first(tmp_path):
+    path, out = sim_scenario(tmp_path), tmp_path / "run"
+    assert cli("run", path, "--out", out, "-q").returncode == 0
+    first = (out / "metrics.json").read_text()
+    r = cli("run", path, "--out", out, "-q")
+    assert r.returncode == exit_codes.USAGE and "--overwrite" in r.stderr
+    assert (out / "metrics.json").read_text() == first
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    r = cli("run", path, "--out", tmp_path / "other", "-q", "--overwrite")
+    assert r.returncode == exit_codes.USAGE and (tmp_path / "other" / "notes.txt").exists()
+    assert cli("run", path, "--out", out, "-q", "--overwrite").returncode == 0
+
+
+def test_default_directories_are_unique_safe_and_honour_the_umask(tmp_path):
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "../../evil/[/]name",
+            "telemetry": {"gpu": False},
+            "load": {"arrival": {"kind": "burst"}, "requests": 2},
+        },
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    runs = [cli("run", path, "-q", cwd=work) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr
+    dirs = sorted((work / "reports").iterdir())
+    assert len(dirs) == 2 and all(d.name.startswith("evil-name-") for d in dirs)
+    assert not (tmp_path / "evil").exists()
+    mode = (dirs[0] / "metrics.json").stat().st_mode & 0o777
+    assert mode == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("out", ["/proc/nope/run", "a" * 300, "bad\0name"])
+def test_an_unusable_output_directory_is_refused_before_anything_runs(tmp_path, out):
+    r = CliRunner().invoke(app, ["run", str(sim_scenario(tmp_path)), "--out", out, "-q"])
+    assert r.exit_code == exit_codes.USAGE
+    assert "cannot create the output directory" in r.output or "null byte" in r.output
+
+
+# --- 4. bad input is refused up front ------------------------------------------------------
+
+BAD = {
+    "duplicate key": "name: a\nname: b\nload: {arrival: {kind: burst}, requests: 1}\n",
+    "infinite rate": "name: a\nload: {arrival: {kind: poisson, rate: .inf}, duration: 1s}\n",
+    "nan cv": "name: a\nload: {arrival: {kind: gamma, rate: 1, cv: .nan}, duration: 1s}\n",
+    "absurd rate": "name: a\nload: {arrival: {kind: poisson, rate: 2e5}, duration: 1h}\n",
+    "absurd users": "name: a\nload: {arrival: {kind: concurrency, users: 100000000}, requests: 1}\n",
+    "zero duration": "name: a\nload: {arrival: {kind: poisson, rate: 1}, duration: 0}\n",
+    "zero interval": "name: a\noutputs: {interval: 0}\nload: {arrival: {kind: burst}, requests: 1}\n",
+    "empty window": "name: a\nload: {arrival: {kind: constant, rate: 0.01}, duration: 1s, warmup: 1s}\n",
+    "bomb in extra_body": "name: a\nx: &x [1,1,1,1,1,1,1,1,1,1]\n"
+    + "".join(
+        f"x{i}: &x{i} [{','.join(['*x' + (str(i - 1) if i > 1 else '')] * 10)}]\n"
+        for i in range(1, 7)
+    )
+    + "load: {arrival: {kind: burst}, requests: 1}\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_scenarios_exit_2_with_file_and_line(tmp_path, case):
+    path = tmp_path / "s.yml"
+    path.write_text(BAD[case])
+    r = CliRunner().invoke(app, ["validate", str(path)])
+    assert r.exit_code == exit_codes.USAGE, r.output
+    assert "s.yml:" in r.output and r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_binary_large_and_non_utf8_files_are_refused(tmp_path):
+    for name, raw in {
+        "bin.yml": b"name: a\0",
+        "latin.yml": "name: caf\xe9".encode("latin-1"),
+        "big.yml": b"# " + b"x" * (5 << 20),
+    }.items():
+        (tmp_path / name).write_bytes(raw)
+        r = CliRunner().invoke(app, ["validate", str(tmp_path / name)])
+        assert r.exit_code == exit_codes.USAGE and f"{name}:" in r.output
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=st.text(max_size=300), override=st.text(max_size=60))
+def test_garbage_never_gives_a_traceback(tmp_path, text, override):
+    path = tmp_path / "g.yml"
+    path.write_text(
+        "name: g\nload: {arrival: {kind: burst}, requests: 1}\n" + text, encoding="utf-8"
+    )
+    for args in (["validate", str(path)], ["validate", str(path), "--set", override]):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code in (0, 2), (args, r.output, r.exception)
+        assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+
+
+# --- 5. secrets stay secret; outside text stays text ---------------------------------------
+
+
+def test_an_echoing_server_never_gets_the_key_into_results_or_output(tmp_path):
+    def echo(seen: bytes) -> bytes:
+        body = b"denied; you sent: " + seen
+        return b"HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    server = SilentServer(reply=echo)
+    key = "sk-verysecret-123456"
+    try:
+        path = openai_scenario(tmp_path, server.port, headers={"X-Api-Key": "hdr-secret-987"})
+        r = cli("run", path, "--out", tmp_path / "run", "-q", env={"OPENAI_API_KEY": key})
+    finally:
+        server.close()
+    assert key.encode() in server.seen  # it was sent
+    assert r.returncode == exit_codes.FAILED
+    stored = "".join(p.read_text() for p in (tmp_path / "run").iterdir() if p.is_file())
+    for secret in (key, "hdr-secret-987"):
+        assert secret not in stored and secret not in r.stdout + r.stderr
+    assert "***" in stored
+
+
+def test_markup_in_names_and_errors_is_shown_as_written(tmp_path):
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "[/][bold]x",
+            "telemetry": {"gpu": False},
+            "load": {"arrival": {"kind": "burst"}, "requests": 2},
+        },
+    )
+    r = cli("run", path, "--out", tmp_path / "run", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "[/][bold]x" in r.stdout
+
+
+def test_the_scrubber_masks_longest_first():
+    secrets.forget_all()
+    secrets.register("abcd", "abcd-efgh", "ab")  # "ab" is too short to register
+    assert secrets.scrub("x abcd-efgh ab abcd") == "x *** ab ***"
+    assert secrets.is_sensitive_name(" X-API_Key ") and not secrets.is_sensitive_name("X-Trace")
+    secrets.forget_all()
+
+
+# --- 6. numbers that mislead ---------------------------------------------------------------
+
+
+def test_an_empty_histogram_merged_in_does_not_make_the_minimum_zero():
+    h = LatencyHistogram()
+    h.record_us(5000)
+    h.add(LatencyHistogram())
+    assert h.summary_ms()["min"] == 5.0
+
+
+def test_a_fractional_rate_ceiling_is_honoured_on_the_virtual_clock():
+    async def go(clock):
+        ceiling, sent = RateCeiling(0.5, clock), []
+        t0 = clock.now_ns()
+        for _ in range(4):
+            await ceiling.acquire()
+            sent.append((clock.now_ns() - t0) / 1e9)
+        return sent
+
+    assert run_virtual(go) == [0, 2, 4, 6]
+
+
+def test_a_burst_ceiling_lets_a_second_of_sends_through_then_paces():
+    async def go(clock):
+        ceiling, sent = RateCeiling(4, clock), []
+        t0 = clock.now_ns()
+        for _ in range(6):
+            await ceiling.acquire()
+            sent.append((clock.now_ns() - t0) / 1e9)
+        return sent
+
+    assert run_virtual(go) == [0, 0, 0, 0, 0.25, 0.5]
+
+
+def test_malformed_sse_is_a_bad_response(tmp_path):
+    stream = b"data: 5\n\ndata: [DONE]\n\n"
+    ok_probe = b'data: {"choices": [{"text": "hi", "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+    calls = {"n": 0}
+
+    def reply(seen: bytes) -> bytes:
+        calls["n"] += 1
+        body = ok_probe if calls["n"] == 1 else stream
+        return (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
+
+    server = SilentServer(reply=reply)
+    try:
+        path = openai_scenario(tmp_path, server.port, api="completions", max_connections=0)
+        r = cli("run", path, "--out", tmp_path / "run", "-q")
+    finally:
+        server.close()
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert set(m["requests"]["errors_by_type"]) == {"bad_response"}, (r.stderr, m["requests"])
+
+
+def test_gate_on_a_malformed_result_is_a_usage_error(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"status": "ok", "histograms": {"ttft": "junk"}}))
+    sla = tmp_path / "sla.yml"
+    sla.write_text("ttft_p99: 1s\n")
+    r = CliRunner().invoke(app, ["gate", str(run), "--sla", str(sla)])
+    assert r.exit_code == exit_codes.USAGE and "not a loadtest result" in r.output
+
+
+def test_a_crash_is_an_internal_error_not_an_sla_failure(monkeypatch):
+    import loadtest.cli as cli_module
+
+    def boom():
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(cli_module, "app", boom)
+    with pytest.raises(SystemExit) as e:
+        cli_module.main()
+    assert e.value.code == exit_codes.INTERNAL == 5
+
+
+def test_failures_without_an_sla_are_warned(run_virtual_fn):
+    m = run_virtual_fn(
+        {
+            "name": "f",
+            "backend": {"kind": "sim", "fail_every": 4},
+            "telemetry": {"gpu": False},
+            "load": {"arrival": {"kind": "constant", "rate": 10}, "requests": 40},
+        }
+    )
+    assert m["status"] == "ok"
+    assert any(
+        "measured requests failed" in w and "error_rate" in w for w in m["validity"]["warnings"]
+    )
+
+
+# --- 9. docker ------------------------------------------------------------------------------
+
+
+def test_every_extra_the_dockerfile_installs_exists():
+    import re
+
+    import tomllib
+
+    root = Path(__file__).parent.parent
+    extras = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    named = set()
+    for group in re.findall(r"\.\[([a-z0-9_,-]+)\]", (root / "docker" / "Dockerfile").read_text()):
+        named |= set(group.split(","))
+    assert named and named <= extras, named - extras
+    assert "http" in named  # the image can drive a served model
