@@ -69,7 +69,7 @@ def judge_validity(
             warnings.append(f"{m}: {h.over_range} values over 1 h, counted at 1 h")
     if outcome.throttled:
         warnings.append(
-            f"{outcome.throttled} requests held over 1 ms by max_rate (latency counts from the plan)"
+            f"{outcome.throttled} requests held back by max_rate (latency counts from the plan)"
         )
     return {"valid": not reasons, "reasons": reasons, "warnings": warnings}
 
