@@ -136,9 +136,7 @@ class TransformersBackend(Backend):
         finished = False
         try:
             while True:
-                ev = (
-                    await q.get()
-                )  # bounded: the runner's load.stall_timeout cancels a silent request
+                ev = await q.get()  # bounded: load.stall_timeout cancels a silent request
                 if ev is _DEATH:
                     raise BackendError(self._dead or "engine worker died")
                 yield ev
