@@ -10,21 +10,13 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from loadtest.config.types import Duration, PositiveDuration
+from loadtest.config.types import Duration, PositiveDuration, StrictModel
 from loadtest.core import secrets
 
 
-class Spec(BaseModel):
-    model_config = ConfigDict(
-        allow_inf_nan=False,
-        extra="forbid",
-        frozen=True,
-        populate_by_name=True,
-        validate_default=True,
-    )
-
+class Spec(StrictModel):
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         """Cheap checks of referenced files (no imports of heavy modules): ``[(field_path, message)]``."""
         return []

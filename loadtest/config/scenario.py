@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import Field, create_model, model_validator
 
 from loadtest.config.backend_specs import BackendSpec, SimSpec
-from loadtest.config.types import Duration, PositiveDuration, Rate
+from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel
 
 # Upper bounds that stop a typo (1e9 users) from exhausting memory before anything runs.
 MAX_TOKENS = 10_000_000  # per request, input or output
@@ -20,14 +20,7 @@ MAX_CV = 100.0
 DEFAULT_MAX_PLANNED = 1_000_000
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        allow_inf_nan=False,
-        extra="forbid",
-        frozen=True,
-        populate_by_name=True,
-        validate_default=True,
-    )
+_Model = StrictModel
 
 
 # --- token-length distributions -------------------------------------------------------------

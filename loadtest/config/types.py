@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from loadtest.core.units import format_duration_ns, parse_duration_ns, parse_rate_per_s
 
@@ -16,3 +16,15 @@ Duration = Annotated[
 Rate = Annotated[float, BeforeValidator(parse_rate_per_s), Field(gt=0)]
 # A duration that must be more than zero (a window, an interval, a timeout).
 PositiveDuration = Annotated[Duration, Field(gt=0)]
+
+
+class StrictModel(BaseModel):
+    """Base of every scenario model: unknown keys and non-finite numbers refused, frozen."""
+
+    model_config = ConfigDict(
+        allow_inf_nan=False,
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        validate_default=True,
+    )
