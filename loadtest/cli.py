@@ -13,6 +13,7 @@ import typer
 from loadtest.core import exit_codes
 from loadtest.core.exit_codes import FAILED as EXIT_FAILED
 from loadtest.core.exit_codes import INTERRUPTED as EXIT_INTERRUPTED
+from loadtest.core.exit_codes import INVALID as EXIT_INVALID
 from loadtest.core.exit_codes import OK as EXIT_OK
 from loadtest.core.exit_codes import OUTPUT as EXIT_OUTPUT
 from loadtest.core.exit_codes import SLA_FAILED as EXIT_SLA_FAIL
@@ -140,7 +141,7 @@ def run(
         )
         try:
             if repeat > 1:
-                return await run_repeats(loaded, out, repeat, session)
+                return (await run_repeats(loaded, out, repeat, session)).view()
             return (await session.run_point(loaded, out, claimed=True)).metrics
         finally:
             await session.close()
@@ -184,6 +185,12 @@ def sweep(
     tolerance: float = typer.Option(
         0.05, "--tolerance", help="--find-max-rate: relative width of the final bracket."
     ),
+    max_point_duration: str = typer.Option(
+        "10m",
+        "--max-point-duration",
+        help="--find-max-rate: the longest measured window a point may be lengthened to "
+        "when its SLA checks need more samples.",
+    ),
     stop_at_oom: bool = typer.Option(
         False, "--stop-at-oom", help="End the sweep cleanly at the first CUDA OOM point."
     ),
@@ -220,29 +227,44 @@ def sweep(
     except ScenarioError as exc:
         _error(*exc.problems)
         raise typer.Exit(EXIT_USAGE) from None
+    from loadtest.core.units import parse_duration_ns
+
+    try:
+        max_point_s = parse_duration_ns(max_point_duration) / 1e9
+        if max_point_s <= 0:
+            raise ValueError("must be positive")
+    except ValueError as exc:
+        _error(f"--max-point-duration {max_point_duration}: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
     out = _claim(out, loaded, overwrite, "-sweep")
 
+    session = Session(
+        MonotonicClock(),
+        progress=None if quiet or not console.is_terminal else live_progress(),
+        handle_signals=True,
+    )
+
     async def go():
-        session = Session(
-            MonotonicClock(),
-            progress=None if quiet or not console.is_terminal else live_progress(),
-            handle_signals=True,
-        )
         try:
             if find_max_rate:
-                return await sweeps.find_max_rate(scenario, set_, out, session, tolerance)
+                return await sweeps.find_max_rate(
+                    scenario, set_, out, session, tolerance, max_point_s=max_point_s
+                )
             return (await sweeps.run_sweep(scenario, set_, axes, out, session, stop_at_oom)).doc
         finally:
             await session.close()
 
-    doc = _run_async(go)
+    doc = _run_async(go).view()
     sweep_report.render_terminal(doc, console)
     paths = sweep_report.write(doc, out)
     console.print(f"sweep: {out / 'sweep.json'}  report: {', '.join(str(p) for p in paths)}")
     if doc["status"] == "interrupted":
-        raise typer.Exit(exit_codes.SIGNALS.get(doc.get("interrupted_by") or "", EXIT_INTERRUPTED))
-    if find_max_rate and doc["status"] != "ok":
+        raise typer.Exit(exit_codes.SIGNALS.get(session.interrupted_by or "", EXIT_INTERRUPTED))
+    if find_max_rate and doc["status"] == "no_rate_meets_sla":
         raise typer.Exit(EXIT_SLA_FAIL)
+    if find_max_rate and doc["status"] != "ok":
+        console.print(styled(("no verdict: ", "yellow"), doc["max_rate"]["evidence"]))
+        raise typer.Exit(EXIT_INVALID)
     raise typer.Exit(EXIT_OK)
 
 
@@ -275,11 +297,12 @@ def report(
         sweep_report.render_terminal(doc, make_console())
         typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(doc, run_dir)))
         raise typer.Exit(EXIT_OK)
-    path = run_dir / "metrics.json"
+    from loadtest.results.model import ResultReadError, read_run
+
     try:
-        metrics = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        typer.echo(f"error: {path}: {exc}", err=True)
+        metrics = read_run(run_dir / "metrics.json").view()
+    except ResultReadError as exc:
+        _error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     terminal.render(metrics)
     md = markdown.write(metrics, run_dir)
@@ -288,8 +311,8 @@ def report(
     raise typer.Exit(exit_code(metrics) if metrics.get("status") else EXIT_USAGE)
 
 
-def _gate_spec(sla: Path | None, loaded=None) -> dict | None:
-    """The SLA mapping from a file, else from the scenario (durations as written)."""
+def _gate_spec(sla: Path | None, loaded=None):
+    """The SLA (``config.scenario.Sla``) from a file, else from the scenario, else None."""
     from loadtest.analysis import gate
     from loadtest.core.errors import ScenarioError
 
@@ -301,13 +324,13 @@ def _gate_spec(sla: Path | None, loaded=None) -> dict | None:
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     if loaded is not None and loaded.scenario.sla:
-        return loaded.scenario.sla.model_dump(mode="json", exclude_none=True)
+        return loaded.scenario.sla
     return None
 
 
 def _gate_and_report(
     run_dir: Path,
-    spec: dict | None,
+    spec,
     baselines: list[Path],
     junit: Path | None,
     markdown_out: Path | None,
@@ -335,7 +358,7 @@ def _gate_and_report(
             metrics=metrics or regression.DEFAULT_METRICS,
             min_effect=min_effect,
             confidence=confidence,
-        )
+        ).model_dump()
     except runset.RunSetError as exc:
         typer.echo(f"error: {exc}", err=True)
         return EXIT_USAGE
@@ -555,6 +578,35 @@ def calibrate(
             )
         )
         typer.echo(f"cached: {path}")
+    raise typer.Exit(EXIT_OK)
+
+
+SCHEMAS = {
+    "scenario": ("loadtest.config.scenario", "Scenario"),
+    "result": ("loadtest.results.model", "RunMetrics"),
+    "repeat": ("loadtest.results.model", "RepeatDoc"),
+    "sweep": ("loadtest.results.model", "SweepDoc"),
+    "gate": ("loadtest.results.model", "GateResult"),
+}
+
+
+@app.command()
+def schema(
+    kind: str = typer.Argument(
+        ..., help=f"Which document: {', '.join(SCHEMAS)} (result is metrics.json)."
+    ),
+) -> None:
+    """Print a JSON Schema: of scenario files (for editor validation) or of a result document."""
+    import importlib
+
+    if kind not in SCHEMAS:
+        _error(f"schema {kind}: expected one of {', '.join(SCHEMAS)}")
+        raise typer.Exit(EXIT_USAGE)
+    module, name = SCHEMAS[kind]
+    model = getattr(importlib.import_module(module), name)
+    doc = model.model_json_schema(by_alias=True)
+    doc = {"$schema": "https://json-schema.org/draft/2020-12/schema", **doc}
+    typer.echo(json.dumps(doc, indent=2))
     raise typer.Exit(EXIT_OK)
 
 

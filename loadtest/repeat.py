@@ -17,45 +17,28 @@ from pathlib import Path
 from loadtest.analysis.sla import evaluate
 from loadtest.config.loading import LoadedScenario
 from loadtest.core import atomic
+from loadtest.results.model import HEADLINE, RepeatDoc, RepeatStat, RunMetrics
 from loadtest.results.runset import REPEAT_FILE, RunSet
 from loadtest.session import Session
 
-SCHEMA = "loadtest/repeat/v1"
 
-# name -> how to read it from a metrics.json
-HEADLINE = {
-    "output_tokens_per_s": ("throughput", "output_tokens_per_s"),
-    "requests_per_s": ("throughput", "requests_per_s"),
-    **{f"{m}_{p}": ("latency_ms", m, p) for m in ("ttft", "itl", "e2e") for p in ("p50", "p99")},
-}
-
-
-def headline(metrics: dict, name: str) -> float | None:
-    value = metrics
-    for key in HEADLINE[name]:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
-
-
-def summarize(runs: list[dict]) -> dict:
+def summarize(runs: list[RunMetrics]) -> dict[str, RepeatStat]:
     """Per headline metric: the median, min, max and spread ((max - min) / median) over replicates."""
     out = {}
     for name in HEADLINE:
-        values = [v for v in (headline(m, name) for m in runs) if v is not None]
+        values = [v for v in (m.headline(name) for m in runs) if v is not None]
         if not values:
-            out[name] = {"n": 0}
+            out[name] = RepeatStat(n=0)
             continue
         med = statistics.median(values)
-        out[name] = {
-            "n": len(values),
-            "median": med,
-            "min": min(values),
-            "max": max(values),
-            "spread_pct": 100.0 * (max(values) - min(values)) / med if med else None,
-            "values": values,
-        }
+        out[name] = RepeatStat(
+            n=len(values),
+            median=med,
+            min=min(values),
+            max=max(values),
+            spread_pct=100.0 * (max(values) - min(values)) / med if med else None,
+            values=values,
+        )
     return out
 
 
@@ -65,35 +48,37 @@ def replicate(loaded: LoadedScenario, i: int) -> LoadedScenario:
     return dataclasses.replace(loaded, scenario=sc.model_copy(update={"seeds": seeds}))
 
 
-async def run_repeats(loaded: LoadedScenario, out: Path, n: int, session: Session) -> dict:
-    runs, dirs = [], []
+async def run_repeats(loaded: LoadedScenario, out: Path, n: int, session: Session) -> RepeatDoc:
+    runs: list[RunMetrics] = []
+    dirs: list[str] = []
     for i in range(n):
         run_dir = out / f"rep-{i + 1}"
         result = await session.run_point(replicate(loaded, i), run_dir)
-        runs.append({**result.metrics, "_dir": run_dir.name})  # _dir labels its reasons
+        runs.append(result.result)
         dirs.append(run_dir.name)
         doc = _doc(loaded, out, runs, dirs, n)
-        atomic.write_json(out / REPEAT_FILE, doc)  # after every replicate: partial results survive
+        atomic.write_json(
+            out / REPEAT_FILE, doc.view()
+        )  # after every replicate: partial results survive
         if result.status in ("interrupted", "failed"):
             break
     return doc
 
 
-def _doc(loaded: LoadedScenario, out: Path, runs: list[dict], dirs: list[str], n: int) -> dict:
-    pooled = RunSet(out, runs).pooled()
+def _doc(
+    loaded: LoadedScenario, out: Path, runs: list[RunMetrics], dirs: list[str], n: int
+) -> RepeatDoc:
+    pooled = RunSet(out, runs, dirs).pooled()
     sla = loaded.scenario.sla
-    status = pooled["status"] if len(runs) == n or pooled["status"] != "ok" else "interrupted"
-    return {
-        "schema": SCHEMA,
-        "name": loaded.scenario.name,
-        "scenario_file": str(loaded.path),
-        "status": status,
-        "repeats": n,
-        "runs": dirs,
-        "schedule_seeds": [loaded.scenario.seeds.schedule + i for i in range(len(runs))],
-        "summary": summarize([m for m in runs if "latency_ms" in m]),
-        "reasons": pooled.get("validity", {}).get("reasons", []),
-        "sla": evaluate(runs[0]["scenario"]["sla"], pooled)
-        if sla and "histograms" in pooled
-        else None,
-    }
+    status = pooled.status if len(runs) == n or pooled.status != "ok" else "interrupted"
+    return RepeatDoc(
+        name=loaded.scenario.name,
+        scenario_file=str(loaded.path),
+        status=status,  # type: ignore[arg-type]
+        repeats=n,
+        runs=dirs,
+        schedule_seeds=[loaded.scenario.seeds.schedule + i for i in range(len(runs))],
+        summary=summarize([m for m in runs if m.measured]),
+        reasons=pooled.reasons,
+        sla=evaluate(sla, pooled) if sla and pooled.histograms is not None else None,
+    )

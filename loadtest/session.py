@@ -23,24 +23,32 @@ from loadtest.core import atomic, exit_codes, rundir, secrets
 from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError, LoadtestError
 from loadtest.execution.runner import Runner
-from loadtest.results.build import build_metrics, null_non_finite
+from loadtest.results.build import build_result, null_non_finite
+from loadtest.results.model import RunMetrics
+from loadtest.results.runset import Evidence
 from loadtest.telemetry import environment
 from loadtest.workload.plan import build_plan
 
 
 @dataclass
 class RunResult:
+    """A finished run: where it was written, and what (``metrics.json`` as a typed model)."""
+
     out_dir: Path
-    metrics: dict
+    result: RunMetrics
+
+    @property
+    def metrics(self) -> dict:
+        """``metrics.json`` as the JSON-shaped mapping it was written as."""
+        return self.result.view()
 
     @property
     def status(self) -> str:
-        return self.metrics["status"]
+        return self.result.status
 
     @property
     def sla_verdict(self) -> str | None:
-        sla = self.metrics.get("sla")
-        return None if sla is None else sla["verdict"]
+        return None if self.result.sla is None else self.result.sla.verdict
 
 
 def default_out_dir(name: str) -> Path:
@@ -212,9 +220,20 @@ class Session:
                 raise
             reason = _start_failure(exc, self.interrupted_by, timeout_s)
             await self.close()
-            metrics = _failed_start(loaded, started_at, env_facts(), reason, self.interrupted_by)
-            _write_result(out, metrics)
-            return RunResult(out, metrics)
+            planned = scenario.load.planned_estimate()
+            result = build_result(
+                scenario=scenario,
+                scenario_path=str(loaded.path),
+                outcome=None,
+                backend={"kind": scenario.backend.kind, "error": reason},
+                environment=env_facts(),
+                planned=None if planned is None else round(planned),
+                started_at=started_at,
+                interrupted_by=self.interrupted_by,
+                start_failure=reason,
+            )
+            _write_result(out, result)
+            return RunResult(out, result)
         finally:
             self._starting = None
         sampler = _sampler(scenario)
@@ -232,10 +251,9 @@ class Session:
         if outcome.status == "failed":
             facts.update(await self.close())
         profile_export = facts.pop("profile_export", {})
-        metrics = build_metrics(
+        result = build_result(
             scenario=scenario,
             scenario_path=str(loaded.path),
-            scenario_sha256=loaded.sha256,
             outcome=outcome,
             backend={
                 "kind": scenario.backend.kind,
@@ -246,16 +264,16 @@ class Session:
             environment=env,
             planned=plan.planned_count,
             started_at=started_at,
+            interrupted_by=self.interrupted_by,
         )
-        if self.interrupted_by is not None:
-            metrics["interrupted_by"] = self.interrupted_by
-        _add_inside_sections(metrics, outcome, env, sampler, window, profile_export, out)
-        metrics["sla"] = evaluate(metrics["scenario"]["sla"], metrics) if scenario.sla else None
-        null_non_finite(metrics)
+        _add_inside_sections(result, outcome, env, sampler, window, profile_export, out)
+        if scenario.sla is not None:
+            result.sla = evaluate(scenario.sla, Evidence.of_run(result))
+        result = null_non_finite(result)
         if outcome.recorder.records is not None:
             atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
-        _write_result(out, metrics)
-        return RunResult(out, metrics)
+        _write_result(out, result)
+        return RunResult(out, result)
 
     def _profile_window(self, scenario, out: Path):
         if scenario.profile is None:
@@ -289,27 +307,27 @@ class Session:
 
 
 def _add_inside_sections(
-    metrics: dict, outcome, env: dict, sampler, window, profile_export: dict, out: Path
+    result: RunMetrics, outcome, env: dict, sampler, window, profile_export: dict, out: Path
 ) -> None:
     """``gpu`` (and gpu.csv), the environment's warnings, ``profile``, ``roofline``."""
     rec = outcome.recorder
     if sampler:
         span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
-        metrics["gpu"] = sampler.summary(outcome.t0_ns, span, rec.window_tokens)
+        result.gpu = sampler.summary(outcome.t0_ns, span, rec.window_tokens)
         if sampler.rows:
             atomic.write_text(out / "gpu.csv", sampler.csv_text(outcome.t0_ns))
     else:
-        metrics["gpu"] = {"available": False, "reason": "telemetry.gpu: false"}
-    metrics["validity"]["warnings"] += environment.warnings(env, metrics["gpu"])
-    if metrics["backend"].get("stamp_mismatches"):
-        metrics["validity"]["warnings"].append(
-            f"{metrics['backend']['stamp_mismatches']} batch(es) had a different number of token stamps than tokens "
+        result.gpu = {"available": False, "reason": "telemetry.gpu: false"}
+    result.validity.warnings += environment.warnings(env, result.gpu)
+    if result.backend.get("stamp_mismatches"):
+        result.validity.warnings.append(
+            f"{result.backend['stamp_mismatches']} batch(es) had a different number of token stamps than tokens "
             "generated: the per-step stamp hook did not match this transformers version; report it"
         )
     if window is not None:
-        metrics["profile"] = {**window.summary(outcome.t0_ns, rec.profiled), **profile_export}
-        metrics["requests"]["profiled"] = rec.profiled
-    metrics["roofline"] = _roofline(metrics, env)
+        result.profile = {**window.summary(outcome.t0_ns, rec.profiled), **profile_export}
+        result.requests.profiled = rec.profiled
+    result.roofline = _roofline(result.view(), env)
 
 
 def _roofline(metrics: dict, env: dict) -> dict | None:
@@ -354,11 +372,12 @@ class ResultWriteError(LoadtestError):
         self.saved_to = saved_to
 
 
-def _write_result(out: Path, metrics: dict) -> None:
+def _write_result(out: Path, result: RunMetrics) -> None:
     """metrics.json, atomically. When that fails (disk full, folder removed), the result is
     kept in the temp folder if possible, and the error says where."""
+    doc = result.view()  # written through write_json: every string value is scrubbed of secrets
     try:
-        atomic.write_json(out / "metrics.json", metrics)
+        atomic.write_json(out / "metrics.json", doc)
         return
     except OSError as exc:
         problem = f"{out / 'metrics.json'}: could not write the result: {exc.strerror or exc}"
@@ -366,7 +385,7 @@ def _write_result(out: Path, metrics: dict) -> None:
         Path(tempfile.gettempdir()) / f"loadtest-{rundir.safe_name(out.name)}-{os.getpid()}.json"
     )
     try:
-        atomic.write_json(fallback, metrics)
+        atomic.write_json(fallback, doc)
     except OSError:
         fallback = None
     raise ResultWriteError(problem, fallback)
@@ -388,32 +407,3 @@ def _start_failure(exc: BaseException, interrupted_by: str | None, timeout_s: fl
             "the system under test did not answer"
         )
     return f"backend failed to start: {exc}"
-
-
-def _failed_start(
-    loaded: LoadedScenario, started_at: str, env: dict, reason: str, interrupted_by: str | None
-) -> dict:
-    from loadtest.results.build import SCHEMA
-
-    planned = loaded.scenario.load.planned_estimate()
-    return {
-        "schema": SCHEMA,
-        "status": "interrupted" if interrupted_by else "failed",
-        **({"interrupted_by": interrupted_by} if interrupted_by else {}),
-        "name": loaded.scenario.name,
-        "started_at": started_at,
-        "scenario_file": str(loaded.path),
-        "scenario": loaded.scenario.public_dump(),
-        "environment": env,
-        "backend": {"kind": loaded.scenario.backend.kind, "error": reason},
-        "requests": {
-            "planned": None if planned is None else round(planned),
-            "sent": 0,
-            "never_sent": None if planned is None else round(planned),
-            "completed": 0,
-            "failed": 0,
-        },
-        "validity": {"valid": False, "reasons": [reason], "warnings": []},
-        "sla": None,
-        "commit": env.get("commit"),
-    }

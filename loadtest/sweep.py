@@ -5,12 +5,16 @@ drain protocol into its own run directory. A point that fails (CUDA OOM, a crash
 marked with its reason and the sweep goes on (``stop_at_oom`` ends it cleanly at the first OOM,
 for ascending batch sizes where larger points cannot fit). ``find_max_rate`` brackets, then
 bisects, the highest arrival rate whose run meets the SLA (verdict PASS), to a stated tolerance.
+A point without enough evidence for a verdict is run again for longer, up to a stated cap per
+point; a search that cannot decide ends with a verdict that says why. sweep.json is written
+after every point, and at the end whatever ended the sweep.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -18,9 +22,17 @@ import yaml
 from loadtest.config.loading import load_scenario
 from loadtest.core import atomic
 from loadtest.core.errors import ScenarioError
+from loadtest.results.model import (
+    HEADLINE,
+    CurvePoint,
+    MaxRate,
+    RunMetrics,
+    SweepDoc,
+    SweepPoint,
+)
 from loadtest.session import Session
 
-SCHEMA = "loadtest/sweep/v1"
+DEFAULT_MAX_POINT_S = 600.0  # --find-max-rate: the longest measured window one point may get
 AXES = {
     "batch_sizes": "backend.max_batch_size",
     "rates": "load.arrival.rate",
@@ -78,7 +90,7 @@ def _overrides(point: dict) -> list[str]:
 @dataclass
 class SweepResult:
     out_dir: Path
-    doc: dict = field(default_factory=dict)
+    doc: SweepDoc
 
 
 async def run_sweep(
@@ -93,75 +105,91 @@ async def run_sweep(
     loaded = [
         load_scenario(scenario_path, base_overrides + _overrides(p)) for p in points
     ]  # all valid first
-    rows, status = [], "ok"
+    rows: list[SweepPoint] = []
+    status = "ok"
     for i, (params, ld) in enumerate(zip(points, loaded)):
         run_dir = out / f"point-{i:02d}"
-        result = await session.run_point(ld, run_dir)
-        row = point_row(params, result.metrics, run_dir.name)
+        try:
+            result = await session.run_point(ld, run_dir)
+        except ScenarioError as exc:  # this point's plan is unusable; the others may be fine
+            rows.append(_error_row(params, run_dir.name, exc))
+            _write(_doc(scenario_path, axes, rows, "running"), out)
+            continue
+        row = point_row(params, result.result, run_dir.name)
         rows.append(row)
-        _write(out, scenario_path, axes, rows, "running")
-        if result.metrics["status"] == "interrupted":
+        _write(_doc(scenario_path, axes, rows, "running"), out)
+        if result.status == "interrupted":
             status = "interrupted"
             break
-        if row["status"] == "oom" and stop_at_oom:
+        if row.status == "oom" and stop_at_oom:
             status = "stopped_at_oom"
             break
-    doc = _write(out, scenario_path, axes, rows, status)
+    doc = _write(_doc(scenario_path, axes, rows, status), out)
     return SweepResult(out, doc)
 
 
-def point_row(params: dict, metrics: dict, run_dir: str) -> dict:
-    errors = (metrics.get("requests") or {}).get("errors_by_type") or {}
+def point_row(params: dict, metrics: RunMetrics, run_dir: str) -> SweepPoint:
+    errors = metrics.requests.errors_by_type
+    reasons = "; ".join(metrics.validity.reasons) or None
     if "CudaOOM" in errors:
         status, reason = "oom", f"CUDA out of memory in {errors['CudaOOM']} requests"
-    elif metrics["status"] == "failed":
-        status, reason = (
-            "failed",
-            "; ".join(metrics.get("validity", {}).get("reasons", []))
-            or (metrics.get("harness") or {}).get("failure"),
-        )
+    elif metrics.status == "failed":
+        status = "failed"
+        reason = reasons or (metrics.harness.failure if metrics.harness else None)
     else:
-        status, reason = (
-            metrics["status"],
-            "; ".join(metrics.get("validity", {}).get("reasons", [])) or None,
-        )
-    return {
-        "params": params,
-        "status": status,
-        "reason": reason,
-        "run_dir": run_dir,
-        "metrics": metrics,
-    }
+        status, reason = metrics.status, reasons
+    return SweepPoint(params=params, status=status, reason=reason, run_dir=run_dir, metrics=metrics)
 
 
-def _write(out: Path, scenario_path: Path, axes: dict, rows: list[dict], status: str) -> dict:
-    doc = {
-        "schema": SCHEMA,
-        "status": status,
-        "scenario_file": str(scenario_path),
-        "axes": axes,
-        "points": rows,
-        **curves(rows, next(iter(axes))),
-    }
-    atomic.write_json(out / "sweep.json", doc)
+def _error_row(params: dict, run_dir: str, exc: ScenarioError) -> SweepPoint:
+    return SweepPoint(
+        params=params,
+        status="error",
+        reason="; ".join(exc.problems),
+        run_dir=run_dir,
+        metrics=None,
+    )
+
+
+def _doc(
+    scenario_path: Path,
+    axes: dict,
+    rows: list[SweepPoint],
+    status: str,
+    max_rate: MaxRate | None = None,
+) -> SweepDoc:
+    axis = next(iter(axes))
+    curve, frontier, knee = curves(rows, axis)
+    return SweepDoc(
+        status=status,
+        scenario_file=str(scenario_path),
+        axes=axes,
+        points=rows,
+        axis=axis,
+        curve=curve,
+        frontier=frontier,
+        knee=knee,
+        max_rate=max_rate,
+    )
+
+
+def _write(doc: SweepDoc, out: Path) -> SweepDoc:
+    atomic.write_json(out / "sweep.json", doc.view())
     return doc
 
 
-def headline(metrics: dict) -> dict:
-    lat, tp = metrics.get("latency_ms") or {}, metrics.get("throughput") or {}
-    g = lambda m, p: (lat.get(m) or {}).get(p)  # noqa: E731
+def headline(metrics: RunMetrics | None) -> dict:
+    """A point's headline figures under the curve's column names (``ttft_p99`` -> ``ttft_p99_ms``)."""
+    if metrics is None:
+        return {}
     return {
-        "output_tokens_per_s": tp.get("output_tokens_per_s"),
-        "requests_per_s": tp.get("requests_per_s"),
-        "ttft_p50_ms": g("ttft", "p50"),
-        "ttft_p99_ms": g("ttft", "p99"),
-        "itl_p50_ms": g("itl", "p50"),
-        "itl_p99_ms": g("itl", "p99"),
-        "e2e_p99_ms": g("e2e", "p99"),
+        (name if name.endswith("_per_s") else f"{name}_ms"): metrics.headline(name)
+        for name in HEADLINE
+        if name != "e2e_p50"
     }
 
 
-def curves(rows: list[dict], axis: str) -> dict:
+def curves(rows: list[SweepPoint], axis: str) -> tuple[list[CurvePoint], list, object]:
     """The curve (one entry per point), the throughput-latency frontier, and the knee.
 
     Frontier: points no other point beats on both output tok/s (higher) and p99 E2E (lower).
@@ -170,34 +198,72 @@ def curves(rows: list[dict], axis: str) -> dict:
     """
     first = axis.split(",")[0].strip()
     curve = [
-        {"x": r["params"].get(first), "status": r["status"], **headline(r["metrics"])} for r in rows
+        CurvePoint(x=r.params.get(first), status=r.status, **headline(r.metrics)) for r in rows
     ]
     usable = [
-        c
-        for c in curve
-        if c["status"] in ("ok", "invalid") and c["output_tokens_per_s"] and c["e2e_p99_ms"]
+        c for c in curve if c.status in ("ok", "invalid") and c.output_tokens_per_s and c.e2e_p99_ms
     ]
     frontier = [
-        c["x"]
+        c.x
         for c in usable
         if not any(
-            o["output_tokens_per_s"] >= c["output_tokens_per_s"]
-            and o["e2e_p99_ms"] <= c["e2e_p99_ms"]
-            and (o["output_tokens_per_s"], o["e2e_p99_ms"])
-            != (c["output_tokens_per_s"], c["e2e_p99_ms"])
+            o.output_tokens_per_s >= c.output_tokens_per_s
+            and o.e2e_p99_ms <= c.e2e_p99_ms
+            and (o.output_tokens_per_s, o.e2e_p99_ms) != (c.output_tokens_per_s, c.e2e_p99_ms)
             for o in usable
         )
     ]
-    knee = max(usable, key=lambda c: c["output_tokens_per_s"] / c["e2e_p99_ms"], default=None)
-    return {
-        "axis": axis,
-        "curve": curve,
-        "frontier": frontier,
-        "knee": None if knee is None else knee["x"],
-    }
+    knee = max(usable, key=lambda c: c.output_tokens_per_s / c.e2e_p99_ms, default=None)
+    return curve, frontier, None if knee is None else knee.x
 
 
 # --- the highest rate that meets the SLA ---------------------------------------------------
+
+MEETS, ABOVE, LONGER = "meets", "above", "longer"
+# How a search ends (``max_rate.verdict``): only "found" and "narrowed" report a bracket whose
+# both ends were decided by evidence.
+ENDINGS = {
+    "found": "the bracket is within the tolerance",
+    "narrowed": "a rate inside the bracket could not be decided within the point cap",
+    "no_rate_meets_sla": "no rate tried met the SLA",
+    "inconclusive": "a point had too few samples for a verdict even at the point cap",
+    "harness_limit": "the client could not offer the rate (run invalid)",
+    "error": "a point's scenario could not run",
+    "point_budget": "the run budget (max_points) was spent first",
+    "interrupted": "interrupted by a signal",
+}
+
+
+def judge_point(metrics: RunMetrics, at_cap: bool) -> tuple[str, str]:
+    """What one search point says about its rate: MEETS the SLA, ABOVE the limit, LONGER (more
+    samples would decide it), or an ending of the search. The second value says why."""
+    sla = metrics.sla
+    if metrics.status == "interrupted":
+        return "interrupted", f"interrupted by {metrics.interrupted_by or 'a signal'}"
+    if metrics.status == "failed":  # the system under test stopped answering at this rate
+        return ABOVE, "; ".join(metrics.validity.reasons) or "the run failed"
+    if sla is None:
+        return "error", "no SLA verdict"
+    if sla.verdict == "PASS":
+        return MEETS, "every SLA check passed"
+    if sla.verdict == "FAIL":
+        return ABOVE, "SLA failed: " + ", ".join(c.name for c in sla.checks if c.verdict == "FAIL")
+    if metrics.status == "invalid":
+        return "harness_limit", "the run is invalid: " + "; ".join(metrics.validity.reasons)
+    short = "; ".join(f"{c.name}: {c.reason}" for c in sla.checks if c.verdict == "INCONCLUSIVE")
+    if at_cap:
+        return "inconclusive", f"too few samples at the point cap (--max-point-duration): {short}"
+    return LONGER, short
+
+
+def lengthen(metrics: RunMetrics) -> float:
+    """By how much the window should grow to hold the samples the inconclusive checks need
+    (+25% so noise does not leave it one short), at least 2x."""
+    factor = 2.0
+    for c in metrics.sla.checks if metrics.sla else []:
+        if c.verdict == "INCONCLUSIVE" and c.samples_needed and c.samples:
+            factor = max(factor, 1.25 * c.samples_needed / c.samples)
+    return factor
 
 
 async def find_max_rate(
@@ -207,61 +273,142 @@ async def find_max_rate(
     session: Session,
     tolerance: float = 0.05,
     max_points: int = 24,
-) -> dict:
+    max_point_s: float = DEFAULT_MAX_POINT_S,
+) -> SweepDoc:
+    """Bracket, then bisect, the highest rate whose run meets the SLA.
+
+    A point whose SLA checks are INCONCLUSIVE for want of samples is run again with a longer
+    window (``load.duration``, or ``load.requests`` for a count window), up to ``max_point_s``
+    of measured time (never shorter than the scenario's own window); ``max_points`` bounds all
+    runs. Every run is a point in sweep.json, which is rewritten after each one.
+    """
     base = load_scenario(scenario_path, base_overrides).scenario
     if base.sla is None:
         raise ScenarioError(
             [f"{scenario_path}: --find-max-rate needs an sla: block (what 'meets' means)"]
         )
-    if not hasattr(base.load.arrival, "rate"):
+    if base.load.arrival.kind not in ("constant", "poisson", "gamma"):
         raise ScenarioError(
             [
                 f"{scenario_path}: --find-max-rate needs an arrival with a rate (constant, poisson, gamma)"
             ]
         )
-    tried: dict[float, dict] = {}
+    search = _Search(
+        scenario_path, base_overrides, out, session, max_points, max_point_s, tolerance
+    )
+    search.by_count = base.load.duration is None
+    search.first_size = base.load.requests if search.by_count else base.load.duration / 1e9
+    try:
+        await search.run(base.load.arrival.rate)
+    finally:
+        final = _write(search.doc(), out)
+    return final
 
-    async def meets(rate: float) -> bool:
+
+class _Search:
+    def __init__(self, path, overrides, out, session, max_points, max_point_s, tolerance):
+        self.path, self.overrides, self.out, self.session = path, overrides, out, session
+        self.max_points, self.max_point_s, self.tolerance = max_points, max_point_s, tolerance
+        self.by_count, self.first_size = False, 0.0
+        self.rows: list[SweepPoint] = []
+        self.good: float | None = None  # highest rate that met the SLA
+        self.bad: float | None = None  # lowest rate that did not
+        self.ending, self.why = "interrupted", ""  # until run() says otherwise
+
+    async def run(self, rate: float) -> None:
+        while (
+            self.good is None or self.bad is None
+        ):  # bracket: double from a pass, halve from a fail
+            word = await self.judge(rate)
+            if word == MEETS:
+                self.good, rate = rate, rate * 2
+            elif word == ABOVE:
+                self.bad, rate = rate, rate / 2
+            else:
+                return
+        while (self.bad - self.good) / self.good > self.tolerance:  # bisect
+            word = await self.judge((self.good + self.bad) / 2)
+            if word not in (MEETS, ABOVE):
+                return
+        self.end("found", "")
+
+    def end(self, ending: str, why: str) -> None:
+        self.ending, self.why = ending, why
+
+    async def judge(self, rate: float) -> str:
+        """MEETS or ABOVE for ``rate`` (moving the bracket), lengthening its window as its
+        evidence needs; anything else ends the search (``ending`` says why)."""
         rate = round(rate, 6)
-        if rate not in tried:
-            ld = load_scenario(scenario_path, base_overrides + [f"load.arrival.rate={rate}"])
-            result = await session.run_point(ld, out / f"rate-{len(tried):02d}")
-            tried[rate] = point_row(
-                {"load.arrival.rate": rate}, result.metrics, f"rate-{len(tried):02d}"
+        size = self.first_size
+        while True:
+            if len(self.rows) >= self.max_points:
+                ending = "no_rate_meets_sla" if self.good is None and self.bad else "point_budget"
+                self.end(ending, f"{self.max_points} runs used")
+                return ending
+            window_s = size / rate if self.by_count else size
+            cap_s = max(
+                self.max_point_s, self.first_size / rate if self.by_count else self.first_size
             )
-        return (tried[rate]["metrics"].get("sla") or {}).get("verdict") == "PASS"
+            window = (
+                f"load.requests={math.ceil(size)}" if self.by_count else f"load.duration={size:g}s"
+            )
+            run_dir = f"rate-{len(self.rows):02d}"
+            params = {"load.arrival.rate": rate, "window_s": round(window_s, 3)}
+            try:
+                ld = load_scenario(
+                    self.path, self.overrides + [f"load.arrival.rate={rate}", window]
+                )
+                result = await self.session.run_point(ld, self.out / run_dir)
+            except ScenarioError as exc:
+                self.rows.append(_error_row(params, run_dir, exc))
+                self.end("error", f"at {rate:g} req/s: {'; '.join(exc.problems)}")
+                return "error"
+            self.rows.append(point_row(params, result.result, run_dir))
+            _write(self.doc("running"), self.out)
+            word, why = judge_point(result.result, at_cap=window_s >= cap_s)
+            if word == MEETS:
+                self.good = rate if self.good is None else max(self.good, rate)
+                return word
+            if word == ABOVE:
+                self.bad = rate if self.bad is None else min(self.bad, rate)
+                return word
+            if word == LONGER:
+                grown = size * lengthen(result.result)
+                cap = cap_s * rate if self.by_count else cap_s
+                size = min(math.ceil(grown), cap) if not self.by_count else min(grown, cap)
+                continue
+            inside = self.good is not None and self.bad is not None and self.good < rate < self.bad
+            if word == "inconclusive" and inside:
+                self.end("narrowed", f"at {rate:g} req/s: {why}")
+            else:
+                self.end(word, f"at {rate:g} req/s: {why}")
+            return word
 
-    good, bad, rate = None, None, base.load.arrival.rate
-    while len(tried) < max_points and (good is None or bad is None):
-        if await meets(rate):
-            good, rate = rate, rate * 2
-        else:
-            bad, rate = rate, rate / 2
-        if good is not None and bad is not None:
-            break
-    while (
-        good is not None
-        and bad is not None
-        and (bad - good) / good > tolerance
-        and len(tried) < max_points
-    ):
-        mid = (good + bad) / 2
-        good, bad = (mid, bad) if await meets(mid) else (good, mid)
-    rows = [tried[r] for r in sorted(tried)]
-    doc = {
-        "schema": SCHEMA,
-        "status": "ok" if good is not None else "no_rate_meets_sla",
-        "scenario_file": str(scenario_path),
-        "axes": {"load.arrival.rate": sorted(tried)},
-        "max_rate": {
-            "rate": good,
-            "first_failing_rate": bad,
-            "tolerance": tolerance,
-            "evidence": "the highest rate tried whose run met every SLA check (PASS), and the lowest "
-            "that did not; the true limit lies between them",
-        },
-        "points": rows,
-        **curves(rows, "load.arrival.rate"),
-    }
-    atomic.write_json(out / "sweep.json", doc)
-    return doc
+    def doc(self, status: str | None = None) -> SweepDoc:
+        if status is None:
+            status = {
+                "found": "ok",
+                "narrowed": "ok",
+                "interrupted": "interrupted",
+                "no_rate_meets_sla": "no_rate_meets_sla",
+            }.get(self.ending, "no_verdict")
+        rows = sorted(self.rows, key=lambda r: r.params["load.arrival.rate"])
+        evidence = (
+            "the highest rate tried whose run met every SLA check (PASS), and the lowest that did "
+            "not; the true limit lies between them"
+        )
+        if self.why:
+            evidence = f"{ENDINGS.get(self.ending, self.ending)}: {self.why}"
+        return _doc(
+            self.path,
+            {"load.arrival.rate": sorted({r.params["load.arrival.rate"] for r in rows})},
+            rows,
+            status,
+            MaxRate(
+                rate=self.good,
+                first_failing_rate=self.bad,
+                tolerance=self.tolerance,
+                verdict=self.ending if status != "running" else "searching",
+                evidence=evidence,
+            ),
+        )

@@ -429,7 +429,7 @@ def test_gate_on_a_malformed_result_is_a_usage_error(tmp_path):
     sla = tmp_path / "sla.yml"
     sla.write_text("ttft_p99: 1s\n")
     r = CliRunner().invoke(app, ["gate", str(run), "--sla", str(sla)])
-    assert r.exit_code == exit_codes.USAGE and "not a loadtest result" in r.output
+    assert r.exit_code == exit_codes.USAGE and "not a loadtest metrics file" in r.output
 
 
 def test_a_crash_is_an_internal_error_not_an_sla_failure(monkeypatch):

@@ -24,21 +24,57 @@ def test_under_one_percent_late_is_valid_with_a_warning():
     assert reason is None and "5 of 1000" in warning
 
 
+def _minimal_result(**fields):
+    from loadtest.results.model import Requests, RunMetrics, Validity
+
+    base = dict(
+        status="failed",
+        name="n",
+        started_at="2026-01-01T00:00:00+00:00",
+        scenario_file="s.yml",
+        scenario={},
+        environment={},
+        backend={},
+        requests=Requests(),
+        validity=Validity(valid=False, reasons=["r"]),
+    )
+    return RunMetrics(**{**base, **fields})
+
+
 def test_non_finite_figures_become_null_with_a_warning_naming_them():
     import json
     import math
 
     from loadtest.results.build import null_non_finite
 
-    doc = {
-        "validity": {"warnings": []},
-        "roofline": {"decode": {"mbu": math.nan, "steps": 3}},
-        "points": [{"rate": math.inf}, {"rate": 1.5}],
-    }
-    assert null_non_finite(doc) == ["roofline.decode.mbu", "points[0].rate"]
-    assert (
-        doc["roofline"]["decode"] == {"mbu": None, "steps": 3} and doc["points"][1]["rate"] == 1.5
+    result = _minimal_result(
+        roofline={"decode": {"mbu": math.nan, "steps": 3}, "points": [math.inf, 1.5]}
     )
-    assert "roofline.decode.mbu, points[0].rate" in doc["validity"]["warnings"][0]
-    json.dumps(doc, allow_nan=False)  # writable now
-    assert null_non_finite({"a": 1.0}) == []
+    fixed = null_non_finite(result)
+    assert fixed.roofline == {"decode": {"mbu": None, "steps": 3}, "points": [None, 1.5]}
+    assert "roofline.decode.mbu, roofline.points[0]" in fixed.validity.warnings[0]
+    json.dumps(fixed.view(), allow_nan=False)  # writable now
+    clean = _minimal_result(roofline={"a": 1.0})
+    assert null_non_finite(clean) is clean
+
+
+def test_result_files_round_trip_and_foreign_or_other_versions_are_refused(tmp_path):
+    import pytest
+
+    from loadtest.results.model import ResultReadError, read_run
+
+    result = _minimal_result()
+    path = tmp_path / "metrics.json"
+    path.write_text(result.to_json())
+    assert read_run(path) == result
+    path.write_text(result.to_json().replace("loadtest/metrics/v1", "loadtest/metrics/v9"))
+    with pytest.raises(
+        ResultReadError, match="written as loadtest/metrics/v9; this loadtest reads v1"
+    ):
+        read_run(path)
+    path.write_text('{"schema": "something/else", "status": "ok"}')
+    with pytest.raises(ResultReadError, match="not a loadtest metrics file"):
+        read_run(path)
+    path.write_text(result.to_json().replace('"sent": 0', '"sent": "many"'))
+    with pytest.raises(ResultReadError, match="requests.sent"):
+        read_run(path)

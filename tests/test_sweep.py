@@ -23,7 +23,7 @@ def sweep(tmp_path, data, axes, **kw):
     async def go(clock):
         session = Session(clock)
         try:
-            return (await run_sweep(path, [], axes, tmp_path / "sweep", session, **kw)).doc
+            return (await run_sweep(path, [], axes, tmp_path / "sweep", session, **kw)).doc.view()
         finally:
             await session.close()
 
@@ -112,7 +112,7 @@ def test_find_max_rate_lands_within_tolerance_of_md1_theory(tmp_path):
         finally:
             await session.close()
 
-    doc = run_virtual(go)
+    doc = run_virtual(go).view()
     # The analytic answer: the rate at which the M/D/1 sojourn p99 equals the bound.
     lo, hi = 1.0, 99.0
     for _ in range(40):
@@ -123,6 +123,84 @@ def test_find_max_rate_lands_within_tolerance_of_md1_theory(tmp_path):
     assert doc["status"] == "ok" and doc["max_rate"]["first_failing_rate"] > found
     # within the search tolerance, plus the sampling error of a p99 from 20,000 requests
     assert abs(found - analytic) / analytic <= tol + 0.03, (found, analytic)
+
+
+MD1 = {
+    "name": "md1",
+    "seeds": {"schedule": 5},
+    "backend": {
+        "kind": "sim",
+        "max_concurrency": 1,
+        "prefill_ms_per_token": 10.0,
+        "decode_ms_per_token": 0,
+    },
+    "workload": {"input_tokens": 1, "output_tokens": 1},
+    "load": {"arrival": {"kind": "poisson", "rate": 20}, "duration": "2s", "warmup": "1s"},
+    "sla": {"e2e_p99": "60ms"},
+}
+
+
+def search(tmp_path, data, **kw):
+    path = scenario(tmp_path, data)
+
+    async def go(clock):
+        session = Session(clock)
+        try:
+            return await find_max_rate(path, [], tmp_path / "fmr", session, **kw)
+        finally:
+            await session.close()
+
+    doc = run_virtual(go)
+    on_disk = (tmp_path / "fmr" / "sweep.json").read_text()
+    assert doc.to_json().replace(" ", "").replace("\n", "") == on_disk.replace(" ", "").replace(
+        "\n", ""
+    )
+    return doc
+
+
+def test_a_point_with_too_few_samples_is_lengthened_until_the_sla_can_decide(tmp_path):
+    """2 s at 20 req/s is ~40 samples; a p99 PASS at 99% confidence needs >= 459. Each point is
+    lengthened by the samples its checks ask for (+25%), and the search still finds the rate."""
+    doc = search(tmp_path, MD1, tolerance=0.1)
+    assert doc.status == "ok" and doc.max_rate.verdict == "found"
+    first = doc.points[0] if doc.points[0].params["window_s"] == 2 else None
+    assert first is not None and first.metrics.sla.verdict == "INCONCLUSIVE"
+    check = first.metrics.sla.checks[0]
+    n, need = check.samples, check.samples_needed
+    assert need == 459 and n < need
+    # the rerun of the same rate got ceil(2 s * 1.25 * 459 / n)
+    import math
+
+    rerun = next(
+        p
+        for p in doc.points[1:]
+        if p.params["load.arrival.rate"] == first.params["load.arrival.rate"]
+    )
+    assert rerun.params["window_s"] == math.ceil(2 * 1.25 * need / n)
+    # every rate the search settled on was decided by a PASS or a FAIL
+    decided = {}
+    for p in doc.points:
+        decided[p.params["load.arrival.rate"]] = p.metrics.sla.verdict
+    assert set(decided.values()) <= {"PASS", "FAIL"}
+    assert doc.max_rate.rate < doc.max_rate.first_failing_rate <= doc.max_rate.rate * 1.1
+
+
+def test_a_search_that_hits_the_point_cap_ends_with_a_verdict_that_says_why(tmp_path):
+    doc = search(tmp_path, MD1, max_point_s=5)
+    assert doc.status == "no_verdict" and doc.max_rate.verdict == "inconclusive"
+    assert "--max-point-duration" in doc.max_rate.evidence and "e2e_p99" in doc.max_rate.evidence
+    assert [p.params["window_s"] for p in doc.points] == [2, 5]
+
+
+def test_a_point_whose_plan_is_unusable_ends_the_search_and_sweep_json_says_so(tmp_path):
+    data = {
+        **MD1,
+        "load": {"arrival": {"kind": "constant", "rate": 0.5}, "duration": "1s", "warmup": "1s"},
+    }  # arrivals at 0 s and 2 s: none inside the 1 s window after the 1 s warmup
+    doc = search(tmp_path, data)
+    assert doc.status == "no_verdict" and doc.max_rate.verdict == "error"
+    assert doc.points[0].status == "error" and "measured" in doc.points[0].reason
+    assert "at 0.5 req/s" in doc.max_rate.evidence
 
 
 def test_tied_axis_sets_both_fields():

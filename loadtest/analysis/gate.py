@@ -20,11 +20,12 @@ from loadtest.analysis import regression
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, evaluate, overall
 from loadtest.config.scenario import Sla
 from loadtest.core.errors import ScenarioError
+from loadtest.results.model import GateResult
 from loadtest.results.runset import RunSet
 
 
-def load_sla(path: Path) -> dict:
-    """The SLA file as the mapping ``sla.evaluate`` takes (durations as written, validated)."""
+def load_sla(path: Path) -> Sla:
+    """The SLA file, validated by the scenario's own ``sla:`` model."""
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -40,38 +41,32 @@ def load_sla(path: Path) -> dict:
                 for e in exc.errors(include_url=False)
             ]
         ) from None
-    return model.model_dump(mode="json", exclude_none=True)
+    return model
 
 
 def gate(
     run: RunSet,
-    sla: dict | None,
+    sla: Sla | None,
     baselines: list[RunSet] = (),
     *,
     metrics=regression.DEFAULT_METRICS,
     min_effect: float = 0.05,
     confidence: float = 0.99,
-) -> dict:
+) -> GateResult:
     """SLA checks on the pooled run, regression checks against the pooled baselines; one verdict."""
     pooled = run.pooled()
-    result = {
-        "status": pooled["status"],
-        "reasons": pooled.get("validity", {}).get("reasons", []),
-        "checks": [],
-        "regression": None,
-        "warnings": [],
-    }
-    if sla and "histograms" in pooled:
-        result["checks"] = evaluate(sla, pooled)["checks"]
+    result = GateResult(status=pooled.status, reasons=pooled.reasons, checks=[])
+    if sla is not None and pooled.histograms is not None:
+        result.checks = evaluate(sla, pooled).checks
     if baselines:
         base_runs = [m for b in baselines for m in b.measured]
         if not run.measured or not base_runs:
-            result["warnings"].append(
+            result.warnings.append(
                 "regression: nothing measured "
                 + ("in the run" if not run.measured else "in the baselines")
             )
         else:
-            result["regression"] = {
+            result.regression = {
                 "baselines": [str(b.path) for b in baselines],
                 "min_effect": min_effect,
                 "confidence": confidence,
@@ -86,11 +81,10 @@ def gate(
                     )
                 ),
             }
-            result["warnings"] += scenario_differences(base_runs[0], run.measured[0])
-    verdicts = [c["verdict"] for _, c in all_checks(result)]
-    result["verdict"] = (
-        overall(verdicts, pooled["status"]) if verdicts else INCONCLUSIVE
-    )  # nothing checked: no evidence
+            result.warnings += scenario_differences(base_runs[0], run.measured[0])
+    verdicts = [c["verdict"] for _, c in all_checks(result.model_dump())]
+    # nothing checked: no evidence
+    result.verdict = overall(verdicts, pooled.status) if verdicts else INCONCLUSIVE  # type: ignore[assignment]
     return result
 
 

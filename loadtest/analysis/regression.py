@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, percentile_key
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.core.units import PERCENTILE_NAMES
 
 DEFAULT_METRICS = (
     "ttft_p50",
@@ -43,6 +44,8 @@ DEFAULT_METRICS = (
     "output_tokens_per_s",
 )
 INTERVAL_METRICS = ("ttft", "itl", "e2e")  # the latencies kept per interval in metrics.json
+# name -> (metric, percentile) for every comparable latency: a lookup, never name parsing.
+COMPARABLE = {f"{m}_{p}": (m, pct) for m in INTERVAL_METRICS for p, pct in PERCENTILE_NAMES.items()}
 
 
 @dataclass(frozen=True)
@@ -85,8 +88,8 @@ def parse_metric(name: str) -> tuple[str, float | None]:
     """``ttft_p99`` -> (``ttft``, 99.0); ``output_tokens_per_s`` -> (that, None)."""
     if name == "output_tokens_per_s":
         return name, None
-    parsed = percentile_key(name)
-    if parsed is None or parsed[0] not in INTERVAL_METRICS:
+    parsed = COMPARABLE.get(name)
+    if parsed is None:
         raise ValueError(
             f"{name}: not a comparable metric (use {', '.join(DEFAULT_METRICS)}, or a p90/p95/p999)"
         )

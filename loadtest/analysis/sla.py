@@ -10,32 +10,14 @@ needs 459 samples; fewer is INCONCLUSIVE, never PASS. Error-rate bounds use the 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
 
+from loadtest.config.scenario import Sla
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.results.model import Check, Verdict
+from loadtest.results.runset import Evidence
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-_LATENCY_KEY = re.compile(r"^(?P<metric>[a-z0-9_]+)_p(?P<pct>50|90|95|99|999)$")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    verdict: str
-    observed: float | None
-    bound: float
-    op: str  # "<=" or ">="
-    unit: str
-    reason: str
-
-
-def percentile_key(key: str) -> tuple[str, float] | None:
-    """``ttft_p99`` -> (``ttft``, 99.0); ``e2e_p999`` -> (``e2e``, 99.9); None for other keys."""
-    match = _LATENCY_KEY.match(key)
-    if not match:
-        return None
-    return match["metric"], 99.9 if match["pct"] == "999" else float(match["pct"])
 
 
 def binom_cdf(k: int, n: int, p: float) -> float:
@@ -71,17 +53,41 @@ def samples_needed(misses: int, tail: float, confidence: float) -> int:
     return lo
 
 
+def _check(
+    name: str,
+    verdict: str,
+    observed: float | None,
+    bound: float,
+    op: str,
+    unit: str,
+    reason: str,
+    samples: int | None = None,
+    needed: int | None = None,
+) -> Check:
+    return Check(
+        name=name,
+        verdict=verdict,  # type: ignore[arg-type]
+        observed=observed,
+        bound=bound,
+        op=op,  # type: ignore[arg-type]
+        unit=unit,
+        reason=reason,
+        samples=samples,
+        samples_needed=needed,
+    )
+
+
 def percentile_check(
     name: str, hist: LatencyHistogram, pct: float, bound_ms: float, confidence: float
 ) -> Check:
     n = hist.count
     if n == 0:
-        return Check(name, INCONCLUSIVE, None, bound_ms, "<=", "ms", "no samples")
+        return _check(name, INCONCLUSIVE, None, bound_ms, "<=", "ms", "no samples", 0, None)
     observed = hist.percentile_ms(pct)
     misses = hist.count_above_us(int(bound_ms * 1000))
     tail = 1 - pct / 100
     if observed > bound_ms:
-        return Check(
+        return _check(
             name,
             FAIL,
             observed,
@@ -89,9 +95,10 @@ def percentile_check(
             "<=",
             "ms",
             f"observed {observed:g} ms > {bound_ms:g} ms ({misses} of {n} samples over)",
+            n,
         )
     if binom_cdf(misses, n, tail) <= 1 - confidence:
-        return Check(
+        return _check(
             name,
             PASS,
             observed,
@@ -99,9 +106,10 @@ def percentile_check(
             "<=",
             "ms",
             f"{misses} of {n} samples over {bound_ms:g} ms: p{_fmt_pct(pct)} <= bound at {confidence:.0%} confidence",
+            n,
         )
     need = samples_needed(misses, tail, confidence)
-    return Check(
+    return _check(
         name,
         INCONCLUSIVE,
         observed,
@@ -110,21 +118,32 @@ def percentile_check(
         "ms",
         f"observed {observed:g} ms is within the bound, but {n} samples with {misses} over are too few "
         f"for {confidence:.0%} confidence (needs >= {need})",
+        n,
+        need,
     )
 
 
 def error_rate_check(failed: int, finished: int, bound: float, confidence: float) -> Check:
     if finished == 0:
-        return Check("error_rate", INCONCLUSIVE, None, bound, "<=", "", "no finished requests")
+        return _check("error_rate", INCONCLUSIVE, None, bound, "<=", "", "no finished requests", 0)
     rate = failed / finished
     if rate > bound:
-        return Check(
-            "error_rate", FAIL, rate, bound, "<=", "", f"{failed} of {finished} requests failed"
+        return _check(
+            "error_rate",
+            FAIL,
+            rate,
+            bound,
+            "<=",
+            "",
+            f"{failed} of {finished} requests failed",
+            finished,
         )
     if (bound == 0 and failed == 0) or binom_cdf(failed, finished, bound) <= 1 - confidence:
-        return Check("error_rate", PASS, rate, bound, "<=", "", f"{failed} of {finished} failed")
+        return _check(
+            "error_rate", PASS, rate, bound, "<=", "", f"{failed} of {finished} failed", finished
+        )
     need = samples_needed(failed, bound, confidence)
-    return Check(
+    return _check(
         "error_rate",
         INCONCLUSIVE,
         rate,
@@ -132,58 +151,45 @@ def error_rate_check(failed: int, finished: int, bound: float, confidence: float
         "<=",
         "",
         f"{failed} of {finished} failed: too few requests for {confidence:.0%} confidence (needs >= {need})",
+        finished,
+        need,
     )
 
 
 def floor_check(name: str, observed: float | None, bound: float, unit: str) -> Check:
     if observed is None:
-        return Check(name, INCONCLUSIVE, None, bound, ">=", unit, "not measured (no window)")
+        return _check(name, INCONCLUSIVE, None, bound, ">=", unit, "not measured (no window)")
     verdict = PASS if observed >= bound else FAIL
-    return Check(name, verdict, observed, bound, ">=", unit, f"observed {observed:.4g} {unit}")
+    return _check(name, verdict, observed, bound, ">=", unit, f"observed {observed:.4g} {unit}")
 
 
-def evaluate(sla: dict, metrics: dict) -> dict:
-    """``sla``: the scenario's ``sla`` block as saved in metrics.json (durations as strings)."""
-    from loadtest.core.units import parse_duration_ns
-
-    confidence = sla.get("confidence", 0.99)
-    hists = {
-        m: LatencyHistogram.decode(e, metrics["histograms_over_range"].get(m, 0))
-        for m, e in metrics["histograms"].items()
-    }
+def evaluate(sla: Sla, evidence: Evidence) -> Verdict:
+    """Every objective of ``sla`` as a check on ``evidence``, and the overall verdict."""
+    confidence = sla.confidence
     checks = []
-    for key, value in sla.items():
-        if value is None or key == "confidence":
-            continue
-        parsed = percentile_key(key)
-        if parsed and parsed[0] in hists:
-            bound_ms = parse_duration_ns(value) / 1e6
-            checks.append(percentile_check(key, hists[parsed[0]], parsed[1], bound_ms, confidence))
-        elif key == "error_rate":
-            r = metrics["requests"]
-            checks.append(
-                error_rate_check(
-                    r["failed"], r["failed"] + r["completed"], float(value), confidence
-                )
+    if sla.error_rate is not None:
+        checks.append(
+            error_rate_check(
+                evidence.failed, evidence.failed + evidence.completed, sla.error_rate, confidence
             )
-        elif key in ("output_tokens_per_s", "requests_per_s"):
-            checks.append(
-                floor_check(
-                    key,
-                    metrics["throughput"].get(key),
-                    float(value),
-                    key.rsplit("_per_s")[0] + "/s",
-                )
-            )
-        else:  # the Sla model admits no other key: never let a check vanish silently
-            raise ValueError(f"SLA key {key!r} has no check")
-    return {"verdict": overall(checks, metrics["status"]), "checks": [asdict(c) for c in checks]}
+        )
+    for name, observed, unit in (
+        ("output_tokens_per_s", evidence.output_tokens_per_s, "output_tokens/s"),
+        ("requests_per_s", evidence.requests_per_s, "requests/s"),
+    ):
+        bound = getattr(sla, name)
+        if bound is not None:
+            checks.append(floor_check(name, observed, bound, unit))
+    for name, metric, pct, bound_ns in sla.latency_bounds():
+        hist = (evidence.histograms or {}).get(metric, LatencyHistogram())
+        checks.append(percentile_check(name, hist, pct, bound_ns / 1e6, confidence))
+    return Verdict(verdict=overall(checks, evidence.status), checks=checks)
 
 
-def overall(checks, status: str = "ok") -> str:
+def overall(checks: Iterable[Check | str], status: str = "ok") -> str:
     """FAIL if any check failed; else INCONCLUSIVE if any was, or the run is not ok; else PASS.
-    ``checks``: Check objects or verdict strings (the gate and reports hold verdicts as dicts)."""
-    verdicts = {getattr(c, "verdict", c) for c in checks}
+    ``checks``: Check objects or verdict strings."""
+    verdicts = {c if isinstance(c, str) else c.verdict for c in checks}
     if FAIL in verdicts:
         return FAIL
     if INCONCLUSIVE in verdicts or status != "ok":

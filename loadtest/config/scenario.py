@@ -12,6 +12,7 @@ from pydantic import Field, create_model, model_validator
 
 from loadtest.config.backend_specs import BackendSpec, SimSpec
 from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel
+from loadtest.core.units import PERCENTILE_NAMES
 
 # Upper bounds that stop a typo (1e9 users) from exhausting memory before anything runs.
 MAX_TOKENS = 10_000_000  # per request, input or output
@@ -255,15 +256,25 @@ class Load(_Model):
 # --- SLA: one optional field per metric and percentile, generated ----------------------------
 
 SLA_METRICS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue")
-SLA_PERCENTILES = ("p50", "p90", "p95", "p99", "p999")
-_SLA_LATENCY_FIELDS = {
-    f"{m}_{p}": (Duration | None, Field(None, description=f"{m} {p} must be at most this."))
-    for m in SLA_METRICS
-    for p in SLA_PERCENTILES
+# field name -> (metric, percentile): the one table that says what ``ttft_p99`` means.
+SLA_LATENCY_FIELDS: dict[str, tuple[str, float]] = {
+    f"{m}_{p}": (m, pct) for m in SLA_METRICS for p, pct in PERCENTILE_NAMES.items()
 }
+
+
+class _SlaBase(_Model):
+    def latency_bounds(self) -> list[tuple[str, str, float, int]]:
+        """``(field, metric, percentile, bound in ns)`` for every latency objective set."""
+        return [
+            (name, metric, pct, getattr(self, name))
+            for name, (metric, pct) in SLA_LATENCY_FIELDS.items()
+            if getattr(self, name) is not None
+        ]
+
+
 Sla = create_model(
     "Sla",
-    __base__=_Model,
+    __base__=_SlaBase,
     __doc__="Service-level objectives; each becomes a PASS / FAIL / INCONCLUSIVE check.",
     error_rate=(
         float | None,
@@ -286,7 +297,10 @@ Sla = create_model(
             description="Confidence a percentile PASS needs (MLPerf early stopping).",
         ),
     ),
-    **_SLA_LATENCY_FIELDS,
+    **{
+        name: (Duration | None, Field(None, description=f"{m} p{pct:g} must be at most this."))
+        for name, (m, pct) in SLA_LATENCY_FIELDS.items()
+    },
 )
 
 

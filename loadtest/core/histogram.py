@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np  # imported here, not on first use: a lazy import would stall the event loop mid-run
 from hdrh.histogram import HdrHistogram
 
+from loadtest.core.units import PERCENTILE_NAMES, PERCENTILES
+
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
 SIGNIFICANT_FIGURES = 3
-PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
 
 class LatencyHistogram:
@@ -121,8 +122,8 @@ class LatencyHistogram:
             "stddev": round(self.stddev_us() / 1000.0, 6),
             "min": self.hdr.get_min_value() / 1000.0,
         }
-        for p, v in zip(PERCENTILES, self.percentiles_ms(PERCENTILES)):
-            out[_percentile_key(p)] = v
+        for name, v in zip(PERCENTILE_NAMES, self.percentiles_ms(PERCENTILES)):
+            out[name] = v
         out["max"] = self.hdr.get_max_value() / 1000.0
         out["over_range"] = self.over_range
         return out
@@ -136,10 +137,6 @@ class LatencyHistogram:
         return cls(HdrHistogram.decode(text.encode("ascii")), over_range)
 
 
-def _percentile_key(p: float) -> str:
-    return "p" + (str(int(p)) if float(p).is_integer() else str(p).replace(".", ""))
-
-
 def merge(histograms) -> LatencyHistogram:
     total = LatencyHistogram()
     for h in histograms:
@@ -147,4 +144,4 @@ def merge(histograms) -> LatencyHistogram:
     return total
 
 
-__all__ = ["LatencyHistogram", "merge", "PERCENTILES"]
+__all__ = ["LatencyHistogram", "merge", "PERCENTILES", "PERCENTILE_NAMES"]

@@ -94,3 +94,9 @@ def format_duration_ns(ns: int) -> str:
         if ns >= size:
             return f"{ns / size:g}{unit}"
     return f"{ns}ns"
+
+
+# The percentiles every summary reports, and their names: "p99" -> 99.0, "p999" -> 99.9.
+# Summaries, SLA fields and regression metrics all use these names.
+PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+PERCENTILE_NAMES = {"p" + (f"{p:g}".replace(".", "")): p for p in PERCENTILES}

@@ -46,7 +46,7 @@ def run_html(m: dict) -> str:
         f"<h1>{esc(m['name'])}</h1><p>status: <b class='{esc(m['status'])}'>{esc(m['status'])}</b> · "
         f"started {esc(m.get('started_at'))} · backend {esc((m.get('backend') or {}).get('name'))}</p>"
     ]
-    if "latency_ms" in m:
+    if m.get("latency_ms"):
         t, d = m["throughput"], m["definitions"]
         parts.append(
             "<h2>Headline</h2>"

@@ -34,7 +34,7 @@ def render(m: dict) -> str:
         f"status: **{m['status']}**  started: {m.get('started_at', '-')}",
         "",
     ]
-    if "latency_ms" in m:
+    if m.get("latency_ms"):
         t = m["throughput"]
         lines += [
             "## Headline",

@@ -26,7 +26,7 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
         status, "white"
     )
     console.print(styled((str(metrics["name"]), "bold"), "  status: ", (status, style)))
-    if "latency_ms" not in metrics:
+    if not metrics.get("latency_ms"):
         for reason in metrics.get("validity", {}).get("reasons", []):
             console.print(f"  {reason}", style="red")
         return

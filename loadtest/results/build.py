@@ -7,13 +7,26 @@ behind is invalid whatever its latencies say (they still include the delay).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import ALL_METRICS
 from loadtest.execution.runner import RunOutcome
+from loadtest.results.model import (
+    RUN_SCHEMA,
+    Harness,
+    IntervalPoint,
+    LatencySummary,
+    Requests,
+    RunMetrics,
+    Throughput,
+    Timeseries,
+    Validity,
+    Window,
+)
 
-SCHEMA = "loadtest/metrics/v1"
+SCHEMA = RUN_SCHEMA
 
 DEFINITIONS = {
     "ttft": "time to first token: first token on the host - intended send time",
@@ -35,7 +48,7 @@ def judge_validity(
     outcome: RunOutcome,
     hists: dict[str, LatencyHistogram],
     backend_warnings: list[str] = (),
-) -> dict:
+) -> Validity:
     v = scenario.load.validity
     reasons, warnings = [], list(backend_warnings)
     for name, hist, limit in (
@@ -71,7 +84,7 @@ def judge_validity(
         warnings.append(
             f"{outcome.throttled} requests held back by max_rate (latency counts from the plan)"
         )
-    return {"valid": not reasons, "reasons": reasons, "warnings": warnings}
+    return Validity(valid=not reasons, reasons=reasons, warnings=warnings)
 
 
 def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | None, str | None]:
@@ -98,84 +111,93 @@ def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | 
     return None, None
 
 
-def build_metrics(
+def build_result(
     *,
     scenario: Scenario,
     scenario_path: str,
-    scenario_sha256: str,
-    outcome: RunOutcome,
-    backend: dict,
-    environment: dict,
+    outcome: RunOutcome | None,
+    backend: dict[str, Any],
+    environment: dict[str, Any],
     planned: int | None,
     started_at: str,
-) -> dict:
+    interrupted_by: str | None = None,
+    start_failure: str | None = None,
+) -> RunMetrics:
+    """The result of one run, whatever its status. ``outcome`` is None for a run that never
+    started (``start_failure`` says why): nothing was measured, and the result says so."""
+    identity = dict(
+        name=scenario.name,
+        started_at=started_at,
+        scenario_file=scenario_path,
+        scenario=scenario.public_dump(),
+        environment=environment,
+        backend=backend,
+        interrupted_by=interrupted_by,
+        commit=environment.get("commit"),
+    )
+    if outcome is None:
+        reason = start_failure or "the run did not start"
+        return RunMetrics(
+            status="interrupted" if interrupted_by else "failed",
+            requests=Requests(planned=planned, sent=0, never_sent=planned, completed=0, failed=0),
+            validity=Validity(valid=False, reasons=[reason]),
+            **identity,
+        )
     rec = outcome.recorder
     hists = rec.histograms()
     validity = judge_validity(scenario, outcome, hists, backend.get("warnings", []))
-    status = (
-        outcome.status if outcome.status != "ok" else ("ok" if validity["valid"] else "invalid")
-    )
+    status = outcome.status if outcome.status != "ok" else ("ok" if validity.valid else "invalid")
     window_s = _window_s(rec)
-    throughput = {
-        "requests_per_s": _rate(rec.window_completions, window_s),
-        "output_tokens_per_s": _rate(rec.window_tokens, window_s),
-        "total_tokens_per_s": _rate(rec.window_tokens + rec.window_input_tokens, window_s),
-        "output_tokens_in_window": rec.window_tokens,
-        "window_s": window_s,
-    }
-    latency = {m: hists[m].summary_ms() for m in ALL_METRICS}
+    throughput = Throughput(
+        requests_per_s=_rate(rec.window_completions, window_s),
+        output_tokens_per_s=_rate(rec.window_tokens, window_s),
+        total_tokens_per_s=_rate(rec.window_tokens + rec.window_input_tokens, window_s),
+        output_tokens_in_window=rec.window_tokens,
+        window_s=window_s,
+    )
+    latency = {m: LatencySummary(**hists[m].summary_ms()) for m in ALL_METRICS}
     e2e = latency["e2e"]
-    return {
-        "schema": SCHEMA,
-        "status": status,
-        "name": scenario.name,
-        "started_at": started_at,
-        "scenario_file": scenario_path,
-        "scenario": scenario.public_dump(),
-        "environment": environment,
-        "backend": backend,
-        "requests": {
-            "planned": planned,
-            "sent": outcome.sent,
-            "never_sent": None if planned is None else max(0, planned - outcome.sent),
-            "completed": rec.completed,
-            "failed": rec.failed,
-            "warmup": rec.warmup,
-            "cancelled": outcome.cancelled,
-            "errors_by_type": dict(rec.errors_by_type),
-            "under_two_tokens": rec.single_token,
-            "output_tokens": rec.output_tokens_measured,
-            "input_tokens": rec.input_tokens_measured,
-        },
-        "window": {
-            "start_s": None
-            if rec.window_start is None
-            else (rec.window_start - outcome.t0_ns) / 1e9,
-            "end_s": None if rec.window_end is None else (rec.window_end - outcome.t0_ns) / 1e9,
-            "length_s": window_s,
-            "run_s": (outcome.end_ns - outcome.t0_ns) / 1e9,
-        },
-        "latency_ms": latency,
-        "throughput": throughput,
-        "harness": {
-            "loop_lag_ms": outcome.loop_lag.summary_ms(),
-            "throttled_requests": outcome.throttled,
-            "failure": outcome.failure,
-        },
-        "validity": validity,
-        "timeseries": {"interval_s": rec.interval_ns / 1e9, "points": _points(rec)},
-        "histograms": {m: hists[m].encode() for m in ALL_METRICS},
-        "histograms_over_range": {m: hists[m].over_range for m in ALL_METRICS},
-        "loop_lag_histogram": outcome.loop_lag.encode(),
-        "definitions": DEFINITIONS,
-        # Flat headline keys for scripts and the profiling playbooks (end-to-end percentiles).
-        "output_tokens_per_s": throughput["output_tokens_per_s"],
-        "p50_ms": e2e.get("p50"),
-        "p95_ms": e2e.get("p95"),
-        "p99_ms": e2e.get("p99"),
-        "peak_mem_mb": backend.get("peak_mem_mb"),
-        "commit": environment.get("commit"),
-    }
+    return RunMetrics(
+        status=status,
+        requests=Requests(
+            planned=planned,
+            sent=outcome.sent,
+            never_sent=None if planned is None else max(0, planned - outcome.sent),
+            completed=rec.completed,
+            failed=rec.failed,
+            warmup=rec.warmup,
+            cancelled=outcome.cancelled,
+            errors_by_type=dict(rec.errors_by_type),
+            under_two_tokens=rec.single_token,
+            output_tokens=rec.output_tokens_measured,
+            input_tokens=rec.input_tokens_measured,
+        ),
+        window=Window(
+            start_s=None if rec.window_start is None else (rec.window_start - outcome.t0_ns) / 1e9,
+            end_s=None if rec.window_end is None else (rec.window_end - outcome.t0_ns) / 1e9,
+            length_s=window_s,
+            run_s=(outcome.end_ns - outcome.t0_ns) / 1e9,
+        ),
+        latency_ms=latency,
+        throughput=throughput,
+        harness=Harness(
+            loop_lag_ms=LatencySummary(**outcome.loop_lag.summary_ms()),
+            throttled_requests=outcome.throttled,
+            failure=outcome.failure,
+        ),
+        validity=validity,
+        timeseries=Timeseries(interval_s=rec.interval_ns / 1e9, points=_points(rec)),
+        histograms={m: hists[m].encode() for m in ALL_METRICS},
+        histograms_over_range={m: hists[m].over_range for m in ALL_METRICS},
+        loop_lag_histogram=outcome.loop_lag.encode(),
+        definitions=DEFINITIONS,
+        output_tokens_per_s=throughput.output_tokens_per_s,
+        p50_ms=e2e.p50,
+        p95_ms=e2e.p95,
+        p99_ms=e2e.p99,
+        peak_mem_mb=backend.get("peak_mem_mb"),
+        **identity,
+    )
 
 
 def _window_s(rec) -> float | None:
@@ -188,7 +210,7 @@ def _rate(n: int, seconds: float | None) -> float | None:
     return None if not seconds else n / seconds
 
 
-def _points(rec) -> list[dict]:
+def _points(rec) -> list[IntervalPoint]:
     width = rec.interval_ns / 1e9
     by_index = {c["index"]: c for c in rec.closed}
     indices = sorted(set(by_index) | set(rec.token_bins))
@@ -196,14 +218,14 @@ def _points(rec) -> list[dict]:
     for k in indices:
         c = by_index.get(k, {"index": k, "completed": 0, "failed": 0, "histograms": {}})
         points.append(
-            {**c, "t_s": k * width, "output_tokens_per_s": rec.token_bins.get(k, 0) / width}
+            IntervalPoint(**c, t_s=k * width, output_tokens_per_s=rec.token_bins.get(k, 0) / width)
         )
     return points
 
 
-def null_non_finite(doc: dict) -> list[str]:
-    """Replace every NaN or infinity in the result with null (JSON has neither) and say where,
-    in ``validity.warnings``: one bad figure must not cost the whole result. Returns the paths."""
+def null_non_finite(result: RunMetrics) -> RunMetrics:
+    """Every NaN or infinity in the result as null (JSON has neither), said where in
+    ``validity.warnings``: one bad figure must not cost the whole result."""
     found: list[str] = []
 
     def walk(node, path: str):
@@ -218,9 +240,10 @@ def null_non_finite(doc: dict) -> list[str]:
                 node[i] = walk(v, f"{path}[{i}]")
         return node
 
-    walk(doc, "")
-    if found:
-        doc.setdefault("validity", {}).setdefault("warnings", []).append(
-            f"not a finite number, written as null: {', '.join(found)} (a bug in loadtest: report it)"
-        )
-    return found
+    doc = walk(result.model_dump(by_alias=True), "")
+    if not found:
+        return result
+    doc["validity"]["warnings"].append(
+        f"not a finite number, written as null: {', '.join(found)} (a bug in loadtest: report it)"
+    )
+    return RunMetrics.model_validate(doc)

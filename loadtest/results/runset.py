@@ -1,18 +1,19 @@
 """A saved run, or a set of replicated runs (``run --repeat``), read back from disk.
 
 A run directory holds ``metrics.json``; a repeat directory holds ``repeat.json`` naming its
-replicate run directories. ``gate`` and ``compare`` take either. The pooled view merges the
-replicates' histograms (hdrh merges losslessly) and counts, so SLA checks on a repeat set use all
-of its samples as evidence.
+replicate run directories. ``gate`` and ``compare`` take either. Every file is read through its
+typed model (``results.model``), so a foreign or broken file is a clear usage error. The pooled
+view merges the replicates' histograms (hdrh merges losslessly) and counts, so SLA checks on a
+repeat set use all of its samples as evidence.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.results.model import RepeatDoc, ResultReadError, RunMetrics, read_repeat, read_run
 
 REPEAT_FILE = "repeat.json"
 _STATUS_ORDER = ("failed", "interrupted", "invalid", "ok")  # the pooled status is the worst
@@ -23,112 +24,111 @@ class RunSetError(Exception):
 
 
 @dataclass
+class Evidence:
+    """What SLA checks judge: one run, or replicates as one (the worst status, every reason,
+    merged histograms, summed counts, rates over the summed windows)."""
+
+    status: str
+    reasons: list[str]
+    histograms: dict[str, LatencyHistogram] | None  # None: nothing was measured
+    completed: int = 0
+    failed: int = 0
+    output_tokens_per_s: float | None = None
+    requests_per_s: float | None = None
+
+    @classmethod
+    def of_run(cls, result: RunMetrics) -> Evidence:
+        return RunSet(Path("."), [result], [""]).pooled()
+
+
+@dataclass
 class RunSet:
     path: Path
-    runs: list[dict]  # each replicate's metrics.json
-    repeat: dict | None = None  # repeat.json, for a repeat directory
+    results: list[RunMetrics]  # each replicate's metrics.json
+    labels: list[str]  # each replicate's directory name, for its reasons
+    repeat: RepeatDoc | None = None  # repeat.json, for a repeat directory
 
     @property
     def name(self) -> str:
         return self.path.name
 
     @property
+    def runs(self) -> list[dict]:
+        """Each replicate's metrics.json as a mapping, with ``_dir`` naming its directory."""
+        return [{**r.view(), "_dir": d} for r, d in zip(self.results, self.labels)]
+
+    @property
     def measured(self) -> list[dict]:
-        """The replicates that measured something (a run that failed to start has no histograms)."""
-        return [m for m in self.runs if "histograms" in m]
+        """The replicates that measured something (a run that failed to start did not)."""
+        return [m for m, r in zip(self.runs, self.results) if r.measured]
 
-    def pooled(self) -> dict:
-        """A metrics-like dict over all replicates, enough for ``sla.evaluate``."""
-        if len(self.runs) == 1:
-            return self.runs[0]
-        measured = self.measured
-        status = min((m["status"] for m in self.runs), key=_STATUS_ORDER.index)
+    def pooled(self) -> Evidence:
+        measured = [r for r in self.results if r.measured]
+        status = min((r.status for r in self.results), key=_STATUS_ORDER.index)
+        many = len(self.results) > 1
         reasons = [
-            f"{label(m, i)}: {r}"
-            for i, m in enumerate(self.runs)
-            for r in m.get("validity", {}).get("reasons", [])
+            f"{label}: {reason}" if many else reason
+            for r, label in zip(self.results, self.labels)
+            for reason in r.validity.reasons
         ]
-        pooled = {
-            "status": status,
-            "name": self.name,
-            "validity": {"valid": not reasons, "reasons": reasons, "warnings": []},
-        }
         if not measured:
-            return pooled
+            return Evidence(status, reasons, None)
         hists: dict[str, LatencyHistogram] = {}
-        for m in measured:
-            for name, text in m["histograms"].items():
-                h = LatencyHistogram.decode(text, m["histograms_over_range"].get(name, 0))
+        for r in measured:
+            over = r.histograms_over_range or {}
+            for name, text in (r.histograms or {}).items():
+                h = LatencyHistogram.decode(text, over.get(name, 0))
                 hists.setdefault(name, LatencyHistogram()).add(h)
-        requests = {k: sum(m["requests"][k] for m in measured) for k in ("completed", "failed")}
-        window = sum(m["throughput"]["window_s"] or 0 for m in measured)
-        tokens = sum(m["throughput"]["output_tokens_in_window"] for m in measured)
+        window = sum((r.throughput.window_s or 0) for r in measured if r.throughput)
+        tokens = sum(r.throughput.output_tokens_in_window for r in measured if r.throughput)
         done = sum(
-            (m["throughput"]["requests_per_s"] or 0) * (m["throughput"]["window_s"] or 0)
-            for m in measured
+            (r.throughput.requests_per_s or 0) * (r.throughput.window_s or 0)
+            for r in measured
+            if r.throughput
         )
-        pooled.update(
-            {
-                "histograms": {k: h.encode() for k, h in hists.items()},
-                "histograms_over_range": {k: h.over_range for k, h in hists.items()},
-                "requests": requests,
-                "throughput": {
-                    "output_tokens_per_s": tokens / window if window else None,
-                    "requests_per_s": done / window if window else None,
-                    "window_s": window or None,
-                },
-            }
+        if not many:  # one run: its own figures exactly, not recomputed
+            t = measured[0].throughput
+            otps, rps = (t.output_tokens_per_s, t.requests_per_s) if t else (None, None)
+        else:
+            otps, rps = (tokens / window, done / window) if window else (None, None)
+        return Evidence(
+            status,
+            reasons,
+            hists,
+            completed=sum(r.requests.completed for r in measured),
+            failed=sum(r.requests.failed for r in measured),
+            output_tokens_per_s=otps,
+            requests_per_s=rps,
         )
-        return pooled
 
 
-def label(metrics: dict, i: int) -> str:
-    return metrics.get("_dir") or f"run {i + 1}"
+def from_results(path: Path, results: list[RunMetrics], labels: list[str]) -> RunSet:
+    return RunSet(Path(path), results, labels)
 
 
 def load(path: str | Path) -> RunSet:
     path = Path(path)
-    repeat_file, _metrics_file = path / REPEAT_FILE, path / "metrics.json"
     try:
-        if repeat_file.exists():
-            repeat = json.loads(repeat_file.read_text())
-            runs = [_read(path / d) for d in repeat["runs"]]
-            return RunSet(path, runs, repeat)
-        return RunSet(path, [_read(path)])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RunSetError(f"{path}: {exc}") from None
+        if (path / REPEAT_FILE).exists():
+            repeat = read_repeat(path / REPEAT_FILE)
+            return RunSet(path, [_read(path / d) for d in repeat.runs], list(repeat.runs), repeat)
+        return RunSet(path, [_read(path)], [path.name])
+    except ResultReadError as exc:
+        raise RunSetError(str(exc)) from None
 
 
-def _read(run_dir: Path) -> dict:
+def _read(run_dir: Path) -> RunMetrics:
     if not (run_dir / "metrics.json").exists():
         raise RunSetError(
             f"{run_dir}: no metrics.json (not a run directory, nor a repeat directory with {REPEAT_FILE})"
         )
-    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    problem = _shape_problem(metrics)
-    if problem:
-        raise RunSetError(f"{run_dir / 'metrics.json'}: not a loadtest result: {problem}")
-    metrics["_dir"] = run_dir.name
-    return metrics
-
-
-_STATUSES = ("ok", "invalid", "interrupted", "failed")
-
-
-def _shape_problem(metrics: object) -> str | None:
-    """What makes a metrics.json unusable for a verdict (a usage error, not INCONCLUSIVE)."""
-    if not isinstance(metrics, dict):
-        return "expected a JSON object"
-    if metrics.get("status") not in _STATUSES:
-        return f"status: expected one of {', '.join(_STATUSES)}"
-    if "histograms" not in metrics:
-        return None  # a run that failed to start: nothing measured, and it says so
-    for key in ("histograms", "histograms_over_range", "requests", "throughput", "latency_ms"):
-        if not isinstance(metrics.get(key), dict):
-            return f"{key}: missing or not an object"
-    for name, text in metrics["histograms"].items():
+    result = read_run(run_dir / "metrics.json")
+    for name, text in (result.histograms or {}).items():
         try:
             LatencyHistogram.decode(text)
         except Exception:  # hdrh raises several types for a corrupt encoding
-            return f"histograms.{name}: not an encoded HDR histogram"
-    return None
+            raise RunSetError(
+                f"{run_dir / 'metrics.json'}: not a loadtest result: histograms.{name}: "
+                "not an encoded HDR histogram"
+            ) from None
+    return result
