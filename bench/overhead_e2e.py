@@ -8,7 +8,8 @@ with the order alternating, at each batch size B (static mode, 128 in / 128 out,
 
     bare     the worker runs generate() as a user's own loop would on the same model, the same
              settings and a batch of the same shape, inputs already on the device: no streamer,
-             no stamps, no messages (``Engine.bare_generate``). Its time is the call's, to the
+             no stamps, no messages (``bench/engine_reference.py``, run in the worker
+             through its hook). Its time is the call's, to the
              device being idle after it.
     loadtest B requests submitted through the backend at once, as a burst arrival does: the
              batcher forms one batch, each token is stamped and sent back, the parent turns
@@ -83,7 +84,9 @@ async def main_async(args) -> list:
     next_index = [0]
 
     async def bare(bs: int) -> float:
-        (seconds,) = await backend.bare_generate(bs, N_IN, N_OUT, 1)
+        (seconds,) = await backend.call_in_engine(
+            "engine_reference:bare_generate", bs, N_IN, N_OUT, 1
+        )
         return bs * N_OUT / seconds
 
     async def harness(bs: int) -> float:

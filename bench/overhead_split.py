@@ -113,10 +113,11 @@ def main() -> None:
     import torch
     import transformers
 
-    from loadtest.backends.transformers import worker as engine_worker
+    from loadtest.backends.transformers import stamping as engine_worker
     from loadtest.backends.transformers.loading import load_model
     from loadtest.backends.transformers.outbox import Outbox
-    from loadtest.backends.transformers.worker import AFTER_SYNC, STREAMER, Engine
+    from loadtest.backends.transformers.stamping import AFTER_SYNC, STREAMER
+    from loadtest.backends.transformers.worker import Engine
     from loadtest.core.heap import settle_heap
 
     print(

@@ -18,6 +18,7 @@ import asyncio
 import queue
 import threading
 from pathlib import Path
+from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.core.errors import BackendError
@@ -30,14 +31,18 @@ REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these betwee
 class TransformersBackend(Backend):
     needs_prompt_ids = True
     supports_profiling = True
+    # ``module:function`` callables the engine worker calls with its Engine once the model is
+    # loaded: the hook for code that must run beside the model (tests install faults with it).
+    # Set from Python only; a scenario file cannot name code to run.
+    engine_hooks: tuple[str, ...] = ()
 
     def __init__(self, spec, clock, context=None) -> None:
         self.spec = spec
         self.base_dir = str((context or {}).get("base_dir", Path.cwd()))
         self._queues: dict[int, asyncio.Queue] = {}
         self._start_s = spec.start_timeout / 1e9
-        self._proc = None
-        self._reply: asyncio.Queue | None = None
+        self._proc: Any = None
+        self._reply: Any = None  # an asyncio.Queue once started
         self._dead: str | None = None
         self._ready = False
         self._outq: queue.SimpleQueue = queue.SimpleQueue()
@@ -59,7 +64,13 @@ class TransformersBackend(Backend):
         self._from_worker, from_worker_w = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
             target=main,
-            args=(to_worker_r, from_worker_w, self.spec.model_dump(), self.base_dir),
+            args=(
+                to_worker_r,
+                from_worker_w,
+                self.spec.model_dump(),
+                self.base_dir,
+                tuple(self.engine_hooks),
+            ),
             daemon=True,
             name="loadtest-engine",
         )
@@ -112,17 +123,18 @@ class TransformersBackend(Backend):
             raise BackendError(f"engine worker died during warm-up: {self._dead}")
         return {"warmup_s": msg[1], "warmup_batch_sizes": sizes}
 
-    async def bare_generate(
-        self, batch_size: int, prompt_len: int, new_tokens: int, reps: int = 1
-    ) -> list:
-        """Seconds per call of a bare generate() loop in the worker, on its loaded (and warmed)
-        model: the reference for the harness's overhead (bench/overhead_e2e.py). Between runs."""
+    async def call_in_engine(self, target: str, *args, timeout_s: float = 600.0):
+        """``function(engine, *args)`` in the worker, for ``target = "module:function"``, and its
+        (picklable) result: the hook bench/ uses to time code beside the loaded model. Between
+        runs only."""
         if self._dead:
             raise BackendError(self._dead)
-        self._send(("bare", batch_size, prompt_len, new_tokens, reps))
-        msg = await self._reply_within("the bare loop", 600.0)
+        self._send(("call", target, args))
+        msg = await self._reply_within(target, timeout_s)
         if msg is _DEATH:
-            raise BackendError(f"engine worker died in the bare loop: {self._dead}")
+            raise BackendError(f"engine worker died in {target}: {self._dead}")
+        if msg[0] == "call_failed":
+            raise BackendError(msg[1])
         return msg[1]
 
     async def submit(self, req, prompt_ids):
@@ -249,7 +261,7 @@ class TransformersBackend(Backend):
             return
         queues = self._queues
         if kind == "tokens":  # a run of decode steps: every rid listed got a token at each stamp
-            ev = Tokens(msg[1])
+            ev: Tokens | Admitted | Failed = Tokens(msg[1])
             for rid in msg[2]:
                 q = queues.get(rid)
                 if q is not None:
