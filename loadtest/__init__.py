@@ -21,6 +21,7 @@ _EXPORTS = {
     "load_scenario": "loadtest.config.loading",
     "run_scenario": "loadtest.session",
     "RunResult": "loadtest.session",
+    "RunMetrics": "loadtest.results.model",
     "LoadtestError": "loadtest.core.errors",
     "ScenarioError": "loadtest.core.errors",
     "BackendError": "loadtest.core.errors",
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from loadtest.core.errors import BackendError as BackendError
     from loadtest.core.errors import LoadtestError as LoadtestError
     from loadtest.core.errors import ScenarioError as ScenarioError
+    from loadtest.results.model import RunMetrics as RunMetrics
     from loadtest.session import RunResult as RunResult
     from loadtest.session import run_scenario as run_scenario
 

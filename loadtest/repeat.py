@@ -74,7 +74,7 @@ def _doc(
     return RepeatDoc(
         name=loaded.scenario.name,
         scenario_file=str(loaded.path),
-        status=status,  # type: ignore[arg-type]
+        status=status,
         repeats=n,
         runs=dirs,
         schedule_seeds=[loaded.scenario.seeds.schedule + i for i in range(len(runs))],

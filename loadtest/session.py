@@ -12,12 +12,14 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loadtest.analysis.sla import evaluate
 from loadtest.backends import create_backend
-from loadtest.backends.base import Backend
+from loadtest.backends.base import Backend, BackendInfo
 from loadtest.config.loading import LoadedScenario, resolve_path
 from loadtest.core import atomic, exit_codes, rundir, secrets
 from loadtest.core.clock import Clock, MonotonicClock
@@ -112,11 +114,12 @@ class Session:
         self.clock, self.progress, self.handle_signals = clock, progress, handle_signals
         self.grace_s = grace_s
         self.backend: Backend | None = None
-        self.info = self.spec = None
+        self.info: BackendInfo | None = None
+        self.spec: Any = None
         self.interrupted_by: str | None = None
         self._runner: Runner | None = None
         self._starting: asyncio.Future | None = None
-        self._restore_signals = None
+        self._restore_signals: Callable[[], None] | None = None
 
     async def close(self) -> dict:
         facts = {}
@@ -387,7 +390,7 @@ def _write_result(out: Path, result: RunMetrics) -> None:
     try:
         atomic.write_json(fallback, doc)
     except OSError:
-        fallback = None
+        fallback = None  # type: ignore[assignment]
     raise ResultWriteError(problem, fallback)
 
 

@@ -131,6 +131,7 @@ async def run_sweep(
 def point_row(params: dict, metrics: RunMetrics, run_dir: str) -> SweepPoint:
     errors = metrics.requests.errors_by_type
     reasons = "; ".join(metrics.validity.reasons) or None
+    reason: str | None
     if "CudaOOM" in errors:
         status, reason = "oom", f"CUDA out of memory in {errors['CudaOOM']} requests"
     elif metrics.status == "failed":
@@ -200,21 +201,19 @@ def curves(rows: list[SweepPoint], axis: str) -> tuple[list[CurvePoint], list, o
     curve = [
         CurvePoint(x=r.params.get(first), status=r.status, **headline(r.metrics)) for r in rows
     ]
+    # (x, output tok/s, p99 E2E) of the points with both figures
     usable = [
-        c for c in curve if c.status in ("ok", "invalid") and c.output_tokens_per_s and c.e2e_p99_ms
+        (c.x, c.output_tokens_per_s, c.e2e_p99_ms)
+        for c in curve
+        if c.status in ("ok", "invalid") and c.output_tokens_per_s and c.e2e_p99_ms
     ]
     frontier = [
-        c.x
-        for c in usable
-        if not any(
-            o.output_tokens_per_s >= c.output_tokens_per_s
-            and o.e2e_p99_ms <= c.e2e_p99_ms
-            and (o.output_tokens_per_s, o.e2e_p99_ms) != (c.output_tokens_per_s, c.e2e_p99_ms)
-            for o in usable
-        )
+        x
+        for x, tput, p99 in usable
+        if not any(t >= tput and p <= p99 and (t, p) != (tput, p99) for _, t, p in usable)
     ]
-    knee = max(usable, key=lambda c: c.output_tokens_per_s / c.e2e_p99_ms, default=None)
-    return curve, frontier, None if knee is None else knee.x
+    knee = max(usable, key=lambda u: u[1] / u[2], default=None)
+    return curve, frontier, None if knee is None else knee[0]
 
 
 # --- the highest rate that meets the SLA ---------------------------------------------------
@@ -297,7 +296,8 @@ async def find_max_rate(
         scenario_path, base_overrides, out, session, max_points, max_point_s, tolerance
     )
     search.by_count = base.load.duration is None
-    search.first_size = base.load.requests if search.by_count else base.load.duration / 1e9
+    load = base.load
+    search.first_size = float(load.requests or 0) if search.by_count else (load.duration or 0) / 1e9
     try:
         await search.run(base.load.arrival.rate)
     finally:
@@ -306,7 +306,16 @@ async def find_max_rate(
 
 
 class _Search:
-    def __init__(self, path, overrides, out, session, max_points, max_point_s, tolerance):
+    def __init__(
+        self,
+        path: Path,
+        overrides: list[str],
+        out: Path,
+        session: Session,
+        max_points: int,
+        max_point_s: float,
+        tolerance: float,
+    ) -> None:
         self.path, self.overrides, self.out, self.session = path, overrides, out, session
         self.max_points, self.max_point_s, self.tolerance = max_points, max_point_s, tolerance
         self.by_count, self.first_size = False, 0.0

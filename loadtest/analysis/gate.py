@@ -10,6 +10,7 @@ autocorrelation and replication).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -47,7 +48,7 @@ def load_sla(path: Path) -> Sla:
 def gate(
     run: RunSet,
     sla: Sla | None,
-    baselines: list[RunSet] = (),
+    baselines: Sequence[RunSet] = (),
     *,
     metrics=regression.DEFAULT_METRICS,
     min_effect: float = 0.05,

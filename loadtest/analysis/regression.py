@@ -112,7 +112,7 @@ class Sample:
         self.run_units: list[np.ndarray] = []  # per run: the global interval numbers of its units
         unit_rows: dict[str, list] = {m: [] for m in INTERVAL_METRICS}
         tokens: list[float] = []
-        self.tput_width: list[float] = []
+        widths: list[float] = []
         next_unit = 0
         for metrics in runs:
             points = metrics.get("timeseries", {}).get("points", [])
@@ -136,11 +136,11 @@ class Sample:
                     and p["t_s"] + width <= window["end_s"] + 1e-9
                 )
                 tokens.append(p.get("output_tokens_per_s", 0.0) * width if inside else math.nan)
-                self.tput_width.append(width)
+                widths.append(width)
             self.run_units.append(np.asarray(units, dtype=np.int64))
         self.n_units = next_unit
         self.tokens = np.asarray(tokens, dtype=float)
-        self.tput_width = np.asarray(self.tput_width, dtype=float)
+        self.tput_width = np.asarray(widths, dtype=float)
         self.rows = {}
         for m, rows in unit_rows.items():
             arr = np.concatenate(rows) if rows else np.zeros((0, 3), dtype=np.int64)

@@ -66,10 +66,10 @@ def _check(
 ) -> Check:
     return Check(
         name=name,
-        verdict=verdict,  # type: ignore[arg-type]
+        verdict=verdict,
         observed=observed,
         bound=bound,
-        op=op,  # type: ignore[arg-type]
+        op=op,
         unit=unit,
         reason=reason,
         samples=samples,

@@ -59,7 +59,7 @@ class SimBackend(Backend):
         """Everything about the simulated server can change between points, once idle."""
         if self._waiters or self._free != self.spec.max_concurrency:
             return False
-        self.__init__(spec, self.clock)
+        SimBackend.__init__(self, spec, self.clock)  # a fresh simulated server
         return True
 
     async def start(self) -> BackendInfo:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from loadtest.config.types import Duration, PositiveDuration, StrictModel
+from loadtest.config.types import Duration, PositiveDuration, StrictModel, as_written
 from loadtest.core import secrets
 
 
@@ -40,7 +40,7 @@ class SimSpec(Spec):
 
     kind: Literal["sim"] = "sim"
     start_timeout: PositiveDuration = Field(
-        "10s", description="Longest the backend may take to start."
+        as_written("10s"), description="Longest the backend may take to start."
     )
     max_concurrency: int = Field(
         1, ge=1, description="Requests served at once; the rest wait FIFO."
@@ -68,7 +68,7 @@ class NoopSpec(Spec):
 
     kind: Literal["noop"] = "noop"
     start_timeout: PositiveDuration = Field(
-        "10s", description="Longest the backend may take to start."
+        as_written("10s"), description="Longest the backend may take to start."
     )
 
 
@@ -92,7 +92,7 @@ class TransformersSpec(Spec):
 
     kind: Literal["transformers"] = "transformers"
     start_timeout: PositiveDuration = Field(
-        "30m",
+        as_written("30m"),
         description="Longest loading and warm-up (compilation included) may take before the run "
         "fails; a worker that stops answering any other command fails it within a minute.",
     )
@@ -176,12 +176,12 @@ class OpenAISpec(Spec):
 
     kind: Literal["openai"] = "openai"
     start_timeout: PositiveDuration = Field(
-        "60s",
+        as_written("60s"),
         description="Longest the start-up probe (a 2-token request) may take: a server that "
         "accepts connections and never answers fails the run within this.",
     )
     read_timeout: PositiveDuration = Field(
-        "60s",
+        as_written("60s"),
         description="Longest silence between two reads of a response: that request fails "
         "with read_timeout (a server that stops answering altogether ends the run: "
         "load.stall_timeout).",
@@ -222,7 +222,9 @@ class OpenAISpec(Spec):
         description="Connection pool cap; 0: a new connection whenever none is idle, "
         "so the pool never makes a request wait (a waiting request is client lag).",
     )
-    connect_timeout: Duration = Field("10s", description="TCP + TLS connect timeout per request.")
+    connect_timeout: Duration = Field(
+        as_written("10s"), description="TCP + TLS connect timeout per request."
+    )
     verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
     ca_bundle: str | None = Field(
         None, description="CA file to verify against (default: the system's)."

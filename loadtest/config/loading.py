@@ -8,6 +8,7 @@ torch or transformers, so a bad scenario fails in well under a second.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class LoadedScenario:
         return self.path.parent
 
 
-def load_scenario(path: str | Path, overrides: list[str] = ()) -> LoadedScenario:
+def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> LoadedScenario:
     path = Path(path)
     try:
         if not path.is_file():  # a directory, a FIFO or a device would never end a read
@@ -78,7 +79,7 @@ def resolve_path(loaded: LoadedScenario, name: str) -> Path:
 
 def _preflight(scenario: Scenario, base_dir: Path) -> list[tuple[tuple, str]]:
     problems = list(scenario.backend.preflight(base_dir))
-    named = [(("workload", "dataset"), scenario.workload.dataset)]
+    named: list[tuple[tuple, str | None]] = [(("workload", "dataset"), scenario.workload.dataset)]
     if scenario.load.arrival.kind == "trace":
         named.append((("load", "arrival", "file"), scenario.load.arrival.file))
     for loc, name in named:
@@ -109,7 +110,7 @@ def _parse_override(item: str, path: Path) -> tuple[tuple, object]:
 
 
 def _set_dotted(data: dict, key: tuple, value: object, path: Path, item: str) -> None:
-    node = data
+    node: dict | list = data
     for i, part in enumerate(key[:-1]):
         nxt = (
             node[part]
@@ -152,7 +153,7 @@ def _describe_errors(exc: ValidationError, root, path: Path, origins: dict) -> l
     return lines
 
 
-def _is_scalar_branch_noise(err: dict) -> bool:
+def _is_scalar_branch_noise(err: Mapping) -> bool:
     """``input_tokens: {dist: ...}`` also fails the bare-int branch of the union: not worth saying."""
     scalar_branch = any(
         isinstance(p, str) and (p in ("int", "float", "str") or p.startswith("constrained-"))

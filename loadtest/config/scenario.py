@@ -6,12 +6,12 @@ the GPU, the network or any file (files a scenario names are checked by ``scenar
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, create_model, model_validator
 
 from loadtest.config.backend_specs import BackendSpec, SimSpec
-from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel
+from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel, as_written
 from loadtest.core.units import PERCENTILE_NAMES
 
 # Upper bounds that stop a typo (1e9 users) from exhausting memory before anything runs.
@@ -172,10 +172,10 @@ class Workload(_Model):
 
 class Validity(_Model):
     max_dispatch_lag_p99: Duration = Field(
-        "5ms", description="Over this, the client was the bottleneck: run invalid."
+        as_written("5ms"), description="Over this, the client was the bottleneck: run invalid."
     )
     max_loop_lag_p99: Duration = Field(
-        "20ms", description="Event-loop lag p99 over this: run invalid."
+        as_written("20ms"), description="Event-loop lag p99 over this: run invalid."
     )
     min_completed: int = Field(
         1, ge=0, description="Fewer completed measured requests: run invalid."
@@ -197,10 +197,10 @@ class Load(_Model):
         None, ge=0, description="Warmup by count before the window."
     )
     drain_timeout: Duration = Field(
-        "60s", description="After the window, how long in-flight requests may finish."
+        as_written("60s"), description="After the window, how long in-flight requests may finish."
     )
     stall_timeout: PositiveDuration = Field(
-        "60s",
+        as_written("60s"),
         description="With requests in flight and no event from the system under test for this "
         "long, it has stopped answering: the run ends (status failed) with what it measured.",
     )
@@ -262,7 +262,26 @@ SLA_LATENCY_FIELDS: dict[str, tuple[str, float]] = {
 }
 
 
-class _SlaBase(_Model):
+class SlaObjectives(_Model):
+    """Service-level objectives; each becomes a PASS / FAIL / INCONCLUSIVE check. ``Sla`` adds
+    one optional latency bound per metric and percentile (``ttft_p99: 500ms``)."""
+
+    error_rate: float | None = Field(
+        None, ge=0, le=1, description="Failed / finished requests must be at most this."
+    )
+    output_tokens_per_s: float | None = Field(
+        None, ge=0, description="Output tokens/s must be at least this."
+    )
+    requests_per_s: float | None = Field(
+        None, ge=0, description="Completed requests/s must be at least this."
+    )
+    confidence: float = Field(
+        0.99,
+        gt=0.5,
+        lt=1,
+        description="Confidence a percentile PASS needs (MLPerf early stopping).",
+    )
+
     def latency_bounds(self) -> list[tuple[str, str, float, int]]:
         """``(field, metric, percentile, bound in ns)`` for every latency objective set."""
         return [
@@ -272,36 +291,18 @@ class _SlaBase(_Model):
         ]
 
 
-Sla = create_model(
-    "Sla",
-    __base__=_SlaBase,
-    __doc__="Service-level objectives; each becomes a PASS / FAIL / INCONCLUSIVE check.",
-    error_rate=(
-        float | None,
-        Field(None, ge=0, le=1, description="Failed / finished requests must be at most this."),
-    ),
-    output_tokens_per_s=(
-        float | None,
-        Field(None, ge=0, description="Output tokens/s must be at least this."),
-    ),
-    requests_per_s=(
-        float | None,
-        Field(None, ge=0, description="Completed requests/s must be at least this."),
-    ),
-    confidence=(
-        float,
-        Field(
-            0.99,
-            gt=0.5,
-            lt=1,
-            description="Confidence a percentile PASS needs (MLPerf early stopping).",
-        ),
-    ),
-    **{
-        name: (Duration | None, Field(None, description=f"{m} p{pct:g} must be at most this."))
-        for name, (m, pct) in SLA_LATENCY_FIELDS.items()
-    },
-)
+if TYPE_CHECKING:  # the generated fields are read through latency_bounds(), by name
+    Sla = SlaObjectives
+else:
+    Sla = create_model(
+        "Sla",
+        __base__=SlaObjectives,
+        __doc__="Service-level objectives; each becomes a PASS / FAIL / INCONCLUSIVE check.",
+        **{
+            name: (Duration | None, Field(None, description=f"{m} p{pct:g} must be at most this."))
+            for name, (m, pct) in SLA_LATENCY_FIELDS.items()
+        },
+    )
 
 
 class Outputs(_Model):
@@ -311,7 +312,7 @@ class Outputs(_Model):
     requests_jsonl: bool = Field(
         False, description="Also write requests.jsonl: one line of raw timestamps a request."
     )
-    interval: PositiveDuration = Field("1s", description="Time-series bucket width.")
+    interval: PositiveDuration = Field(as_written("1s"), description="Time-series bucket width.")
 
 
 class Telemetry(_Model):
@@ -320,7 +321,7 @@ class Telemetry(_Model):
         description="Sample every visible NVIDIA GPU through NVML (none, or no NVML: the "
         "result says why and the run goes on); false: no sampling.",
     )
-    interval: PositiveDuration = Field("250ms", description="GPU sampling period.")
+    interval: PositiveDuration = Field(as_written("250ms"), description="GPU sampling period.")
     devices: list[int] | None = Field(
         None, description="NVML device indices to sample (default: all)."
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
@@ -16,6 +16,12 @@ Duration = Annotated[
 Rate = Annotated[float, BeforeValidator(parse_rate_per_s), Field(gt=0)]
 # A duration that must be more than zero (a window, an interval, a timeout).
 PositiveDuration = Annotated[Duration, Field(gt=0)]
+
+
+def as_written(text: str) -> Any:
+    """A duration default as a user writes it ("5ms"): validated like input (the models set
+    ``validate_default``), and shown that way in the JSON Schema."""
+    return text
 
 
 class StrictModel(BaseModel):

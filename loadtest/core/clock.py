@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import selectors
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 NS_PER_S = 1_000_000_000
 
@@ -71,13 +71,15 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         super().__init__()
         self._virtual_ns = 1000 * NS_PER_S
-        self._selector = _VirtualSelector(self._selector, self)  # type: ignore[assignment]
+        # asyncio's private selector and timer heap: the loop is virtual only through them.
+        self._selector: Any = _VirtualSelector(self._selector, self)
         self._clock_resolution = 1e-9
 
     def _advance(self, timeout: float) -> None:
-        if self._scheduled:
+        scheduled = self._scheduled  # type: ignore[attr-defined]  # asyncio's private timer heap
+        if scheduled:
             # Land exactly on the next timer's deadline: no float drift across a long run.
-            self._virtual_ns = max(self._virtual_ns, round(self._scheduled[0].when() * NS_PER_S))
+            self._virtual_ns = max(self._virtual_ns, round(scheduled[0].when() * NS_PER_S))
         else:
             self._virtual_ns += round(timeout * NS_PER_S)
 

@@ -1,6 +1,6 @@
 """Latency distributions: an hdrh histogram in integer µs that never silently loses a value.
 
-Range 1 µs .. 1 h at 3 significant figures (MEASUREMENT.md). A value over the range is clamped
+Range 1 µs .. 1 h at 3 significant figures (docs/measurement.md). A value over the range is clamped
 to the top and counted in ``over_range``; a value under 1 µs is recorded as 0 (a real, sub-µs
 measurement). ``record_corrected_value`` is never used: latencies already count from the intended
 send time, and correcting again would double count. Percentiles are computed from the histogram

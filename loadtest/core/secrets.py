@@ -105,7 +105,7 @@ def redact_url(url: str) -> str:
 
 def redact_mapping(mapping: dict) -> dict:
     """A copy with the values of sensitive names masked, recursively (headers, extra_body)."""
-    out = {}
+    out: dict = {}
     for key, value in mapping.items():
         if is_sensitive_name(key) and value not in (None, ""):
             out[key] = MASK

@@ -16,6 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.workload.plan import PlannedRequest
@@ -41,6 +42,12 @@ class RequestState:
         None  # dispatch lag counts from here (intended, or the max_rate release)
     )
     profiled: bool = False  # overlapped a profiler capture window
+
+    @property
+    def done(self) -> int:
+        """``done_ns`` of a finished request: the recorder is only given finished ones."""
+        assert self.done_ns is not None, "an unfinished request reached the recorder"
+        return self.done_ns
 
 
 @dataclass
@@ -96,12 +103,12 @@ class Recorder:
         if st.error is not None:
             self.failed += 1
             self.errors_by_type[st.error] += 1
-            self._interval(st.done_ns).failed += 1
+            self._interval(st.done).failed += 1
             self._keep_record(st)
             self._mark_measured_done(st)
             return
         self.completed += 1
-        if self.profile is not None and self.profile.overlaps(st.sent_ns, st.done_ns):
+        if self.profile is not None and self.profile.overlaps(st.sent_ns, st.done):
             st.profiled = True
             self.profiled += 1
             if self.profile.spec.exclude_from_stats:  # counted as completed; latencies left out
@@ -116,7 +123,7 @@ class Recorder:
 
     def _record_latencies(self, st: RequestState) -> None:
         stamps, intended, sent = st.stamps, st.intended_ns, st.sent_ns
-        iv = self._interval(st.done_ns)
+        iv = self._interval(st.done)
         iv.completed += 1
         h = iv.histograms
         self.output_tokens_measured += len(stamps)
@@ -137,8 +144,8 @@ class Recorder:
                 self.single_token += 1
         else:
             self.single_token += 1
-        h["e2e"].record_ns(st.done_ns - intended)
-        self.whole["e2e_service"].record_ns(st.done_ns - sent)
+        h["e2e"].record_ns(st.done - intended)
+        self.whole["e2e_service"].record_ns(st.done - sent)
         self.whole["dispatch_lag"].record_ns(sent - (st.lag_from_ns or intended))
         if st.admitted_ns is not None:
             self.whole["queue"].record_ns(max(0, st.admitted_ns - intended))
@@ -166,8 +173,8 @@ class Recorder:
             self.window_input_tokens += st.req.input_tokens
         if (
             st.error is None
-            and st.done_ns >= start
-            and (self.window_end is None or st.done_ns < self.window_end)
+            and st.done >= start
+            and (self.window_end is None or st.done < self.window_end)
         ):
             self.window_completions += 1
         if self.window_end is None and (st.req.warmup or st.error is not None):
@@ -176,8 +183,8 @@ class Recorder:
     def _mark_measured_done(self, st: RequestState) -> None:
         if self.window_end is None and st.error is None:
             self._after_last_measured.clear()
-        if self.last_measured_done is None or st.done_ns > self.last_measured_done:
-            self.last_measured_done = st.done_ns
+        if self.last_measured_done is None or st.done > self.last_measured_done:
+            self.last_measured_done = st.done
 
     def _interval(self, t_ns: int) -> Interval:
         k = (t_ns - self.t0) // self.interval_ns
@@ -191,7 +198,11 @@ class Recorder:
     def _close(self, iv: Interval) -> None:
         for m, h in iv.histograms.items():
             self.merged[m].add(h)
-        summary = {"index": iv.index, "completed": iv.completed, "failed": iv.failed}
+        summary: dict[str, Any] = {
+            "index": iv.index,
+            "completed": iv.completed,
+            "failed": iv.failed,
+        }
         for m in INTERVAL_METRICS:
             h = iv.histograms[m]
             p50, p99 = h.percentiles_ms((50, 99)) if h.count else (None, None)
@@ -236,7 +247,7 @@ class Recorder:
                 self.window_tokens -= len(st.stamps) - bisect_left(st.stamps, self.window_end)
                 if st.stamps and st.stamps[0] >= self.window_end:
                     self.window_input_tokens -= st.req.input_tokens
-                if st.error is None and st.done_ns >= self.window_end:
+                if st.error is None and st.done >= self.window_end:
                     self.window_completions -= 1
             self._after_last_measured.clear()
 

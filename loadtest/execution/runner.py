@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadtest.config.scenario import Load
@@ -70,10 +71,9 @@ class Runner:
         self._tasks: set[asyncio.Task] = set()
         self._finished: list[RequestState] = []  # recorded in batches, off the dispatch path
         cl = plan.closed_loop
-        self._think_times = (
-            cl.think_times_ns(plan.think_rng) if cl else None
-        )  # one seeded stream, all users
-        self._flush_handle = None
+        # one seeded stream, all users
+        self._think_times = cl.think_times_ns(plan.think_rng) if cl and plan.think_rng else None
+        self._flush_handle: asyncio.TimerHandle | None = None
         self._cancel_reason: str | None = None
         self._failure: str | None = None
         self._stop = asyncio.Event()
@@ -170,15 +170,23 @@ class Runner:
 
     # -- dispatch -------------------------------------------------------------------------------
 
+    def _origin(self) -> tuple[int, Recorder]:
+        """t0 and the recorder: run() sets both before anything is dispatched."""
+        assert self.t0 is not None and self.recorder is not None
+        return self.t0, self.recorder
+
     async def _dispatch_open(self) -> None:
+        t0, _ = self._origin()
         for req in self.plan.requests:
-            intended = self.t0 + req.offset_ns
+            assert req.offset_ns is not None  # an open-loop plan places every request
+            intended = t0 + req.offset_ns
             await self.clock.sleep_until(intended)
             held_until = await self._throttle()
             self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
 
     async def _dispatch_closed(self) -> None:
         cl = self.plan.closed_loop
+        assert cl is not None
         counter = itertools.count()
         users = [asyncio.create_task(self._user(counter)) for _ in range(cl.users)]
         try:
@@ -188,7 +196,9 @@ class Runner:
                 u.cancel()
 
     async def _user(self, counter) -> None:
-        plan, t0 = self.plan, self.t0
+        plan = self.plan
+        t0, rec = self._origin()
+        assert plan.source is not None and self._think_times is not None  # a closed-loop plan
         end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
         intended = t0
         while True:
@@ -206,9 +216,9 @@ class Runner:
             await self.clock.sleep_until(intended)
             held_until = await self._throttle()
             if not warmup:
-                if self.recorder.window_start is None:
+                if rec.window_start is None:
                     self.backend.window_started()  # a count-based window opens with its first request
-                self.recorder.set_window_start(intended)
+                rec.set_window_start(intended)
             task = self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
             st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
             intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
@@ -282,8 +292,9 @@ class Runner:
     def _flush(self) -> None:
         self._flush_handle = None
         done, self._finished = self._finished, []
+        _, rec = self._origin()
         for st in done:
-            self.recorder.finish(st)
+            rec.finish(st)
 
     async def _consume(self, st: RequestState) -> None:
         prompt_ids = (
@@ -365,5 +376,8 @@ class Runner:
         now = self.clock.now_ns
         while True:
             await asyncio.sleep(LOOP_PROBE_NS / 1e9)
-            t = now()
-            loop.call_soon(lambda t=t: hist.record_ns(now() - t))
+            loop.call_soon(_record_since, hist, now, now())
+
+
+def _record_since(hist: LatencyHistogram, now: Callable[[], int], t_ns: int) -> None:
+    hist.record_ns(now() - t_ns)

@@ -72,7 +72,9 @@ def run_html(m: dict) -> str:
                 ],
             )
         )
-        rows = [[esc(r)] + [esc(m["latency_ms"][r].get(c)) for c in LAT_COLS] for r in LAT_ROWS]
+        rows: list = [
+            [esc(r)] + [esc(m["latency_ms"][r].get(c)) for c in LAT_COLS] for r in LAT_ROWS
+        ]
         parts.append("<h2>Latency (ms)</h2>" + _table(("metric",) + LAT_COLS, rows))
         parts.append(
             "<ul class=def>"

@@ -153,7 +153,13 @@ def render_compare(checks: list[dict], a: str, b: str, confidence: float, consol
         table.add_column(col, justify="left" if col == "metric" else "right")
     for c in checks:
         iv = c["change_interval_pct"]
-        sig = {True: Text("yes", style="bold"), False: "no", None: "-"}[c["significant"]]
+        sig: Text | str = (
+            Text("yes", style="bold")
+            if c["significant"]
+            else "-"
+            if c["significant"] is None
+            else "no"
+        )
         table.add_row(
             f"{c['name']} ({c['unit']})",
             _num(c["baseline"]),

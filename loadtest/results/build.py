@@ -7,6 +7,7 @@ behind is invalid whatever its latencies say (they still include the delay).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from loadtest.config.scenario import Scenario
@@ -47,7 +48,7 @@ def judge_validity(
     scenario: Scenario,
     outcome: RunOutcome,
     hists: dict[str, LatencyHistogram],
-    backend_warnings: list[str] = (),
+    backend_warnings: Sequence[str] = (),
 ) -> Validity:
     v = scenario.load.validity
     reasons, warnings = [], list(backend_warnings)

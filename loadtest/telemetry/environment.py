@@ -170,8 +170,8 @@ def warnings(env: dict, gpu: dict | None = None) -> list[str]:
             out.append(
                 f"GPU {d['index']}: clocks throttled during the window: {', '.join(d['throttle_reasons_seen'])}"
             )
-        g = next((g for g in env.get("gpus") or [] if g["index"] == d["index"]), {})
-        sm_max = (g.get("clocks_mhz") or {}).get("sm_max")
+        match: dict = next((g for g in env.get("gpus") or [] if g["index"] == d["index"]), {})
+        sm_max = (match.get("clocks_mhz") or {}).get("sm_max")
         sm, util = d.get("clocks_sm_mhz"), d.get("utilization_gpu_pct")
         if sm_max and sm and util and util["mean"] > 30 and sm["mean"] < 0.7 * sm_max:
             out.append(

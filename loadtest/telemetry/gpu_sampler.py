@@ -270,6 +270,7 @@ class GpuSampler:
 
     def _gpm(self, d: DeviceState) -> dict:
         nvml = self._nvml
+        assert d.gpm_samples is not None  # only sampled where allocated
         prev, cur = d.gpm_samples
         nvml.nvmlGpmSampleGet(d.handle, cur)
         get = nvml.c_nvmlGpmMetricsGet_t()

@@ -175,8 +175,9 @@ def diagnose(roofline: dict, gpu: dict | None, kernel_summary: dict | None = Non
     mbu, mfu = decode.get("mbu"), decode.get("mfu")
     if mbu is not None:
         evidence.append(
-            f"decode at {100 * mbu:.1f}% of memory bandwidth (MBU), {100 * mfu:.2f}% of FLOP/s (MFU); "
-            f"step {decode['step_ms']} ms vs floor {decode.get('floor_ms')} ms at batch {decode['batch_mean']}"
+            f"decode at {100 * mbu:.1f}% of memory bandwidth (MBU), "
+            + ("" if mfu is None else f"{100 * mfu:.2f}% of FLOP/s (MFU); ")
+            + f"step {decode['step_ms']} ms vs floor {decode.get('floor_ms')} ms at batch {decode['batch_mean']}"
         )
     if prefill.get("mfu") is not None:
         evidence.append(

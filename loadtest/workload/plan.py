@@ -117,6 +117,7 @@ class RequestSource:
     def next(self, index: int, offset_ns: int | None, warmup: bool) -> PlannedRequest:
         out = self._output(self._lengths)
         if self._dataset is None:
+            assert self._input is not None  # no dataset: lengths come from the distribution
             n_in, row = self._input(self._lengths), None
         else:
             if not self._order:  # a fresh seeded shuffle each pass over the dataset
@@ -153,6 +154,7 @@ class Plan:
 
     def prompt_ids(self, req: PlannedRequest, tokenizer: Tokenizer) -> list[int]:
         if req.dataset_row is not None:
+            assert self.dataset is not None  # a dataset row only exists with a dataset
             return list(self.dataset[req.dataset_row].token_ids)
         return tokenizer.random_prompt_ids(random.Random(req.prompt_seed), req.input_tokens)
 
@@ -195,6 +197,7 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
             ["load: the plan holds no measured request (window empty, or the trace ends in warmup)"]
         )
     start = load.warmup if load.warmup is not None else measured[0].offset_ns
+    assert start is not None  # a measured request has an offset
     end = start + load.duration if load.duration is not None else None
     return Plan(
         requests,

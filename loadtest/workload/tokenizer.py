@@ -31,9 +31,9 @@ _PRINTABLE = range(32, 127)
 
 
 class ByteTokenizer:
-    vocab_size = 258
+    vocab_size: int = 258
     bos_token_id = 256
-    eos_token_id = 257
+    eos_token_id: int | None = 257
     name = "loadtest-bytes"
 
     def encode(self, text: str) -> list[int]:

@@ -20,6 +20,7 @@ import os
 import ssl
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai.sse import SseParser
@@ -40,7 +41,7 @@ class OpenAIBackend(Backend):
         self.url = spec.base_url.rstrip("/") + (
             "/chat/completions" if spec.api == "chat" else "/completions"
         )
-        self._session = None
+        self._session: Any = None
         self._plan = None
         self._fixed_via: str | None = None
         self._count_tokens = None  # text -> tokens, or None: one token per chunk
@@ -100,7 +101,7 @@ class OpenAIBackend(Backend):
 
     async def point_facts(self) -> dict:
         facts, self.facts = self.facts, Counter()
-        out = {"http": dict(facts)}
+        out: dict = {"http": dict(facts)}
         warnings = []
         if facts["usage_disagreements"]:
             warnings.append(
@@ -272,7 +273,7 @@ class OpenAIBackend(Backend):
                 raise BadResponse(f"delta: expected an object, got {str(delta)[:80]}")
             parts = (delta.get("content"), delta.get("reasoning_content") or delta.get("reasoning"))
         else:
-            parts = (choice.get("text"),)
+            parts = (choice.get("text"), None)
         if not all(p is None or isinstance(p, str) for p in parts):
             raise BadResponse("content: expected text")
         text = "".join(p for p in parts if p)

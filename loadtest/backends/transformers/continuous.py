@@ -115,7 +115,9 @@ class ContinuousEngine:
 
     def _poll(self) -> None:
         """Take every result the manager has ready; one message per poll for all their tokens."""
-        stamps, dones, fails = [], [], []
+        stamps: list = []
+        dones: list = []
+        fails: list = []
         r = self.manager.get_result(timeout=POLL_S)
         while r is not None:
             self._take(r, stamps, dones, fails)

@@ -87,7 +87,8 @@ class Outbox:
                     wake.wait()
                 self._idle = False
             wake.clear()
-            msgs, closing = [], False
+            msgs: list = []
+            closing = False
             while items:
                 item = items.popleft()
                 if item is _CLOSE:
