@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.conftest import LENIENT
+
 SIM_DEMO = {
     "name": "sim-demo",
     "seeds": {"schedule": 1, "prompts": 2, "lengths": 3},
@@ -21,7 +23,12 @@ SIM_DEMO = {
         "decode_ms_per_token": 1,
     },
     "workload": {"input_tokens": 100, "output_tokens": {"dist": "uniform", "min": 4, "max": 8}},
-    "load": {"arrival": {"kind": "poisson", "rate": 40}, "duration": "1s", "warmup": "200ms"},
+    "load": {
+        "arrival": {"kind": "poisson", "rate": 40},
+        "duration": "1s",
+        "warmup": "200ms",
+        "validity": LENIENT,
+    },
 }
 
 
@@ -168,7 +175,11 @@ def test_validate_command(tmp_path):
 def test_ctrl_c_writes_partial_result_and_exits_130(tmp_path):
     long_run = {
         **SIM_DEMO,
-        "load": {"arrival": {"kind": "constant", "rate": 50}, "duration": "60s"},
+        "load": {
+            "arrival": {"kind": "constant", "rate": 50},
+            "duration": "60s",
+            "validity": LENIENT,
+        },
     }
     out = tmp_path / "run"
     proc = subprocess.Popen(

@@ -49,3 +49,25 @@ def test_mode_on_gpu(tmp_path, backend):
     assert m["backend"]["device"].startswith("cuda") and m["backend"]["dtype"] == "bfloat16"
     assert m["latency_ms"]["itl"]["count"] == 16 * 15
     assert m["peak_mem_mb"] > 2000  # 1.24 B bf16 parameters alone are ~2.4 GB
+
+
+def test_a_wedged_worker_on_the_gpu_fails_the_run_and_is_killed(tmp_path, monkeypatch):
+    """``kill -STOP`` of a CUDA engine worker mid-run (through the engine hook): the run ends
+    failed at the stall timeout with what it measured, and the result reads back typed."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from loadtest.backends.transformers.backend import TransformersBackend
+    from loadtest.results.model import read_run
+
+    monkeypatch.setattr(
+        TransformersBackend, "engine_hooks", ("tests.engine_faults:freeze_at_batch_3",)
+    )
+    m = _run(
+        tmp_path,
+        {"mode": "static", "max_batch_size": 4, "max_wait_ms": 50},
+        {"arrival": {"kind": "burst"}, "requests": 16, "stall_timeout": "5s"},
+    )
+    assert m["status"] == "failed" and "stopped answering" in m["harness"]["failure"]
+    assert m["requests"]["completed"] == 8 and m["requests"]["cancelled"] == 8
+    assert read_run(tmp_path / "run" / "metrics.json").status == "failed"

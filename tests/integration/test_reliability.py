@@ -22,9 +22,9 @@ from loadtest.core import exit_codes, secrets
 from loadtest.core.clock import run_virtual
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.rate_ceiling import RateCeiling
-from tests.conftest import write_scenario
+from tests.conftest import LENIENT, write_scenario
 
-SIM_LOAD = {"arrival": {"kind": "constant", "rate": 20}, "duration": "30s"}
+SIM_LOAD = {"arrival": {"kind": "constant", "rate": 20}, "duration": "30s", "validity": LENIENT}
 
 
 def cli(*args, timeout=60, env=None, cwd=None) -> subprocess.CompletedProcess:
@@ -213,7 +213,11 @@ def sim_scenario(tmp_path: Path, name="quick") -> Path:
         {
             "name": name,
             "telemetry": {"gpu": False},
-            "load": {"arrival": {"kind": "constant", "rate": 50}, "requests": 20},
+            "load": {
+                "arrival": {"kind": "constant", "rate": 50},
+                "requests": 20,
+                "validity": LENIENT,
+            },
         },
     )
 
@@ -450,7 +454,11 @@ def test_failures_without_an_sla_are_warned(run_virtual_fn):
             "name": "f",
             "backend": {"kind": "sim", "fail_every": 4},
             "telemetry": {"gpu": False},
-            "load": {"arrival": {"kind": "constant", "rate": 10}, "requests": 40},
+            "load": {
+                "arrival": {"kind": "constant", "rate": 10},
+                "requests": 40,
+                "validity": LENIENT,
+            },
         }
     )
     assert m["status"] == "ok"
@@ -467,7 +475,7 @@ def test_every_extra_the_dockerfile_installs_exists():
 
     import tomllib
 
-    root = Path(__file__).parent.parent
+    root = Path(__file__).parents[2]
     extras = set(
         tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     )

@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 
 from loadtest.config.loading import load_scenario
 from loadtest.session import run_scenario
+from tests.conftest import LENIENT
 from tests.tiny_model import CORPUS
 
 
@@ -24,13 +25,14 @@ def run(
     env=None,
     monkeypatch=None,
     profile=None,
+    hooks=(),
 ) -> tuple[dict, list]:
     data = {
         "name": "hf",
         "backend": {"kind": "transformers", "model": str(model_dir), "device": "cpu", **backend},
         "workload": workload
         or {"input_tokens": {"dist": "uniform", "min": 4, "max": 40}, "output_tokens": 6},
-        "load": load,
+        "load": {"validity": LENIENT, **load},
         "outputs": {"requests_jsonl": True},
         **({"profile": profile} if profile else {}),
     }
@@ -39,6 +41,10 @@ def run(
     path.write_text(yaml.safe_dump(data))
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
+    if hooks:
+        from loadtest.backends.transformers.backend import TransformersBackend
+
+        monkeypatch.setattr(TransformersBackend, "engine_hooks", hooks)
     result = run_scenario(load_scenario(path), tmp_path / "run")
     rows = (
         [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
@@ -112,7 +118,7 @@ def test_injected_oom_fails_only_that_batch(tmp_path, tiny_model_dir, monkeypatc
         tiny_model_dir,
         {"mode": "static", "max_batch_size": 4, "max_wait_ms": 100},
         {"arrival": {"kind": "burst"}, "requests": 12},
-        env={"LOADTEST_FAULT_OOM_BATCH": "2"},
+        hooks=("tests.engine_faults:oom_in_batch_2",),
         monkeypatch=monkeypatch,
     )
     assert m["requests"]["errors_by_type"] == {"CudaOOM": 4}
@@ -125,7 +131,7 @@ def test_worker_death_ends_the_run_with_what_it_measured(tmp_path, tiny_model_di
         tiny_model_dir,
         {"mode": "single"},
         {"arrival": {"kind": "concurrency", "users": 1}, "requests": 8},
-        env={"LOADTEST_FAULT_EXIT_BATCH": "4"},
+        hooks=("tests.engine_faults:exit_at_batch_4",),
         monkeypatch=monkeypatch,
     )
     assert m["status"] == "failed"
@@ -185,3 +191,66 @@ def test_continuous_mode_streams_every_token(tmp_path, tiny_model_dir):
         assert r["token_ns"] == sorted(r["token_ns"])
         assert r["sent_ns"] <= r["token_ns"][0] <= r["done_ns"]
     assert m["latency_ms"]["ttft"]["p50"] < m["latency_ms"]["e2e"]["p50"]
+
+
+def test_a_wedged_worker_fails_the_run_at_the_stall_timeout_and_is_killed(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """``kill -STOP`` of the engine worker: it is alive and silent. The run must end (status
+    failed) about ``stall_timeout`` later with what it measured, and the worker must not outlive it."""
+    import time
+
+    t = time.monotonic()
+    m, _ = run(
+        tmp_path,
+        tiny_model_dir,
+        {"mode": "static", "max_batch_size": 2, "max_wait_ms": 50},
+        {
+            "arrival": {"kind": "burst"},
+            "requests": 12,
+            "stall_timeout": "3s",
+        },
+        hooks=("tests.engine_faults:freeze_at_batch_3",),
+        monkeypatch=monkeypatch,
+    )
+    assert m["status"] == "failed"
+    r = m["requests"]
+    assert (r["completed"], r["cancelled"], r["sent"]) == (4, 8, 12)  # batches 1 and 2 done
+    assert "stopped answering" in m["harness"]["failure"]
+    assert time.monotonic() - t < 120  # load + warm-up + 3 s of silence + stop, never a hang
+    import subprocess
+
+    leftover = subprocess.run(
+        ["pgrep", "-f", "loadtest-engine|multiprocessing.spawn"], capture_output=True, text=True
+    )
+    stopped = [
+        pid
+        for pid in leftover.stdout.split()
+        if open(f"/proc/{pid}/stat").read().split()[2] == "T"  # a stopped process left behind
+    ]
+    assert not stopped
+
+
+def test_call_in_engine_runs_a_hook_beside_the_model_and_reports_its_errors(tiny_model_dir):
+    import asyncio
+
+    from loadtest.backends.transformers.backend import TransformersBackend
+    from loadtest.config.backend_specs import TransformersSpec
+    from loadtest.core.clock import MonotonicClock
+    from loadtest.core.errors import BackendError
+
+    spec = TransformersSpec(kind="transformers", model=str(tiny_model_dir), device="cpu")
+
+    async def go():
+        backend = TransformersBackend(spec, MonotonicClock())
+        await backend.start()
+        try:
+            assert await backend.call_in_engine("tests.engine_faults:batches_so_far") == 0
+            with pytest.raises(BackendError, match="no_such_hook"):
+                await backend.call_in_engine("tests.engine_faults:no_such_hook")
+            with pytest.raises(BackendError, match="expected module:function"):
+                await backend.call_in_engine("no-colon")
+        finally:
+            await backend.stop()
+
+    asyncio.run(go())

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from loadtest.backends.transformers.outbox import Outbox
-from loadtest.backends.transformers.worker import StepStreamer
+from loadtest.backends.transformers.stamping import StepStreamer
 from loadtest.core.events import Finished, Tokens
 
 
@@ -162,6 +162,7 @@ def test_deferred_work_runs_on_the_writer_in_order_with_plain_messages():
     box.close()
 
 
+@pytest.mark.integration
 def test_a_failing_deferred_call_ends_the_worker_process(tmp_path):
     import subprocess
     import sys
@@ -262,8 +263,9 @@ def _shape(msgs):
     return [(m[0], *m[2:]) for m in msgs]
 
 
+@pytest.mark.integration
 def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
-    from loadtest.backends.transformers.worker import AFTER_SYNC, STREAMER
+    from loadtest.backends.transformers.stamping import AFTER_SYNC, STREAMER
 
     eng, out = _engine(tiny_model_dir)
     assert eng.stamp_source == AFTER_SYNC  # this transformers synchronises in its stop check
@@ -299,12 +301,13 @@ def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
     assert _shape(got[AFTER_SYNC, 3]) == [("tokens", [3])] * first + [("done", 3, first)]
 
 
+@pytest.mark.integration
 def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted(
     tiny_model_dir, monkeypatch
 ):
     import transformers.generation.utils as gu
 
-    from loadtest.backends.transformers import worker as ew
+    from loadtest.backends.transformers import stamping as ew
 
     assert ew.choose_stamp_source(torch.device("cpu")) == ew.AFTER_SYNC
     with (
@@ -342,7 +345,7 @@ def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted
 def test_the_stamp_follows_the_stop_checks_wait_and_the_token_copy():
     """The stamping StopCheck queues the tokens' copy, lets the check wait for the step, then
     stamps; the check's answer is generate()'s, unchanged."""
-    from loadtest.backends.transformers import worker as ew
+    from loadtest.backends.transformers import stamping as ew
 
     order = []
 
@@ -398,7 +401,7 @@ def test_steps_without_tokens_count_rows_and_honour_a_cancellation():
 
 
 def test_roofline_accounting_from_step_stamps():
-    from loadtest.backends.transformers.worker import new_accounting
+    from loadtest.backends.transformers.stamping import new_accounting
 
     acct, counting = new_accounting(), [True]
     s = StepStreamer(
@@ -449,7 +452,7 @@ class PeriodRecorder(Recorder):
 
 
 def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_by_one():
-    from loadtest.backends.transformers.worker import new_accounting
+    from loadtest.backends.transformers.stamping import new_accounting
 
     acct, out = new_accounting(), PeriodRecorder()
     s = StepStreamer([req(1, 6), req(2, 4)], out, set(), set(), width=3, accounting=lambda: acct)
@@ -476,7 +479,7 @@ def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_
 def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
     """The window opens (a new accounting) while earlier steps still wait for the writer: they
     count in the old one, the later ones in the new, though one drain takes them all."""
-    from loadtest.backends.transformers.worker import new_accounting
+    from loadtest.backends.transformers.stamping import new_accounting
 
     before, window, out = new_accounting(), new_accounting(), PeriodRecorder()
     current = [before]
@@ -505,6 +508,7 @@ def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
     assert window["decode_ctx_sum"] == 2 * (5 + 6) and window["decode_s"] == pytest.approx(25e-9)
 
 
+@pytest.mark.integration
 def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
     """Like batches and the roofline accounting: a sweep's later points do not repeat an earlier
     point's count (each point's facts are read with reset)."""
@@ -514,6 +518,7 @@ def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
     assert eng._facts(reset=True)["stamp_mismatches"] == 0
 
 
+@pytest.mark.integration
 def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_a_profiler(
     tiny_model_dir,
 ):

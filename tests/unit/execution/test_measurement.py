@@ -1,4 +1,4 @@
-"""MEASUREMENT.md properties 1-7, on the simulated backend and the virtual clock."""
+"""docs/measurement.md properties 1-7, on the simulated backend and the virtual clock."""
 
 from __future__ import annotations
 

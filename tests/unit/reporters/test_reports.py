@@ -3,6 +3,8 @@
 import json
 import re
 
+import pytest
+
 from loadtest.reporters import html, markdown
 
 
@@ -26,6 +28,7 @@ def test_run_html_is_self_contained_and_escaped(run_virtual_fn):
     assert "<script>" not in md and "&lt;script&gt;" in md
 
 
+@pytest.mark.integration
 def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path, monkeypatch):
     """GPU plot and tables from the sampled data, the profile window, the roofline; all escaped."""
     from loadtest.config.loading import load_scenario

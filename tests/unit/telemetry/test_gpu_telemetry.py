@@ -7,15 +7,23 @@ import csv
 import io
 import time
 
+import pytest
+
 from loadtest.telemetry import environment, gpu_sampler
 from loadtest.telemetry.gpu_sampler import GpuSampler
+from tests.conftest import LENIENT
 from tests.fake_nvml import FakeNVML
 
 SIM = {
     "name": "gpu",
     "backend": {"kind": "sim", "max_concurrency": 4, "decode_ms_per_token": 2},
     "workload": {"input_tokens": 10, "output_tokens": 10},
-    "load": {"arrival": {"kind": "poisson", "rate": 50}, "duration": "1.5s", "warmup": "0.3s"},
+    "load": {
+        "arrival": {"kind": "poisson", "rate": 50},
+        "duration": "1.5s",
+        "warmup": "0.3s",
+        "validity": LENIENT,
+    },
     "telemetry": {"interval": "50ms"},
 }
 
@@ -29,6 +37,7 @@ def run_real_clock(tmp_path, data, monkeypatch, nvml):
     return run_scenario(load_scenario(write_scenario(tmp_path, data)), tmp_path / "run")
 
 
+@pytest.mark.integration
 def test_a_run_with_a_gpu_writes_samples_summary_and_csv(tmp_path, monkeypatch):
     nvml = FakeNVML(processes=[999_999])
     m = run_real_clock(tmp_path, SIM, monkeypatch, nvml).metrics
@@ -70,6 +79,7 @@ def test_a_run_with_a_gpu_writes_samples_summary_and_csv(tmp_path, monkeypatch):
     ]
 
 
+@pytest.mark.integration
 def test_unsupported_metrics_and_errors_mid_run_never_fail_it(tmp_path, monkeypatch):
     nvml = FakeNVML(
         unsupported={
@@ -92,6 +102,7 @@ def test_unsupported_metrics_and_errors_mid_run_never_fail_it(tmp_path, monkeypa
     assert d["utilization_gpu_pct"]["mean"] == 80
 
 
+@pytest.mark.integration
 def test_no_nvml_says_why_and_the_run_proceeds(tmp_path, monkeypatch):
     from loadtest.config.loading import load_scenario
     from loadtest.session import run_scenario
@@ -179,6 +190,7 @@ def test_debug_flags_are_warned(monkeypatch):
     assert any("CUDA_LAUNCH_BLOCKING=1" in w for w in environment.warnings(env))
 
 
+@pytest.mark.integration
 def test_loadtest_env_prints_the_manifest():
     import json
     import subprocess
@@ -195,6 +207,7 @@ def test_loadtest_env_prints_the_manifest():
     assert env["tool"] == "loadtest" and "python" in env and "gpus" in env
 
 
+@pytest.mark.integration
 def test_a_gpm_reading_that_is_not_a_number_is_left_out_not_averaged(tmp_path, monkeypatch):
     # A GPM metric NVML computes can come back NaN (a rate over a too-short interval): that
     # sample lacks the metric; the others are summarised, and the result stays valid JSON.

@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from tests.conftest import LENIENT
+
 SIM = {
     "name": "prof",
     "backend": {
@@ -18,7 +20,7 @@ SIM = {
         "decode_ms_per_token": 5,
     },
     "workload": {"input_tokens": 100, "output_tokens": 10},
-    "load": {"arrival": {"kind": "constant", "rate": 10}, "duration": "10s"},
+    "load": {"arrival": {"kind": "constant", "rate": 10}, "duration": "10s", "validity": LENIENT},
     "outputs": {"requests_jsonl": True},
     "profile": {"start": "5s", "duration": "2s"},
 }
@@ -58,8 +60,9 @@ def test_profile_settings_are_checked(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_the_worker_trace_holds_only_the_windows_batches(tmp_path, tiny_model_dir):
-    from tests.test_transformers_backend import run
+    from tests.integration.test_transformers_backend import run
 
     m, rows = run(
         tmp_path / "p",
@@ -93,6 +96,7 @@ def test_the_worker_trace_holds_only_the_windows_batches(tmp_path, tiny_model_di
     assert 8 * (12 - len(flagged)) <= r["prefill"]["tokens"] <= 8 * (12 - 4)
 
 
+@pytest.mark.integration
 def test_operator_tables_match_torchs_key_averages():
     """op_tables reads the raw events (key_averages is ~50x slower); the figures must agree."""
     torch = pytest.importorskip("torch")

@@ -1,0 +1,78 @@
+"""The runner alone, on the virtual clock: sends on schedule, stops when asked, notices silence."""
+
+from __future__ import annotations
+
+import asyncio
+
+from loadtest.backends import create_backend
+from loadtest.config.scenario import Scenario
+from loadtest.core.clock import run_virtual
+from loadtest.execution.runner import Runner
+from loadtest.workload.plan import build_plan
+
+MS = 1_000_000
+
+
+def scenario(backend: dict, load: dict) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "name": "r",
+            "backend": backend,
+            "workload": {"input_tokens": 4, "output_tokens": 4},
+            "load": load,
+        }
+    )
+
+
+async def run(clock, sc: Scenario, stop_after_s: float | None = None):
+    backend = create_backend(sc.backend, clock, {})
+    info = await backend.start()
+    plan = build_plan(sc, info.tokenizer, lambda name: name)
+    runner = Runner(plan, backend, info.tokenizer, clock, sc.load, 1_000 * MS)
+    if stop_after_s is not None:
+        asyncio.get_running_loop().call_later(stop_after_s, runner.request_stop, "interrupted")
+    try:
+        return plan, await runner.run()
+    finally:
+        await backend.stop()
+
+
+def test_every_planned_request_is_sent_at_its_intended_time():
+    sc = scenario({"kind": "noop"}, {"arrival": {"kind": "constant", "rate": 10}, "duration": "2s"})
+    plan, out = run_virtual(run, sc)
+    assert out.status == "ok" and out.sent == plan.planned_count == 20
+    lag = out.recorder.histograms()["dispatch_lag"]
+    assert lag.count == 20 and lag.hdr.get_max_value() == 0  # the virtual clock is never late
+
+
+def test_a_stop_ends_the_run_interrupted_and_the_rest_is_never_sent():
+    sc = scenario(
+        {"kind": "noop"}, {"arrival": {"kind": "constant", "rate": 10}, "duration": "10s"}
+    )
+    plan, out = run_virtual(run, sc, stop_after_s=3.05)
+    assert out.status == "interrupted"
+    # sends at 0, 0.1, ..., 3.0 s after t0 (t0 is 1 ms after the start): 31 before the stop
+    assert out.sent == 31 and plan.planned_count == 100
+
+
+def test_a_server_that_stops_answering_fails_the_run_at_the_stall_timeout():
+    sc = scenario(
+        {
+            "kind": "sim",
+            "max_concurrency": 4,
+            "decode_ms_per_token": 1,
+            "stalls": [{"at": "1s", "for": "1h"}],
+        },
+        {
+            "arrival": {"kind": "constant", "rate": 10},
+            "duration": "30s",
+            "stall_timeout": "5s",
+            "drain_timeout": "1s",
+        },
+    )
+    _, out = run_virtual(run, sc)
+    assert out.status == "failed"
+    assert out.failure is not None and "stopped answering" in out.failure
+    assert "load.stall_timeout" in out.failure
+    # silent from 1 s; 5 s of silence, then the 1 s drain: over by 8 s, not after the 30 s window
+    assert 6 < (out.end_ns - out.t0_ns) / 1e9 < 8
