@@ -1,6 +1,6 @@
 """Regression-gate calibration (no GPU): how often does A/A fail, how often does a 15% slowdown?
 
-A is the simulated server of tests/test_regression.py (4 slots, utilisation ~0.6, Poisson, 40 s
+A is the simulated server of tests/unit/analysis/test_regression.py (4 slots, utilisation ~0.6, Poisson, 40 s
 runs); B is the same server 15% slower. Every run is a fresh schedule seed on the virtual clock,
 so the figures are exact and repeatable. Pairs are disjoint (no run is in two pairs, so the
 pairs are independent trials): A/A, A/B, and the same with --replicates runs a side. Compared
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtest.analysis import regression
 from tests.conftest import run_virtual_scenario
-from tests.test_regression import NOISY, gate_verdict, scenario
+from tests.unit.analysis.test_regression import NOISY, gate_verdict, scenario
 
 
 def main() -> None:
