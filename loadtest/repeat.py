@@ -43,12 +43,14 @@ def summarize(runs: list[RunMetrics]) -> dict[str, RepeatStat]:
 
 
 def replicate(loaded: LoadedScenario, i: int) -> LoadedScenario:
+    """The scenario for replicate ``i``: schedule seed + i, everything else unchanged."""
     sc = loaded.scenario
     seeds = sc.seeds.model_copy(update={"schedule": sc.seeds.schedule + i})
     return dataclasses.replace(loaded, scenario=sc.model_copy(update={"seeds": seeds}))
 
 
 async def run_repeats(loaded: LoadedScenario, out: Path, n: int, session: Session) -> RepeatDoc:
+    """Run ``n`` replicates on one session into ``out/rep-*``; repeat.json after each one."""
     runs: list[RunMetrics] = []
     dirs: list[str] = []
     for i in range(n):

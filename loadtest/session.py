@@ -89,6 +89,7 @@ async def run_scenario_async(
     handle_signals: bool = False,
     overwrite: bool = False,
 ) -> RunResult:
+    """``run_scenario`` on a running event loop with the given clock (the virtual clock in tests)."""
     session = Session(clock, progress=progress, handle_signals=handle_signals)
     try:
         return await session.run_point(loaded, out_dir, overwrite=overwrite)
@@ -122,6 +123,7 @@ class Session:
         self._restore_signals: Callable[[], None] | None = None
 
     async def close(self) -> dict:
+        """Stop the backend (if loaded) and restore signal handlers; returns the backend's last facts."""
         facts = {}
         if self._restore_signals is not None:
             self._restore_signals()

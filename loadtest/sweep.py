@@ -89,6 +89,8 @@ def _overrides(point: dict) -> list[str]:
 
 @dataclass
 class SweepResult:
+    """Where a sweep was written, and its document."""
+
     out_dir: Path
     doc: SweepDoc
 
@@ -101,6 +103,7 @@ async def run_sweep(
     session: Session,
     stop_at_oom: bool = False,
 ) -> SweepResult:
+    """Every point of the grid on one session (all validated first), sweep.json after each."""
     points = points_of(axes)
     loaded = [
         load_scenario(scenario_path, base_overrides + _overrides(p)) for p in points
@@ -129,6 +132,7 @@ async def run_sweep(
 
 
 def point_row(params: dict, metrics: RunMetrics, run_dir: str) -> SweepPoint:
+    """A sweep point from its run: ``oom`` when CUDA ran out of memory, else the run's status."""
     errors = metrics.requests.errors_by_type
     reasons = "; ".join(metrics.validity.reasons) or None
     reason: str | None

@@ -146,6 +146,7 @@ def all_checks(result: dict) -> list[tuple[str, dict]]:
 
 
 def describe(kind: str, c: dict) -> str:
+    """One check's evidence as one line (JUnit messages)."""
     if kind == "regression":
         return f"{c['observed']} {c['unit']} vs baseline {c['baseline']} {c['unit']}: {c['reason']}"
     return f"observed {c['observed']} {c['unit']} {c['op']} {c['bound']} {c['unit']}: {c['reason']}"
@@ -177,6 +178,7 @@ def junit_xml(result: dict, name: str) -> str:
 
 
 def markdown(result: dict, name: str) -> str:
+    """The gate's verdict and checks as a Markdown summary (CI step summaries)."""
     lines = [f"### loadtest gate: {name}: **{result['verdict']}**", ""]
     if result["checks"]:
         lines += ["| SLA check | verdict | observed | bound | evidence |", "|---|---|---|---|---|"]

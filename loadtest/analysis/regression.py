@@ -50,6 +50,8 @@ COMPARABLE = {f"{m}_{p}": (m, pct) for m in INTERVAL_METRICS for p, pct in PERCE
 
 @dataclass(frozen=True)
 class Comparison:
+    """One regression check: baseline and candidate figures, their ratio's interval, the verdict."""
+
     name: str
     baseline: float | None
     candidate: float | None
@@ -179,6 +181,7 @@ class Sample:
             )
 
     def statistic(self, name: str, weights: np.ndarray) -> np.ndarray:
+        """The pooled statistic of a metric under resampling weights of the blocks."""
         metric, pct = parse_metric(name)
         if pct is None:
             return self.tokens_per_s(weights)
@@ -263,6 +266,7 @@ def compare(
     resamples: int = 1000,
     seed: int = 0,
 ) -> list[Comparison]:
+    """Each metric of the candidate runs against the baseline runs: a Comparison with its verdict."""
     base, cand = Sample(baseline_runs), Sample(candidate_runs)
     rng = np.random.default_rng(seed)
     wb, wc = base.resample(rng, resamples), cand.resample(rng, resamples)
@@ -330,6 +334,7 @@ def _num(x: float) -> float | None:
 
 
 def as_dicts(comparisons: list[Comparison]) -> list[dict]:
+    """Comparisons as the mappings gate results hold."""
     return [
         {
             **asdict(c),

@@ -80,6 +80,7 @@ def _check(
 def percentile_check(
     name: str, hist: LatencyHistogram, pct: float, bound_ms: float, confidence: float
 ) -> Check:
+    """``pct`` of ``hist`` at most ``bound_ms``: FAIL if over, PASS only with enough evidence."""
     n = hist.count
     if n == 0:
         return _check(name, INCONCLUSIVE, None, bound_ms, "<=", "ms", "no samples", 0, None)
@@ -124,6 +125,7 @@ def percentile_check(
 
 
 def error_rate_check(failed: int, finished: int, bound: float, confidence: float) -> Check:
+    """Failed / finished at most ``bound``, with the same evidence rule."""
     if finished == 0:
         return _check("error_rate", INCONCLUSIVE, None, bound, "<=", "", "no finished requests", 0)
     rate = failed / finished
@@ -157,6 +159,7 @@ def error_rate_check(failed: int, finished: int, bound: float, confidence: float
 
 
 def floor_check(name: str, observed: float | None, bound: float, unit: str) -> Check:
+    """A throughput at least ``bound`` (a rate is measured, not sampled: no evidence rule)."""
     if observed is None:
         return _check(name, INCONCLUSIVE, None, bound, ">=", unit, "not measured (no window)")
     verdict = PASS if observed >= bound else FAIL

@@ -17,6 +17,7 @@ REGISTRY: dict[str, str] = {
 
 
 def create_backend(spec, clock, context=None) -> Backend:
+    """The backend for a spec (its module imported only now: heavy imports stay lazy)."""
     module_name, _, attr = REGISTRY[spec.kind].partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
     return factory(spec, clock, context)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 
 class HFTokenizer:
+    """A Hugging Face tokenizer behind loadtest's Tokenizer protocol."""
+
     def __init__(self, tok) -> None:
         self._tok = tok
         self.name = getattr(tok, "name_or_path", "hf")
@@ -22,11 +24,13 @@ class HFTokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
     def render_chat(self, messages: list[dict]) -> str | None:
+        """Chat messages as the model's chat template renders them, tokenized."""
         if not getattr(self._tok, "chat_template", None):
             return None
         return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
+        """``n`` seeded random token ids drawn from the ordinary (non-special) vocabulary."""
         return rng.choices(self._ordinary, k=n)
 
 

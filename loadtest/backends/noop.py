@@ -8,6 +8,8 @@ from loadtest.workload.tokenizer import ByteTokenizer
 
 
 class NoopBackend(Backend):
+    """Answers every request at once with its tokens: measures the harness alone."""
+
     needs_prompt_ids = False
 
     def __init__(self, spec, clock, context=None) -> None:

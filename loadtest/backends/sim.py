@@ -24,6 +24,7 @@ class WorkClock:
         self.stalls = sorted(stalls)
 
     def work_at(self, wall: int) -> int:
+        """How much work has been done by wall time ``wall``: the wall time less the stalls before it."""
         stalled = sum(max(0, min(wall, s + d) - s) for s, d in self.stalls)
         return wall - stalled
 
@@ -37,6 +38,8 @@ class WorkClock:
 
 
 class SimBackend(Backend):
+    """A simulated server on the runner's clock: slots, per-token times, stalls and failures."""
+
     needs_prompt_ids = False
 
     def __init__(self, spec, clock, context=None) -> None:

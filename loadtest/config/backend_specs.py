@@ -17,6 +17,8 @@ from loadtest.core import secrets
 
 
 class Spec(StrictModel):
+    """Base of the backend specs: strict, frozen, with secrets and pre-flight checks as no-ops."""
+
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         """Cheap checks of referenced files (no imports of heavy modules): ``[(field_path, message)]``."""
         return []
@@ -31,6 +33,8 @@ class Spec(StrictModel):
 
 
 class Stall(Spec):
+    """An interval in which the simulated server makes no progress."""
+
     at: Duration = Field(description="When the stall starts, from t0 (e.g. 10s).")
     for_: Duration = Field(alias="for", description="How long nothing progresses (e.g. 2s).")
 
@@ -132,6 +136,7 @@ class TransformersSpec(Spec):
     )
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
+        """Problems found before loading: an unknown ``dummy:`` architecture, a missing or non-model path."""
         if self.model.startswith("dummy:"):
             from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
@@ -237,6 +242,7 @@ class OpenAISpec(Spec):
     )
 
     def secret_values(self) -> list[str]:
+        """Every secret this spec holds (API key, URL credentials, sensitive header values)."""
         return [
             os.environ.get(self.api_key_env) or "",
             *secrets.url_credentials(self.base_url),
@@ -245,6 +251,7 @@ class OpenAISpec(Spec):
         ]
 
     def redact(self, dumped: dict) -> dict:
+        """A copy of this spec's dump with every secret masked (what metrics.json keeps)."""
         out = dict(dumped)
         out["base_url"] = secrets.redact_url(out["base_url"])
         out["headers"] = secrets.redact_mapping(out.get("headers") or {})
@@ -252,6 +259,7 @@ class OpenAISpec(Spec):
         return out
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
+        """Problems found before connecting: aiohttp not installed, a CA bundle that is not there."""
         import importlib.util
 
         problems = []

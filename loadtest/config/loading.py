@@ -22,16 +22,20 @@ from loadtest.core.errors import ScenarioError
 
 @dataclass(frozen=True)
 class LoadedScenario:
+    """A validated scenario with the file it came from and the hash of what ran."""
+
     scenario: Scenario
     path: Path
     sha256: str  # of the file's bytes plus the overrides: identifies what ran
 
     @property
     def base_dir(self) -> Path:
+        """The scenario file's folder: relative paths in it resolve from here."""
         return self.path.parent
 
 
 def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> LoadedScenario:
+    """Read, override (``--set``) and validate a scenario file; every problem as ``file:line: field: message``."""
     path = Path(path)
     try:
         if not path.is_file():  # a directory, a FIFO or a device would never end a read
@@ -46,6 +50,7 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> LoadedScen
 
 
 def parse_scenario(text: str, path: Path, overrides: list[str]) -> LoadedScenario:
+    """Validate a scenario from its parsed mapping, mapping errors back to lines of ``path``."""
     data, root = yaml_source.parse(text, path)
     if not isinstance(data, dict):
         raise ScenarioError(

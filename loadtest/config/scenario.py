@@ -41,21 +41,29 @@ class _Clipped(_Model):
 
 
 class FixedLength(_Model):
+    """Every request has the same number of tokens."""
+
     dist: Literal["fixed"]
     value: int = Field(ge=1, le=MAX_TOKENS, description="Every request has this many tokens.")
 
 
 class UniformLength(_Clipped):
+    """Lengths drawn uniformly between min and max."""
+
     dist: Literal["uniform"]
 
 
 class NormalLength(_Clipped):
+    """Lengths from a normal distribution, clipped to [min, max]."""
+
     dist: Literal["normal"]
     mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean length in tokens.")
     std: float = Field(ge=0, description="Standard deviation in tokens.")
 
 
 class LognormalLength(_Clipped):
+    """Lengths from a lognormal distribution with the given mean, clipped to [min, max]."""
+
     dist: Literal["lognormal"]
     mean: float = Field(
         gt=0, description="Mean length in tokens (of the distribution, not of its log)."
@@ -73,16 +81,22 @@ LengthSpec = Annotated[int, Field(ge=1, le=MAX_TOKENS)] | LengthDist
 
 
 class ConstantArrival(_Model):
+    """Open loop: one request every 1/rate seconds."""
+
     kind: Literal["constant"]
     rate: Rate = Field(description="Requests per second, evenly spaced.")
 
 
 class PoissonArrival(_Model):
+    """Open loop: exponential gaps at the given mean rate."""
+
     kind: Literal["poisson"]
     rate: Rate = Field(description="Mean requests per second; exponential gaps.")
 
 
 class GammaArrival(_Model):
+    """Open loop: gamma gaps at the given rate and coefficient of variation (burstier when cv > 1)."""
+
     kind: Literal["gamma"]
     rate: Rate = Field(description="Mean requests per second.")
     cv: float = Field(
@@ -93,6 +107,8 @@ class GammaArrival(_Model):
 
 
 class ConcurrencyArrival(_Model):
+    """Closed loop: a fixed number of users, each sending after its last response (plus think time)."""
+
     kind: Literal["concurrency"]
     users: int = Field(
         ge=1,
@@ -108,10 +124,14 @@ class ConcurrencyArrival(_Model):
 
 
 class BurstArrival(_Model):
+    """Everything at t0 (an offline batch)."""
+
     kind: Literal["burst"]
 
 
 class TraceArrival(_Model):
+    """Send times replayed from a file (seconds, one a line, or JSONL with an ``offset`` key)."""
+
     kind: Literal["trace"]
     file: str = Field(
         description="Offsets to replay: one number of seconds a line, or JSONL with an 'offset' key."
@@ -136,12 +156,16 @@ Arrival = Annotated[
 
 
 class Seeds(_Model):
+    """One seed per random dimension: the schedule, the prompts, the lengths."""
+
     schedule: int = Field(0, ge=0, description="Arrival times (and think times).")
     prompts: int = Field(0, ge=0, description="Prompt text and dataset order.")
     lengths: int = Field(0, ge=0, description="Input and output token lengths.")
 
 
 class Workload(_Model):
+    """What each request asks for: input and output lengths, or a dataset of prompts."""
+
     input_tokens: LengthSpec | None = Field(
         None, description="Synthetic prompt length (tokens of the backend's tokenizer)."
     )
@@ -171,6 +195,8 @@ class Workload(_Model):
 
 
 class Validity(_Model):
+    """When a run is marked invalid because the client, not the server, was the bottleneck."""
+
     max_dispatch_lag_p99: Duration = Field(
         as_written("5ms"), description="Over this, the client was the bottleneck: run invalid."
     )
@@ -183,6 +209,8 @@ class Validity(_Model):
 
 
 class Load(_Model):
+    """How hard and how long: the arrival process, the window, warm-up, drain and deadlines."""
+
     arrival: Arrival = Field(description="How requests arrive.")
     duration: PositiveDuration | None = Field(
         None, description="Measured window length (give this or requests)."
@@ -306,6 +334,8 @@ else:
 
 
 class Outputs(_Model):
+    """Where and what a run writes besides metrics.json."""
+
     dir: str | None = Field(
         None, description="Run directory (default reports/<name>-<UTC time>); --out overrides."
     )
@@ -316,6 +346,8 @@ class Outputs(_Model):
 
 
 class Telemetry(_Model):
+    """GPU sampling during the run."""
+
     gpu: bool = Field(
         True,
         description="Sample every visible NVIDIA GPU through NVML (none, or no NVML: the "

@@ -26,6 +26,7 @@ _FILE_MODE = 0o666 & ~_umask()  # read once, at import, before any thread runs
 
 
 def write_bytes(path: Path, data: bytes) -> None:
+    """Write a file atomically (temp file, fsync, rename), honouring the umask."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -50,14 +51,17 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
+    """``write_bytes`` of the text, scrubbed of secrets."""
     write_bytes(path, secrets.scrub(text).encode("utf-8"))
 
 
 def write_json(path: Path, obj) -> None:
+    """``write_text`` of the JSON, every string value scrubbed of secrets; NaN refused."""
     write_text(
         path, json.dumps(secrets.scrub_tree(obj), indent=2, sort_keys=False, allow_nan=False) + "\n"
     )
 
 
 def write_jsonl(path: Path, rows) -> None:
+    """``write_text`` of one compact JSON object a line."""
     write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))

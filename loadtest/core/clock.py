@@ -18,6 +18,8 @@ NS_PER_S = 1_000_000_000
 
 
 class Clock(Protocol):
+    """The time source the harness runs on: monotonic ns and sleeping until an absolute time."""
+
     def now_ns(self) -> int: ...
 
     async def sleep_until(self, t_ns: int) -> None: ...

@@ -35,6 +35,7 @@ class GcPauses:
         self.max_s = max(self.max_s, dt)
 
     def summary(self, reset: bool) -> dict:
+        """Collections and their pause times since the last reset."""
         got = {
             "collections": self.count,
             "total_ms": round(self.total_s * 1e3, 3),

@@ -45,6 +45,7 @@ class LatencyHistogram:
 
     def add(self, other: LatencyHistogram) -> None:
         # An empty histogram's min reads 0 in hdrh: merged in, it would make the minimum 0.
+        """Merge another histogram into this one (lossless)."""
         if other.hdr.total_count:
             self.hdr.add(other.hdr)
         self.over_range += other.over_range
@@ -134,10 +135,12 @@ class LatencyHistogram:
 
     @classmethod
     def decode(cls, text: str, over_range: int = 0) -> LatencyHistogram:
+        """A histogram from its ``encode()`` text."""
         return cls(HdrHistogram.decode(text.encode("ascii")), over_range)
 
 
 def merge(histograms) -> LatencyHistogram:
+    """One histogram holding every value of the given ones."""
     total = LatencyHistogram()
     for h in histograms:
         total.add(h)

@@ -15,6 +15,8 @@ from loadtest.core.clock import NS_PER_S, Clock
 
 
 class RateCeiling:
+    """``load.max_rate``: a ceiling on sends per second over any arrival process (GCRA, on the run's clock)."""
+
     def __init__(self, rate_per_s: float, clock: Clock) -> None:
         self.clock = clock
         self.interval_ns = round(NS_PER_S / rate_per_s)

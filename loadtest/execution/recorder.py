@@ -52,6 +52,8 @@ class RequestState:
 
 @dataclass
 class Interval:
+    """One reporting interval's histograms and counts."""
+
     index: int
     histograms: dict[str, LatencyHistogram]
     completed: int = 0
@@ -60,6 +62,8 @@ class Interval:
 
 
 class Recorder:
+    """Latency histograms (whole run and per interval), window counts and token bins, from finished requests."""
+
     def __init__(
         self, t0_ns: int, interval_ns: int, window_start_ns: int | None, window_end_ns: int | None
     ) -> None:
@@ -95,6 +99,7 @@ class Recorder:
             self.window_start = t_ns
 
     def finish(self, st: RequestState) -> None:
+        """Record a finished request: its latencies, or its failure, and its tokens in the window."""
         self._count_window(st)
         if st.req.warmup:
             self.warmup += 1
@@ -252,6 +257,7 @@ class Recorder:
             self._after_last_measured.clear()
 
     def histograms(self) -> dict[str, LatencyHistogram]:
+        """The whole-run histogram of every metric."""
         return {m: (self.merged[m] if m in self.merged else self.whole[m]) for m in ALL_METRICS}
 
     def live_ttft_p99_ms(self) -> float | None:

@@ -31,6 +31,8 @@ FLUSH_S = 0.005
 
 @dataclass
 class RunOutcome:
+    """What a run produced before judging: the recorder, the span, the counts and why it stopped."""
+
     recorder: Recorder
     t0_ns: int
     end_ns: int
@@ -44,6 +46,8 @@ class RunOutcome:
 
 
 class Runner:
+    """Sends the plan on its clock, drives every request, drains, and watches for silence."""
+
     def __init__(
         self,
         plan: Plan,
@@ -93,6 +97,7 @@ class Runner:
         self._stop.set()
 
     async def run(self, start_delay_ns: int = 1_000_000) -> RunOutcome:
+        """The run: t0 a moment from now, dispatch until the window ends, drain, then the outcome."""
         settle_heap()  # the plan and everything loaded: never scanned by a collection in the window
         self.t0 = self.clock.now_ns() + start_delay_ns
         self.backend.set_origin(self.t0)
@@ -157,6 +162,7 @@ class Runner:
         )
 
     def stats(self) -> dict:
+        """Live counts for the progress display."""
         rec = self.recorder
         return {
             "elapsed_s": 0.0 if self.t0 is None else max(0, self.clock.now_ns() - self.t0) / 1e9,

@@ -30,6 +30,7 @@ class _Scrubbed:
 
 
 def make_console(stderr: bool = False, **kwargs) -> Console:
+    """A rich console that never interprets markup in text it prints (outside text stays text)."""
     stream = sys.stderr if stderr else sys.stdout
     return Console(file=_Scrubbed(stream), markup=False, highlight=False, **kwargs)  # type: ignore[arg-type]
 

@@ -21,6 +21,7 @@ LAT_COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
 def esc(x) -> str:
+    """HTML-escape any value's text."""
     return escape("-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x)))
 
 
@@ -42,6 +43,7 @@ def _img(uri: str | None, alt: str) -> str:
 
 
 def run_html(m: dict) -> str:
+    """report.html's text from a saved metrics.json (self-contained: plots inlined)."""
     parts = [
         f"<h1>{esc(m['name'])}</h1><p>status: <b class='{esc(m['status'])}'>{esc(m['status'])}</b> · "
         f"started {esc(m.get('started_at'))} · backend {esc((m.get('backend') or {}).get('name'))}</p>"
@@ -150,6 +152,7 @@ def run_html(m: dict) -> str:
 
 
 def sla_html(sla: dict) -> str:
+    """The SLA verdict and checks as an HTML table."""
     rows = [
         (
             esc(c["name"]),
@@ -167,6 +170,7 @@ def sla_html(sla: dict) -> str:
 
 
 def sweep_html(doc: dict) -> str:
+    """sweep.html's text from a saved sweep.json."""
     axis = doc["axis"]
     parts = [
         f"<h1>Sweep over {esc(axis)}</h1><p>status: <b>{esc(doc['status'])}</b> · {esc(doc['scenario_file'])}</p>"
@@ -214,6 +218,7 @@ def sweep_html(doc: dict) -> str:
 
 
 def write_run(metrics: dict, run_dir: Path) -> Path:
+    """Write report.html into the run directory; returns its path."""
     path = Path(run_dir) / "report.html"
     atomic.write_text(path, run_html(metrics))
     return path

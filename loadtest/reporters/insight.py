@@ -9,6 +9,7 @@ def _f(x, fmt="{:.3g}"):
 
 
 def gpu_rows(gpu: dict | None) -> list[tuple[str, str]]:
+    """Label/value rows summarising GPU telemetry for the reports."""
     if not gpu:
         return []
     if not gpu.get("available"):
@@ -59,6 +60,7 @@ def gpu_rows(gpu: dict | None) -> list[tuple[str, str]]:
 
 
 def roofline_rows(r: dict | None) -> list[tuple[str, str]]:
+    """Label/value rows of the roofline (MBU, MFU, floor, diagnosis) for the reports."""
     if not r:
         return []
     rows = []
@@ -98,6 +100,7 @@ def roofline_rows(r: dict | None) -> list[tuple[str, str]]:
 
 
 def profile_rows(p: dict | None) -> tuple[list[tuple[str, str]], list[dict]]:
+    """Rows of the profiler window and its top operators, for the reports."""
     if not p:
         return [], []
     w = p["window"]

@@ -28,6 +28,7 @@ def _esc(text: str) -> str:
 
 
 def render(m: dict) -> str:
+    """report.md's text from a saved metrics.json."""
     lines = [
         f"# {_esc(m['name'])}",
         "",
@@ -103,6 +104,7 @@ def render(m: dict) -> str:
 
 
 def write(metrics: dict, run_dir: Path) -> Path:
+    """Write report.md into the run directory; returns its path."""
     path = Path(run_dir) / "report.md"
     atomic.write_text(path, render(metrics))
     return path

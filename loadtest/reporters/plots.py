@@ -57,6 +57,7 @@ def percentile_plot(histograms: dict[str, str], metrics=("ttft", "itl", "e2e")) 
 
 
 def timeseries_plot(points: list[dict], interval_s: float) -> str | None:
+    """Output tok/s and p99 latencies per interval, as a PNG (base64)."""
     if not points:
         return None
     plt, fig, ax = _fig(7.0, 3.8)
@@ -87,6 +88,7 @@ def timeseries_plot(points: list[dict], interval_s: float) -> str | None:
 
 
 def sweep_plots(curve: list[dict], axis: str, knee) -> list[tuple[str, str]]:
+    """Throughput and latency against the swept axis, and the throughput-latency frontier."""
     ok = [c for c in curve if c.get("output_tokens_per_s") is not None]
     if not ok:
         return []

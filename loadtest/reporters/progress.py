@@ -12,6 +12,7 @@ from loadtest.reporters.console import make_console
 
 
 def live_progress(console: Console | None = None, period_s: float = 0.25):
+    """A coroutine factory that shows a running point's progress on the terminal."""
     console = console or make_console(stderr=True)
 
     async def show(runner) -> None:

@@ -27,6 +27,7 @@ def _fmt(v) -> str:
 
 
 def render_terminal(doc: dict, console: Console) -> None:
+    """A sweep's curve, knee and frontier (and the max-rate search's verdict) on the terminal."""
     table = Table(title=f"sweep over {doc['axis']} ({doc['status']})", title_justify="left")
     for c in COLS:
         table.add_column(c, justify="right")
@@ -43,6 +44,7 @@ def render_terminal(doc: dict, console: Console) -> None:
 
 
 def markdown(doc: dict) -> str:
+    """sweep.md: the curve table, the knee and frontier, the max-rate verdict."""
     lines = [
         f"# Sweep over `{doc['axis']}`",
         "",
@@ -67,6 +69,7 @@ def markdown(doc: dict) -> str:
 
 
 def write(doc: dict, out: Path) -> list[Path]:
+    """Write sweep.md and sweep.html next to sweep.json; returns their paths."""
     md, page = Path(out) / "sweep.md", Path(out) / "sweep.html"
     atomic.write_text(md, markdown(doc))
     atomic.write_text(page, html.sweep_html(doc))

@@ -20,6 +20,7 @@ def _ms(x) -> str:
 
 
 def render(metrics: dict, console: Console | None = None, sla: bool = True) -> None:
+    """A run's summary on the terminal: latency table, counts, throughput, harness health, SLA."""
     console = console or make_console()
     status = metrics["status"]
     style = {"ok": "green", "invalid": "yellow", "interrupted": "yellow", "failed": "red"}.get(
@@ -63,6 +64,7 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
 
 
 def render_sla(sla: dict | None, console: Console) -> None:
+    """The SLA verdict and its checks as a table."""
     if not sla:
         return
     table = Table(
@@ -93,6 +95,7 @@ def _num(x) -> str:
 
 
 def render_regression(reg: dict | None, console: Console) -> None:
+    """The regression checks against a baseline, when there are any."""
     if not reg:
         return
     from loadtest.analysis.sla import overall
@@ -124,6 +127,7 @@ def render_regression(reg: dict | None, console: Console) -> None:
 
 
 def render_repeat(doc: dict, console: Console, sla: bool = True) -> None:
+    """A replicate set: each headline metric's median and spread, and the pooled SLA verdict."""
     table = Table(
         title=f"{doc['name']}: {len(doc['runs'])} of {doc['repeats']} replicates, status {doc['status']} "
         f"(schedule seeds {', '.join(map(str, doc['schedule_seeds']))})",
@@ -148,6 +152,7 @@ def render_repeat(doc: dict, console: Console, sla: bool = True) -> None:
 
 
 def render_compare(checks: list[dict], a: str, b: str, confidence: float, console: Console) -> None:
+    """Two runs side by side: each metric, the change and its interval."""
     table = Table(title=f"{a} -> {b}", title_justify="left")
     for col in ("metric", a, b, "change", f"{confidence:.0%} interval*", "significant"):
         table.add_column(col, justify="left" if col == "metric" else "right")

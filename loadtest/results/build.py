@@ -50,6 +50,7 @@ def judge_validity(
     hists: dict[str, LatencyHistogram],
     backend_warnings: Sequence[str] = (),
 ) -> Validity:
+    """Invalid when the client was the bottleneck (dispatch or loop lag) or too little completed; warnings for the rest."""
     v = scenario.load.validity
     reasons, warnings = [], list(backend_warnings)
     for name, hist, limit in (

@@ -61,6 +61,8 @@ class LatencySummary(_Doc):
 
 
 class Requests(_Doc):
+    """How many requests were planned, sent, completed, failed (by type), and their tokens."""
+
     planned: int | None = None
     sent: int = 0
     never_sent: int | None = None
@@ -85,6 +87,8 @@ class Window(_Doc):
 
 
 class Throughput(_Doc):
+    """Rates over the measured window (tokens or requests inside it / its length)."""
+
     requests_per_s: float | None
     output_tokens_per_s: float | None
     total_tokens_per_s: float | None
@@ -101,6 +105,8 @@ class Harness(_Doc):
 
 
 class Validity(_Doc):
+    """Whether the numbers can be trusted, why not, and what to be careful of."""
+
     valid: bool
     reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
@@ -121,6 +127,8 @@ class Check(_Doc):
 
 
 class Verdict(_Doc):
+    """The SLA's overall verdict and every check behind it."""
+
     verdict: VerdictName
     checks: list[Check]
 
@@ -141,6 +149,8 @@ class IntervalPoint(_Doc):
 
 
 class Timeseries(_Doc):
+    """The run in reporting intervals (for plots and the regression bootstrap)."""
+
     interval_s: float
     points: list[IntervalPoint]
 
@@ -241,6 +251,8 @@ class CurvePoint(_Doc):
 
 
 class SweepPoint(_Doc):
+    """One point of a sweep: its parameters, status and run."""
+
     params: dict[str, Any]
     status: str  # a run status, or "oom" / "error"
     reason: str | None
@@ -249,6 +261,8 @@ class SweepPoint(_Doc):
 
 
 class MaxRate(_Doc):
+    """The max-rate search's answer: the bracket, its tolerance, how the search ended and why."""
+
     rate: float | None
     first_failing_rate: float | None
     tolerance: float
@@ -292,10 +306,12 @@ def read_run(path: Path) -> RunMetrics:
 
 
 def read_repeat(path: Path) -> RepeatDoc:
+    """``repeat.json`` -> RepeatDoc (or a ResultReadError naming the problem)."""
     return _read(path, RepeatDoc, REPEAT_SCHEMA)
 
 
 def read_sweep(path: Path) -> SweepDoc:
+    """``sweep.json`` -> SweepDoc (or a ResultReadError naming the problem)."""
     return _read(path, SweepDoc, SWEEP_SCHEMA)
 
 

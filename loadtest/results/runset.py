@@ -20,6 +20,8 @@ _STATUS_ORDER = ("failed", "interrupted", "invalid", "ok")  # the pooled status 
 
 
 class RunSetError(Exception):
+    """A run or repeat directory that cannot be read (a usage error)."""
+
     pass
 
 
@@ -38,11 +40,14 @@ class Evidence:
 
     @classmethod
     def of_run(cls, result: RunMetrics) -> Evidence:
+        """One run's evidence: its own histograms, counts and rates."""
         return RunSet(Path("."), [result], [""]).pooled()
 
 
 @dataclass
 class RunSet:
+    """A run directory, or a repeat directory's replicates, read back through the typed models."""
+
     path: Path
     results: list[RunMetrics]  # each replicate's metrics.json
     labels: list[str]  # each replicate's directory name, for its reasons
@@ -63,6 +68,7 @@ class RunSet:
         return [m for m, r in zip(self.runs, self.results) if r.measured]
 
     def pooled(self) -> Evidence:
+        """The replicates as one piece of evidence."""
         measured = [r for r in self.results if r.measured]
         status = min((r.status for r in self.results), key=_STATUS_ORDER.index)
         many = len(self.results) > 1
@@ -103,10 +109,12 @@ class RunSet:
 
 
 def from_results(path: Path, results: list[RunMetrics], labels: list[str]) -> RunSet:
+    """A run set from results already in memory (a repeat in progress)."""
     return RunSet(Path(path), results, labels)
 
 
 def load(path: str | Path) -> RunSet:
+    """Read a run directory (metrics.json) or a repeat directory (repeat.json and its runs)."""
     path = Path(path)
     try:
         if (path / REPEAT_FILE).exists():

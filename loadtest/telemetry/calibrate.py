@@ -17,6 +17,7 @@ from loadtest.telemetry.roofline import DATASHEET_PEAKS, calibration_path
 
 
 def measure(device: str = "auto", repeats: int = 10) -> dict:
+    """This device's copy bandwidth and matmul rate, measured now."""
     import torch
 
     from loadtest.backends.transformers.loading import resolve_device
@@ -66,6 +67,7 @@ def measure(device: str = "auto", repeats: int = 10) -> dict:
 
 
 def save(result: dict):
+    """Cache a calibration where the roofline looks for this device's peaks; returns the path."""
     path = calibration_path()
     try:
         cache = json.loads(path.read_text())

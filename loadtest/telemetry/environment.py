@@ -51,6 +51,7 @@ DEBUG_ENV = (
 def collect(
     seeds: dict | None = None, scenario_sha256: str | None = None, gpus: bool = True
 ) -> dict:
+    """The environment manifest a run records: versions, commit, CPU, GPUs, seeds, scenario hash."""
     commit, dirty = git_commit(Path(__file__).resolve().parent)
     env = {
         "tool": "loadtest",

@@ -77,6 +77,8 @@ def load_nvml():
 
 @dataclass
 class DeviceState:
+    """One GPU's NVML handle, its samples, and the metrics it cannot give."""
+
     index: int
     handle: object
     name: str
@@ -295,6 +297,7 @@ class GpuSampler:
     # -- results ----------------------------------------------------------------------------
 
     def csv_text(self, t0_ns: int) -> str:
+        """The samples as CSV, times in seconds from t0 (gpu.csv)."""
         header = ["timestamp_ns", "t_s", "index"] + [f"{c} [{u}]" for c, u in COLUMNS]
         lines = [",".join(header)]
         for r in self.rows:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 
 class ProfileWindow:
+    """A profiler capture window (by time or request index) and the requests that overlapped it."""
+
     def __init__(self, spec, backend, clock, out_dir: Path) -> None:
         self.spec, self.backend, self.clock, self.out_dir = spec, backend, clock, out_dir
         self.start_ns: int | None = None
@@ -26,6 +28,7 @@ class ProfileWindow:
     # -- triggers (called by the runner) --------------------------------------------------------
 
     def arm(self, t0: int) -> None:
+        """Fix the window's times against t0."""
         if self.spec.start is not None:
             self._task = asyncio.create_task(self._timed(t0))
 
@@ -37,6 +40,7 @@ class ProfileWindow:
             await asyncio.shield(self._task)
 
     def on_done(self, index: int) -> None:
+        """A request finished: close a count-based window after its last request."""
         if self.spec.requests and index == self.spec.requests[1] and self._task is not None:
             self._task = asyncio.create_task(self._close_after(self._task))
 
@@ -74,11 +78,13 @@ class ProfileWindow:
         self.end_ns = self.clock.now_ns()
 
     def overlaps(self, sent_ns: int, done_ns: int) -> bool:
+        """Whether a request sent at ``sent_ns`` and done at ``done_ns`` overlapped the capture."""
         if self.start_ns is None or done_ns < self.start_ns:
             return False
         return self.end_ns is None or sent_ns <= self.end_ns
 
     def summary(self, t0: int, flagged: int) -> dict:
+        """When the window opened and closed (seconds from t0) and how many requests it touched."""
         rel = lambda t: None if t is None else round((t - t0) / 1e9, 6)  # noqa: E731
         out = {
             "window": {"start_s": rel(self.start_ns), "end_s": rel(self.end_ns)},

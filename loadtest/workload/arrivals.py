@@ -29,11 +29,15 @@ from loadtest.core.errors import ScenarioError
 
 
 class ArrivalProcess(Protocol):
+    """A seeded process that gives every open-loop send time, as offsets from t0."""
+
     def offsets_ns(self, rng: random.Random) -> Iterator[int]: ...
 
 
 @dataclass(frozen=True)
 class Constant:
+    """One request every 1/rate seconds, on absolute offsets (no drift)."""
+
     rate: float
 
     def offsets_ns(self, rng: random.Random) -> Iterator[int]:
@@ -42,6 +46,8 @@ class Constant:
 
 @dataclass(frozen=True)
 class Poisson:
+    """Exponential gaps at the given rate."""
+
     rate: float
 
     def offsets_ns(self, rng: random.Random) -> Iterator[int]:
@@ -69,12 +75,16 @@ class Gamma:
 
 @dataclass(frozen=True)
 class Burst:
+    """Every request at t0."""
+
     def offsets_ns(self, rng: random.Random) -> Iterator[int]:
         return itertools.repeat(0)
 
 
 @dataclass(frozen=True)
 class Trace:
+    """Send times replayed from a trace file."""
+
     offsets: tuple[int, ...]
 
     def offsets_ns(self, rng: random.Random) -> Iterator[int]:
@@ -90,6 +100,7 @@ class ClosedLoop:
     exponential: bool
 
     def think_times_ns(self, rng: random.Random) -> Iterator[int]:
+        """One seeded stream of think times shared by all users."""
         if not self.exponential or self.think_ns == 0:
             return itertools.repeat(self.think_ns)
         return (round(rng.expovariate(1.0) * self.think_ns) for _ in itertools.count())
@@ -143,4 +154,5 @@ def make_arrival(
     | ConcurrencyArrival,
     resolve: Callable[[str], Path],
 ) -> ArrivalProcess | ClosedLoop:
+    """The arrival process for a scenario's ``load.arrival``."""
     return ARRIVALS[spec.kind](spec, resolve)

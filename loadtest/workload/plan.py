@@ -28,6 +28,8 @@ from loadtest.workload.tokenizer import ByteTokenizer, Tokenizer, render_message
 
 @dataclass(frozen=True, slots=True)
 class PlannedRequest:
+    """One request as planned before t0: when, how long in and out, which prompt."""
+
     index: int
     offset_ns: int | None  # from t0; None in a closed loop (the user's previous response decides)
     input_tokens: int
@@ -62,6 +64,8 @@ def _sampler(spec) -> Callable[[random.Random], int]:
 
 @dataclass(frozen=True)
 class DatasetPrompt:
+    """One dataset row, tokenized."""
+
     text: str  # a chat row: rendered with the model's template
     token_ids: tuple[int, ...]
     messages: tuple[dict, ...] | None = (
@@ -115,6 +119,7 @@ class RequestSource:
         self._ignore_eos = w.output == "fixed"
 
     def next(self, index: int, offset_ns: int | None, warmup: bool) -> PlannedRequest:
+        """The next request's contents (lengths, prompt), whatever its timing."""
         out = self._output(self._lengths)
         if self._dataset is None:
             assert self._input is not None  # no dataset: lengths come from the distribution
@@ -150,9 +155,11 @@ class Plan:
     dataset: list[DatasetPrompt] | None = None
 
     def to_jsonl(self) -> str:
+        """The plan as JSON lines (to compare two plans byte for byte)."""
         return "".join(json.dumps(asdict(r), separators=(",", ":")) + "\n" for r in self.requests)
 
     def prompt_ids(self, req: PlannedRequest, tokenizer: Tokenizer) -> list[int]:
+        """A request's prompt token ids: its dataset row, or its seeded random prompt."""
         if req.dataset_row is not None:
             assert self.dataset is not None  # a dataset row only exists with a dataset
             return list(self.dataset[req.dataset_row].token_ids)
@@ -160,6 +167,7 @@ class Plan:
 
     @property
     def planned_count(self) -> int | None:
+        """How many requests the plan sends (None for an open-ended closed loop)."""
         if self.closed_loop is None:
             return len(self.requests)
         if self.measured_requests is not None:
@@ -168,6 +176,7 @@ class Plan:
 
 
 def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str], Path]) -> Plan:
+    """Every request of the run, fixed before t0 from the scenario's seeds."""
     load = scenario.load
     dataset = (
         read_dataset(resolve(scenario.workload.dataset), tokenizer)

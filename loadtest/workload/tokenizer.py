@@ -13,6 +13,8 @@ from typing import Protocol
 
 
 class Tokenizer(Protocol):
+    """What the plan needs of a tokenizer: counts, chat rendering and seeded random prompts."""
+
     vocab_size: int
     eos_token_id: int | None
 
@@ -31,6 +33,8 @@ _PRINTABLE = range(32, 127)
 
 
 class ByteTokenizer:
+    """One token a byte (plus BOS and EOS): exact counts with no model at all."""
+
     vocab_size: int = 258
     bos_token_id = 256
     eos_token_id: int | None = 257

@@ -31,6 +31,8 @@ PROBE_TOKENS = 2
 
 
 class OpenAIBackend(Backend):
+    """An OpenAI-compatible server over HTTP (chat or completions), streamed."""
+
     needs_prompt_ids = (
         True  # synthetic prompts are token ids of the model's tokenizer, sent as text
     )
@@ -96,10 +98,12 @@ class OpenAIBackend(Backend):
         return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details)
 
     async def prepare(self, plan) -> dict:
+        """Keep the plan: dataset rows are sent as their text or chat messages."""
         self._plan = plan  # dataset rows are sent as their text (or chat messages)
         return {}
 
     async def point_facts(self) -> dict:
+        """What the client saw this point: HTTP statuses, pool waits, bad responses, usage checks."""
         facts, self.facts = self.facts, Counter()
         out: dict = {"http": dict(facts)}
         warnings = []

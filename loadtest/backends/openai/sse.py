@@ -16,6 +16,8 @@ _LINE = re.compile(rb"\r\n|\n|\r")
 
 
 class SseParser:
+    """Server-sent events from a byte stream, as the spec frames them."""
+
     __slots__ = ("_buf",)
 
     def __init__(self) -> None:

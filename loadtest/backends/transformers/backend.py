@@ -29,6 +29,8 @@ REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these betwee
 
 
 class TransformersBackend(Backend):
+    """A local transformers model in a spawned engine worker process."""
+
     needs_prompt_ids = True
     supports_profiling = True
     # ``module:function`` callables the engine worker calls with its Engine once the model is

@@ -25,6 +25,8 @@ def _same_clock() -> bool:
 
 
 class ContinuousEngine:
+    """transformers' continuous-batching manager driven by the worker, with per-token stamps."""
+
     def __init__(self, base) -> None:
         """``base``: the loaded Engine (model, device, out pipe, spec)."""
         self.base = base
@@ -73,6 +75,7 @@ class ContinuousEngine:
         return manager
 
     def serve(self, inbox: queue.Queue, cancelled: set) -> None:
+        """Feed requests to the manager and relay its tokens until stopped."""
         while True:
             try:
                 msg = inbox.get(timeout=0 if self.live else 0.05)

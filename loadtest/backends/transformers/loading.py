@@ -13,6 +13,7 @@ from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
 
 def resolve_device(name: str):
+    """``auto`` -> cuda when there is one, else cpu; a named device as torch has it."""
     import torch
 
     if name == "auto":
@@ -21,6 +22,7 @@ def resolve_device(name: str):
 
 
 def resolve_dtype(name: str, device):
+    """``auto`` -> bfloat16 on CUDA, float32 elsewhere; a named dtype as torch has it."""
     import torch
 
     if name == "auto":
@@ -29,6 +31,7 @@ def resolve_dtype(name: str, device):
 
 
 def load_model(spec: dict, base_dir: str):
+    """The model on its device (or a ``dummy:<arch>`` with random weights), and facts about it."""
     import torch
     import transformers
 

@@ -38,6 +38,8 @@ class _Call:
 
 
 class Outbox:
+    """The worker's writer thread: builds and sends messages off the decode loop, coalescing what queued."""
+
     def __init__(self, conn, period_s: float = 0.020) -> None:
         self._conn, self.period_s = conn, period_s
         self._items: deque = deque()

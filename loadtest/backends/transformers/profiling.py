@@ -22,6 +22,8 @@ from pathlib import Path
 
 
 class WorkerProfiler:
+    """A torch profiler capture inside the worker, bounded by a window."""
+
     def __init__(self, torch, device, options: dict) -> None:
         self.torch, self.device, self.options = torch, device, options
         self.cuda = device.type == "cuda"
@@ -55,12 +57,14 @@ class WorkerProfiler:
             self._step_open = True
 
     def end_steps(self) -> None:
+        """Close the NVTX range of the decode step in progress (on CUDA)."""
         if self.cuda and self._step_open:
             self.torch.cuda.nvtx.range_pop()
         self._step_open = False
 
     @contextlib.contextmanager
     def annotate(self, label: str):
+        """A labelled region in the trace (a record_function, and an NVTX range on CUDA)."""
         torch = self.torch
         if self.cuda:
             torch.cuda.nvtx.range_push(label)
@@ -72,6 +76,7 @@ class WorkerProfiler:
                 torch.cuda.nvtx.range_pop()
 
     def stop_capture(self) -> None:
+        """Stop capturing now; the trace is exported later, after the run."""
         torch = self.torch
         self.end_steps()
         if self.cuda:

@@ -97,12 +97,14 @@ class AfterSyncStamps:
         self._original: Any = None
 
     def install(self) -> None:
+        """Put the stamping stop check in place for one generate() call."""
         from transformers.generation import utils as gu
 
         self._gu, self._original = gu, gu.StopCheck
         gu.StopCheck = _stamping_stop_check(gu.StopCheck, self)  # type: ignore[misc,assignment]
 
     def remove(self) -> None:
+        """Restore transformers' own stop check."""
         if self._gu is not None:
             self._gu.StopCheck = self._original
 
@@ -120,6 +122,7 @@ class AfterSyncStamps:
         return row
 
     def stamp(self, row) -> None:
+        """Stamp the step whose tokens were just copied: now, after the device sync."""
         t = time.monotonic_ns()  # the check has waited for the step and the copy
         self.stamps += 1
         self.streamer.step(t, row)
@@ -184,6 +187,7 @@ class StepStreamer:
         self._cap_ends = sorted(set(self.caps), reverse=True)
 
     def start(self, t: int) -> None:
+        """A batch starts: the prefill is timed from ``t``."""
         self._prompt_seen = True
         self._t_prev = t  # generate() starts the prefill now
 
@@ -298,6 +302,7 @@ class StepStreamer:
         return msgs
 
     def end(self) -> None:
+        """generate() returned: flush the last steps."""
         pass
 
     def close_rest(self) -> None:

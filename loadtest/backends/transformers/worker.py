@@ -49,6 +49,7 @@ STOP = ("stop",)
 
 
 def main(inbox_conn, outbox_conn, spec: dict, base_dir: str, hooks: tuple = ()) -> None:
+    """The engine worker process's entry point (spawned by TransformersBackend)."""
     import sys
 
     # The generate() loop holds the GIL; the pipe reader needs it for every message. At the
@@ -120,6 +121,8 @@ def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: deque) -> None:
 
 
 class Engine:
+    """The loaded model, the static batcher and its bookkeeping, in the worker process."""
+
     def __init__(self, spec: dict, base_dir: str, out, loaded: tuple | None = None) -> None:
         """``loaded``: (model, device, info) already loaded (bench/overhead_split.py drives this
         engine's own generate path on a model it compiled once)."""
@@ -153,6 +156,7 @@ class Engine:
     # -- the loop -----------------------------------------------------------------------------
 
     def serve(self, inbox: queue.Queue, cancelled: set) -> None:
+        """Form batches from the inbox (up to max_batch_size, waiting at most max_wait_ms) and run them until stopped."""
         while True:
             max_bs = 1 if self.spec["mode"] == "single" else self.spec["max_batch_size"]
             max_wait = 0.0 if self.spec["mode"] == "single" else self.spec["max_wait_ms"] / 1000
