@@ -202,15 +202,7 @@ class Session:
         scenario = loaded.scenario
         self._install_signals()
         secrets.register(*scenario.backend.secret_values())
-        if out_dir is None:
-            out = (
-                Path(scenario.outputs.dir)
-                if scenario.outputs.dir
-                else default_out_dir(scenario.name)
-            )
-            out = out if not scenario.outputs.dir else rundir.claim(out, overwrite)
-        else:
-            out = Path(out_dir) if claimed else rundir.claim(Path(out_dir), overwrite)
+        out = _run_dir(scenario, out_dir, overwrite, claimed)
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label
         env_facts = lambda: environment.collect(scenario.seeds.model_dump(), loaded.sha256)  # noqa: E731
         timeout_s = scenario.backend.start_timeout / 1e9
@@ -309,6 +301,16 @@ class Session:
             if progress_task:
                 progress_task.cancel()
                 await asyncio.gather(progress_task, return_exceptions=True)
+
+
+def _run_dir(scenario, out_dir, overwrite: bool, claimed: bool) -> Path:
+    """The run directory, claimed now, before anything loads: ``out_dir`` (``--out``) when
+    given, else ``outputs.dir``, else a fresh ``reports/<name>-<time>``."""
+    if claimed:
+        return Path(out_dir)
+    if out_dir is None and not scenario.outputs.dir:
+        return default_out_dir(scenario.name)  # created exclusively: never another run's
+    return rundir.claim(Path(out_dir if out_dir is not None else scenario.outputs.dir), overwrite)
 
 
 def _add_inside_sections(

@@ -17,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.transformers import messages
 from loadtest.core.errors import BackendError
-from loadtest.core.events import Admitted, Failed, Finished, Tokens
+from loadtest.core.events import Admitted, BackendEvent, Failed, Finished, Tokens
+from loadtest.workload.plan import PlannedRequest
 
 _DEATH = object()
 REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
@@ -119,7 +122,8 @@ class TransformersBackend(Backend):
             new_tokens = (
                 max((r.output_tokens for r in plan.requests), default=128) if plan.requests else 128
             )
-        self._send(("warmup", [(bs, longest, new_tokens) for bs in sizes]))
+        warmup: messages.Warmup = ("warmup", [(bs, longest, new_tokens) for bs in sizes])
+        self._send(warmup)
         msg = await self._reply_within("warm-up", self._start_s)
         if msg is _DEATH:
             raise BackendError(f"engine worker died during warm-up: {self._dead}")
@@ -131,7 +135,8 @@ class TransformersBackend(Backend):
         runs only."""
         if self._dead:
             raise BackendError(self._dead)
-        self._send(("call", target, args))
+        call: messages.Call = ("call", target, args)
+        self._send(call)
         msg = await self._reply_within(target, timeout_s)
         if msg is _DEATH:
             raise BackendError(f"engine worker died in {target}: {self._dead}")
@@ -139,14 +144,17 @@ class TransformersBackend(Backend):
             raise BackendError(msg[1])
         return msg[1]
 
-    async def submit(self, req, prompt_ids):
+    async def submit(
+        self, req: PlannedRequest, prompt_ids: list[int] | None
+    ) -> AsyncIterator[BackendEvent]:
         if self._dead:
             raise BackendError(self._dead)
+        assert prompt_ids is not None  # needs_prompt_ids: the runner tokenizes for this backend
         q: asyncio.Queue = asyncio.Queue()
         rid = req.index
         self._queues[rid] = q
         eos = getattr(self.tokenizer, "eos_token_id", None)
-        self._send(("req", rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
+        self._send(messages.req(rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
         finished = False
         try:
             while True:
@@ -161,7 +169,8 @@ class TransformersBackend(Backend):
             self._queues.pop(rid, None)
             if not finished and not self._dead:
                 try:
-                    self._send(("cancel", rid))
+                    cancel: messages.Cancel = ("cancel", rid)
+                    self._send(cancel)
                 except OSError:
                     pass
 
@@ -172,20 +181,25 @@ class TransformersBackend(Backend):
         changed = {k for k in type(spec).model_fields if getattr(spec, k) != getattr(self.spec, k)}
         if self._dead or self.spec.mode == "continuous" or not changed <= self.HOT_FIELDS:
             return False
-        self._send(("configure", {k: getattr(spec, k) for k in self.HOT_FIELDS}))
+        configure: messages.Configure = (
+            "configure",
+            {k: getattr(spec, k) for k in self.HOT_FIELDS},
+        )
+        self._send(configure)
         self.spec = spec
         return True
 
     def window_started(self) -> None:
         """The measurement window opened: the worker's step accounting starts over."""
         if not self._dead:
-            self._send(("window_start",))
+            self._send(messages.WINDOW_START)
 
     async def profile_start(self, options: dict) -> None:
         """torch.profiler on in the worker, at its next decode step (or at once when idle)."""
         if self._dead:
             return
-        self._send(("profile_start", options))
+        start: messages.ProfileStart = ("profile_start", options)
+        self._send(start)
         await self._reply_within("profile start", REPLY_TIMEOUT_S)
 
     async def profile_stop(self, out_dir: str) -> dict:
@@ -193,7 +207,8 @@ class TransformersBackend(Backend):
         top operators with its end-of-point facts (``profile_export``), after the run."""
         if self._dead:
             return {"profiler": "engine worker died during the window"}
-        self._send(("profile_stop", out_dir))
+        stop: messages.ProfileStop = ("profile_stop", str(out_dir))
+        self._send(stop)
         msg = await self._reply_within("profile stop", REPLY_TIMEOUT_S)
         return {"profiler": "engine worker died during the window"} if msg is _DEATH else {}
 
@@ -201,7 +216,7 @@ class TransformersBackend(Backend):
         """Peak memory and batches since the last call (the worker resets its peak counter)."""
         if self._dead:
             return {}
-        self._send(("facts",))
+        self._send(messages.FACTS)
         msg = await self._reply_within("facts", REPLY_TIMEOUT_S)
         return {} if msg is _DEATH else msg[1]
 
@@ -211,7 +226,7 @@ class TransformersBackend(Backend):
             return facts
         if self._proc.is_alive() and not self._dead and self._ready:
             try:
-                self._send(("stop",))
+                self._send(messages.STOP)
                 msg = await self._reply_within("stop", REPLY_TIMEOUT_S)
                 if msg is not _DEATH and msg[0] == "stopped":
                     facts = msg[1]
@@ -224,8 +239,9 @@ class TransformersBackend(Backend):
         self._outq.put(None)
         return facts
 
-    def _send(self, msg) -> None:
-        self._outq.put(msg)  # never blocks: the sender thread does the pipe write
+    def _send(self, message: tuple) -> None:
+        """A message to the worker (``messages``): never blocks, the sender thread writes it."""
+        self._outq.put(message)
 
     async def _reply_within(self, what: str, timeout_s: float):
         """The worker's next reply, or ``BackendError`` when it has not come in time."""

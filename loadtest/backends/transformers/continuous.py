@@ -17,6 +17,8 @@ import dataclasses
 import queue
 import time
 
+from loadtest.backends.transformers import messages
+
 POLL_S = 0.002
 
 
@@ -139,9 +141,9 @@ class ContinuousEngine:
             st["admitted"] = True
             started = r.lifespan[0] if r.lifespan and r.lifespan[0] > 0 else None
             t_adm = round(started * 1e9) if started and self.stamp_source == "manager" else now
-            self.out.send(("admitted", min(t_adm, now), [st["rid"]]))
+            self.out.send(messages.admitted(min(t_adm, now), [st["rid"]]))
         if r.error:
-            fails.append(("failed", now, [st["rid"]], "EngineError", str(r.error)[:200]))
+            fails.append(messages.failed(now, [st["rid"]], "EngineError", str(r.error)[:200]))
             self.live.pop(r.request_id)
             return
         tokens = r.generated_tokens
@@ -160,7 +162,7 @@ class ContinuousEngine:
         if done or st["seen"] >= st["cap"] or r.is_finished():
             if not r.is_finished():
                 self.manager.cancel_request(r.request_id)
-            dones.append(("done", kept[-1] if kept else now, st["rid"], st["seen"]))
+            dones.append(messages.done(kept[-1] if kept else now, st["rid"], st["seen"]))
             self.live.pop(r.request_id)
 
     def _warmup(self, shapes: list) -> None:

@@ -21,6 +21,11 @@ writer woken at once.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from loadtest.backends.transformers.messages import Outbound
+
 import os
 import sys
 import threading
@@ -48,7 +53,7 @@ class Outbox:
         self._thread = threading.Thread(target=self._write, name="loadtest-outbox", daemon=True)
         self._thread.start()
 
-    def send(self, msg) -> None:
+    def send(self, msg: Outbound) -> None:
         """Queue ``msg`` and wake the writer now."""
         self._items.append(msg)
         self._wake.set()

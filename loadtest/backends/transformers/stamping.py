@@ -13,6 +13,8 @@ import time
 from collections import deque
 from typing import Any
 
+from loadtest.backends.transformers import messages
+
 
 def new_accounting() -> dict:
     """What the roofline needs from the steps this worker ran (see loadtest.telemetry.roofline)."""
@@ -41,7 +43,7 @@ class nothing:
 class NullOut:
     """An outbox that drops everything (warm-up batches report nothing)."""
 
-    def send(self, msg) -> None:
+    def send(self, msg: messages.Outbound) -> None:
         pass
 
     def defer(self, fn, *args) -> None:
@@ -257,11 +259,11 @@ class StepStreamer:
                 run.append(t)
                 continue
             if run:
-                msgs.append(("tokens", tuple(run), self._going))
+                msgs.append(messages.tokens(tuple(run), self._going))
                 run = []
             msgs.extend(self._rows(t, n, tokens))
         if run:
-            msgs.append(("tokens", tuple(run), self._going))
+            msgs.append(messages.tokens(tuple(run), self._going))
         self._add_decode(into, d_steps, d_ctx, d_ns)
         return msgs
 
@@ -291,9 +293,9 @@ class StepStreamer:
             if n >= caps[i] or (eos[i] is not None and tokens[i] == eos[i]):
                 active[i] = False
                 self.finished.add(rid)
-                msgs.append(("done", t, rid, n))
+                msgs.append(messages.done(t, rid, n))
         if stamped:
-            msgs.insert(0, ("tokens", (t,), stamped))
+            msgs.insert(0, messages.tokens((t,), stamped))
         self._n_cancelled = len(cancelled)
         self._going = [
             rid for i, rid in enumerate(rids) if active[i]
@@ -315,7 +317,7 @@ class StepStreamer:
                 if rid not in self.finished and rid not in self.cancelled:
                     self.finished.add(rid)
                     msgs.append(
-                        ("done", t, rid, self.decoded if self.active[i] else self.counts[i])
+                        messages.done(t, rid, self.decoded if self.active[i] else self.counts[i])
                     )
             return msgs
 

@@ -1,16 +1,8 @@
 """The engine worker process: loads the model, batches requests, stamps tokens on the host.
 
 Runs in its own process (spawned): a Python ``generate()`` loop holds the GIL and would delay
-the harness's dispatch, and a process isolates a CUDA OOM or crash. Protocol (tuples over two
-one-way pipes):
-
-    in : ("req", rid, prompt_ids, max_new, ignore_eos, eos_id) | ("cancel", rid) | ("warmup", shapes) | ("stop",)
-         | ("call", "module:function", args)   # an engine hook (below)
-    out: ("ready", info) | ("admitted", t_ns, [rid]) | ("tokens", (t_ns, ...), [rid])   # a run of decode steps: each rid got one token at each stamp
-         | ("stamps", [(rid, (t_ns, ...)), ...])   # continuous mode: per-token stamps, one message per poll
-         | ("done", t_ns, rid, n) | ("failed", t_ns, [rid], type, message) | ("warmed", seconds) | ("stopped", facts)
-         | ("called", result) | ("call_failed", error)
-         | ("many", [msg, ...])   # several of the above in one write (see outbox.py)
+the harness's dispatch, and a process isolates a CUDA OOM or crash. The harness and the worker
+speak the protocol in ``messages.py`` over two one-way pipes.
 
 Token stamps are taken in this process (stamping.py). Messages are built and written by the
 outbox's thread, off the decode loop.
@@ -32,6 +24,7 @@ import traceback
 from collections import deque
 from typing import Any
 
+from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.outbox import Outbox
 from loadtest.backends.transformers.stamping import (
     AFTER_SYNC,
@@ -44,8 +37,6 @@ from loadtest.backends.transformers.stamping import (
     nothing,
 )
 from loadtest.core.heap import process_gc_pauses, settle_heap
-
-STOP = ("stop",)
 
 
 def main(inbox_conn, outbox_conn, spec: dict, base_dir: str, hooks: tuple = ()) -> None:
@@ -109,13 +100,13 @@ def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: deque) -> None:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
-            inbox.put(STOP)
+            inbox.put(messages.STOP)
             return
         if msg[0] == "cancel":
             cancelled.add(msg[1])
-        elif msg[0] in ("profile_start", "profile_stop", "window_start"):
+        elif msg[0] in messages.URGENT_KINDS:
             urgent.append(msg)
-            inbox.put(("urgent",))  # wakes an idle engine
+            inbox.put(messages.URGENT)  # wakes an idle engine
         else:
             inbox.put(msg)
 
@@ -232,7 +223,7 @@ class Engine:
         torch = self.torch
         rids = [r[1] for r in batch]
         finished: set = set()  # rows already reported done: a late failure spares them
-        self.out.send(("admitted", time.monotonic_ns(), rids))
+        self.out.send(messages.admitted(time.monotonic_ns(), rids))
         self.batches += 1
         try:
             for hook in self.before_batch:
@@ -251,7 +242,7 @@ class Engine:
 
         def failed():
             pending = [rid for rid in rids if rid not in finished]
-            return [("failed", t, pending, error_type, message)] if pending else []
+            return [messages.failed(t, pending, error_type, message)] if pending else []
 
         self.out.call(failed)
 
@@ -322,7 +313,7 @@ class Engine:
         t = time.monotonic()
         for batch_size, prompt_len, new_tokens in shapes:
             fake = [
-                ("req", -1 - i, [65] * prompt_len, new_tokens, True, None)
+                messages.req(-1 - i, [65] * prompt_len, new_tokens, True, None)
                 for i in range(batch_size)
             ]
             if self._generate(fake, set(), NullOut(), set()):
