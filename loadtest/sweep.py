@@ -197,19 +197,31 @@ def headline(metrics: RunMetrics | None) -> dict:
 def curves(rows: list[SweepPoint], axis: str) -> tuple[list[CurvePoint], list, object]:
     """The curve (one entry per point), the throughput-latency frontier, and the knee.
 
-    Frontier: points no other point beats on both output tok/s (higher) and p99 E2E (lower).
-    Knee: the point of highest power, throughput / p99 E2E (Kleinrock): past it, each extra
-    token/s costs more latency than it buys.
+    Frontier: steady points no other steady point beats on both output tok/s (higher) and p99
+    E2E (lower). Knee: the steady point of highest power, throughput / p99 E2E (Kleinrock): past
+    it, each extra token/s costs more latency than it buys.
     """
     first = axis.split(",")[0].strip()
     curve = [
-        CurvePoint(x=r.params.get(first), status=r.status, **headline(r.metrics)) for r in rows
+        CurvePoint(
+            x=r.params.get(first),
+            status=r.status,
+            steady=None
+            if r.metrics is None or r.metrics.stability is None
+            else r.metrics.stability.steady,
+            **headline(r.metrics),
+        )
+        for r in rows
     ]
-    # (x, output tok/s, p99 E2E) of the points with both figures
+    # (x, output tok/s, p99 E2E) of the steady points with both figures: an overloaded point's
+    # p99 grows with the run's length, so it belongs on no frontier
     usable = [
         (c.x, c.output_tokens_per_s, c.e2e_p99_ms)
         for c in curve
-        if c.status in ("ok", "invalid") and c.output_tokens_per_s and c.e2e_p99_ms
+        if c.status in ("ok", "invalid")
+        and c.steady is not False
+        and c.output_tokens_per_s
+        and c.e2e_p99_ms
     ]
     frontier = [
         x
@@ -245,6 +257,8 @@ def judge_point(metrics: RunMetrics, at_cap: bool) -> tuple[str, str]:
         return "interrupted", f"interrupted by {metrics.interrupted_by or 'a signal'}"
     if metrics.status == "failed":  # the system under test stopped answering at this rate
         return ABOVE, "; ".join(metrics.validity.reasons) or "the run failed"
+    if metrics.stability is not None and not metrics.stability.steady:
+        return ABOVE, "overloaded: " + "; ".join(metrics.stability.reasons)
     if sla is None:
         return "error", "no SLA verdict"
     if sla.verdict == "PASS":

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.timeline import Timeline
 from loadtest.workload.plan import PlannedRequest
 
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
@@ -86,6 +87,7 @@ class Recorder:
         self.last_measured_done: int | None = None
         self.first_measured_intended: int | None = None
         self.records: list[dict] | None = None
+        self.timeline = Timeline()  # every finished request's times: the stability judgement
         self.profile = (
             None  # a ProfileWindow: requests overlapping it are flagged (and maybe excluded)
         )
@@ -101,6 +103,13 @@ class Recorder:
     def finish(self, st: RequestState) -> None:
         """Record a finished request: its latencies, or its failure, and its tokens in the window."""
         self._count_window(st)
+        self.timeline.add(
+            st.intended_ns,
+            st.stamps[0] if st.stamps else None,
+            st.admitted_ns,
+            st.done,
+            not st.req.warmup,
+        )
         if st.req.warmup:
             self.warmup += 1
             self._keep_record(st)

@@ -115,6 +115,7 @@ def run_html(m: dict) -> str:
                 f"<h2>GPU {esc(d['index'])}</h2>" + _img(plots.gpu_plot(d, points), "GPU over time")
             )
     for title, rows in (
+        ("Stability", insight.stability_rows(m.get("stability"))),
         ("GPU telemetry", insight.gpu_rows(m.get("gpu"))),
         ("Roofline", insight.roofline_rows(m.get("roofline"))),
     ):
@@ -203,7 +204,7 @@ def sweep_html(doc: dict) -> str:
     ]
     parts.append("<h2>Points</h2>" + _table(cols, rows))
     parts.append(
-        f"<p>knee (highest throughput / p99 E2E): <b>{esc(doc['knee'])}</b> · frontier: {esc(doc['frontier'])}</p>"
+        f"<p>knee (highest throughput / p99 E2E, steady points only): <b>{esc(doc['knee'])}</b> · frontier: {esc(doc['frontier'])}</p>"
     )
     reasons = [
         (esc(p["params"]), esc(p["status"]), esc(p["reason"]))

@@ -8,6 +8,37 @@ def _f(x, fmt="{:.3g}"):
     return "-" if x is None else fmt.format(x)
 
 
+def stability_rows(stability: dict | None) -> list[tuple[str, str]]:
+    """Label/value rows of the stability judgement: the verdict, rates, backlog, trends."""
+    if not stability:
+        return []
+    g = lambda x: "-" if x is None else f"{x:.4g}"  # noqa: E731
+    rows = [
+        ("verdict", "steady" if stability["steady"] else "OVERLOADED"),
+        (
+            "offered req/s",
+            g(stability.get("offered_rps")) if stability["open_loop"] else "closed loop",
+        ),
+        ("delivered req/s", g(stability["delivered_rps"])),
+        (
+            "backlog at window start / end",
+            f"{stability['backlog_at_start']} / {stability['backlog_at_end']} requests",
+        ),
+    ]
+    for name, key in (("TTFT", "ttft_trend"), ("queue time", "queue_trend")):
+        t = stability.get(key)
+        if t:
+            rows.append(
+                (
+                    f"{name} trend",
+                    f"{g(t['slope_ms_per_s'])} ms/s [99%: {g(t['slope_lo'])}, {g(t['slope_hi'])}], "
+                    f"rise {g(t['rise_ms'])} ms vs median {g(t['median_ms'])} ms",
+                )
+            )
+    rows += [("why", r) for r in stability.get("reasons", [])]
+    return rows
+
+
 def gpu_rows(gpu: dict | None) -> list[tuple[str, str]]:
     """Label/value rows summarising GPU telemetry for the reports."""
     if not gpu:

@@ -80,6 +80,7 @@ def render(m: dict) -> str:
                 f"| {_esc(c['reason'])} |"
             )
     for title, rows in (
+        ("Stability", insight.stability_rows(m.get("stability"))),
         ("GPU", insight.gpu_rows(m.get("gpu"))),
         ("Roofline", insight.roofline_rows(m.get("roofline"))),
     ):

@@ -13,6 +13,7 @@ from loadtest.reporters import html
 COLS = (
     "x",
     "status",
+    "steady",
     "output_tokens_per_s",
     "ttft_p50_ms",
     "ttft_p99_ms",
@@ -23,6 +24,8 @@ COLS = (
 
 
 def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
     return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
 
 
@@ -34,7 +37,7 @@ def render_terminal(doc: dict, console: Console) -> None:
     for c in doc["curve"]:
         table.add_row(*(_fmt(c.get(k)) for k in COLS))
     console.print(table)
-    console.print(f"knee: {doc['knee']}  frontier: {doc['frontier']}")
+    console.print(f"knee (steady points): {doc['knee']}  frontier: {doc['frontier']}")
     if doc.get("max_rate"):
         mr = doc["max_rate"]
         console.print(
@@ -56,7 +59,7 @@ def markdown(doc: dict) -> str:
     lines += ["| " + " | ".join(_fmt(c.get(k)) for k in COLS) + " |" for c in doc["curve"]]
     lines += [
         "",
-        f"Knee (highest output tok/s ÷ p99 E2E): **{doc['knee']}**; frontier: {doc['frontier']}",
+        f"Knee (highest output tok/s ÷ p99 E2E, steady points only): **{doc['knee']}**; frontier: {doc['frontier']}",
     ]
     if doc.get("max_rate"):
         mr = doc["max_rate"]

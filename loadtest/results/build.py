@@ -26,6 +26,7 @@ from loadtest.results.model import (
     Validity,
     Window,
 )
+from loadtest.results.stability import judge as judge_stability
 
 SCHEMA = RUN_SCHEMA
 
@@ -148,6 +149,19 @@ def build_result(
     rec = outcome.recorder
     hists = rec.histograms()
     validity = judge_validity(scenario, outcome, hists, backend.get("warnings", []))
+    stability = judge_stability(
+        rec.timeline,
+        rec.window_start,
+        rec.window_end,
+        rec.interval_ns,
+        open_loop=scenario.load.arrival.kind != "concurrency",
+    )
+    if stability is not None and not stability.steady:
+        validity.warnings.insert(
+            0,
+            "overloaded: the system did not carry the offered load, so these latencies grow with "
+            "the run's length: " + "; ".join(stability.reasons),
+        )
     status = outcome.status if outcome.status != "ok" else ("ok" if validity.valid else "invalid")
     window_s = _window_s(rec)
     throughput = Throughput(
@@ -188,6 +202,7 @@ def build_result(
             failure=outcome.failure,
         ),
         validity=validity,
+        stability=stability,
         timeseries=Timeseries(interval_s=rec.interval_ns / 1e9, points=_points(rec)),
         histograms={m: hists[m].encode() for m in ALL_METRICS},
         histograms_over_range={m: hists[m].over_range for m in ALL_METRICS},

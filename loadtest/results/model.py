@@ -133,6 +133,34 @@ class Verdict(_Doc):
     checks: list[Check]
 
 
+class Trend(_Doc):
+    """A latency's slope against intended send time over the window, with its 99% interval."""
+
+    slope_ms_per_s: float
+    slope_lo: float
+    slope_hi: float
+    rise_ms: float  # the fitted rise over the whole window
+    median_ms: float  # the median of the per-interval medians
+    intervals: int
+    rising: bool  # significantly and materially rising
+
+
+class Stability(_Doc):
+    """Whether the offered load was carried (steady), and the evidence either way."""
+
+    steady: bool
+    reasons: list[str] = Field(default_factory=list)
+    open_loop: bool
+    offered_rps: float | None  # None for a closed loop: its users wait for their answers
+    delivered_rps: float
+    delivered_fraction: float | None
+    backlog_at_start: int
+    backlog_at_end: int
+    backlog_growth_per_s: float
+    ttft_trend: Trend | None = None
+    queue_trend: Trend | None = None
+
+
 class IntervalPoint(_Doc):
     """One reporting interval: counts, p50/p99 of the interval metrics, encoded histograms."""
 
@@ -175,6 +203,7 @@ class RunMetrics(_Doc):
     throughput: Throughput | None = None
     harness: Harness | None = None
     validity: Validity
+    stability: Stability | None = None
     timeseries: Timeseries | None = None
     histograms: dict[str, str] | None = None
     histograms_over_range: dict[str, int] | None = None

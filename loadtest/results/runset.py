@@ -37,6 +37,7 @@ class Evidence:
     failed: int = 0
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = None
+    steady: bool | None = None  # False when any run was overloaded; None when not judged
 
     @classmethod
     def of_run(cls, result: RunMetrics) -> Evidence:
@@ -97,10 +98,12 @@ class RunSet:
             otps, rps = (t.output_tokens_per_s, t.requests_per_s) if t else (None, None)
         else:
             otps, rps = (tokens / window, done / window) if window else (None, None)
+        judged = [r.stability.steady for r in measured if r.stability is not None]
         return Evidence(
             status,
             reasons,
             hists,
+            steady=all(judged) if judged else None,
             completed=sum(r.requests.completed for r in measured),
             failed=sum(r.requests.failed for r in measured),
             output_tokens_per_s=otps,

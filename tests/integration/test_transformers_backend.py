@@ -62,6 +62,7 @@ def test_single_mode_stamps_every_token(tmp_path, tiny_model_dir):
         {"arrival": {"kind": "concurrency", "users": 1}, "requests": 6, "warmup_requests": 1},
     )
     assert m["status"] == "ok" and m["requests"]["completed"] == 6
+    assert m["stability"]["steady"] is True  # one closed-loop user: nothing to fall behind on
     assert m["backend"]["architecture"] == "LlamaForCausalLM" and m["backend"]["warmup_s"] >= 0
     for r in rows:
         assert r["output_tokens"] == 6 and len(r["token_ns"]) == 6  # fixed output: EOS ignored
