@@ -194,6 +194,13 @@ def sweep(
     stop_at_oom: bool = typer.Option(
         False, "--stop-at-oom", help="End the sweep cleanly at the first CUDA OOM point."
     ),
+    batches_per_point: int = typer.Option(
+        8,
+        "--batches-per-point",
+        min=0,
+        help="Offline batch-size sweeps (burst arrival): full batches measured per point "
+        "(load.requests = N x batch size); 0 keeps the scenario's request count.",
+    ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Sweep directory (exactly this path)."
     ),
@@ -250,7 +257,18 @@ def sweep(
                 return await sweeps.find_max_rate(
                     scenario, set_, out, session, tolerance, max_point_s=max_point_s
                 )
-            return (await sweeps.run_sweep(scenario, set_, axes, out, session, stop_at_oom)).doc
+            return (
+                await sweeps.run_sweep(
+                    scenario,
+                    set_,
+                    axes,
+                    out,
+                    session,
+                    stop_at_oom,
+                    batches_per_point=batches_per_point or None,
+                    on_point=sweep_report.point_done_printer(make_console(stderr=True)),
+                )
+            ).doc
         finally:
             await session.close()
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,7 @@ from loadtest.results.model import (
 )
 from loadtest.session import Session
 
+DEFAULT_BATCHES_PER_POINT = 8  # offline batch-size sweeps: full batches measured per point
 DEFAULT_MAX_POINT_S = 600.0  # --find-max-rate: the longest measured window one point may get
 AXES = {
     "batch_sizes": "backend.max_batch_size",
@@ -102,33 +105,64 @@ async def run_sweep(
     out: Path,
     session: Session,
     stop_at_oom: bool = False,
+    batches_per_point: int | None = DEFAULT_BATCHES_PER_POINT,
+    on_point: Callable[[int, int, float, SweepPoint], None] | None = None,
 ) -> SweepResult:
-    """Every point of the grid on one session (all validated first), sweep.json after each."""
+    """Every point of the grid on one session (all validated first), sweep.json after each.
+
+    An offline sweep over batch sizes (a burst arrival, ``backend.max_batch_size`` on an axis)
+    sizes each point by work, not by the scenario's fixed count: ``batches_per_point`` full
+    batches measured after one full batch of warm-up, so batch 1 does not run for as long as
+    batch 64 takes requests. ``on_point(k, n, seconds, row)`` is told as each point ends.
+    """
     points = points_of(axes)
+    base = load_scenario(scenario_path, base_overrides).scenario
+    sizing = None
+    if batches_per_point and base.load.arrival.kind == "burst":
+        if any("backend.max_batch_size" in p for p in points):
+            sizing = (
+                f"offline points sized by work: {batches_per_point} full batches measured "
+                "(load.requests = batches x backend.max_batch_size) after one full batch of "
+                "warm-up (load.warmup_requests = backend.max_batch_size)"
+            )
     loaded = [
-        load_scenario(scenario_path, base_overrides + _overrides(p)) for p in points
+        load_scenario(
+            scenario_path, base_overrides + _overrides(p) + _sized(p, sizing, batches_per_point)
+        )
+        for p in points
     ]  # all valid first
     rows: list[SweepPoint] = []
     status = "ok"
     for i, (params, ld) in enumerate(zip(points, loaded)):
         run_dir = out / f"point-{i:02d}"
+        started = time.monotonic()
         try:
             result = await session.run_point(ld, run_dir)
         except ScenarioError as exc:  # this point's plan is unusable; the others may be fine
             rows.append(_error_row(params, run_dir.name, exc))
-            _write(_doc(scenario_path, axes, rows, "running"), out)
+            _write(_doc(scenario_path, axes, rows, "running", point_sizing=sizing), out)
             continue
         row = point_row(params, result.result, run_dir.name)
         rows.append(row)
-        _write(_doc(scenario_path, axes, rows, "running"), out)
+        _write(_doc(scenario_path, axes, rows, "running", point_sizing=sizing), out)
+        if on_point is not None:
+            on_point(i + 1, len(points), time.monotonic() - started, row)
         if result.status == "interrupted":
             status = "interrupted"
             break
         if row.status == "oom" and stop_at_oom:
             status = "stopped_at_oom"
             break
-    doc = _write(_doc(scenario_path, axes, rows, status), out)
+    doc = _write(_doc(scenario_path, axes, rows, status, point_sizing=sizing), out)
     return SweepResult(out, doc)
+
+
+def _sized(point: dict, sizing: str | None, batches: int | None) -> list[str]:
+    """The request-count overrides of an offline point sized by work (none otherwise)."""
+    if sizing is None or not batches:
+        return []
+    bs = int(point["backend.max_batch_size"])
+    return [f"load.requests={batches * bs}", f"load.warmup_requests={bs}"]
 
 
 def point_row(params: dict, metrics: RunMetrics, run_dir: str) -> SweepPoint:
@@ -162,6 +196,7 @@ def _doc(
     rows: list[SweepPoint],
     status: str,
     max_rate: MaxRate | None = None,
+    point_sizing: str | None = None,
 ) -> SweepDoc:
     axis = next(iter(axes))
     curve, frontier, knee = curves(rows, axis)
@@ -175,6 +210,7 @@ def _doc(
         frontier=frontier,
         knee=knee,
         max_rate=max_rate,
+        point_sizing=point_sizing,
     )
 
 

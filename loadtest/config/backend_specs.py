@@ -118,6 +118,19 @@ class TransformersSpec(Spec):
     attn_implementation: str | None = Field(
         None, description="eager, sdpa, flash_attention_2, ... (default: transformers' choice)."
     )
+    sdpa_backends: tuple[Literal["flash", "efficient", "cudnn", "math"], ...] | None = Field(
+        None,
+        description="On CUDA, the scaled-dot-product-attention kernels torch may pick (default: "
+        "flash, efficient, math: cuDNN attention builds an execution plan for every new shape, "
+        "a CPU cost per decode step when prompt lengths vary).",
+    )
+    prompt_bucket: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="static mode: pad each batch's prompt width up to a multiple of this many "
+        "tokens, so batches share shapes (default: 64 on CUDA, 1 on the CPU).",
+    )
     compile: bool = Field(
         False, description="Static KV cache + torch.compile (CUDA graphs) for decode."
     )

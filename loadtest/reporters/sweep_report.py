@@ -29,6 +29,25 @@ def _fmt(v) -> str:
     return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
 
 
+def point_done_printer(console: Console):
+    """``on_point`` for run_sweep: one plain line a point (k/N, its time, the sweep's estimate),
+    readable in a CI log as on a terminal."""
+    import time
+
+    started = time.monotonic()
+
+    def done(k: int, n: int, seconds: float, row) -> None:
+        elapsed = time.monotonic() - started
+        left = elapsed / k * (n - k)
+        console.print(
+            f"sweep: point {k}/{n} {row.params} {row.status} in {seconds:.0f} s; "
+            f"elapsed {elapsed:.0f} s, about {left:.0f} s left",
+            highlight=False,
+        )
+
+    return done
+
+
 def render_terminal(doc: dict, console: Console) -> None:
     """A sweep's curve, knee and frontier (and the max-rate search's verdict) on the terminal."""
     table = Table(title=f"sweep over {doc['axis']} ({doc['status']})", title_justify="left")
@@ -38,6 +57,8 @@ def render_terminal(doc: dict, console: Console) -> None:
         table.add_row(*(_fmt(c.get(k)) for k in COLS))
     console.print(table)
     console.print(f"knee (steady points): {doc['knee']}  frontier: {doc['frontier']}")
+    if doc.get("point_sizing"):
+        console.print(doc["point_sizing"])
     if doc.get("max_rate"):
         mr = doc["max_rate"]
         console.print(

@@ -312,6 +312,7 @@ class SweepDoc(_Doc):
     frontier: list[Any]
     knee: Any = None
     max_rate: MaxRate | None = None
+    point_sizing: str | None = None  # how offline points were sized, when not by the scenario
 
 
 class GateResult(_Doc):

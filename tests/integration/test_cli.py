@@ -240,3 +240,45 @@ print(json.dumps({{"status": m["status"], "reasons": m["validity"]["reasons"], "
     assert out["status"] == "invalid"
     assert any("dispatch lag" in reason for reason in out["reasons"])
     assert out["e2e_p99"] > 100  # latencies still include the delay
+
+
+def test_an_offline_batch_size_sweep_sizes_each_point_by_full_batches_and_reports_progress(
+    tmp_path, tiny_model_dir
+):
+    data = {
+        "name": "offline",
+        "backend": {
+            "kind": "transformers",
+            "model": str(tiny_model_dir),
+            "device": "cpu",
+            "mode": "static",
+            "max_batch_size": 4,
+            "max_wait_ms": 50,
+        },
+        "workload": {"input_tokens": 8, "output_tokens": 4},
+        "load": {"arrival": {"kind": "burst"}, "requests": 256, "warmup_requests": 32},
+        "telemetry": {"gpu": False},
+    }
+    out = tmp_path / "sw"
+    r = cli(
+        "sweep",
+        write(tmp_path, data),
+        "--batch-sizes",
+        "1,3",
+        "--batches-per-point",
+        "2",
+        "-o",
+        out,
+        "-q",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "sweep.json").read_text())
+    assert "2 full batches" in doc["point_sizing"]
+    # the scenario's 256 requests would take batch 1 a long time; 2 batches of each size instead
+    got = [
+        (p["metrics"]["requests"]["completed"], p["metrics"]["requests"]["warmup"])
+        for p in doc["points"]
+    ]
+    assert got == [(2, 1), (6, 3)]
+    assert "sweep: point 1/2" in r.stderr and "sweep: point 2/2" in r.stderr and "left" in r.stderr

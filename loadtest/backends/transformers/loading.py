@@ -30,6 +30,21 @@ def resolve_dtype(name: str, device):
     return getattr(torch, name)
 
 
+DEFAULT_SDPA = ("flash", "efficient", "math")
+
+
+def choose_sdpa_backends(torch, device, wanted) -> list[str] | None:
+    """Enable exactly these SDPA kernels in this (worker) process on CUDA; returns them."""
+    if device.type != "cuda":
+        return None
+    chosen = tuple(wanted) if wanted else DEFAULT_SDPA
+    torch.backends.cuda.enable_flash_sdp("flash" in chosen)
+    torch.backends.cuda.enable_mem_efficient_sdp("efficient" in chosen)
+    torch.backends.cuda.enable_cudnn_sdp("cudnn" in chosen)
+    torch.backends.cuda.enable_math_sdp("math" in chosen)
+    return list(chosen)
+
+
 def load_model(spec: dict, base_dir: str):
     """The model on its device (or a ``dummy:<arch>`` with random weights), and facts about it."""
     import torch
@@ -42,6 +57,7 @@ def load_model(spec: dict, base_dir: str):
         # behind it: leave one core to the harness.
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
     torch.manual_seed(spec["seed"])
+    sdpa = choose_sdpa_backends(torch, device, spec.get("sdpa_backends"))
     attn = (
         {"attn_implementation": spec["attn_implementation"]}
         if spec.get("attn_implementation")
@@ -85,6 +101,8 @@ def load_model(spec: dict, base_dir: str):
         "parameters": n_params,
         "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "attn_implementation": getattr(config, "_attn_implementation", None),
+        "sdpa_backends": sdpa,
+        "prompt_bucket": spec.get("prompt_bucket") or (64 if device.type == "cuda" else 1),
         "mode": spec["mode"],
         "compile": spec["compile"],
         "trust_remote_code": spec["trust_remote_code"],

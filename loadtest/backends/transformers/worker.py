@@ -250,7 +250,8 @@ class Engine:
         """One padded generate() for the batch; returns 1 if the number of step stamps differed
         from the number of tokens generate() returned, else 0."""
         torch = self.torch
-        width = max(len(r[2]) for r in batch)
+        bucket = self.info.get("prompt_bucket") or 1
+        width = -(-max(len(r[2]) for r in batch) // bucket) * bucket  # up to the bucket
         pad = self.info.get("pad_token_id", 0)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)

@@ -567,3 +567,26 @@ def test_gc_pauses_are_timed_and_the_warm_heap_is_frozen():
         gc.callbacks.remove(pauses._on_gc)
         gc.unfreeze()
         gc.enable()
+
+
+@pytest.mark.integration
+def test_prompt_widths_are_padded_up_to_the_bucket_and_every_token_is_still_stamped(
+    tiny_model_dir,
+):
+    eng, out = _engine(tiny_model_dir)
+    widths = []
+    generate = eng.model.generate
+
+    def spy(**kwargs):
+        widths.append(tuple(kwargs["input_ids"].shape))
+        return generate(**kwargs)
+
+    eng.model.generate = spy
+    eng.info["prompt_bucket"] = 16
+    batch = [("req", 1, [5] * 5, 4, True, None), ("req", 2, [6] * 9, 4, True, None)]
+    assert eng._generate(batch, set(), out, set()) == 0  # one stamp per token
+    eng.info["prompt_bucket"] = 1
+    assert eng._generate(batch, set(), out, set()) == 0
+    assert widths == [(2, 16), (2, 9)]  # 9 up to 16; with no bucket, the longest prompt
+    dones = [m for m in out.msgs if m[0] == "done"]
+    assert sorted((m[2], m[3]) for m in dones) == [(1, 4), (1, 4), (2, 4), (2, 4)]
