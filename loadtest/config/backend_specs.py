@@ -129,7 +129,8 @@ class TransformersSpec(Spec):
         ge=1,
         le=4096,
         description="static mode: pad each batch's prompt width up to a multiple of this many "
-        "tokens, so batches share shapes (default: 64 on CUDA, 1 on the CPU).",
+        "tokens, so batches share shapes (default 1: no padding; on an H100 with eager "
+        "decode, 64-token buckets cost more prefill and padded attention than they saved).",
     )
     compile: bool = Field(
         False, description="Static KV cache + torch.compile (CUDA graphs) for decode."

@@ -102,7 +102,7 @@ def load_model(spec: dict, base_dir: str):
         "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "attn_implementation": getattr(config, "_attn_implementation", None),
         "sdpa_backends": sdpa,
-        "prompt_bucket": spec.get("prompt_bucket") or (64 if device.type == "cuda" else 1),
+        "prompt_bucket": spec.get("prompt_bucket") or 1,
         "mode": spec["mode"],
         "compile": spec["compile"],
         "trust_remote_code": spec["trust_remote_code"],

@@ -1,0 +1,105 @@
+"""Shape discipline on the GPU, side by side: the chat-gpu scenario under each attention and
+prompt-bucket setting, one after another on one machine, and a table of what each delivered.
+
+    PYTHONPATH=. python bench/shapes.py [--duration 30s] [--rate 8] [--out /tmp/shapes]
+
+Variants: the defaults (flash/efficient/math SDPA, no prompt padding), cuDNN attention allowed,
+64-token prompt buckets, and both. Columns: offered and delivered req/s, steady or overloaded,
+TTFT p50/p99, ITL p50, the decode step and MBU from the roofline, GPU kernel-active time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CUDNN = "backend.sdpa_backends=[flash,efficient,cudnn,math]"
+VARIANTS = {
+    "defaults (no cuDNN SDPA, no bucket)": [],
+    "no cuDNN SDPA, bucket 64": ["backend.prompt_bucket=64"],
+    "cuDNN SDPA allowed, bucket 64": [CUDNN, "backend.prompt_bucket=64"],
+    "cuDNN SDPA allowed, no bucket (torch's own choice)": [CUDNN],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", default="scenarios/chat-gpu.yml")
+    ap.add_argument("--duration", default="30s")
+    ap.add_argument("--rate", default="8")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/shapes"))
+    ap.add_argument("--only", default=None, help="comma list of variant numbers (1-based)")
+    args = ap.parse_args()
+    rows = []
+    names = list(VARIANTS)
+    chosen = [names[int(i) - 1] for i in args.only.split(",")] if args.only else names
+    for i, name in enumerate(chosen):
+        out = args.out / f"v{i}"
+        sets = [f"load.duration={args.duration}", f"load.arrival.rate={args.rate}", *VARIANTS[name]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "loadtest",
+            "run",
+            args.scenario,
+            "-o",
+            str(out),
+            "-q",
+            "--overwrite",
+        ]
+        for s in sets:
+            cmd += ["--set", s]
+        t = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t
+        path = out / "metrics.json"
+        if not path.exists():
+            print(f"{name}: no result (exit {r.returncode})\n{r.stderr[-2000:]}", flush=True)
+            continue
+        m = json.loads(path.read_text())
+        st, lat = m.get("stability") or {}, m.get("latency_ms") or {}
+        dec = ((m.get("roofline") or {}).get("decode")) or {}
+        dev = (((m.get("gpu") or {}).get("devices")) or [{}])[0]
+        rows.append(
+            (
+                name,
+                st.get("offered_rps"),
+                st.get("delivered_rps"),
+                "steady" if st.get("steady") else "OVERLOADED",
+                lat.get("ttft", {}).get("p50"),
+                lat.get("ttft", {}).get("p99"),
+                lat.get("itl", {}).get("p50"),
+                dec.get("step_ms"),
+                dec.get("mbu"),
+                (dev.get("utilization_gpu_pct") or {}).get("mean"),
+                m["backend"].get("sdpa_backends"),
+                m["backend"].get("prompt_bucket"),
+                wall,
+            )
+        )
+        print(f"{name}: exit {r.returncode}, {wall:.0f} s", flush=True)
+    print(
+        "\n| variant | offered req/s | delivered req/s | stability | TTFT p50 ms | TTFT p99 ms | "
+        "ITL p50 ms | decode step ms | MBU | GPU kernel-active % | SDPA kernels | bucket | wall s |"
+    )
+    print("|" + "---|" * 13)
+    for row in rows:
+        print("| " + " | ".join(_fmt(x) for x in row) + " |")
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.3g}" if x < 1 else f"{x:.4g}"
+    if isinstance(x, list):
+        return "/".join(x)
+    return str(x)
+
+
+if __name__ == "__main__":
+    main()
