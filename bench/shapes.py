@@ -4,7 +4,8 @@ prompt-bucket setting, one after another on one machine, and a table of what eac
     PYTHONPATH=. python bench/shapes.py [--duration 30s] [--rate 8] [--out /tmp/shapes]
 
 Variants: the defaults (flash/efficient/math SDPA, no prompt padding), cuDNN attention allowed,
-64-token prompt buckets, and both. Columns: offered and delivered req/s, steady or overloaded,
+64-token prompt buckets, and both; continuous batching with and without CUDA graphs; static
+mode with ``compile: true`` (its warm-up, and any recompilation inside the window). Columns: offered and delivered req/s, steady or overloaded,
 TTFT p50/p99, ITL p50, the decode step and MBU from the roofline, GPU kernel-active time.
 """
 
@@ -23,6 +24,12 @@ VARIANTS = {
     "no cuDNN SDPA, bucket 64": ["backend.prompt_bucket=64"],
     "cuDNN SDPA allowed, bucket 64": [CUDNN, "backend.prompt_bucket=64"],
     "cuDNN SDPA allowed, no bucket (torch's own choice)": [CUDNN],
+    "continuous (CUDA graphs: the default on CUDA)": ["backend.mode=continuous"],
+    "continuous, no CUDA graphs": [
+        "backend.mode=continuous",
+        "backend.continuous.use_cuda_graph=false",
+    ],
+    "static, compile: true": ["backend.compile=true"],
 }
 
 
@@ -33,6 +40,7 @@ def main() -> None:
     ap.add_argument("--rate", default="8")
     ap.add_argument("--out", type=Path, default=Path("/tmp/shapes"))
     ap.add_argument("--only", default=None, help="comma list of variant numbers (1-based)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds a variant may take")
     args = ap.parse_args()
     rows = []
     names = list(VARIANTS)
@@ -54,7 +62,11 @@ def main() -> None:
         for s in sets:
             cmd += ["--set", s]
         t = time.monotonic()
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{name}: over {args.timeout:g} s, stopped", flush=True)
+            continue
         wall = time.monotonic() - t
         path = out / "metrics.json"
         if not path.exists():
@@ -78,15 +90,18 @@ def main() -> None:
                 (dev.get("utilization_gpu_pct") or {}).get("mean"),
                 m["backend"].get("sdpa_backends"),
                 m["backend"].get("prompt_bucket"),
+                m["backend"].get("warmup_s"),
+                m["backend"].get("recompiles_in_window"),
                 wall,
             )
         )
         print(f"{name}: exit {r.returncode}, {wall:.0f} s", flush=True)
     print(
         "\n| variant | offered req/s | delivered req/s | stability | TTFT p50 ms | TTFT p99 ms | "
-        "ITL p50 ms | decode step ms | MBU | GPU kernel-active % | SDPA kernels | bucket | wall s |"
+        "ITL p50 ms | decode step ms | MBU | GPU kernel-active % | SDPA kernels | bucket | "
+        "warm-up s | recompiles in window | wall s |"
     )
-    print("|" + "---|" * 13)
+    print("|" + "---|" * 15)
     for row in rows:
         print("| " + " | ".join(_fmt(x) for x in row) + " |")
 

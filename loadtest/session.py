@@ -326,6 +326,11 @@ def _add_inside_sections(
     else:
         result.gpu = {"available": False, "reason": "telemetry.gpu: false"}
     result.validity.warnings += environment.warnings(env, result.gpu)
+    if result.backend.get("recompiles_in_window"):
+        result.validity.warnings.append(
+            f"torch.compile built {result.backend['recompiles_in_window']} graph(s) inside the "
+            "measurement window: those requests waited for a compilation (warm-up missed a shape)"
+        )
     if result.backend.get("stamp_mismatches"):
         result.validity.warnings.append(
             f"{result.backend['stamp_mismatches']} batch(es) had a different number of token stamps than tokens "
@@ -354,9 +359,7 @@ def _roofline(metrics: dict, env: dict) -> dict | None:
     result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
     if estimated:
         result["estimated"] = estimated
-    result["diagnosis"] = roofline.diagnose(
-        result, metrics["gpu"], (metrics.get("profile") or {}).get("kernel_summary")
-    )
+    result["diagnosis"] = roofline.diagnose(result, metrics["gpu"], metrics.get("profile"))
     return result
 
 

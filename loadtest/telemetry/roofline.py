@@ -166,8 +166,11 @@ def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
     return out
 
 
-def diagnose(roofline: dict, gpu: dict | None, kernel_summary: dict | None = None) -> dict:
-    """memory-bound, compute-bound, or host/launch-bound, with the evidence and the usual remedies."""
+def diagnose(roofline: dict, gpu: dict | None, profile: dict | None = None) -> dict:
+    """memory-bound, compute-bound, or host/launch-bound, with the evidence and the remedies that
+    fit it: when a profile window names host-heavy operators, the remedy for each."""
+    kernel_summary = (profile or {}).get("kernel_summary")
+    heavy = (profile or {}).get("host_heavy_ops") or []
     decode, prefill = roofline.get("decode") or {}, roofline.get("prefill") or {}
     device = ((gpu or {}).get("devices") or [{}])[0]
     util = (device.get("utilization_gpu_pct") or {}).get("mean")
@@ -200,11 +203,19 @@ def diagnose(roofline: dict, gpu: dict | None, kernel_summary: dict | None = Non
         )
     ):
         verdict = "host/launch-bound"
-        remedies = [
+        remedies = [_remedy(op) for op in heavy]
+        for op in heavy:
+            evidence.append(
+                f"{op['name']}: {op['self_cpu_time_us'] / 1e3:.1f} ms of host time for "
+                f"{op['self_cuda_time_us'] / 1e3:.2f} ms on the GPU ({op.get('calls', '?')} calls)"
+            )
+        remedies += [
             "capture decode in CUDA graphs (backend.compile: true: static cache + torch.compile)",
             "larger batches (more work per launch)",
             "fewer host syncs per step; fused kernels",
         ]
+        if not heavy:
+            remedies.append("profile a window (profile:) to name the operators that cost the host")
     elif mbu is not None and mbu >= 0.5:
         verdict = "memory-bound (decode)"
         remedies = [
@@ -222,4 +233,29 @@ def diagnose(roofline: dict, gpu: dict | None, kernel_summary: dict | None = Non
     elif mbu is not None:
         verdict = "between the roofs (neither bandwidth nor compute saturated)"
         remedies = ["profile a window (profile:) to see where a step's time goes"]
-    return {"verdict": verdict or "not enough data", "evidence": evidence, "remedies": remedies}
+    return {
+        "verdict": verdict or "not enough data",
+        "evidence": evidence,
+        "remedies": list(dict.fromkeys(remedies)),
+        "host_heavy_ops": [o["name"] for o in heavy],
+    }
+
+
+def _remedy(op: dict) -> str:
+    """The fix that fits a host-heavy operator, by what it is."""
+    name = op["name"].lower()
+    if "cudnn_attention" in name:
+        return (
+            f"{op['name']} plans every new shape on the CPU: leave cuDNN out of "
+            "backend.sdpa_backends (the default), or keep shapes fixed (backend.prompt_bucket, compile)"
+        )
+    if "attention" in name or "sdpa" in name:
+        return (
+            f"{op['name']} is host-bound: try another backend.attn_implementation or sdpa_backends"
+        )
+    if any(k in name for k in ("copy_", "item", "to_copy", "_local_scalar_dense", "nonzero")):
+        return f"{op['name']}: host-device copies or syncs in the step; keep tensors on the device"
+    return (
+        f"{op['name']} costs the host {op['self_cpu_time_us'] / 1e3:.1f} ms: fewer, larger launches "
+        "(compile, CUDA graphs) or fixed shapes"
+    )

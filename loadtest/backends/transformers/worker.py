@@ -143,6 +143,7 @@ class Engine:
         )  # checked every decode step: a deque's emptiness test takes no lock
         # Called with (engine, batch number) before each batch runs (engine hooks install them).
         self.before_batch: list = []
+        self.graphs_at_window: int | None = None  # compiled graphs when the window opened
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -212,6 +213,7 @@ class Engine:
             elif msg[0] == "window_start":  # the measurement window opened: count from here
                 self.acct = new_accounting()  # steps handed over from now on count in this one
                 self.gc.summary(reset=True)
+                self.graphs_at_window = compiled_graphs()
             elif msg[0] == "profile_stop":
                 if self.profiler is not None:
                     self.profiler.stop_capture()
@@ -339,12 +341,18 @@ class Engine:
     def _facts(self, reset: bool = False) -> dict:
         torch = self.torch
         self.out.flush()  # the accounting is updated on the outbox's thread
-        facts = {
+        facts: dict[str, Any] = {
             "batches": self.batches - self._batches_reported,
             "roofline_acct": dict(self.acct),
             "stamp_mismatches": self.stamp_mismatches,
             "gc_pauses": self.gc.summary(reset),
         }
+        graphs = compiled_graphs()
+        if graphs is not None and self.graphs_at_window is not None:
+            # torch.compile building graphs inside the window: seconds charged to requests
+            facts["recompiles_in_window"] = graphs - self.graphs_at_window
+        if reset:
+            self.graphs_at_window = None
         if reset and self.pending_export is not None:
             profiler, out_dir = self.pending_export
             self.pending_export = None
@@ -364,6 +372,17 @@ class Engine:
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
             )
         return facts
+
+
+def compiled_graphs() -> int | None:
+    """How many graphs torch.compile has built in this process (None: it was never used)."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def resolve_hook(target: str):

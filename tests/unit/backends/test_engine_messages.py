@@ -590,3 +590,16 @@ def test_prompt_widths_are_padded_up_to_the_bucket_and_every_token_is_still_stam
     assert widths == [(2, 16), (2, 9)]  # 9 up to 16; with no bucket, the longest prompt
     dones = [m for m in out.msgs if m[0] == "done"]
     assert sorted((m[2], m[3]) for m in dones) == [(1, 4), (1, 4), (2, 4), (2, 4)]
+
+
+@pytest.mark.integration
+def test_compiled_graphs_counts_what_torch_compile_builds():
+    from loadtest.backends.transformers.worker import compiled_graphs
+
+    torch._dynamo.reset()
+    before = compiled_graphs() or 0
+    f = torch.compile(lambda x: x * 2, backend="eager")  # no C compiler needed
+    f(torch.ones(3))
+    f(torch.ones(3))  # same shape: no new graph
+    f(torch.ones(5, 2))  # a new shape: a new graph (a recompile inside a window would count)
+    assert compiled_graphs() - before == 2

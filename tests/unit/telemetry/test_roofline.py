@@ -87,12 +87,57 @@ def test_diagnosis():
     short = roofline.diagnose(
         {"decode": {"mbu": 0.1, "mfu": 0.001, "step_ms": 8, "floor_ms": 0.8, "batch_mean": 1}},
         None,
-        {"launches": 1000, "under_10us_share": 0.9},
+        {"kernel_summary": {"launches": 1000, "under_10us_share": 0.9}},
     )
     assert (
         short["verdict"] == "host/launch-bound"
         and "90% of profiled CUDA kernels ran under 10 µs" in short["evidence"]
     )
+
+
+def test_a_profile_names_the_host_heavy_operators_and_the_remedy_for_each():
+    from loadtest.backends.transformers.profiling import host_heavy
+
+    # the eager chat run's profile window, in µs: cuDNN attention 1.33 s of host for 10.6 ms of
+    # GPU; matmuls busy on the GPU; a small host-only op under 5% of the host's time
+    ops = [
+        {
+            "name": "aten::_cudnn_attention_forward",
+            "self_cpu_time_us": 1_330_000,
+            "self_cuda_time_us": 10_600,
+            "calls": 160,
+        },
+        {
+            "name": "aten::mm",
+            "self_cpu_time_us": 90_000,
+            "self_cuda_time_us": 130_000,
+            "calls": 1130,
+        },
+        {"name": "aten::item", "self_cpu_time_us": 300_000, "self_cuda_time_us": 0, "calls": 160},
+        {"name": "aten::view", "self_cpu_time_us": 20_000, "self_cuda_time_us": 0, "calls": 9000},
+    ]
+    heavy = host_heavy(ops)
+    assert [o["name"] for o in heavy] == ["aten::_cudnn_attention_forward", "aten::item"]
+    d = roofline.diagnose(
+        {
+            "decode": {
+                "mbu": 0.017,
+                "mfu": 0.001,
+                "step_ms": 49.7,
+                "floor_ms": 0.8,
+                "batch_mean": 16,
+            }
+        },
+        {"devices": [{"utilization_gpu_pct": {"mean": 9}}]},
+        {"host_heavy_ops": heavy},
+    )
+    assert d["verdict"] == "host/launch-bound"
+    assert d["host_heavy_ops"] == ["aten::_cudnn_attention_forward", "aten::item"]
+    assert (
+        "aten::_cudnn_attention_forward: 1330.0 ms of host time for 10.60 ms on the GPU (160 calls)"
+        in d["evidence"]
+    )
+    assert "sdpa_backends" in d["remedies"][0] and "copies or syncs" in d["remedies"][1]
 
 
 def test_continuous_mode_is_estimated_from_the_runs_own_figures():
