@@ -24,7 +24,11 @@ VARIANTS = {
     "no cuDNN SDPA, bucket 64": ["backend.prompt_bucket=64"],
     "cuDNN SDPA allowed, bucket 64": [CUDNN, "backend.prompt_bucket=64"],
     "cuDNN SDPA allowed, no bucket (torch's own choice)": [CUDNN],
-    "continuous (CUDA graphs: the default on CUDA)": ["backend.mode=continuous"],
+    "continuous (the manager's choice)": ["backend.mode=continuous"],
+    "continuous, CUDA graphs": [
+        "backend.mode=continuous",
+        "backend.continuous.use_cuda_graph=true",
+    ],
     "continuous, no CUDA graphs": [
         "backend.mode=continuous",
         "backend.continuous.use_cuda_graph=false",

@@ -87,7 +87,7 @@ class ContinuousSpec(Spec):
         None, ge=1, description="Most tokens in one step across the batch."
     )
     use_cuda_graph: bool | None = Field(
-        None, description="Capture steps in CUDA graphs (default: on for CUDA, off on the CPU)."
+        None, description="Capture steps in CUDA graphs (default: the manager decides)."
     )
 
 

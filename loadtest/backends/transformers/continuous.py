@@ -53,10 +53,9 @@ class ContinuousEngine:
             "block_size": cb.get("block_size"),
             "num_blocks": cb.get("num_blocks"),
             "max_batch_tokens": cb.get("max_batch_tokens"),
-            # On CUDA, graphs by default: an H100 measured ITL 12 ms with them, 96 ms without
-            "use_cuda_graph": cb.get("use_cuda_graph")
-            if cb.get("use_cuda_graph") is not None
-            else self.base.device.type == "cuda",
+            # unset: the manager's own choice. On an H100 with chat traffic, graphs measured
+            # slower (ITL p50 26 vs 23 ms, TTFT p99 1.5 vs 0.6 s; docs/benchmarks.md)
+            "use_cuda_graph": cb.get("use_cuda_graph"),
             "max_requests_per_batch": spec["max_batch_size"],
         }
         try:
