@@ -124,6 +124,12 @@ class TransformersSpec(Spec):
         "flash, efficient, math: cuDNN attention builds an execution plan for every new shape, "
         "a CPU cost per decode step when prompt lengths vary).",
     )
+    batch_buckets: bool | None = Field(
+        None,
+        description="static mode: pad each fixed-output batch up to the next power of two (at "
+        "most max_batch_size) with throw-away rows, so only those sizes are compiled and warmed "
+        "(default: on with compile, off in eager mode).",
+    )
     prompt_bucket: int | None = Field(
         None,
         ge=1,

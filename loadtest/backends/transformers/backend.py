@@ -50,6 +50,7 @@ class TransformersBackend(Backend):
         self._reply: Any = None  # an asyncio.Queue once started
         self._dead: str | None = None
         self._ready = False
+        self._info: dict = {}  # what the worker reported when ready
         self._outq: queue.SimpleQueue = queue.SimpleQueue()
 
     async def start(self) -> BackendInfo:
@@ -94,6 +95,7 @@ class TransformersBackend(Backend):
             await self.stop()
             raise BackendError(f"engine worker could not load {self.spec.model!r}: {detail}")
         info = msg[1]
+        self._info = info
         self._ready = True
         self.tokenizer = tokenizer
         name = (
@@ -115,6 +117,11 @@ class TransformersBackend(Backend):
             "static": list(range(1, self.spec.max_batch_size + 1)),
             "continuous": [self.spec.max_batch_size],
         }[self.spec.mode]
+        if self._info.get("batch_buckets"):
+            # fixed-output batches run at the next power of two: only those are compiled
+            from loadtest.backends.transformers.worker import bucket_sizes
+
+            sizes = bucket_sizes(self.spec.max_batch_size)
         new_tokens = 4
         if self.spec.compile:
             # A static cache is compiled for its length (prompt + new tokens): warm up with the

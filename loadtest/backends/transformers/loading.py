@@ -103,6 +103,14 @@ def load_model(spec: dict, base_dir: str):
         "attn_implementation": getattr(config, "_attn_implementation", None),
         "sdpa_backends": sdpa,
         "prompt_bucket": spec.get("prompt_bucket") or 1,
+        "batch_buckets": bool(
+            spec["mode"] == "static"
+            and (
+                spec.get("batch_buckets")
+                if spec.get("batch_buckets") is not None
+                else spec["compile"]
+            )
+        ),
         "mode": spec["mode"],
         "compile": spec["compile"],
         "trust_remote_code": spec["trust_remote_code"],

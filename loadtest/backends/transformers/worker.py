@@ -255,8 +255,14 @@ class Engine:
         bucket = self.info.get("prompt_bucket") or 1
         width = -(-max(len(r[2]) for r in batch) // bucket) * bucket  # up to the bucket
         pad = self.info.get("pad_token_id", 0)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        rows = len(batch)
+        if self.info.get("batch_buckets") and all(r[4] for r in batch):
+            # Throw-away rows after the real ones, up to the next warmed size: every row runs
+            # to the same fixed length, so they add no steps, and nothing reads their tokens.
+            rows = batch_bucket(len(batch), self.spec["max_batch_size"])
+        ids = torch.full((rows, width), pad, dtype=torch.long)
+        mask = torch.zeros((rows, width), dtype=torch.long)
+        mask[len(batch) :, -1] = 1  # a throw-away row: one pad token of prompt
         for i, r in enumerate(
             batch
         ):  # left padding: every row's next token lands in the last column
@@ -372,6 +378,16 @@ class Engine:
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
             )
         return facts
+
+
+def batch_bucket(n: int, max_batch_size: int) -> int:
+    """The warmed batch size a batch of ``n`` rows runs at: the next power of two, or the cap."""
+    return min(max_batch_size, 1 << (n - 1).bit_length())
+
+
+def bucket_sizes(max_batch_size: int) -> list[int]:
+    """Every size ``batch_bucket`` can return: the powers of two below the cap, and the cap."""
+    return sorted({batch_bucket(n, max_batch_size) for n in range(1, max_batch_size + 1)})
 
 
 def compiled_graphs() -> int | None:

@@ -603,3 +603,40 @@ def test_compiled_graphs_counts_what_torch_compile_builds():
     f(torch.ones(3))  # same shape: no new graph
     f(torch.ones(5, 2))  # a new shape: a new graph (a recompile inside a window would count)
     assert compiled_graphs() - before == 2
+
+
+def test_batch_buckets_are_powers_of_two_up_to_the_cap():
+    from loadtest.backends.transformers.worker import batch_bucket, bucket_sizes
+
+    assert [batch_bucket(n, 16) for n in (1, 2, 3, 5, 8, 9, 16)] == [1, 2, 4, 8, 8, 16, 16]
+    assert [batch_bucket(n, 12) for n in (9, 12)] == [12, 12]
+    assert bucket_sizes(16) == [1, 2, 4, 8, 16] and bucket_sizes(12) == [1, 2, 4, 8, 12]
+
+
+@pytest.mark.integration
+def test_a_bucketed_batch_runs_with_throw_away_rows_and_reports_only_the_real_ones(
+    tiny_model_dir,
+):
+    eng, out = _engine(tiny_model_dir)
+    shapes = []
+    generate = eng.model.generate
+
+    def spy(**kwargs):
+        shapes.append(tuple(kwargs["input_ids"].shape))
+        return generate(**kwargs)
+
+    eng.model.generate = spy
+    eng.info["batch_buckets"] = True
+    fixed = [("req", i, [5] * (3 + i), 4, True, None) for i in (1, 2, 3)]
+    assert eng._generate(fixed, set(), out, set()) == 0  # one stamp per token
+    dones = sorted((m[2], m[3]) for m in out.msgs if m[0] == "done")
+    assert shapes == [(4, 6)] and dones == [(1, 4), (2, 4), (3, 4)]  # 3 rows ran as 4
+    assert all(rid > 0 for m in out.msgs if m[0] == "tokens" for rid in m[2])
+    out.msgs.clear()
+    natural = [
+        ("req", 9, [5, 6], 4, False, 2),
+        ("req", 10, [5], 4, False, 2),
+        ("req", 11, [7], 4, True, None),
+    ]
+    eng._generate(natural, set(), out, set())
+    assert shapes[-1][0] == 3  # a batch that may stop at EOS is never padded with rows
