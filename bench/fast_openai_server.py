@@ -1,7 +1,7 @@
 """A fast OpenAI-compatible streaming endpoint for benchmarking the client (not a test double:
 the HTTP backend's tests run against the real ``transformers serve``).
 
-Answers /v1/completions and /v1/chat/completions at once: ``max_tokens`` SSE chunks of one token
+Lists one model at /v1/models; answers /v1/completions and /v1/chat/completions at once: ``max_tokens`` SSE chunks of one token
 each, a final chunk with ``usage``, then ``[DONE]``, with an optional delay between tokens.
 
     python bench/fast_openai_server.py --port 8123 [--itl-ms 0]
@@ -57,11 +57,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--itl-ms", type=float, default=0.0)
+    ap.add_argument("--model", default="stub-model", help="the id /v1/models lists")
     args = ap.parse_args()
     app = web.Application()
     app["itl_s"] = args.itl_ms / 1000
     app.router.add_post("/v1/completions", handle)
     app.router.add_post("/v1/chat/completions", handle)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": args.model, "object": "model"}]}
+        )
+
+    app.router.add_get("/v1/models", models)
     web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None)
 
 

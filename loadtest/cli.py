@@ -58,6 +58,70 @@ def _load(path: Path, overrides: list[str]):
         raise typer.Exit(EXIT_USAGE) from None
 
 
+def _scenario_source(
+    scenario: Path | None,
+    overrides: list[str],
+    url: str | None,
+    model: str | None,
+    flags: dict,
+    save_to: Path | None,
+    overwrite: bool,
+) -> tuple[Path, list[str]]:
+    """The scenario file to load and the overrides on it. With ``--url`` and no file, the
+    scenario the flags describe, written to ``--save-scenario`` (or a temporary file)."""
+    import os
+    import shlex
+    import sys
+    import tempfile
+
+    given = {k: v for k, v in flags.items() if v is not None}
+    if scenario is not None:
+        if given or save_to is not None:
+            _error(
+                f"{', '.join('--' + k.replace('_', '-') for k in given) or '--save-scenario'}: only without a scenario file"
+            )
+            raise typer.Exit(EXIT_USAGE)
+        extra = [f"backend.base_url={url}"] if url else []
+        extra += [f"backend.model={model}"] if model else []
+        return scenario, extra + overrides
+    if url is None:
+        _error("give a scenario file, or --url for a served model (loadtest run --help)")
+        raise typer.Exit(EXIT_USAGE)
+    from loadtest.backends.openai.discovery import list_models
+    from loadtest.config import quick
+    from loadtest.core import atomic
+    from loadtest.core.errors import BackendError, ScenarioError
+
+    if model is None:
+        try:
+            models = list_models(url, os.environ.get("OPENAI_API_KEY"))
+        except BackendError as exc:
+            _error(f"--url: {exc}")
+            raise typer.Exit(EXIT_FAILED) from None
+        model = models[0]
+        typer.echo(
+            f"model: {model}"
+            + (f" (the first of {len(models)} the server lists)" if len(models) > 1 else ""),
+            err=True,
+        )
+    try:
+        data = quick.scenario_from_flags(url=url, model=model, **given)
+    except ScenarioError as exc:
+        _error(*exc.problems)
+        raise typer.Exit(EXIT_USAGE) from None
+    text = quick.to_yaml(data, "loadtest " + shlex.join(sys.argv[1:]))
+    if save_to is not None:
+        if save_to.exists() and not overwrite:
+            _error(f"--save-scenario {save_to}: exists (--overwrite to replace it)")
+            raise typer.Exit(EXIT_USAGE)
+        atomic.write_text(save_to, text)
+        typer.echo(f"scenario: {save_to}", err=True)
+        return save_to, overrides
+    path = Path(tempfile.mkdtemp(prefix="loadtest-")) / "scenario.yml"
+    atomic.write_text(path, text)
+    return path, overrides
+
+
 def _claim(out: Path | None, loaded, overwrite: bool, suffix: str = "") -> Path:
     """The run (or sweep, repeat) directory, created now, before anything heavy starts."""
     from loadtest.core import rundir
@@ -76,7 +140,49 @@ def _claim(out: Path | None, loaded, overwrite: bool, suffix: str = "") -> Path:
 
 @app.command()
 def run(
-    scenario: Path = typer.Argument(..., help="Scenario YAML file."),
+    scenario: Path | None = typer.Argument(
+        None, help="Scenario YAML file (or none, with --url: a served model from flags)."
+    ),
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="An OpenAI-compatible endpoint (http://host:8000/v1): run it with no scenario "
+        "file, or point the scenario's openai backend at it.",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="--url: the served model (default: the first /v1/models lists)."
+    ),
+    api: str | None = typer.Option(
+        None, "--api", help="--url: chat or completions (default: completions; chat for --dataset)."
+    ),
+    rate: float | None = typer.Option(
+        None, "--rate", help="--url: Poisson arrivals at this many requests/s (open loop)."
+    ),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", help="--url: this many users in closed loop (default 1)."
+    ),
+    duration: str | None = typer.Option(
+        None, "--duration", help="--url: the measured window (default 60s, after 5s of warm-up)."
+    ),
+    requests: int | None = typer.Option(
+        None, "--requests", help="--url: measure this many requests instead of a duration."
+    ),
+    input_tokens: str | None = typer.Option(
+        None,
+        "--input-tokens",
+        help="--url: prompt length: 256, or {dist: lognormal, mean: 256, sigma: 0.4}.",
+    ),
+    output_tokens: str | None = typer.Option(
+        None, "--output-tokens", help="--url: output length, as --input-tokens (default 128)."
+    ),
+    dataset: str | None = typer.Option(
+        None, "--dataset", help="--url: prompts from a JSONL file instead of synthetic ones."
+    ),
+    save_scenario: Path | None = typer.Option(
+        None,
+        "--save-scenario",
+        help="--url: write the equivalent scenario file here (a first try made reproducible).",
+    ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (exactly this path)."),
     set_: list[str] = typer.Option(
         [], "--set", help="Override a field: dotted.key=value (repeatable)."
@@ -111,8 +217,29 @@ def run(
         False, "--json", help="Print metrics.json (repeat.json) to stdout instead of tables."
     ),
 ) -> None:
-    """Run one load test and write its run directory (metrics.json); --repeat N for replicates."""
+    """Run one load test and write its run directory (metrics.json); --repeat N for replicates.
 
+    ``loadtest run --url http://host:8000/v1`` runs a served model with no scenario file."""
+
+    from_flags = scenario is None
+    scenario, set_ = _scenario_source(
+        scenario,
+        set_,
+        url,
+        model,
+        dict(
+            api=api,
+            rate=rate,
+            concurrency=concurrency,
+            duration=duration,
+            requests=requests,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            dataset=dataset,
+        ),
+        save_scenario,
+        overwrite,
+    )
     loaded = _load(scenario, set_)
     from loadtest.core.clock import MonotonicClock
     from loadtest.repeat import run_repeats
@@ -132,6 +259,10 @@ def run(
         raise typer.Exit(EXIT_USAGE)
     console = make_console(stderr=as_json)
     out = _claim(out, loaded, overwrite)
+    if from_flags:  # the run directory keeps the scenario the flags made
+        from loadtest.core import atomic
+
+        atomic.write_text(out / "scenario.yml", scenario.read_text(encoding="utf-8"))
 
     async def go():
         session = Session(

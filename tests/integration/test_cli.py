@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import LENIENT
@@ -282,3 +283,65 @@ def test_an_offline_batch_size_sweep_sizes_each_point_by_full_batches_and_report
     ]
     assert got == [(2, 1), (6, 3)]
     assert "sweep: point 1/2" in r.stderr and "sweep: point 2/2" in r.stderr and "left" in r.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_scenario(tmp_path):
+    """``loadtest run --url``: no scenario file; the model from /v1/models; the equivalent
+    scenario written out, and that file runs the same load again."""
+    pytest.importorskip("aiohttp")
+    import urllib.request
+
+    port = _free_port()
+    root = Path(__file__).parents[2]
+    server = subprocess.Popen(
+        [sys.executable, str(root / "bench" / "fast_openai_server.py"), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # bounded: the server is up within seconds or the test fails
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "stub server did not start"
+                time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/v1"
+        saved = tmp_path / "first-try.yml"
+        r = cli(
+            "run", "--url", url, "--concurrency", "2", "--requests", "20",
+            "--input-tokens", "32", "--output-tokens", "{dist: uniform, min: 4, max: 8}",
+            "--save-scenario", saved, "-o", tmp_path / "a", "-q",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "model: stub-model" in r.stderr
+        m = json.loads((tmp_path / "a" / "metrics.json").read_text())
+        assert m["status"] == "ok" and m["requests"]["completed"] == 20
+        sc = m["scenario"]
+        assert sc["backend"]["model"] == "stub-model" and sc["backend"]["api"] == "completions"
+        assert (sc["load"]["arrival"]["kind"], sc["load"]["arrival"]["users"]) == ("concurrency", 2)
+        assert (tmp_path / "a" / "scenario.yml").read_text() == saved.read_text()
+        assert saved.read_text().startswith("# Written by: loadtest run --url")
+        again = cli("run", saved, "-o", tmp_path / "b", "-q")
+        assert again.returncode == 0, again.stderr
+        m2 = json.loads((tmp_path / "b" / "metrics.json").read_text())
+        assert m2["scenario"] == {**sc, "outputs": m2["scenario"]["outputs"]}
+        # a server with nothing at the URL: a clear error before anything runs
+        dead = cli(
+            "run", "--url", f"http://127.0.0.1:{_free_port()}/v1", "-q", "-o", tmp_path / "c"
+        )
+        assert dead.returncode == 4 and "no answer" in dead.stderr
+        both = cli("run", "--url", url, "--rate", "5", "--concurrency", "2", "-o", tmp_path / "d")
+        assert both.returncode == 2 and "not both" in both.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -1,0 +1,40 @@
+"""What a served endpoint offers, asked before a run: the models behind ``/v1/models``."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from loadtest.core import secrets
+from loadtest.core.errors import BackendError
+
+
+def list_models(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
+    """The model ids the server lists at ``{base_url}/models`` (OpenAI's format), in its order.
+
+    A server that does not answer within ``timeout_s``, answers with an error, or answers
+    something that is not a model list raises BackendError with the reason."""
+    url = base_url.rstrip("/") + "/models"
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    if api_key:
+        secrets.register(api_key)
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = response.read(1 << 20)
+    except urllib.error.HTTPError as exc:
+        raise BackendError(f"{secrets.redact_url(url)}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BackendError(f"{secrets.redact_url(url)}: no answer ({reason})") from None
+    try:
+        data = json.loads(body)
+        ids = [str(m["id"]) for m in data["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise BackendError(
+            f"{secrets.redact_url(url)}: not an OpenAI model list; give --model"
+        ) from None
+    if not ids:
+        raise BackendError(f"{secrets.redact_url(url)}: the server lists no model; give --model")
+    return ids

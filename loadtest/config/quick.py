@@ -1,0 +1,94 @@
+"""A scenario from command-line flags: ``loadtest run --url http://host:8000/v1`` with no file.
+
+The flags map onto the same scenario model a file would hold, and the YAML written out is that
+scenario exactly (``--save-scenario``): a first try becomes a reproducible scenario file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from loadtest.core.errors import ScenarioError
+
+DEFAULT_INPUT_TOKENS = 256
+DEFAULT_OUTPUT_TOKENS = 128
+DEFAULT_DURATION = "60s"
+DEFAULT_WARMUP = "5s"
+
+
+def scenario_from_flags(
+    *,
+    url: str,
+    model: str,
+    api: str | None = None,
+    rate: float | None = None,
+    concurrency: int | None = None,
+    duration: str | None = None,
+    requests: int | None = None,
+    input_tokens: str | None = None,
+    output_tokens: str | None = None,
+    dataset: str | None = None,
+) -> dict[str, Any]:
+    """The scenario mapping the flags describe. Open loop (Poisson at ``rate``) or closed loop
+    (``concurrency`` users, one by default); a window of ``duration`` (60 s by default) or
+    ``requests``. Synthetic prompts go through the completions API (a chat template would add
+    tokens the plan did not count); a dataset of conversations through chat."""
+    if rate is not None and concurrency is not None:
+        raise ScenarioError(["give --rate (open loop) or --concurrency (closed loop), not both"])
+    if duration is not None and requests is not None:
+        raise ScenarioError(["give --duration or --requests, not both"])
+    arrival: dict[str, Any] = (
+        {"kind": "poisson", "rate": rate}
+        if rate is not None
+        else {"kind": "concurrency", "users": concurrency or 1}
+    )
+    load: dict[str, Any] = {"arrival": arrival}
+    if requests is not None:
+        load["requests"] = requests
+    else:
+        load["duration"] = duration or DEFAULT_DURATION
+        load["warmup"] = DEFAULT_WARMUP
+    workload: dict[str, Any] = {
+        "output_tokens": _length(output_tokens, DEFAULT_OUTPUT_TOKENS, "--output-tokens")
+    }
+    if dataset is not None:
+        workload["dataset"] = dataset
+    else:
+        workload["input_tokens"] = _length(input_tokens, DEFAULT_INPUT_TOKENS, "--input-tokens")
+    host = urlsplit(url).hostname or "server"
+    return {
+        "name": f"{host}-{model.rsplit('/', 1)[-1]}",
+        "backend": {
+            "kind": "openai",
+            "base_url": url,
+            "model": model,
+            "api": api or ("chat" if dataset is not None else "completions"),
+        },
+        "workload": workload,
+        "load": load,
+    }
+
+
+def _length(text: str | None, default: int, flag: str) -> Any:
+    """``256`` or a distribution in YAML flow style (``{dist: lognormal, mean: 256, sigma: 0.4}``)."""
+    if text is None:
+        return default
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError([f"{flag} {text!r}: {exc}"]) from None
+    if not isinstance(value, (int, dict)) or isinstance(value, bool):
+        raise ScenarioError(
+            [
+                f"{flag} {text!r}: a token count, or a distribution such as {{dist: uniform, min: 32, max: 96}}"
+            ]
+        )
+    return value
+
+
+def to_yaml(scenario: dict[str, Any], command: str) -> str:
+    """The scenario as a file, headed by the command that made it."""
+    return f"# Written by: {command}\n" + yaml.safe_dump(scenario, sort_keys=False)
