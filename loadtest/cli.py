@@ -316,6 +316,14 @@ def sweep(
     tolerance: float = typer.Option(
         0.05, "--tolerance", help="--find-max-rate: relative width of the final bracket."
     ),
+    min_goodput: float | None = typer.Option(
+        None,
+        "--min-goodput",
+        min=0.0,
+        max=1.0,
+        help="--find-max-rate: a rate meets only when at least this fraction of its requests "
+        "met the scenario's goodput objectives (and the SLA, if it has one).",
+    ),
     max_point_duration: str = typer.Option(
         "10m",
         "--max-point-duration",
@@ -386,7 +394,13 @@ def sweep(
         try:
             if find_max_rate:
                 return await sweeps.find_max_rate(
-                    scenario, set_, out, session, tolerance, max_point_s=max_point_s
+                    scenario,
+                    set_,
+                    out,
+                    session,
+                    tolerance,
+                    max_point_s=max_point_s,
+                    min_goodput=min_goodput,
                 )
             return (
                 await sweeps.run_sweep(

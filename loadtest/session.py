@@ -289,6 +289,9 @@ class Session:
             scenario.outputs.interval,
             keep_records=scenario.outputs.requests_jsonl,
             profile=window,
+            goodput=None
+            if scenario.goodput is None
+            else (scenario.goodput.ttft, scenario.goodput.tpot, scenario.goodput.e2e),
         )
         self._runner = runner
         if self.interrupted_by is not None:  # a signal between points

@@ -245,6 +245,9 @@ def curves(rows: list[SweepPoint], axis: str) -> tuple[list[CurvePoint], list, o
             steady=None
             if r.metrics is None or r.metrics.stability is None
             else r.metrics.stability.steady,
+            goodput_rps=None
+            if r.metrics is None or r.metrics.goodput is None
+            else r.metrics.goodput.good_requests_per_s,
             **headline(r.metrics),
         )
         for r in rows
@@ -285,9 +288,12 @@ ENDINGS = {
 }
 
 
-def judge_point(metrics: RunMetrics, at_cap: bool) -> tuple[str, str]:
-    """What one search point says about its rate: MEETS the SLA, ABOVE the limit, LONGER (more
-    samples would decide it), or an ending of the search. The second value says why."""
+def judge_point(
+    metrics: RunMetrics, at_cap: bool, min_goodput: float | None = None
+) -> tuple[str, str]:
+    """What one search point says about its rate: MEETS the objectives (the SLA, and a goodput
+    attainment of at least ``min_goodput``), ABOVE the limit, LONGER (more samples would decide
+    it), or an ending of the search. The second value says why."""
     sla = metrics.sla
     if metrics.status == "interrupted":
         return "interrupted", f"interrupted by {metrics.interrupted_by or 'a signal'}"
@@ -295,6 +301,14 @@ def judge_point(metrics: RunMetrics, at_cap: bool) -> tuple[str, str]:
         return ABOVE, "; ".join(metrics.validity.reasons) or "the run failed"
     if metrics.stability is not None and not metrics.stability.steady:
         return ABOVE, "overloaded: " + "; ".join(metrics.stability.reasons)
+    if min_goodput is not None:
+        g = metrics.goodput
+        if g is None or g.attainment is None:
+            return "error", "no goodput measured (the scenario needs a goodput: block)"
+        if g.attainment < min_goodput:
+            return ABOVE, f"goodput attainment {g.attainment:.1%} < {min_goodput:.1%}"
+        if sla is None:
+            return MEETS, f"goodput attainment {g.attainment:.1%} >= {min_goodput:.1%}"
     if sla is None:
         return "error", "no SLA verdict"
     if sla.verdict == "PASS":
@@ -327,6 +341,7 @@ async def find_max_rate(
     tolerance: float = 0.05,
     max_points: int = 24,
     max_point_s: float = DEFAULT_MAX_POINT_S,
+    min_goodput: float | None = None,
 ) -> SweepDoc:
     """Bracket, then bisect, the highest rate whose run meets the SLA.
 
@@ -336,9 +351,16 @@ async def find_max_rate(
     runs. Every run is a point in sweep.json, which is rewritten after each one.
     """
     base = load_scenario(scenario_path, base_overrides).scenario
-    if base.sla is None:
+    if base.sla is None and min_goodput is None:
         raise ScenarioError(
-            [f"{scenario_path}: --find-max-rate needs an sla: block (what 'meets' means)"]
+            [
+                f"{scenario_path}: --find-max-rate needs an sla: block or --min-goodput "
+                "(what 'meets' means)"
+            ]
+        )
+    if min_goodput is not None and base.goodput is None:
+        raise ScenarioError(
+            [f"{scenario_path}: --min-goodput needs a goodput: block (the per-request objectives)"]
         )
     if base.load.arrival.kind not in ("constant", "poisson", "gamma"):
         raise ScenarioError(
@@ -349,6 +371,7 @@ async def find_max_rate(
     search = _Search(
         scenario_path, base_overrides, out, session, max_points, max_point_s, tolerance
     )
+    search.min_goodput = min_goodput
     search.by_count = base.load.duration is None
     load = base.load
     search.first_size = float(load.requests or 0) if search.by_count else (load.duration or 0) / 1e9
@@ -373,6 +396,7 @@ class _Search:
         self.path, self.overrides, self.out, self.session = path, overrides, out, session
         self.max_points, self.max_point_s, self.tolerance = max_points, max_point_s, tolerance
         self.by_count, self.first_size = False, 0.0
+        self.min_goodput: float | None = None
         self.rows: list[SweepPoint] = []
         self.good: float | None = None  # highest rate that met the SLA
         self.bad: float | None = None  # lowest rate that did not
@@ -428,7 +452,7 @@ class _Search:
                 return "error"
             self.rows.append(point_row(params, result.result, run_dir))
             _write(self.doc("running"), self.out)
-            word, why = judge_point(result.result, at_cap=window_s >= cap_s)
+            word, why = judge_point(result.result, window_s >= cap_s, self.min_goodput)
             if word == MEETS:
                 self.good = rate if self.good is None else max(self.good, rate)
                 return word

@@ -333,6 +333,23 @@ else:
     )
 
 
+class Goodput(_Model):
+    """Per-request objectives: a request is good when it completed and met every one set
+    (goodput = good requests per second; attainment = good / finished)."""
+
+    ttft: Duration | None = Field(None, description="Time to first token at most this.")
+    tpot: Duration | None = Field(
+        None, description="Time per output token at most this (requests with 2+ tokens)."
+    )
+    e2e: Duration | None = Field(None, description="End-to-end latency at most this.")
+
+    @model_validator(mode="after")
+    def _some(self):
+        if self.ttft is None and self.tpot is None and self.e2e is None:
+            raise ValueError("set at least one of ttft, tpot, e2e")
+        return self
+
+
 class Outputs(_Model):
     """Where and what a run writes besides metrics.json."""
 
@@ -407,6 +424,9 @@ class Scenario(_Model):
     workload: Workload = Field(default_factory=Workload, description="Prompts and lengths.")
     load: Load = Field(description="Arrivals, window, warmup, drain.")
     sla: Sla | None = Field(None, description="Objectives that decide the exit code.")
+    goodput: Goodput | None = Field(
+        None, description="Per-request objectives: goodput req/s and attainment in the result."
+    )
     outputs: Outputs = Field(default_factory=Outputs, description="What to write, and where.")
     telemetry: Telemetry = Field(
         default_factory=Telemetry, description="GPU sampling beside the latencies."

@@ -88,6 +88,8 @@ class Recorder:
         self.first_measured_intended: int | None = None
         self.records: list[dict] | None = None
         self.timeline = Timeline()  # every finished request's times: the stability judgement
+        # goodput objectives in ns (ttft, tpot, e2e; None = not set), or None: not judged
+        self.goodput: tuple[int | None, int | None, int | None] | None = None
         self.profile = (
             None  # a ProfileWindow: requests overlapping it are flagged (and maybe excluded)
         )
@@ -109,6 +111,7 @@ class Recorder:
             st.admitted_ns,
             st.done,
             not st.req.warmup,
+            -1 if self.goodput is None or st.req.warmup else self._is_good(st),
         )
         if st.req.warmup:
             self.warmup += 1
@@ -134,6 +137,22 @@ class Recorder:
         self._record_latencies(st)
         self._keep_record(st)
         self._mark_measured_done(st)
+
+    def _is_good(self, st: RequestState) -> int:
+        """1 when a finished request met every goodput objective, else 0 (a failure never does)."""
+        assert self.goodput is not None
+        ttft, tpot, e2e = self.goodput
+        stamps = st.stamps
+        if st.error is not None or not stamps:
+            return 0
+        if ttft is not None and stamps[0] - st.intended_ns > ttft:
+            return 0
+        if e2e is not None and st.done - st.intended_ns > e2e:
+            return 0
+        if tpot is not None and len(stamps) > 1:
+            if (stamps[-1] - stamps[0]) // (len(stamps) - 1) > tpot:
+                return 0
+        return 1
 
     def _record_latencies(self, st: RequestState) -> None:
         stamps, intended, sent = st.stamps, st.intended_ns, st.sent_ns

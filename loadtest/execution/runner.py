@@ -58,7 +58,10 @@ class Runner:
         interval_ns: int,
         keep_records: bool = False,
         profile=None,
+        goodput: tuple[int | None, int | None, int | None] | None = None,
     ) -> None:
+        """``goodput``: per-request objectives in ns (ttft, tpot, e2e), or None."""
+        self.goodput = goodput
         self.profile = profile  # a ProfileWindow, or None
         self.plan, self.backend, self.tokenizer, self.clock, self.load = (
             plan,
@@ -104,6 +107,7 @@ class Runner:
         rec = self.recorder = Recorder(
             self.t0, self.interval_ns, self.plan.window_start_ns, self.plan.window_end_ns
         )
+        rec.goodput = self.goodput
         if self.keep_records:
             rec.records = []
         if self.profile is not None:

@@ -116,6 +116,7 @@ def run_html(m: dict) -> str:
             )
     for title, rows in (
         ("Stability", insight.stability_rows(m.get("stability"))),
+        ("Goodput", insight.goodput_rows(m.get("goodput"))),
         ("GPU telemetry", insight.gpu_rows(m.get("gpu"))),
         ("Roofline", insight.roofline_rows(m.get("roofline"))),
     ):

@@ -8,6 +8,25 @@ def _f(x, fmt="{:.3g}"):
     return "-" if x is None else fmt.format(x)
 
 
+def goodput_rows(goodput: dict | None) -> list[tuple[str, str]]:
+    """Label/value rows of goodput: the objectives, attainment and good requests a second."""
+    if not goodput:
+        return []
+    slo = ", ".join(f"{k} <= {v:g} ms" for k, v in goodput["slo_ms"].items())
+    att = goodput.get("attainment")
+    rps = goodput.get("good_requests_per_s")
+    return [
+        ("objectives (every one, per request)", slo),
+        (
+            "attainment",
+            "-"
+            if att is None
+            else f"{att:.1%} ({goodput['good']} of {goodput['judged']} finished)",
+        ),
+        ("goodput", "-" if rps is None else f"{rps:.4g} good requests/s"),
+    ]
+
+
 def stability_rows(stability: dict | None) -> list[tuple[str, str]]:
     """Label/value rows of the stability judgement: the verdict, rates, backlog, trends."""
     if not stability:

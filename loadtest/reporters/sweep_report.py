@@ -20,6 +20,7 @@ COLS = (
     "itl_p50_ms",
     "itl_p99_ms",
     "e2e_p99_ms",
+    "goodput_rps",
 )
 
 

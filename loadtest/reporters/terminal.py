@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from loadtest.reporters import insight
 from loadtest.reporters.console import make_console, styled
 
 ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
@@ -49,6 +50,12 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
         console.print(
             f"throughput over {t['window_s']:.3g} s window: {t['output_tokens_per_s']:.1f} output tok/s, "
             f"{t['total_tokens_per_s']:.1f} total tok/s, {t['requests_per_s']:.2f} req/s"
+        )
+    g = metrics.get("goodput")
+    if g and g.get("attainment") is not None:
+        rows = dict(insight.goodput_rows(g))
+        console.print(
+            f"goodput: {rows['attainment']} met {rows['objectives (every one, per request)']}; {rows['goodput']}"
         )
     loop = metrics["harness"]["loop_lag_ms"]
     lag = metrics["latency_ms"]["dispatch_lag"]

@@ -16,6 +16,7 @@ from loadtest.execution.recorder import ALL_METRICS
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import (
     RUN_SCHEMA,
+    GoodputResult,
     Harness,
     IntervalPoint,
     LatencySummary,
@@ -203,6 +204,7 @@ def build_result(
         ),
         validity=validity,
         stability=stability,
+        goodput=_goodput(scenario, rec, window_s),
         timeseries=Timeseries(interval_s=rec.interval_ns / 1e9, points=_points(rec)),
         histograms={m: hists[m].encode() for m in ALL_METRICS},
         histograms_over_range={m: hists[m].over_range for m in ALL_METRICS},
@@ -214,6 +216,29 @@ def build_result(
         p99_ms=e2e.p99,
         peak_mem_mb=backend.get("peak_mem_mb"),
         **identity,
+    )
+
+
+def _goodput(scenario: Scenario, rec, window_s: float | None) -> GoodputResult | None:
+    g = scenario.goodput
+    if g is None:
+        return None
+    tl = rec.timeline
+    judged = good = good_in_window = 0
+    for is_good, measured, done in zip(tl.good, tl.measured, tl.done):
+        if not measured or is_good < 0:
+            continue
+        judged += 1
+        if is_good:
+            good += 1
+            if rec.window_start is not None and rec.window_end is not None:
+                good_in_window += rec.window_start <= done < rec.window_end
+    return GoodputResult(
+        slo_ms={k: v / 1e6 for k, v in (("ttft", g.ttft), ("tpot", g.tpot), ("e2e", g.e2e)) if v},
+        judged=judged,
+        good=good,
+        attainment=good / judged if judged else None,
+        good_requests_per_s=_rate(good_in_window, window_s),
     )
 
 

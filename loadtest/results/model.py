@@ -161,6 +161,16 @@ class Stability(_Doc):
     queue_trend: Trend | None = None
 
 
+class GoodputResult(_Doc):
+    """How many finished requests met every per-request objective, and how many a second."""
+
+    slo_ms: dict[str, float]  # the objectives set: ttft, tpot, e2e
+    judged: int  # measured requests that finished (failures count, and are never good)
+    good: int
+    attainment: float | None  # good / judged
+    good_requests_per_s: float | None  # good completions inside the window / window length
+
+
 class IntervalPoint(_Doc):
     """One reporting interval: counts, p50/p99 of the interval metrics, encoded histograms."""
 
@@ -204,6 +214,7 @@ class RunMetrics(_Doc):
     harness: Harness | None = None
     validity: Validity
     stability: Stability | None = None
+    goodput: GoodputResult | None = None
     timeseries: Timeseries | None = None
     histograms: dict[str, str] | None = None
     histograms_over_range: dict[str, int] | None = None
@@ -277,6 +288,7 @@ class CurvePoint(_Doc):
     itl_p50_ms: float | None = None
     itl_p99_ms: float | None = None
     e2e_p99_ms: float | None = None
+    goodput_rps: float | None = None  # good requests/s, where the scenario sets goodput
 
 
 class SweepPoint(_Doc):
