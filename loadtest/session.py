@@ -268,7 +268,10 @@ class Session:
             result.sla = evaluate(scenario.sla, Evidence.of_run(result))
         result = null_non_finite(result)
         if outcome.recorder.records is not None:
-            atomic.write_jsonl(out / "requests.jsonl", outcome.recorder.records)
+            records = outcome.recorder.records
+            atomic.write_jsonl(out / "requests.jsonl", records)
+            columns = [k for k in records[0] if k != "token_ns"] if records else []
+            atomic.write_csv(out / "requests.csv", records, columns)
         _write_result(out, result)
         return RunResult(out, result)
 

@@ -357,7 +357,10 @@ class Outputs(_Model):
         None, description="Run directory (default reports/<name>-<UTC time>); --out overrides."
     )
     requests_jsonl: bool = Field(
-        False, description="Also write requests.jsonl: one line of raw timestamps a request."
+        False,
+        description="Also write every request: requests.jsonl (its times, derived latencies, "
+        "tokens streamed and reported, status, the server's response id, token stamps) and "
+        "requests.csv (the same without the stamps).",
     )
     interval: PositiveDuration = Field(as_written("1s"), description="Time-series bucket width.")
 

@@ -62,6 +62,28 @@ def write_json(path: Path, obj) -> None:
     )
 
 
+def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
+    """``write_text`` of the rows as CSV. A text cell that a spreadsheet would run as a formula
+    (starting with = + - @) is prefixed with a quote: outside text stays text."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in columns])
+    write_text(path, buf.getvalue())
+
+
+def _cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def write_jsonl(path: Path, rows) -> None:
     """``write_text`` of one compact JSON object a line."""
     write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))

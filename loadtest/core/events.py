@@ -41,6 +41,8 @@ class Finished:
     t_ns: int
     output_tokens: int
     input_tokens: int | None = None
+    response_id: str | None = None  # the server's id for the response, where it gives one
+    reported_tokens: int | None = None  # what the server's usage claimed, where it streams one
 
 
 @dataclass(frozen=True, slots=True)

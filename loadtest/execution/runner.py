@@ -322,6 +322,7 @@ class Runner:
                 st.admitted_ns = ev.t_ns
             elif kind is Finished:
                 st.done_ns, st.output_tokens = ev.t_ns, ev.output_tokens
+                st.response_id, st.reported_tokens = ev.response_id, ev.reported_tokens
             elif kind is Failed:
                 st.done_ns, st.error = ev.t_ns, ev.error_type
         if st.done_ns is None:

@@ -321,6 +321,10 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
             "run", "--url", url, "--concurrency", "2", "--requests", "20",
             "--input-tokens", "32", "--output-tokens", "{dist: uniform, min: 4, max: 8}",
             "--save-scenario", saved, "-o", tmp_path / "a", "-q",
+            "--set", "outputs.requests_jsonl=true",
+            # the subject is the command, not the client's timing on a shared machine
+            "--set", "load.validity.max_dispatch_lag_p99=2s",
+            "--set", "load.validity.max_loop_lag_p99=2s",
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "model: stub-model" in r.stderr
@@ -330,8 +334,16 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
         assert sc["backend"]["model"] == "stub-model" and sc["backend"]["api"] == "completions"
         assert (sc["load"]["arrival"]["kind"], sc["load"]["arrival"]["users"]) == ("concurrency", 2)
         assert (tmp_path / "a" / "scenario.yml").read_text() == saved.read_text()
+        rows = [json.loads(x) for x in (tmp_path / "a" / "requests.jsonl").read_text().splitlines()]
+        # the stub server's response id, and its usage count (the number of chunks it sent)
+        assert {r["response_id"] for r in rows} == {"x"}
+        assert all(r["reported_output_tokens"] == r["output_tokens"] for r in rows)
         assert saved.read_text().startswith("# Written by: loadtest run --url")
-        again = cli("run", saved, "-o", tmp_path / "b", "-q")
+        again = cli(
+            "run", saved, "-o", tmp_path / "b", "-q",
+            "--set", "load.validity.max_dispatch_lag_p99=2s",
+            "--set", "load.validity.max_loop_lag_p99=2s",
+        )  # fmt: skip
         assert again.returncode == 0, again.stderr
         m2 = json.loads((tmp_path / "b" / "metrics.json").read_text())
         assert m2["scenario"] == {**sc, "outputs": m2["scenario"]["outputs"]}

@@ -168,6 +168,7 @@ class OpenAIBackend(Backend):
         chars = 0  # characters of text streamed: bounds what the server's usage may claim
         usage = None
         finish_reason = None
+        response_id = None  # the server's id: per-request exports join on it
         try:
             async with self._session.post(
                 self.url, data=json.dumps(body), trace_request_ctx=wire
@@ -197,6 +198,8 @@ class OpenAIBackend(Backend):
                             chars += nchars
                         finish_reason = reason or finish_reason
                         usage = event.get("usage") or usage
+                        if response_id is None:
+                            response_id = _response_id(event)
                     if done:
                         break
                 if not done and finish_reason is None:
@@ -258,7 +261,13 @@ class OpenAIBackend(Backend):
         if prompt_tokens is not None and prompt_tokens != req.input_tokens:
             self.facts["prompt_token_mismatch"] += 1
         yield Tokens(tuple(stamps))
-        yield Finished(stamps[-1] if stamps else now(), len(stamps), prompt_tokens)
+        yield Finished(
+            stamps[-1] if stamps else now(),
+            len(stamps),
+            prompt_tokens,
+            response_id,
+            _count(usage, "completion_tokens"),
+        )
 
     def _tokens_in(self, obj: dict) -> tuple[int, int, str | None]:
         """Output tokens and characters in one streamed event, and its finish_reason
@@ -531,6 +540,14 @@ def _event(data: str) -> dict:
     if not isinstance(event, dict):
         raise BadResponse(f"expected a JSON object, got {data[:80]}")
     return event
+
+
+def _response_id(event: dict) -> str | None:
+    """The chunk's ``id`` when it is a short printable string (outside text: bounded)."""
+    rid = event.get("id")
+    if isinstance(rid, str) and 0 < len(rid) <= 128 and rid.isprintable():
+        return rid
+    return None
 
 
 def _count(usage, key: str) -> int | None:
