@@ -263,7 +263,7 @@ class Session:
             started_at=started_at,
             interrupted_by=self.interrupted_by,
         )
-        _add_inside_sections(result, outcome, env, sampler, window, profile_export, out)
+        _add_inside_sections(result, scenario, outcome, env, sampler, window, profile_export, out)
         if scenario.sla is not None:
             result.sla = evaluate(scenario.sla, Evidence.of_run(result))
         result = null_non_finite(result)
@@ -320,17 +320,31 @@ def _run_dir(scenario, out_dir, overwrite: bool, claimed: bool) -> Path:
 
 
 def _add_inside_sections(
-    result: RunMetrics, outcome, env: dict, sampler, window, profile_export: dict, out: Path
+    result: RunMetrics,
+    scenario,
+    outcome,
+    env: dict,
+    sampler,
+    window,
+    profile_export: dict,
+    out: Path,
 ) -> None:
     """``gpu`` (and gpu.csv), the environment's warnings, ``profile``, ``roofline``."""
     rec = outcome.recorder
     if sampler:
         span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
         result.gpu = sampler.summary(outcome.t0_ns, span, rec.window_tokens)
+        if result.gpu.get("available"):
+            # whose GPUs these are: a served model's may be elsewhere, never labelled as its
+            result.gpu["scope"] = (
+                "this host (the load generator's); the server's own GPUs are not sampled"
+                if scenario.backend.kind == "openai"
+                else "this host (the engine's)"
+            )
         if sampler.rows:
             atomic.write_text(out / "gpu.csv", sampler.csv_text(outcome.t0_ns))
     else:
-        result.gpu = {"available": False, "reason": "telemetry.gpu: false"}
+        result.gpu = {"available": False, "reason": _gpu_off_reason(scenario) or "not sampled"}
     result.validity.warnings += environment.warnings(env, result.gpu)
     if result.backend.get("recompiles_in_window"):
         result.validity.warnings.append(
@@ -369,9 +383,33 @@ def _roofline(metrics: dict, env: dict) -> dict | None:
     return result
 
 
+def _gpu_off_reason(scenario) -> str | None:
+    """Why this host's GPUs are not sampled, or None when they are."""
+    gpu = scenario.telemetry.gpu
+    if gpu is False:
+        return "telemetry.gpu: false"
+    if gpu == "auto" and scenario.backend.kind == "openai":
+        from urllib.parse import urlsplit
+
+        host = (urlsplit(scenario.backend.base_url).hostname or "").lower()
+        if host not in ("localhost", "127.0.0.1", "::1", "0.0.0.0") and host not in _own_names():
+            return (
+                f"the server ({host}) is not on this host: its GPUs are not these "
+                "(telemetry.gpu: true samples this host's anyway)"
+            )
+    return None
+
+
+def _own_names() -> set[str]:
+    import socket
+
+    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return names
+
+
 def _sampler(scenario):
     """A started GPU sampler, or None when the scenario turns sampling off."""
-    if not scenario.telemetry.gpu:
+    if _gpu_off_reason(scenario) is not None:
         return None
     from loadtest.telemetry.gpu_sampler import GpuSampler
 

@@ -368,10 +368,11 @@ class Outputs(_Model):
 class Telemetry(_Model):
     """GPU sampling during the run."""
 
-    gpu: bool = Field(
-        True,
-        description="Sample every visible NVIDIA GPU through NVML (none, or no NVML: the "
-        "result says why and the run goes on); false: no sampling.",
+    gpu: bool | Literal["auto"] = Field(
+        "auto",
+        description="Sample every visible NVIDIA GPU of this host through NVML (none, or no "
+        "NVML: the result says why and the run goes on). auto: yes, unless the system under "
+        "test is a server on another host (its GPUs are not these); true: always; false: never.",
     )
     interval: PositiveDuration = Field(as_written("250ms"), description="GPU sampling period.")
     devices: list[int] | None = Field(

@@ -219,3 +219,27 @@ def test_a_gpm_reading_that_is_not_a_number_is_left_out_not_averaged(tmp_path, m
     assert not any("finite" in w for w in m["validity"]["warnings"])
     rows = list(csv.DictReader(io.StringIO((tmp_path / "run" / "gpu.csv").read_text())))
     assert {r["gpm.sm_activity [%]"] for r in rows} == {"", "25"}
+
+
+def test_a_server_on_another_host_never_gets_this_hosts_gpus_as_its_own():
+    """telemetry.gpu: auto samples this host's GPUs for in-process engines and local servers,
+    not for a server elsewhere (they would be reported as if they were its GPUs)."""
+    from loadtest.config.scenario import Scenario
+    from loadtest.session import _gpu_off_reason
+
+    def sc(url: str, gpu="auto") -> Scenario:
+        return Scenario.model_validate(
+            {
+                "name": "s",
+                "backend": {"kind": "openai", "base_url": url, "model": "m"},
+                "load": {"arrival": {"kind": "burst"}, "requests": 1},
+                "telemetry": {"gpu": gpu},
+            }
+        )
+
+    assert _gpu_off_reason(sc("http://127.0.0.1:8000/v1")) is None
+    assert _gpu_off_reason(sc("http://localhost:8000/v1")) is None
+    remote = _gpu_off_reason(sc("http://gpu-box.example:8000/v1"))
+    assert remote is not None and "not on this host" in remote
+    assert _gpu_off_reason(sc("http://gpu-box.example:8000/v1", gpu=True)) is None
+    assert _gpu_off_reason(sc("http://127.0.0.1:8000/v1", gpu=False)) == "telemetry.gpu: false"
