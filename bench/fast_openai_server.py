@@ -25,6 +25,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await resp.prepare(request)
+    request.app["running"] += 1
+    request.app["ttft_sum"] += 0.001
+    request.app["ttft_count"] += 1
     kind = "chat.completion.chunk" if chat else "text_completion"
     for _i in range(n):
         choice = (
@@ -49,6 +52,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
     }
     await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+    request.app["running"] -= 1
     await resp.write_eof()
     return resp
 
@@ -70,6 +74,23 @@ def main() -> None:
         )
 
     app.router.add_get("/v1/models", models)
+    app["running"], app["ttft_sum"], app["ttft_count"] = 0, 0.0, 0
+
+    async def metrics(request: web.Request) -> web.Response:
+        """vLLM's names: requests running now, a fixed KV-cache usage, the TTFT histogram's
+        sum and count (each request's first chunk goes out at once: 1 ms, counted here)."""
+        a = request.app
+        text = (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="{args.model}"}} {a["running"]}\n'
+            f'vllm:num_requests_waiting{{model_name="{args.model}"}} 0\n'
+            f'vllm:kv_cache_usage_perc{{model_name="{args.model}"}} 0.25\n'
+            f'vllm:time_to_first_token_seconds_sum{{model_name="{args.model}"}} {a["ttft_sum"]}\n'
+            f'vllm:time_to_first_token_seconds_count{{model_name="{args.model}"}} {a["ttft_count"]}\n'
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    app.router.add_get("/metrics", metrics)
     web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None)
 
 

@@ -234,12 +234,15 @@ class Session:
         finally:
             self._starting = None
         sampler = _sampler(scenario)
+        server = _server_sampler(scenario)
         window = self._profile_window(scenario, out)
         try:
             outcome = await self._run(plan, scenario, window)
         finally:
             if sampler:
                 await asyncio.to_thread(sampler.stop)
+            if server:
+                await asyncio.to_thread(server.stop)
         assert self.backend is not None
         try:
             facts = await self.backend.point_facts()
@@ -264,6 +267,8 @@ class Session:
             interrupted_by=self.interrupted_by,
         )
         _add_inside_sections(result, scenario, outcome, env, sampler, window, profile_export, out)
+        if server is not None:
+            _add_server_section(result, outcome, server, out)
         if scenario.sla is not None:
             result.sla = evaluate(scenario.sla, Evidence.of_run(result))
         result = null_non_finite(result)
@@ -405,6 +410,42 @@ def _own_names() -> set[str]:
 
     names = {socket.gethostname().lower(), socket.getfqdn().lower()}
     return names
+
+
+def _server_sampler(scenario):
+    """A started sampler of the server's /metrics, or None (not an openai backend, or off)."""
+    wanted = scenario.telemetry.server
+    if wanted is False or scenario.backend.kind != "openai":
+        return None
+    from loadtest.telemetry.server_metrics import ServerSampler, metrics_url
+
+    sampler = ServerSampler(
+        metrics_url(scenario.backend.base_url), scenario.telemetry.server_interval / 1e9
+    )
+    sampler.start()
+    return sampler
+
+
+def _add_server_section(result: RunMetrics, outcome, server, out: Path) -> None:
+    """``server`` (and server.csv), with the server's TTFT beside the client's where it has one."""
+    rec = outcome.recorder
+    span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
+    summary = server.summary(outcome.t0_ns, span)
+    ttft = summary.get("metrics", {}).get("server_ttft_mean_s")
+    client = (result.latency_ms or {}).get("ttft_service")
+    if ttft is not None and client is not None and client.mean is not None:
+        summary["ttft_compared"] = {
+            "server_mean_ms": ttft["window"] * 1e3,
+            "client_service_mean_ms": client.mean,
+            "difference_ms": client.mean - ttft["window"] * 1e3,
+            "note": "client TTFT from the actual send; the difference is the network and the "
+            "server's work before it starts its own clock",
+        }
+    result.server = summary
+    if server.rows:
+        from loadtest.telemetry.server_metrics import GAUGES
+
+        atomic.write_csv(out / "server.csv", server.csv_rows(outcome.t0_ns), ["t_s", *GAUGES])
 
 
 def _sampler(scenario):

@@ -375,6 +375,14 @@ class Telemetry(_Model):
         "test is a server on another host (its GPUs are not these); true: always; false: never.",
     )
     interval: PositiveDuration = Field(as_written("250ms"), description="GPU sampling period.")
+    server: bool | Literal["auto"] = Field(
+        "auto",
+        description="Sample the server's Prometheus /metrics (vLLM, SGLang, TGI names mapped to "
+        "common ones) into server.csv and metrics.server. auto: for openai backends.",
+    )
+    server_interval: PositiveDuration = Field(
+        as_written("1s"), description="How often the server's /metrics is read."
+    )
     devices: list[int] | None = Field(
         None, description="NVML device indices to sample (default: all)."
     )

@@ -8,6 +8,31 @@ def _f(x, fmt="{:.3g}"):
     return "-" if x is None else fmt.format(x)
 
 
+def server_rows(server: dict | None) -> list[tuple[str, str]]:
+    """Label/value rows of the server's own /metrics over the window."""
+    if not server:
+        return []
+    if not server.get("available"):
+        return [("server /metrics", f"unavailable: {server.get('reason')}")]
+    rows = [("source", f"{server['source']} ({server['samples']} samples)")]
+    for name, m in server["metrics"].items():
+        shown = (
+            f"{m['window']:.4g} over the window"
+            if "window" in m
+            else f"mean {m['mean']:.4g}, max {m['max']:.4g}"
+        )
+        rows.append((f"{name} ({server['server_names'].get(name, '?')})", shown))
+    cmp = server.get("ttft_compared")
+    if cmp:
+        rows.append(
+            (
+                "TTFT: client (from send) vs server",
+                f"{cmp['client_service_mean_ms']:.4g} vs {cmp['server_mean_ms']:.4g} ms mean",
+            )
+        )
+    return rows
+
+
 def goodput_rows(goodput: dict | None) -> list[tuple[str, str]]:
     """Label/value rows of goodput: the objectives, attainment and good requests a second."""
     if not goodput:

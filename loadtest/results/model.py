@@ -228,6 +228,7 @@ class RunMetrics(_Doc):
     peak_mem_mb: float | None = None
     commit: str | None = None
     gpu: dict[str, Any] | None = None
+    server: dict[str, Any] | None = None  # the server's own /metrics, where it has them
     profile: dict[str, Any] | None = None
     roofline: dict[str, Any] | None = None
     sla: Verdict | None = None

@@ -318,7 +318,7 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
         url = f"http://127.0.0.1:{port}/v1"
         saved = tmp_path / "first-try.yml"
         r = cli(
-            "run", "--url", url, "--concurrency", "2", "--requests", "20",
+            "run", "--url", url, "--concurrency", "2", "--requests", "20", "--set", "telemetry.server_interval=0.1s",
             "--input-tokens", "32", "--output-tokens", "{dist: uniform, min: 4, max: 8}",
             "--save-scenario", saved, "-o", tmp_path / "a", "-q",
             "--set", "outputs.requests_jsonl=true",
@@ -338,6 +338,12 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
         # the stub server's response id, and its usage count (the number of chunks it sent)
         assert {r["response_id"] for r in rows} == {"x"}
         assert all(r["reported_output_tokens"] == r["output_tokens"] for r in rows)
+        # the server's own view, from its /metrics (vLLM's names, mapped to common ones)
+        view = m["server"]
+        assert view["available"] and view["samples"] >= 1
+        assert view["server_names"]["kv_cache_usage"] == "vllm:kv_cache_usage_perc"
+        assert view["metrics"]["kv_cache_usage"]["mean"] == 0.25
+        assert (tmp_path / "a" / "server.csv").read_text().startswith("t_s,requests_running")
         assert saved.read_text().startswith("# Written by: loadtest run --url")
         again = cli(
             "run", saved, "-o", tmp_path / "b", "-q",
@@ -346,7 +352,10 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
         )  # fmt: skip
         assert again.returncode == 0, again.stderr
         m2 = json.loads((tmp_path / "b" / "metrics.json").read_text())
-        assert m2["scenario"] == {**sc, "outputs": m2["scenario"]["outputs"]}
+        same = ("outputs", "telemetry")  # what --set changed for the first run only
+        assert {k: v for k, v in m2["scenario"].items() if k not in same} == {
+            k: v for k, v in sc.items() if k not in same
+        }
         # a server with nothing at the URL: a clear error before anything runs
         dead = cli(
             "run", "--url", f"http://127.0.0.1:{_free_port()}/v1", "-q", "-o", tmp_path / "c"
