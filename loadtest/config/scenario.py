@@ -163,6 +163,14 @@ class Seeds(_Model):
     lengths: int = Field(0, ge=0, description="Input and output token lengths.")
 
 
+class SharedPrefix(_Model):
+    """Synthetic prompts in groups sharing a prefix (system prompts, few-shot examples): what
+    prefix caching is measured with."""
+
+    groups: int = Field(ge=1, le=100_000, description="How many distinct prefixes.")
+    tokens: int = Field(ge=1, le=MAX_TOKENS, description="Tokens in each shared prefix.")
+
+
 class Workload(_Model):
     """What each request asks for: input and output lengths, or a dataset of prompts."""
 
@@ -170,7 +178,15 @@ class Workload(_Model):
         None, description="Synthetic prompt length (tokens of the backend's tokenizer)."
     )
     dataset: str | None = Field(
-        None, description='JSONL file: one {"prompt": ...} or {"messages": [...]} a line.'
+        None,
+        description='JSONL file: one {"prompt": ...} or {"messages": [...]} a line; or a '
+        "ShareGPT file (JSON or JSONL of {conversations: [{from, value}, ...]}, detected from "
+        "its content: each conversation's first human turn is a prompt).",
+    )
+    shared_prefix: SharedPrefix | None = Field(
+        None,
+        description="Each synthetic prompt starts with one of `groups` shared prefixes of "
+        "`tokens` tokens (chosen by the prompts seed); input_tokens is the distinct suffix.",
     )
     output_tokens: LengthSpec = Field(
         128, description="Output length: exact (fixed) or the cap (natural)."
@@ -189,6 +205,8 @@ class Workload(_Model):
             )
             if has_input and has_dataset:
                 raise ValueError("give either input_tokens or dataset, not both")
+            if has_dataset and data.get("shared_prefix") is not None:
+                raise ValueError("shared_prefix is for synthetic prompts, not a dataset")
             if not has_input and not has_dataset:
                 data = {**data, "input_tokens": 128}
         return data

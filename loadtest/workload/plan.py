@@ -38,6 +38,7 @@ class PlannedRequest:
     dataset_row: int | None  # dataset prompt: the row
     warmup: bool
     ignore_eos: bool
+    prefix_group: int | None = None  # shared_prefix: which group's prefix the prompt starts with
 
 
 # --- lengths ------------------------------------------------------------------------------
@@ -74,16 +75,32 @@ class DatasetPrompt:
 
 
 def read_dataset(path: Path, tokenizer: Tokenizer) -> list[DatasetPrompt]:
-    """JSONL rows ``{"prompt": str}`` or ``{"messages": [...]}``; chats use the model's template."""
+    """JSONL rows ``{"prompt": str}`` or ``{"messages": [...]}``; chats use the model's template.
+    A ShareGPT file (a JSON array, or JSONL, of ``{"conversations": [{"from", "value"}, ...]}``)
+    is recognised by its content: each conversation's first human turn becomes a chat prompt."""
     rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    text_all = path.read_text(encoding="utf-8")
+    if text_all.lstrip().startswith("["):  # one JSON document: ShareGPT's usual shape
         try:
-            row = json.loads(line)
+            items = json.loads(text_all)
         except json.JSONDecodeError as exc:
-            raise ScenarioError([f"{path}:{lineno}: not JSON: {exc.msg}"]) from None
-        text = _row_text(row, tokenizer, path, lineno)
+            raise ScenarioError([f"{path}:{exc.lineno}: not JSON: {exc.msg}"]) from None
+        entries = [(f"[{i}]", item) for i, item in enumerate(items)]
+    else:
+        entries = []
+        for lineno, line in enumerate(text_all.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entries.append((str(lineno), json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise ScenarioError([f"{path}:{lineno}: not JSON: {exc.msg}"]) from None
+    for where, row in entries:
+        if isinstance(row, dict) and "conversations" in row:
+            row = _sharegpt_row(row, path, where)
+            if row is None:
+                continue  # a conversation with no human turn holds no prompt
+        text = _row_text(row, tokenizer, path, where)
         messages = tuple(row["messages"]) if "prompt" not in row else None
         rows.append(DatasetPrompt(text, tuple(tokenizer.encode(text)), messages))
     if not rows:
@@ -91,7 +108,18 @@ def read_dataset(path: Path, tokenizer: Tokenizer) -> list[DatasetPrompt]:
     return rows
 
 
-def _row_text(row: object, tokenizer: Tokenizer, path: Path, lineno: int) -> str:
+def _sharegpt_row(row: dict, path: Path, where: str) -> dict | None:
+    """ShareGPT's first human turn as a one-message chat, or None when it has none."""
+    turns = row["conversations"]
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise ScenarioError([f"{path}:{where}: conversations: expected a list of {{from, value}}"])
+    for t in turns:
+        if t.get("from") in ("human", "user") and isinstance(t.get("value"), str) and t["value"]:
+            return {"messages": [{"role": "user", "content": t["value"]}]}
+    return None
+
+
+def _row_text(row: object, tokenizer: Tokenizer, path: Path, lineno: object) -> str:
     if isinstance(row, dict) and isinstance(row.get("prompt"), str):
         return row["prompt"]
     if isinstance(row, dict) and isinstance(row.get("messages"), list):
@@ -113,6 +141,7 @@ class RequestSource:
         self._lengths = random.Random(scenario.seeds.lengths)
         self._prompts = random.Random(scenario.seeds.prompts)
         self._input = None if dataset else _sampler(w.input_tokens)
+        self._prefix = w.shared_prefix
         self._output = _sampler(w.output_tokens)
         self._dataset = dataset
         self._order: list[int] = []
@@ -130,8 +159,14 @@ class RequestSource:
                 self._prompts.shuffle(self._order)
             row = self._order.pop()
             n_in = len(self._dataset[row].token_ids)
+        group = None
+        if self._prefix is not None:
+            group = self._prompts.randrange(self._prefix.groups)
+            n_in += self._prefix.tokens
         seed = self._prompts.getrandbits(63)
-        return PlannedRequest(index, offset_ns, n_in, out, seed, row, warmup, self._ignore_eos)
+        return PlannedRequest(
+            index, offset_ns, n_in, out, seed, row, warmup, self._ignore_eos, group
+        )
 
 
 @dataclass
@@ -153,6 +188,7 @@ class Plan:
     warmup_requests: int | None = None
     measured_requests: int | None = None
     dataset: list[DatasetPrompt] | None = None
+    prefix: tuple[int, int] | None = None  # shared_prefix: (tokens, seed of group 0's prefix)
 
     def to_jsonl(self) -> str:
         """The plan as JSON lines (to compare two plans byte for byte)."""
@@ -163,6 +199,13 @@ class Plan:
         if req.dataset_row is not None:
             assert self.dataset is not None  # a dataset row only exists with a dataset
             return list(self.dataset[req.dataset_row].token_ids)
+        if req.prefix_group is not None and self.prefix is not None:
+            tokens, seed = self.prefix
+            shared = tokenizer.random_prompt_ids(random.Random(seed + req.prefix_group), tokens)
+            own = tokenizer.random_prompt_ids(
+                random.Random(req.prompt_seed), req.input_tokens - tokens
+            )
+            return shared + own
         return tokenizer.random_prompt_ids(random.Random(req.prompt_seed), req.input_tokens)
 
     @property
@@ -184,6 +227,9 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
         else None
     )
     source = RequestSource(scenario, dataset)
+    sp = scenario.workload.shared_prefix
+    # each group's prefix is seeded from the prompts seed: the same prefixes in every replicate
+    prefix = None if sp is None else (sp.tokens, scenario.seeds.prompts * 1_000_003)
     arrival = make_arrival(load.arrival, resolve)
     schedule_rng = random.Random(scenario.seeds.schedule)
     if isinstance(arrival, ClosedLoop):
@@ -198,6 +244,7 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
             load.warmup_requests,
             load.requests,
             dataset,
+            prefix=prefix,
         )
     requests = list(_open_loop(load, arrival.offsets_ns(schedule_rng), source))
     measured = [r for r in requests if not r.warmup]
@@ -216,6 +263,7 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
         warmup_requests=load.warmup_requests,
         measured_requests=len(measured),
         dataset=dataset,
+        prefix=prefix,
     )
 
 
