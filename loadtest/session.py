@@ -184,6 +184,8 @@ class Session:
             self.backend = create_backend(spec, self.clock, {"base_dir": loaded.base_dir})
             self.info = await self.backend.start()  # BackendError propagates: nothing loaded
             self.spec = spec
+            for notice in self.info.notices:  # before t0: the user reads it before the numbers
+                sys.stderr.write(f"loadtest: {secrets.scrub(notice)}\n")
 
     async def _start(self, loaded: LoadedScenario):
         """Backend loaded and warmed, plan built: everything before t0."""

@@ -24,6 +24,8 @@ class BackendInfo:
     name: str
     tokenizer: Tokenizer
     details: dict = field(default_factory=dict)
+    # said before the run starts (stderr), not after: what a user must know to read the numbers
+    notices: list[str] = field(default_factory=list)
 
 
 class Backend:

@@ -328,10 +328,13 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "model: stub-model" in r.stderr
+        # no tokenizer for the stub model here: said before the run, and recorded
+        assert "no tokenizer for 'stub-model'" in r.stderr
         m = json.loads((tmp_path / "a" / "metrics.json").read_text())
         assert m["status"] == "ok" and m["requests"]["completed"] == 20
         sc = m["scenario"]
         assert sc["backend"]["model"] == "stub-model" and sc["backend"]["api"] == "completions"
+        assert m["backend"]["prompt_sizing"].startswith("bytes of text")
         assert (sc["load"]["arrival"]["kind"], sc["load"]["arrival"]["users"]) == ("concurrency", 2)
         assert (tmp_path / "a" / "scenario.yml").read_text() == saved.read_text()
         rows = [json.loads(x) for x in (tmp_path / "a" / "requests.jsonl").read_text().splitlines()]

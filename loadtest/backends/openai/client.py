@@ -94,8 +94,19 @@ class OpenAIBackend(Backend):
             "api_key": f"from ${spec.api_key_env}" if key else "none",
             "tls_verify": spec.verify_tls,
             "max_connections": spec.max_connections or "unbounded",
+            "prompt_sizing": "the model's tokenizer"
+            if self._count_tokens
+            else "bytes of text: no tokenizer for the model here (one 'token' = one byte)",
         }
-        return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details)
+        notices = []
+        if not self._count_tokens:
+            notices.append(
+                f"no tokenizer for {spec.model!r} on this machine: prompts are sized in bytes of "
+                "text (a 256-token prompt is 256 bytes) and output is counted a token per chunk, "
+                "reconciled to the server's usage; set backend.tokenizer to a local folder or a "
+                "cached hub id to size prompts in the model's own tokens"
+            )
+        return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details, notices)
 
     async def prepare(self, plan) -> dict:
         """Keep the plan: dataset rows are sent as their text or chat messages."""
