@@ -216,6 +216,9 @@ def run(
     as_json: bool = typer.Option(
         False, "--json", help="Print metrics.json (repeat.json) to stdout instead of tables."
     ),
+    no_report: bool = typer.Option(
+        False, "--no-report", help="Write metrics.json only (no report.md / report.html)."
+    ),
 ) -> None:
     """Run one load test and write its run directory (metrics.json); --repeat N for replicates.
 
@@ -286,6 +289,11 @@ def run(
     else:
         terminal.render(doc, console, sla=not gate_)  # --gate prints its own verdict tables
         console.print(f"results: {out / 'metrics.json'}")
+    if not no_report:
+        dirs = [out / d for d in doc["runs"]] if repeat > 1 else [out]
+        written = [p for d in dirs for p in _write_reports(d)]
+        if written and not as_json:
+            console.print("report: " + ", ".join(str(p) for p in written))
     code = exit_code(doc)
     if gate_ and code not in (EXIT_INTERRUPTED, EXIT_FAILED):
         code = _gate_and_report(out, spec, baseline, junit, markdown_out, console)
@@ -472,6 +480,20 @@ def report(
     page = html.write_run(metrics, run_dir)
     typer.echo(f"report: {md}, {page}")
     raise typer.Exit(exit_code(metrics) if metrics.get("status") else EXIT_USAGE)
+
+
+def _write_reports(run_dir: Path) -> list[Path]:
+    """report.md and report.html beside a run's metrics.json. The result is already written:
+    a report that cannot be rendered is a warning, never a lost run."""
+    from loadtest.reporters import html, markdown
+    from loadtest.results.model import ResultReadError, read_run
+
+    try:
+        metrics = read_run(run_dir / "metrics.json").view()
+        return [markdown.write(metrics, run_dir), html.write_run(metrics, run_dir)]
+    except (ResultReadError, OSError, ValueError, ImportError) as exc:
+        _error(f"{run_dir}: the report could not be written ({exc}); metrics.json is intact")
+        return []
 
 
 def _gate_spec(sla: Path | None, loaded=None):

@@ -55,6 +55,10 @@ def test_run_writes_metrics_at_exactly_out(tmp_path):
     assert r.returncode == 0, r.stderr
     m = json.loads((out / "metrics.json").read_text())
     assert m["status"] == "ok" and m["schema"] == "loadtest/metrics/v1"
+    # every run writes its reports beside the result (--no-report: metrics.json only)
+    assert (out / "report.md").exists() and (out / "report.html").exists()
+    bare = cli("run", write(tmp_path, SIM_DEMO), "--out", tmp_path / "bare", "-q", "--no-report")
+    assert bare.returncode == 0 and not (tmp_path / "bare" / "report.html").exists()
     for key in (
         "scenario",
         "environment",
