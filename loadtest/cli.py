@@ -247,7 +247,7 @@ def run(
     from loadtest.core.clock import MonotonicClock
     from loadtest.repeat import run_repeats
     from loadtest.reporters import terminal
-    from loadtest.reporters.progress import live_progress
+    from loadtest.reporters.progress import choose as progress_for
     from loadtest.session import Session
 
     if (sla or baseline or junit or markdown_out) and not gate_:
@@ -270,7 +270,7 @@ def run(
     async def go():
         session = Session(
             MonotonicClock(),
-            progress=None if quiet or not console.is_terminal else live_progress(),
+            progress=progress_for(quiet, console.is_terminal),
             handle_signals=True,
         )
         try:
@@ -367,7 +367,7 @@ def sweep(
     from loadtest.core.clock import MonotonicClock
     from loadtest.core.errors import ScenarioError
     from loadtest.reporters import sweep_report
-    from loadtest.reporters.progress import live_progress
+    from loadtest.reporters.progress import choose as progress_for
     from loadtest.session import Session
 
     loaded = _load(scenario, set_)
@@ -394,7 +394,7 @@ def sweep(
 
     session = Session(
         MonotonicClock(),
-        progress=None if quiet or not console.is_terminal else live_progress(),
+        progress=progress_for(quiet, console.is_terminal),
         handle_signals=True,
     )
 

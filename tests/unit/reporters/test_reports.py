@@ -76,3 +76,39 @@ def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path, monkeypatch):
         and "aten::&lt;mm&gt;" in md
     )
     assert "sw_power_cap" in md
+
+
+def test_a_log_gets_a_plain_progress_line_every_period():
+    import asyncio
+
+    from loadtest.reporters.progress import choose, plain_progress
+
+    class FakeRunner:
+        def __init__(self):
+            self.calls = 0
+
+        def stats(self):
+            self.calls += 1
+            return {
+                "elapsed_s": 5.0 * self.calls,
+                "sent": 10 * self.calls,
+                "completed": 8 * self.calls,
+                "in_flight": 2,
+                "failed": 0,
+                "ttft_p99_ms": 12.5,
+                "planned": 100,
+            }
+
+    lines: list[str] = []
+
+    async def go():
+        task = asyncio.create_task(plain_progress(0.01, lines.append)(FakeRunner()))
+        while len(lines) < 2:  # bounded: the test's own timeout stops a broken loop
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(go(), 10))
+    assert lines[1] == (
+        "progress: 10 s, sent 20/100, done 16, in flight 2, failed 0, 1.6 req/s, p99 TTFT 12.5 ms"
+    )
+    assert choose(quiet=True, terminal=False) is None and choose(False, False) is not None
