@@ -26,6 +26,30 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+def start_run(path: Path, out: Path, stderr=None):
+    """``loadtest run PATH --out OUT -q`` in a child process, for tests that signal or outlive
+    it; stdout and stderr piped (``stderr=subprocess.STDOUT`` merges them)."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadtest", "run", str(path), "--out", str(out), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if stderr is None else stderr,
+        text=True,
+    )
+
+
+# Simulated M/D/1 server: one slot, 10 ms a request (a 1-token prompt at 10 ms a token, no
+# decode), so capacity is 100 req/s; the queueing tests' known answers assume it.
+MD1_BACKEND = {
+    "kind": "sim",
+    "max_concurrency": 1,
+    "prefill_ms_per_token": 10.0,
+    "decode_ms_per_token": 0,
+}
+
+
 def write_scenario(tmp_path: Path, data: dict, name: str = "scenario.yml") -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / name

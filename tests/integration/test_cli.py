@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import LENIENT
+from tests.conftest import LENIENT, start_run
 
 SIM_DEMO = {
     "name": "sim-demo",
@@ -187,21 +187,7 @@ def test_ctrl_c_writes_partial_result_and_exits_130(tmp_path):
         },
     }
     out = tmp_path / "run"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loadtest",
-            "run",
-            str(write(tmp_path, long_run)),
-            "-o",
-            str(out),
-            "-q",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_run(write(tmp_path, long_run), out)
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)

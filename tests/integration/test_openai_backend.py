@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import start_run
+
 pytest.importorskip("aiohttp")
 pytest.importorskip("fastapi")  # transformers[serving]
 
@@ -187,21 +189,7 @@ def test_server_death_mid_run_ends_with_partial_results(model_dir, tmp_path):
             {"base_url": url, "model": str(model_dir), "api": "completions"},
             {"arrival": {"kind": "poisson", "rate": 10}, "duration": "60s"},
         )
-        run = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loadtest",
-                "run",
-                str(path),
-                "--out",
-                str(tmp_path / "run"),
-                "-q",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        run = start_run(path, tmp_path / "run", stderr=subprocess.STDOUT)
         time.sleep(8)  # the probe, then a few seconds of traffic
         stop_server(proc)
         out, _ = run.communicate(timeout=120)

@@ -22,7 +22,7 @@ from loadtest.core import exit_codes, secrets
 from loadtest.core.clock import run_virtual
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.rate_ceiling import RateCeiling
-from tests.conftest import LENIENT, write_scenario
+from tests.conftest import LENIENT, start_run, write_scenario
 
 SIM_LOAD = {"arrival": {"kind": "constant", "rate": 20}, "duration": "30s", "validity": LENIENT}
 
@@ -156,12 +156,7 @@ def test_a_signal_writes_the_partial_result_and_exits_by_convention(tmp_path, si
             "workload": {"input_tokens": 8, "output_tokens": 8},
         },
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loadtest", "run", str(path), "--out", str(tmp_path / "run"), "-q"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_run(path, tmp_path / "run")
     time.sleep(4)  # loads, then runs: well inside the 30 s window
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
@@ -177,21 +172,7 @@ def test_sigterm_ends_a_run_stuck_on_a_silent_server_within_seconds(tmp_path):
     server = SilentServer()
     try:
         path = openai_scenario(tmp_path, server.port, start_timeout="10m")
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loadtest",
-                "run",
-                str(path),
-                "--out",
-                str(tmp_path / "run"),
-                "-q",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_run(path, tmp_path / "run")
         time.sleep(3)
         t = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -8,6 +8,7 @@ import yaml
 from loadtest.core.clock import run_virtual
 from loadtest.session import Session
 from loadtest.sweep import find_max_rate, run_sweep
+from tests.conftest import MD1_BACKEND
 from tests.unit.execution.test_measurement import md1_sojourn_quantile
 
 
@@ -89,12 +90,7 @@ def test_find_max_rate_lands_within_tolerance_of_md1_theory(tmp_path):
     data = {
         "name": "md1",
         "seeds": {"schedule": 5},
-        "backend": {
-            "kind": "sim",
-            "max_concurrency": 1,
-            "prefill_ms_per_token": 10.0,
-            "decode_ms_per_token": 0,
-        },
+        "backend": MD1_BACKEND,
         "workload": {"input_tokens": 1, "output_tokens": 1},
         "load": {
             "arrival": {"kind": "poisson", "rate": 20},
@@ -132,12 +128,7 @@ def test_find_max_rate_lands_within_tolerance_of_md1_theory(tmp_path):
 MD1 = {
     "name": "md1",
     "seeds": {"schedule": 5},
-    "backend": {
-        "kind": "sim",
-        "max_concurrency": 1,
-        "prefill_ms_per_token": 10.0,
-        "decode_ms_per_token": 0,
-    },
+    "backend": MD1_BACKEND,
     "workload": {"input_tokens": 1, "output_tokens": 1},
     "load": {"arrival": {"kind": "poisson", "rate": 20}, "duration": "2s", "warmup": "1s"},
     "sla": {"e2e_p99": "60ms"},

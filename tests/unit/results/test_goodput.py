@@ -11,19 +11,13 @@ import pytest
 from loadtest.core.clock import run_virtual
 from loadtest.session import Session
 from loadtest.sweep import find_max_rate
-from tests.conftest import run_virtual_scenario, write_scenario
+from tests.conftest import MD1_BACKEND, run_virtual_scenario, write_scenario
 
 
 def scenario(goodput: dict, rate: float = 20, **backend) -> dict:
     return {
         "name": "g",
-        "backend": {
-            "kind": "sim",
-            "max_concurrency": 1,
-            "prefill_ms_per_token": 10.0,
-            "decode_ms_per_token": 0,
-            **backend,
-        },
+        "backend": {**MD1_BACKEND, **backend},
         "workload": {"input_tokens": 1, "output_tokens": 1},
         "load": {"arrival": {"kind": "constant", "rate": rate}, "duration": "10s"},
         "goodput": goodput,

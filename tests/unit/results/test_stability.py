@@ -13,19 +13,14 @@ from loadtest.config.scenario import Sla
 from loadtest.core.clock import run_virtual
 from loadtest.session import Session
 from loadtest.sweep import find_max_rate, run_sweep
-from tests.conftest import run_virtual_scenario, write_scenario
+from tests.conftest import MD1_BACKEND, run_virtual_scenario, write_scenario
 
 
 def md1(rate: float, seed: int = 1, **load) -> dict:
     return {
         "name": "md1",
         "seeds": {"schedule": seed},
-        "backend": {
-            "kind": "sim",
-            "max_concurrency": 1,
-            "prefill_ms_per_token": 10.0,
-            "decode_ms_per_token": 0,
-        },
+        "backend": MD1_BACKEND,
         "workload": {"input_tokens": 1, "output_tokens": 1},
         "load": {
             "arrival": {"kind": "poisson", "rate": rate},
