@@ -403,19 +403,18 @@ class _Search:
         self.ending, self.why = "interrupted", ""  # until run() says otherwise
 
     async def run(self, rate: float) -> None:
-        while (
-            self.good is None or self.bad is None
-        ):  # bracket: double from a pass, halve from a fail
+        """Bracket (double from a pass, halve from a fail), then bisect; ``judge`` moves the
+        bracket's ends."""
+        while self.good is None or self.bad is None:
             word = await self.judge(rate)
             if word == MEETS:
-                self.good, rate = rate, rate * 2
+                rate *= 2
             elif word == ABOVE:
-                self.bad, rate = rate, rate / 2
+                rate /= 2
             else:
                 return
-        while (self.bad - self.good) / self.good > self.tolerance:  # bisect
-            word = await self.judge((self.good + self.bad) / 2)
-            if word not in (MEETS, ABOVE):
+        while (self.bad - self.good) / self.good > self.tolerance:
+            if await self.judge((self.good + self.bad) / 2) not in (MEETS, ABOVE):
                 return
         self.end("found", "")
 
