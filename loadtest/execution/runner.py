@@ -117,7 +117,7 @@ class Runner:
         probe = asyncio.create_task(self._probe_loop(loop_lag))
         watchdog = asyncio.create_task(self._watch_for_silence())
         window_opens = None
-        if self.plan.window_start_ns:
+        if self.plan.window_start_ns is not None:  # 0 is a window opening at t0 (a burst)
             window_opens = asyncio.create_task(
                 self._tell_window_start(self.t0 + self.plan.window_start_ns)
             )

@@ -76,3 +76,31 @@ def test_a_server_that_stops_answering_fails_the_run_at_the_stall_timeout():
     assert "load.stall_timeout" in out.failure
     # silent from 1 s; 5 s of silence, then the 1 s drain: over by 8 s, not after the 30 s window
     assert 6 < (out.end_ns - out.t0_ns) / 1e9 < 8
+
+
+def test_the_backend_is_told_when_the_window_opens_even_at_t0():
+    """A burst's window opens at t0: the engine must still hear it (its roofline accounting and
+    its recompilation check count from there)."""
+    from loadtest.backends.noop import NoopBackend
+
+    told: list[int] = []
+
+    class Listening(NoopBackend):
+        def window_started(self) -> None:
+            told.append(self.clock.now_ns())
+
+    sc = scenario(
+        {"kind": "noop"}, {"arrival": {"kind": "burst"}, "requests": 4, "warmup_requests": 2}
+    )
+
+    async def go(clock):
+        backend = Listening(sc.backend, clock)
+        info = await backend.start()
+        plan = build_plan(sc, info.tokenizer, lambda name: name)
+        runner = Runner(plan, backend, info.tokenizer, clock, sc.load, 1_000 * MS)
+        out = await runner.run()
+        return plan, out
+
+    plan, out = run_virtual(go)
+    assert plan.window_start_ns == 0 and out.status == "ok"
+    assert told == [out.t0_ns]
