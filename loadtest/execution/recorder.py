@@ -45,6 +45,7 @@ class RequestState:
     profiled: bool = False  # overlapped a profiler capture window
     response_id: str | None = None  # the server's id, where it gives one
     reported_tokens: int | None = None  # the server's own count, where it reports one
+    good: int = -1  # goodput: 1 met every objective, 0 did not, -1 not judged
 
     @property
     def done(self) -> int:
@@ -107,13 +108,15 @@ class Recorder:
     def finish(self, st: RequestState) -> None:
         """Record a finished request: its latencies, or its failure, and its tokens in the window."""
         self._count_window(st)
+        if self.goodput is not None and not st.req.warmup:
+            st.good = self._is_good(st)  # once: the timeline and the exported record share it
         self.timeline.add(
             st.intended_ns,
             st.stamps[0] if st.stamps else None,
             st.admitted_ns,
             st.done,
             not st.req.warmup,
-            -1 if self.goodput is None or st.req.warmup else self._is_good(st),
+            st.good,
         )
         if st.req.warmup:
             self.warmup += 1
@@ -277,7 +280,7 @@ class Recorder:
                 "reported_output_tokens": st.reported_tokens
                 if st.reported_tokens is not None
                 else st.output_tokens,
-                "good": None if self.goodput is None or st.req.warmup else bool(self._is_good(st)),
+                "good": None if st.good < 0 else bool(st.good),
                 "profiled": st.profiled,
                 "token_ns": [t - self.t0 for t in stamps],
             }

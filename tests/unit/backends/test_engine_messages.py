@@ -259,6 +259,19 @@ def _engine(model_dir):
     return Engine(spec, ".", out, loaded=load_model(spec, ".")), out
 
 
+def _input_shapes(eng) -> list:
+    """The input_ids shape of every generate() call the engine makes from now on."""
+    shapes: list = []
+    generate = eng.model.generate
+
+    def spy(**kwargs):
+        shapes.append(tuple(kwargs["input_ids"].shape))
+        return generate(**kwargs)
+
+    eng.model.generate = spy
+    return shapes
+
+
 def _shape(msgs):
     return [(m[0], *m[2:]) for m in msgs]
 
@@ -574,14 +587,7 @@ def test_prompt_widths_are_padded_up_to_the_bucket_and_every_token_is_still_stam
     tiny_model_dir,
 ):
     eng, out = _engine(tiny_model_dir)
-    widths = []
-    generate = eng.model.generate
-
-    def spy(**kwargs):
-        widths.append(tuple(kwargs["input_ids"].shape))
-        return generate(**kwargs)
-
-    eng.model.generate = spy
+    widths = _input_shapes(eng)
     eng.info["prompt_bucket"] = 16
     batch = [("req", 1, [5] * 5, 4, True, None), ("req", 2, [6] * 9, 4, True, None)]
     assert eng._generate(batch, set(), out, set()) == 0  # one stamp per token
@@ -618,14 +624,7 @@ def test_a_bucketed_batch_runs_with_throw_away_rows_and_reports_only_the_real_on
     tiny_model_dir,
 ):
     eng, out = _engine(tiny_model_dir)
-    shapes = []
-    generate = eng.model.generate
-
-    def spy(**kwargs):
-        shapes.append(tuple(kwargs["input_ids"].shape))
-        return generate(**kwargs)
-
-    eng.model.generate = spy
+    shapes = _input_shapes(eng)
     eng.info["batch_buckets"] = True
     fixed = [("req", i, [5] * (3 + i), 4, True, None) for i in (1, 2, 3)]
     assert eng._generate(fixed, set(), out, set()) == 0  # one stamp per token
