@@ -15,7 +15,6 @@ from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import ALL_METRICS
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import (
-    RUN_SCHEMA,
     GoodputResult,
     Harness,
     IntervalPoint,
@@ -28,8 +27,6 @@ from loadtest.results.model import (
     Window,
 )
 from loadtest.results.stability import judge as judge_stability
-
-SCHEMA = RUN_SCHEMA
 
 DEFINITIONS = {
     "ttft": "time to first token: first token on the host - intended send time",

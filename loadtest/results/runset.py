@@ -111,11 +111,6 @@ class RunSet:
         )
 
 
-def from_results(path: Path, results: list[RunMetrics], labels: list[str]) -> RunSet:
-    """A run set from results already in memory (a repeat in progress)."""
-    return RunSet(Path(path), results, labels)
-
-
 def load(path: str | Path) -> RunSet:
     """Read a run directory (metrics.json) or a repeat directory (repeat.json and its runs)."""
     path = Path(path)
