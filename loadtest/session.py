@@ -279,6 +279,8 @@ class Session:
             atomic.write_jsonl(out / "requests.jsonl", records)
             columns = [k for k in records[0] if k != "token_ns"] if records else []
             atomic.write_csv(out / "requests.csv", records, columns)
+            if records:
+                atomic.write_parquet(out / "requests.parquet", records)
         _write_result(out, result)
         return RunResult(out, result)
 

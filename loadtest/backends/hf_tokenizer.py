@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 
 
@@ -34,8 +35,11 @@ class HFTokenizer:
         return rng.choices(self._ordinary, k=n)
 
 
-def load_tokenizer(model: str, base_dir, trust_remote_code: bool):
-    """The model's tokenizer, or the built-in byte tokenizer where it has none (dummy models)."""
+def load_tokenizer(model: str, base_dir, trust_remote_code: bool, download: bool = False):
+    """The model's tokenizer, or the built-in byte tokenizer where it has none (dummy models).
+
+    A local folder first, then the hub's local cache; with ``download``, then the hub itself
+    (not when ``HF_HUB_OFFLINE`` is set: huggingface_hub's own switch, honoured as it means)."""
     from pathlib import Path
 
     from loadtest.workload.tokenizer import ByteTokenizer
@@ -48,10 +52,39 @@ def load_tokenizer(model: str, base_dir, trust_remote_code: bool):
     if not path.is_absolute() and (Path(base_dir) / path).is_dir():
         path = Path(base_dir) / path
     target = str(path) if path.is_dir() else model
+    tries = [True]
+    if download and not path.is_dir() and not _offline() and _on_the_hub(model):
+        tries.append(False)
+    for local_only in tries:
+        try:
+            tok = transformers.AutoTokenizer.from_pretrained(
+                target, local_files_only=local_only, trust_remote_code=trust_remote_code
+            )
+        except (OSError, ValueError):  # not there (or, online: no such repo, no network)
+            continue
+        return HFTokenizer(tok)
+    return ByteTokenizer()
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+
+
+def _on_the_hub(model: str) -> bool:
+    """Whether the hub answers for this repo id within seconds. Asked once, without retries,
+    before a download: transformers' own download retries for about a minute when the hub
+    cannot be reached, which a run start must not wait on."""
+    if not _HUB_ID.match(model):
+        return False
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(
-            target, local_files_only=True, trust_remote_code=trust_remote_code
-        )
-    except (OSError, ValueError):
-        return ByteTokenizer()
-    return HFTokenizer(tok)
+        import huggingface_hub
+
+        huggingface_hub.HfApi().model_info(model, timeout=5)
+    except Exception:  # unreachable, no such repo, gated: no download to try
+        return False
+    return True
+
+
+def _offline() -> bool:
+    import os
+
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")

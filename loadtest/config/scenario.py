@@ -171,6 +171,26 @@ class SharedPrefix(_Model):
     tokens: int = Field(ge=1, le=MAX_TOKENS, description="Tokens in each shared prefix.")
 
 
+class MultiTurn(_Model):
+    """Sessions: a conversation's turns go in order, one at a time, and each turn's history holds
+    the replies the system under test actually gave to the earlier turns."""
+
+    turns: LengthSpec | None = Field(
+        None,
+        description="Turns per session for synthetic prompts (default 3; input_tokens is each "
+        "turn's new message). With a dataset: the conversation's own user turns.",
+    )
+    max_turns: int | None = Field(
+        None, ge=1, le=10_000, description="Cap on turns per session (a dataset's long chats)."
+    )
+    think_time: Duration = Field(
+        0, description="Pause between a turn's reply and the session's next turn."
+    )
+    think: Literal["fixed", "exponential"] = Field(
+        "fixed", description="Think time fixed, or exponential with that mean."
+    )
+
+
 class Workload(_Model):
     """What each request asks for: input and output lengths, or a dataset of prompts."""
 
@@ -181,12 +201,25 @@ class Workload(_Model):
         None,
         description='JSONL file: one {"prompt": ...} or {"messages": [...]} a line; or a '
         "ShareGPT file (JSON or JSONL of {conversations: [{from, value}, ...]}, detected from "
-        "its content: each conversation's first human turn is a prompt).",
+        "its content: each conversation's first human turn is a prompt; with multi_turn, every "
+        "turn). `hf:org/name` (or `hf:` and a local dataset folder): a Hugging Face dataset, "
+        "read with the `datasets` extra.",
+    )
+    dataset_split: str = Field("train", description="hf: datasets: the split to read.")
+    dataset_columns: dict[Literal["prompt", "messages", "conversations"], str] = Field(
+        default_factory=dict,
+        description="hf: datasets: which column holds the prompt, the messages or the "
+        "conversations, where it is not named so (e.g. {prompt: question}).",
     )
     shared_prefix: SharedPrefix | None = Field(
         None,
         description="Each synthetic prompt starts with one of `groups` shared prefixes of "
         "`tokens` tokens (chosen by the prompts seed); input_tokens is the distinct suffix.",
+    )
+    multi_turn: MultiTurn | None = Field(
+        None,
+        description="Multi-turn sessions (`true`, or {turns, max_turns, think_time, think}). "
+        "Open loop: a session starts at each arrival; closed loop: each user runs sessions.",
     )
     output_tokens: LengthSpec = Field(
         128, description="Output length: exact (fixed) or the cap (natural)."
@@ -209,6 +242,16 @@ class Workload(_Model):
                 raise ValueError("shared_prefix is for synthetic prompts, not a dataset")
             if not has_input and not has_dataset:
                 data = {**data, "input_tokens": 128}
+            turns = data.get("multi_turn")
+            if turns is True:
+                data = {**data, "multi_turn": {}}
+            elif turns is False:
+                data = {**data, "multi_turn": None}
+            elif has_dataset and isinstance(turns, dict) and turns.get("turns") is not None:
+                raise ValueError(
+                    "multi_turn.turns is for synthetic prompts: a dataset's conversations have "
+                    "their own turns (cap them with max_turns)"
+                )
         return data
 
 

@@ -84,6 +84,22 @@ def _cell(value):
     return value
 
 
+def write_parquet(path: Path, rows: list[dict]) -> bool:
+    """``write_bytes`` of the rows as a Parquet table, where pyarrow is installed (False where it
+    is not: nothing written). Outside text is scrubbed of secrets as in every other file."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return False
+    import io
+
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(secrets.scrub_tree(rows)), buf)
+    write_bytes(path, buf.getvalue())
+    return True
+
+
 def write_jsonl(path: Path, rows) -> None:
     """``write_text`` of one compact JSON object a line."""
     write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))

@@ -43,6 +43,7 @@ class Finished:
     input_tokens: int | None = None
     response_id: str | None = None  # the server's id for the response, where it gives one
     reported_tokens: int | None = None  # what the server's usage claimed, where it streams one
+    text: str | None = None  # the reply's text: asked for by a multi-turn session's turn only
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from loadtest.workload.plan import PlannedRequest
 
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
 WHOLE_ONLY_METRICS = ("ttft_service", "tpot", "e2e_service", "queue", "dispatch_lag")
+TURN_BUCKETS = 16  # multi-turn TTFT is kept per turn up to here; later turns share the last
 ALL_METRICS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
 
 
@@ -46,6 +47,14 @@ class RequestState:
     response_id: str | None = None  # the server's id, where it gives one
     reported_tokens: int | None = None  # the server's own count, where it reports one
     good: int = -1  # goodput: 1 met every objective, 0 did not, -1 not judged
+    reply: str | None = None  # a session turn's reply text (its next turn's history); never stored
+    prompt_tokens: int | None = None  # the server's count of the prompt, where it reports one
+
+    @property
+    def input_tokens(self) -> int:
+        """The prompt's tokens: the server's count where it gave one (what it processed),
+        else the client's."""
+        return self.req.input_tokens if self.prompt_tokens is None else self.prompt_tokens
 
     @property
     def done(self) -> int:
@@ -97,6 +106,10 @@ class Recorder:
             None  # a ProfileWindow: requests overlapping it are flagged (and maybe excluded)
         )
         self.profiled = 0
+        # multi-turn: TTFT by turn (0-based, capped at TURN_BUCKETS - 1) and prompt tokens summed
+        self.turn_ttft: dict[int, LatencyHistogram] = {}
+        self.turn_input_tokens: Counter[int] = Counter()
+        self.turn_requests: Counter[int] = Counter()
 
     # -- the per-request path -------------------------------------------------------------
 
@@ -135,7 +148,7 @@ class Recorder:
             self.profiled += 1
             if self.profile.spec.exclude_from_stats:  # counted as completed; latencies left out
                 self.output_tokens_measured += len(st.stamps)
-                self.input_tokens_measured += st.req.input_tokens
+                self.input_tokens_measured += st.input_tokens
                 self._keep_record(st)
                 self._mark_measured_done(st)
                 return
@@ -165,9 +178,17 @@ class Recorder:
         iv.completed += 1
         h = iv.histograms
         self.output_tokens_measured += len(stamps)
-        self.input_tokens_measured += st.req.input_tokens
+        self.input_tokens_measured += st.input_tokens
         if st.output_tokens is not None and st.output_tokens != len(stamps):
             self.token_count_mismatch += 1
+        if st.req.session is not None:
+            turn = min(st.req.turn, TURN_BUCKETS - 1)
+            self.turn_input_tokens[turn] += st.input_tokens
+            self.turn_requests[turn] += 1
+            if turn not in self.turn_ttft:
+                self.turn_ttft[turn] = LatencyHistogram()
+            if stamps:
+                self.turn_ttft[turn].record_ns(stamps[0] - intended)
         if stamps:
             h["ttft"].record_ns(stamps[0] - intended)
             self.whole["ttft_service"].record_ns(stamps[0] - sent)
@@ -208,7 +229,7 @@ class Recorder:
         hi = len(stamps) if self.window_end is None else bisect_left(stamps, self.window_end)
         self.window_tokens += max(0, hi - lo)
         if lo == 0 and hi > 0:
-            self.window_input_tokens += st.req.input_tokens
+            self.window_input_tokens += st.input_tokens
         if (
             st.error is None
             and st.done >= start
@@ -259,6 +280,8 @@ class Recorder:
             {
                 "index": st.req.index,
                 "response_id": st.response_id,
+                "session": st.req.session,
+                "turn": None if st.req.session is None else st.req.turn,
                 "status": "failed" if st.error else ("warmup" if st.req.warmup else "ok"),
                 "error": st.error,
                 "warmup": st.req.warmup,
@@ -275,7 +298,8 @@ class Recorder:
                 if len(stamps) > 1
                 else None,
                 "itl_max_ms": max(gaps) / 1e6 if gaps else None,
-                "input_tokens": st.req.input_tokens,
+                "input_tokens": st.input_tokens,
+                "planned_input_tokens": st.req.input_tokens,
                 "output_tokens": len(stamps),
                 "reported_output_tokens": st.reported_tokens
                 if st.reported_tokens is not None
@@ -302,7 +326,7 @@ class Recorder:
             for st in self._after_last_measured:  # finished after the window closed
                 self.window_tokens -= len(st.stamps) - bisect_left(st.stamps, self.window_end)
                 if st.stamps and st.stamps[0] >= self.window_end:
-                    self.window_input_tokens -= st.req.input_tokens
+                    self.window_input_tokens -= st.input_tokens
                 if st.error is None and st.done >= self.window_end:
                     self.window_completions -= 1
             self._after_last_measured.clear()

@@ -13,7 +13,7 @@ import asyncio
 import gc
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock
@@ -24,9 +24,22 @@ from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder, RequestState
 from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.sessions import Conversation
 
 LOOP_PROBE_NS = 10_000_000
 FLUSH_S = 0.005
+
+
+@dataclass
+class SessionCounts:
+    """Multi-turn sessions: how they went, for the result's ``sessions`` section."""
+
+    started: int = 0
+    completed: int = 0  # every planned turn answered
+    ended_by_failure: int = 0  # a failed turn ends its session (its history is broken)
+    cut_at_window_end: int = 0  # the next turn fell after the window's end, so was not sent
+    turns_sent: int = 0
+    stand_in_replies: int = 0  # the backend gave no text: a same-length stand-in was used
 
 
 @dataclass
@@ -43,6 +56,7 @@ class RunOutcome:
     failure: str | None = None
     throttled: int = 0
     notes: list[str] = field(default_factory=list)
+    sessions: SessionCounts | None = None
 
 
 class Runner:
@@ -80,6 +94,13 @@ class Runner:
         cl = plan.closed_loop
         # one seeded stream, all users
         self._think_times = cl.think_times_ns(plan.think_rng) if cl and plan.think_rng else None
+        self._turn_think = (
+            plan.turn_think.times_ns(plan.turn_think_rng)
+            if plan.turn_think is not None and plan.turn_think_rng is not None
+            else None
+        )
+        self.sessions = SessionCounts() if plan.multi_turn else None
+        self._session_ids = itertools.count()
         self._flush_handle: asyncio.TimerHandle | None = None
         self._cancel_reason: str | None = None
         self._failure: str | None = None
@@ -163,6 +184,7 @@ class Runner:
             self.cancelled,
             self._failure,
             self.throttled,
+            sessions=self.sessions,
         )
 
     def stats(self) -> dict:
@@ -187,6 +209,13 @@ class Runner:
 
     async def _dispatch_open(self) -> None:
         t0, _ = self._origin()
+        if self.plan.multi_turn:
+            for turns in self.plan.sessions():
+                assert turns[0].offset_ns is not None  # a session starts at its arrival
+                intended = t0 + turns[0].offset_ns
+                await self.clock.sleep_until(intended)
+                self._spawn(self._session(turns, intended, None))
+            return
         for req in self.plan.requests:
             assert req.offset_ns is not None  # an open-loop plan places every request
             intended = t0 + req.offset_ns
@@ -222,6 +251,13 @@ class Runner:
                 if plan.warmup_ns is not None
                 else index < (plan.warmup_requests or 0)
             )
+            if plan.multi_turn:
+                turns = plan.source.next_session(index, None, warmup, next(self._session_ids))
+                after = await self._session(turns, intended, counter, first_index=index)
+                if after is None:
+                    return
+                intended = after + next(self._think_times)
+                continue
             req = plan.source.next(index, None, warmup)
             await self.clock.sleep_until(intended)
             held_until = await self._throttle()
@@ -232,6 +268,63 @@ class Runner:
             task = self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
             st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
             intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
+
+    async def _session(
+        self, turns: list[PlannedRequest], intended: int, counter, first_index: int | None = None
+    ) -> int | None:
+        """One multi-turn session: each turn sent ``turn_think`` after the previous reply, its
+        prompt the history so far. A session belongs to the phase (warm-up or measured) of its
+        first turn. Closed loop (``counter``): turns take their indexes from the users' counter;
+        returns when the session ended, or None when the plan's request count is reached."""
+        plan, counts = self.plan, self.sessions
+        assert counts is not None and self._turn_think is not None  # a multi-turn plan
+        t0, rec = self._origin()
+        end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
+        conversation = Conversation(plan, self.tokenizer, turns[0])
+        counts.started += 1
+        try:
+            return await self._turns(turns, intended, counter, first_index, conversation, end)
+        finally:
+            counts.stand_in_replies += conversation.stand_in_replies
+
+    async def _turns(self, turns, intended, counter, first_index, conversation, end) -> int | None:
+        plan, counts = self.plan, self.sessions
+        assert counts is not None and self._turn_think is not None
+        _, rec = self._origin()
+        for k, planned in enumerate(turns):
+            if k:
+                if end is not None and intended >= end:
+                    counts.cut_at_window_end += 1
+                    return intended
+                index = planned.index if counter is None else next(counter)
+                if counter is not None and plan.planned_count is not None:
+                    if index >= plan.planned_count:  # the count-based window is full
+                        counts.cut_at_window_end += 1
+                        return None
+                planned = replace(planned, index=index)
+            elif first_index is not None:
+                planned = replace(planned, index=first_index)
+            req, prompt_ids = conversation.turn(planned)
+            await self.clock.sleep_until(intended)
+            held_until = await self._throttle()
+            if counter is not None and not req.warmup:
+                if rec.window_start is None:
+                    self.backend.window_started()
+                rec.set_window_start(intended)
+            counts.turns_sent += 1
+            task = self._spawn(
+                self._drive(req, intended, self.clock.now_ns(), held_until, prompt_ids)
+            )
+            st = await asyncio.shield(task)  # cancelled: the turn is left to the drain
+            if st.error is not None:
+                counts.ended_by_failure += 1
+                return max(st.done_ns or self.clock.now_ns(), intended)
+            conversation.reply(req, st.reply, len(st.stamps))
+            intended = max(st.done_ns or self.clock.now_ns(), intended)
+            if k + 1 < len(turns):
+                intended += next(self._turn_think)
+        counts.completed += 1
+        return intended
 
     async def _tell_window_start(self, at_ns: int) -> None:
         await self.clock.sleep_until(at_ns)
@@ -259,7 +352,12 @@ class Runner:
     # -- one request ------------------------------------------------------------------------------
 
     async def _drive(
-        self, req: PlannedRequest, intended: int, sent: int, held_until: int
+        self,
+        req: PlannedRequest,
+        intended: int,
+        sent: int,
+        held_until: int,
+        prompt_ids: list[int] | None = None,
     ) -> RequestState:
         # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go.
         st = RequestState(req, intended, sent, lag_from_ns=max(intended, held_until))
@@ -271,9 +369,11 @@ class Runner:
             if self.profile is not None:
                 await self.profile.on_send(req.index)
             if self.load.request_timeout is None:
-                await self._consume(st)
+                await self._consume(st, prompt_ids)
             else:
-                await asyncio.wait_for(self._consume(st), self.load.request_timeout / 1e9)
+                await asyncio.wait_for(
+                    self._consume(st, prompt_ids), self.load.request_timeout / 1e9
+                )
         except asyncio.TimeoutError:
             self._fail(st, "Timeout")
         except asyncio.CancelledError:
@@ -306,10 +406,9 @@ class Runner:
         for st in done:
             rec.finish(st)
 
-    async def _consume(self, st: RequestState) -> None:
-        prompt_ids = (
-            self.plan.prompt_ids(st.req, self.tokenizer) if self.backend.needs_prompt_ids else None
-        )
+    async def _consume(self, st: RequestState, prompt_ids: list[int] | None) -> None:
+        if prompt_ids is None and self.backend.needs_prompt_ids:
+            prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer)
         now = self.clock.now_ns
         async for ev in self.backend.submit(st.req, prompt_ids):
             self._progress_ns = now()
@@ -323,6 +422,7 @@ class Runner:
             elif kind is Finished:
                 st.done_ns, st.output_tokens = ev.t_ns, ev.output_tokens
                 st.response_id, st.reported_tokens = ev.response_id, ev.reported_tokens
+                st.reply, st.prompt_tokens = ev.text, ev.input_tokens
             elif kind is Failed:
                 st.done_ns, st.error = ev.t_ns, ev.error_type
         if st.done_ns is None:

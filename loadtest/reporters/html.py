@@ -117,6 +117,7 @@ def run_html(m: dict) -> str:
     for title, rows in (
         ("Stability", insight.stability_rows(m.get("stability"))),
         ("Goodput", insight.goodput_rows(m.get("goodput"))),
+        ("Sessions", insight.sessions_rows(m.get("sessions"))),
         ("Server", insight.server_rows(m.get("server"))),
         ("GPU telemetry", insight.gpu_rows(m.get("gpu"))),
         ("Roofline", insight.roofline_rows(m.get("roofline"))),
@@ -208,6 +209,7 @@ def sweep_html(doc: dict) -> str:
     parts.append(
         f"<p>knee (highest throughput / p99 E2E, steady points only): <b>{esc(doc['knee'])}</b> · frontier: {esc(doc['frontier'])}</p>"
     )
+    parts += [f"<p><b>caveat:</b> {esc(c)}</p>" for c in doc.get("knee_caveats") or []]
     reasons = [
         (esc(p["params"]), esc(p["status"]), esc(p["reason"]))
         for p in doc["points"]

@@ -52,6 +52,38 @@ def goodput_rows(goodput: dict | None) -> list[tuple[str, str]]:
     ]
 
 
+def sessions_rows(sessions: dict | None) -> list[tuple[str, str]]:
+    """Label/value rows of multi-turn sessions: how they ended, TTFT first vs later turns, and
+    TTFT and prompt length by turn."""
+    if not sessions:
+        return []
+    g = lambda x: "-" if x is None else f"{x:.4g}"  # noqa: E731
+    s = sessions
+    first, later = s["ttft_first_turn_ms"], s["ttft_later_turns_ms"]
+    rows = [
+        (
+            "sessions",
+            f"{s['started']} started, {s['completed']} completed, {s['ended_by_failure']} ended "
+            f"by a failed turn, {s['cut_at_window_end']} cut at the window's end",
+        ),
+        ("history", f"{s['history']}; {s['turns_sent']} turns sent"),
+        (
+            "TTFT first turn / later turns",
+            f"p50 {g(first['p50'])} / {g(later['p50'])} ms, p99 {g(first['p99'])} / "
+            f"{g(later['p99'])} ms",
+        ),
+    ]
+    for t in s["per_turn"]:
+        rows.append(
+            (
+                f"turn {t['turn']}",
+                f"{t['requests']} requests, prompt {g(t['input_tokens_mean'])} tokens mean, TTFT "
+                f"p50 {g(t['ttft_ms']['p50'])} ms, p99 {g(t['ttft_ms']['p99'])} ms",
+            )
+        )
+    return rows
+
+
 def stability_rows(stability: dict | None) -> list[tuple[str, str]]:
     """Label/value rows of the stability judgement: the verdict, rates, backlog, trends."""
     if not stability:

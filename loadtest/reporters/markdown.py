@@ -82,6 +82,7 @@ def render(m: dict) -> str:
     for title, rows in (
         ("Stability", insight.stability_rows(m.get("stability"))),
         ("Goodput", insight.goodput_rows(m.get("goodput"))),
+        ("Sessions", insight.sessions_rows(m.get("sessions"))),
         ("Server", insight.server_rows(m.get("server"))),
         ("GPU", insight.gpu_rows(m.get("gpu"))),
         ("Roofline", insight.roofline_rows(m.get("roofline"))),

@@ -57,6 +57,11 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
         console.print(
             f"goodput: {rows['attainment']} met {rows['objectives (every one, per request)']}; {rows['goodput']}"
         )
+    s = metrics.get("sessions")
+    if s:
+        rows = dict(insight.sessions_rows(s))
+        console.print(f"sessions: {rows['sessions']}")
+        console.print(f"  TTFT first turn / later turns: {rows['TTFT first turn / later turns']}")
     loop = metrics["harness"]["loop_lag_ms"]
     lag = metrics["latency_ms"]["dispatch_lag"]
     console.print(

@@ -12,7 +12,7 @@ from typing import Any
 
 from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.execution.recorder import ALL_METRICS
+from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import (
     GoodputResult,
@@ -21,8 +21,10 @@ from loadtest.results.model import (
     LatencySummary,
     Requests,
     RunMetrics,
+    SessionsResult,
     Throughput,
     Timeseries,
+    TurnStats,
     Validity,
     Window,
 )
@@ -40,6 +42,7 @@ DEFINITIONS = {
     "output_tokens_per_s": "output tokens stamped inside the measured window / window length",
     "total_tokens_per_s": "(input tokens of requests whose first token fell in the window + output tokens in it) / window",
     "requests_per_s": "requests completed inside the measured window / window length",
+    "input_tokens": "a prompt's tokens: the server's count where it reports one, else the client's",
 }
 
 
@@ -202,6 +205,7 @@ def build_result(
         validity=validity,
         stability=stability,
         goodput=_goodput(scenario, rec, window_s),
+        sessions=_sessions(outcome),
         timeseries=Timeseries(interval_s=rec.interval_ns / 1e9, points=_points(rec)),
         histograms={m: hists[m].encode() for m in ALL_METRICS},
         histograms_over_range={m: hists[m].over_range for m in ALL_METRICS},
@@ -213,6 +217,42 @@ def build_result(
         p99_ms=e2e.p99,
         peak_mem_mb=backend.get("peak_mem_mb"),
         **identity,
+    )
+
+
+def _sessions(outcome: RunOutcome) -> SessionsResult | None:
+    counts, rec = outcome.sessions, outcome.recorder
+    if counts is None:
+        return None
+    first, later = LatencyHistogram(), LatencyHistogram()
+    per_turn = []
+    for turn in sorted(rec.turn_ttft):
+        h = rec.turn_ttft[turn]
+        (first if turn == 0 else later).add(h)
+        n = rec.turn_requests[turn]
+        per_turn.append(
+            TurnStats(
+                turn=f"{turn + 1}+" if turn == TURN_BUCKETS - 1 else str(turn + 1),
+                requests=n,
+                input_tokens_mean=rec.turn_input_tokens[turn] / n if n else None,
+                ttft_ms=LatencySummary(**h.summary_ms()),
+            )
+        )
+    return SessionsResult(
+        started=counts.started,
+        completed=counts.completed,
+        ended_by_failure=counts.ended_by_failure,
+        cut_at_window_end=counts.cut_at_window_end,
+        turns_sent=counts.turns_sent,
+        history=(
+            "stand-in replies of the same token count (the backend returns no text)"
+            if counts.stand_in_replies
+            else "the server's replies"
+        ),
+        stand_in_replies=counts.stand_in_replies,
+        ttft_first_turn_ms=LatencySummary(**first.summary_ms()),
+        ttft_later_turns_ms=LatencySummary(**later.summary_ms()),
+        per_turn=per_turn,
     )
 
 

@@ -171,6 +171,30 @@ class GoodputResult(_Doc):
     good_requests_per_s: float | None  # good completions inside the window / window length
 
 
+class TurnStats(_Doc):
+    """One turn position of multi-turn sessions (1 = the first; the last row holds the rest)."""
+
+    turn: str  # "1", "2", ... and "16+" for every turn from there on
+    requests: int
+    input_tokens_mean: float | None  # the whole prompt: history and the new message
+    ttft_ms: LatencySummary
+
+
+class SessionsResult(_Doc):
+    """Multi-turn sessions: how many ran to their end, and TTFT by turn."""
+
+    started: int
+    completed: int  # every planned turn answered
+    ended_by_failure: int  # a failed turn ends its session
+    cut_at_window_end: int  # a next turn fell after the window's end, so was not sent
+    turns_sent: int
+    history: str  # what earlier replies in a turn's history are: the server's, or stand-ins
+    stand_in_replies: int
+    ttft_first_turn_ms: LatencySummary
+    ttft_later_turns_ms: LatencySummary
+    per_turn: list[TurnStats]
+
+
 class IntervalPoint(_Doc):
     """One reporting interval: counts, p50/p99 of the interval metrics, encoded histograms."""
 
@@ -215,6 +239,7 @@ class RunMetrics(_Doc):
     validity: Validity
     stability: Stability | None = None
     goodput: GoodputResult | None = None
+    sessions: SessionsResult | None = None
     timeseries: Timeseries | None = None
     histograms: dict[str, str] | None = None
     histograms_over_range: dict[str, int] | None = None
@@ -324,6 +349,7 @@ class SweepDoc(_Doc):
     curve: list[CurvePoint]
     frontier: list[Any]
     knee: Any = None
+    knee_caveats: list[str] = Field(default_factory=list)
     max_rate: MaxRate | None = None
     point_sizing: str | None = None  # how offline points were sized, when not by the scenario
 

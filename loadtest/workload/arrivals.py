@@ -92,6 +92,20 @@ class Trace:
 
 
 @dataclass(frozen=True)
+class ThinkTime:
+    """The pause between a response and the next request: fixed, or exponential with that mean."""
+
+    mean_ns: int
+    exponential: bool
+
+    def times_ns(self, rng: random.Random) -> Iterator[int]:
+        """One seeded stream of think times (shared by all users, or all sessions)."""
+        if not self.exponential or self.mean_ns == 0:
+            return itertools.repeat(self.mean_ns)
+        return (round(rng.expovariate(1.0) * self.mean_ns) for _ in itertools.count())
+
+
+@dataclass(frozen=True)
 class ClosedLoop:
     """``users`` senders; each waits ``think`` after its previous response."""
 
@@ -101,9 +115,7 @@ class ClosedLoop:
 
     def think_times_ns(self, rng: random.Random) -> Iterator[int]:
         """One seeded stream of think times shared by all users."""
-        if not self.exponential or self.think_ns == 0:
-            return itertools.repeat(self.think_ns)
-        return (round(rng.expovariate(1.0) * self.think_ns) for _ in itertools.count())
+        return ThinkTime(self.think_ns, self.exponential).times_ns(rng)
 
 
 def read_trace(path: Path, time_scale: float) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ import json
 import math
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from loadtest.config.scenario import (
@@ -22,8 +22,9 @@ from loadtest.config.scenario import (
     UniformLength,
 )
 from loadtest.core.errors import ScenarioError
-from loadtest.workload.arrivals import ClosedLoop, make_arrival
-from loadtest.workload.tokenizer import ByteTokenizer, Tokenizer, render_messages_plainly
+from loadtest.workload.arrivals import ClosedLoop, ThinkTime, make_arrival
+from loadtest.workload.datasets import DatasetPrompt, read_dataset
+from loadtest.workload.tokenizer import ByteTokenizer, Tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,11 @@ class PlannedRequest:
     warmup: bool
     ignore_eos: bool
     prefix_group: int | None = None  # shared_prefix: which group's prefix the prompt starts with
+    session: int | None = None  # multi_turn: the session this turn belongs to
+    turn: int = 0  # multi_turn: the turn's place in its session (0 = the first)
+    # multi_turn: the conversation so far, this turn's message last; set when the turn is sent
+    # (it holds the earlier replies), and then ``input_tokens`` counts the whole history
+    history: tuple[dict, ...] | None = None
 
 
 # --- lengths ------------------------------------------------------------------------------
@@ -60,76 +66,6 @@ def _sampler(spec) -> Callable[[random.Random], int]:
     raise TypeError(spec)
 
 
-# --- datasets -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DatasetPrompt:
-    """One dataset row, tokenized."""
-
-    text: str  # a chat row: rendered with the model's template
-    token_ids: tuple[int, ...]
-    messages: tuple[dict, ...] | None = (
-        None  # a chat row as written (an HTTP chat API takes it as is)
-    )
-
-
-def read_dataset(path: Path, tokenizer: Tokenizer) -> list[DatasetPrompt]:
-    """JSONL rows ``{"prompt": str}`` or ``{"messages": [...]}``; chats use the model's template.
-    A ShareGPT file (a JSON array, or JSONL, of ``{"conversations": [{"from", "value"}, ...]}``)
-    is recognised by its content: each conversation's first human turn becomes a chat prompt."""
-    rows = []
-    text_all = path.read_text(encoding="utf-8")
-    if text_all.lstrip().startswith("["):  # one JSON document: ShareGPT's usual shape
-        try:
-            items = json.loads(text_all)
-        except json.JSONDecodeError as exc:
-            raise ScenarioError([f"{path}:{exc.lineno}: not JSON: {exc.msg}"]) from None
-        entries = [(f"[{i}]", item) for i, item in enumerate(items)]
-    else:
-        entries = []
-        for lineno, line in enumerate(text_all.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                entries.append((str(lineno), json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise ScenarioError([f"{path}:{lineno}: not JSON: {exc.msg}"]) from None
-    for where, row in entries:
-        if isinstance(row, dict) and "conversations" in row:
-            row = _sharegpt_row(row, path, where)
-            if row is None:
-                continue  # a conversation with no human turn holds no prompt
-        text = _row_text(row, tokenizer, path, where)
-        messages = tuple(row["messages"]) if "prompt" not in row else None
-        rows.append(DatasetPrompt(text, tuple(tokenizer.encode(text)), messages))
-    if not rows:
-        raise ScenarioError([f"{path}:1: the dataset holds no prompts"])
-    return rows
-
-
-def _sharegpt_row(row: dict, path: Path, where: str) -> dict | None:
-    """ShareGPT's first human turn as a one-message chat, or None when it has none."""
-    turns = row["conversations"]
-    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
-        raise ScenarioError([f"{path}:{where}: conversations: expected a list of {{from, value}}"])
-    for t in turns:
-        if t.get("from") in ("human", "user") and isinstance(t.get("value"), str) and t["value"]:
-            return {"messages": [{"role": "user", "content": t["value"]}]}
-    return None
-
-
-def _row_text(row: object, tokenizer: Tokenizer, path: Path, lineno: object) -> str:
-    if isinstance(row, dict) and isinstance(row.get("prompt"), str):
-        return row["prompt"]
-    if isinstance(row, dict) and isinstance(row.get("messages"), list):
-        msgs = row["messages"]
-        if all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in msgs) and msgs:
-            return tokenizer.render_chat(msgs) or render_messages_plainly(msgs)
-        raise ScenarioError([f"{path}:{lineno}: messages: expected a list of {{role, content}}"])
-    raise ScenarioError([f'{path}:{lineno}: expected {{"prompt": ...}} or {{"messages": [...]}}'])
-
-
 # --- the plan -------------------------------------------------------------------------------
 
 
@@ -146,6 +82,9 @@ class RequestSource:
         self._dataset = dataset
         self._order: list[int] = []
         self._ignore_eos = w.output == "fixed"
+        mt = w.multi_turn
+        self._turns = None if mt is None else _sampler(3 if mt.turns is None else mt.turns)
+        self._max_turns = None if mt is None else mt.max_turns
 
     def next(self, index: int, offset_ns: int | None, warmup: bool) -> PlannedRequest:
         """The next request's contents (lengths, prompt), whatever its timing."""
@@ -168,6 +107,47 @@ class RequestSource:
             index, offset_ns, n_in, out, seed, row, warmup, self._ignore_eos, group
         )
 
+    def next_session(
+        self, index: int, offset_ns: int | None, warmup: bool, session: int
+    ) -> list[PlannedRequest]:
+        """A multi-turn session's turns, indexed from ``index``: the first at ``offset_ns``, the
+        others unplaced (each is sent after the previous reply). A turn's ``input_tokens`` is its
+        own new message until it is sent; its prompt is then the whole history."""
+        first = self.next(index, offset_ns, warmup)
+        if self._dataset is not None:
+            assert first.dataset_row is not None
+            row = self._dataset[first.dataset_row]
+            count = max(1, len(row.turns))
+            first = replace(
+                first, input_tokens=row.turn_tokens[0] if row.turns else first.input_tokens
+            )
+        else:
+            assert self._turns is not None and self._input is not None
+            row, count = None, self._turns(self._lengths)
+        if self._max_turns is not None:
+            count = min(count, self._max_turns)
+        turns = [replace(first, session=session)]
+        for k in range(1, count):
+            out = self._output(self._lengths)
+            n_in = row.turn_tokens[k] if row is not None else self._input(self._lengths)  # type: ignore[misc]
+            seed = self._prompts.getrandbits(63)
+            turns.append(
+                PlannedRequest(
+                    index + k,
+                    None,
+                    n_in,
+                    out,
+                    seed,
+                    first.dataset_row,
+                    warmup,
+                    self._ignore_eos,
+                    None,
+                    session,
+                    k,
+                )
+            )
+        return turns
+
 
 @dataclass
 class Plan:
@@ -189,6 +169,48 @@ class Plan:
     measured_requests: int | None = None
     dataset: list[DatasetPrompt] | None = None
     prefix: tuple[int, int] | None = None  # shared_prefix: (tokens, seed of group 0's prefix)
+    # multi_turn: the think time between a reply and the session's next turn, and its stream
+    turn_think: ThinkTime | None = None
+    turn_think_rng: random.Random | None = None
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether requests are turns of sessions."""
+        return self.turn_think is not None
+
+    def sessions(self) -> list[list[PlannedRequest]]:
+        """An open-loop multi-turn plan's sessions, each its turns in order."""
+        out: dict[int, list[PlannedRequest]] = {}
+        for r in self.requests:
+            assert r.session is not None  # every request of a multi-turn plan is a turn
+            out.setdefault(r.session, []).append(r)
+        return list(out.values())
+
+    def longest_prompt(self, default: int = 128) -> int:
+        """The longest prompt the plan can send, in tokens (open loop; ``default`` otherwise).
+        A session's later turn holds its history: every earlier message and reply."""
+        if not self.requests:
+            return default
+        if not self.multi_turn:
+            return max(r.input_tokens for r in self.requests)
+        return max(
+            sum(t.input_tokens + t.output_tokens for t in turns) - turns[-1].output_tokens
+            for turns in self.sessions()
+        )
+
+    def turn_message(self, req: PlannedRequest, tokenizer: Tokenizer) -> str:
+        """The new user message a session's turn sends (its history is the runner's)."""
+        if req.dataset_row is not None:
+            assert self.dataset is not None
+            row = self.dataset[req.dataset_row]
+            return row.turns[req.turn] if row.turns else row.text
+        return tokenizer.decode(self.prompt_ids(req, tokenizer))
+
+    def system_messages(self, req: PlannedRequest) -> list[dict]:
+        """What a session's history starts with: its dataset row's system messages, if any."""
+        if req.dataset_row is None or self.dataset is None:
+            return []
+        return list(self.dataset[req.dataset_row].system)
 
     def to_jsonl(self) -> str:
         """The plan as JSON lines (to compare two plans byte for byte)."""
@@ -221,12 +243,19 @@ class Plan:
 def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str], Path]) -> Plan:
     """Every request of the run, fixed before t0 from the scenario's seeds."""
     load = scenario.load
+    w = scenario.workload
     dataset = (
-        read_dataset(resolve(scenario.workload.dataset), tokenizer)
-        if scenario.workload.dataset
+        read_dataset(
+            w.dataset, tokenizer, resolve=resolve, split=w.dataset_split, columns=w.dataset_columns
+        )
+        if w.dataset
         else None
     )
     source = RequestSource(scenario, dataset)
+    mt = w.multi_turn
+    turn_think = None if mt is None else ThinkTime(mt.think_time, mt.think == "exponential")
+    # a stream of its own: think times never shift the arrivals or the prompts
+    turn_think_rng = None if mt is None else random.Random(scenario.seeds.schedule * 7919 + 1)
     sp = scenario.workload.shared_prefix
     # each group's prefix is seeded from the prompts seed: the same prefixes in every replicate
     prefix = None if sp is None else (sp.tokens, scenario.seeds.prompts * 1_000_003)
@@ -245,8 +274,12 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
             load.requests,
             dataset,
             prefix=prefix,
+            turn_think=turn_think,
+            turn_think_rng=turn_think_rng,
         )
-    requests = list(_open_loop(load, arrival.offsets_ns(schedule_rng), source))
+    requests = list(
+        _open_loop(load, arrival.offsets_ns(schedule_rng), source, multi_turn=mt is not None)
+    )
     measured = [r for r in requests if not r.warmup]
     if not measured:
         raise ScenarioError(
@@ -264,13 +297,19 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
         measured_requests=len(measured),
         dataset=dataset,
         prefix=prefix,
+        turn_think=turn_think,
+        turn_think_rng=turn_think_rng,
     )
 
 
-def _open_loop(load, offsets: Iterator[int], source: RequestSource) -> Iterator[PlannedRequest]:
+def _open_loop(
+    load, offsets: Iterator[int], source: RequestSource, multi_turn: bool
+) -> Iterator[PlannedRequest]:
+    """Open-loop requests in order; with ``multi_turn``, each arrival starts a session whose
+    turns follow it (unplaced). Warm-up by count counts requests (turns), as does the window."""
     n_warm = load.warmup_requests or 0
-    window_start, measured = load.warmup, 0
-    for index, offset in enumerate(offsets):
+    window_start, measured, index = load.warmup, 0, 0
+    for session, offset in enumerate(offsets):
         warmup = offset < load.warmup if load.warmup is not None else index < n_warm
         if not warmup:
             if window_start is None:
@@ -279,8 +318,16 @@ def _open_loop(load, offsets: Iterator[int], source: RequestSource) -> Iterator[
                 return
             if load.duration is not None and offset >= window_start + load.duration:
                 return
-            measured += 1
-        yield source.next(index, offset, warmup)
+        turns = (
+            source.next_session(index, offset, warmup, session)
+            if multi_turn
+            else [source.next(index, offset, warmup)]
+        )
+        if not warmup and load.requests is not None:
+            turns = turns[: load.requests - measured]  # the window ends with its Nth request
+        measured += 0 if warmup else len(turns)
+        index += len(turns)
+        yield from turns
 
 
 def check_plan(scenario: Scenario, resolve: Callable[[str], Path]) -> None:

@@ -54,6 +54,19 @@ class ByteTokenizer:
         return rng.choices(_PRINTABLE, k=n)
 
 
+class ScaledByteTokenizer(ByteTokenizer):
+    """Bytes, with synthetic prompts scaled to the server's tokens: where the model's tokenizer
+    is not here but the server counts text (``/tokenize``), an n-token prompt is
+    ``n × bytes_per_token`` bytes of the same printable text the server's count was taken on."""
+
+    def __init__(self, bytes_per_token: float) -> None:
+        self.bytes_per_token = bytes_per_token
+        self.name = f"loadtest-bytes scaled by the server ({bytes_per_token:.3g} bytes a token)"
+
+    def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
+        return rng.choices(_PRINTABLE, k=max(1, round(n * self.bytes_per_token)))
+
+
 def render_messages_plainly(messages: list[dict]) -> str:
     """The fallback rendering of a chat when the model has no template: ``role: content`` lines."""
     return (

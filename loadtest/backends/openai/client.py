@@ -15,6 +15,7 @@ read from an environment variable and never written anywhere.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import ssl
@@ -26,13 +27,17 @@ from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai.sse import SseParser
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed, Finished, Sent, Tokens
+from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer, render_messages_plainly
 
 PROBE_TOKENS = 2
+PROFILER_CALL_S = 300.0  # a server writes its traces before it answers /stop_profile
+TOKENIZE_SAMPLE_BYTES = 4096  # text whose server token count sets bytes per token
 
 
 class OpenAIBackend(Backend):
     """An OpenAI-compatible server over HTTP (chat or completions), streamed."""
 
+    supports_profiling = True  # the server's own profiler, where it has endpoints for it
     needs_prompt_ids = (
         True  # synthetic prompts are token ids of the model's tokenizer, sent as text
     )
@@ -57,7 +62,8 @@ class OpenAIBackend(Backend):
     async def start(self) -> BackendInfo:
         import aiohttp
 
-        tokenizer, tokenizer_source = self._load_tokenizer()
+        # hub lookups and file reads off the loop: start_timeout bounds them
+        tokenizer, tokenizer_source = await asyncio.to_thread(self._load_tokenizer)
         spec = self.spec
         headers = {"Content-Type": "application/json", **spec.headers}
         key = os.environ.get(spec.api_key_env)
@@ -81,6 +87,17 @@ class OpenAIBackend(Backend):
         except BackendError:
             await self.stop()
             raise
+        sizing = "the model's tokenizer"
+        if not self._count_tokens:
+            per_token = await self._server_bytes_per_token()
+            if per_token is None:
+                sizing = "bytes of text: no tokenizer for the model here (one 'token' = one byte)"
+            else:
+                tokenizer = self._tokenizer = ScaledByteTokenizer(per_token)
+                sizing = (
+                    f"bytes scaled by the server's /tokenize: {per_token:.3g} bytes of these "
+                    "prompts a token (synthetic lengths approximate; input counts are the server's)"
+                )
         details = {
             "base_url": spec.base_url,
             "model": spec.model,
@@ -94,17 +111,21 @@ class OpenAIBackend(Backend):
             "api_key": f"from ${spec.api_key_env}" if key else "none",
             "tls_verify": spec.verify_tls,
             "max_connections": spec.max_connections or "unbounded",
-            "prompt_sizing": "the model's tokenizer"
-            if self._count_tokens
-            else "bytes of text: no tokenizer for the model here (one 'token' = one byte)",
+            "prompt_sizing": sizing,
         }
         notices = []
         if not self._count_tokens:
+            how = (
+                f"prompts are sized with the server's /tokenize ({tokenizer.bytes_per_token:.3g} "
+                "bytes a token, approximately)"
+                if isinstance(tokenizer, ScaledByteTokenizer)
+                else "prompts are sized in bytes of text (a 256-token prompt is 256 bytes)"
+            )
             notices.append(
-                f"no tokenizer for {spec.model!r} on this machine: prompts are sized in bytes of "
-                "text (a 256-token prompt is 256 bytes) and output is counted a token per chunk, "
-                "reconciled to the server's usage; set backend.tokenizer to a local folder or a "
-                "cached hub id to size prompts in the model's own tokens"
+                f"no tokenizer for {spec.model!r} on this machine or the hub: {how}, and output "
+                "is counted a token per chunk, reconciled to the server's usage; set "
+                "backend.tokenizer to a local folder or a hub id to size prompts in the model's "
+                "own tokens"
             )
         return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details, notices)
 
@@ -177,6 +198,8 @@ class OpenAIBackend(Backend):
         chunks: list[tuple[int, int]] = []  # (arrival ns, tokens in it)
         wire = _Wire()
         chars = 0  # characters of text streamed: bounds what the server's usage may claim
+        # a session's turn keeps the reply: the next turn's history holds it
+        reply: list[str] | None = [] if req.history is not None else None
         usage = None
         finish_reason = None
         response_id = None  # the server's id: per-request exports join on it
@@ -203,10 +226,12 @@ class OpenAIBackend(Backend):
                         if "error" in event:
                             yield Failed(t, "server_error", str(event["error"])[:300])
                             return
-                        n, nchars, reason = self._tokens_in(event)
+                        n, nchars, reason, content = self._tokens_in(event)
                         if n:
                             chunks.append((t, n))
                             chars += nchars
+                        if reply is not None and content:
+                            reply.append(content)
                         finish_reason = reason or finish_reason
                         usage = event.get("usage") or usage
                         if response_id is None:
@@ -269,7 +294,7 @@ class OpenAIBackend(Backend):
         if req.ignore_eos and len(stamps) < req.output_tokens and self._fixed_via != "none":
             self.facts["short_outputs"] += 1
         prompt_tokens = _count(usage, "prompt_tokens")
-        if prompt_tokens is not None and prompt_tokens != req.input_tokens:
+        if self._count_tokens and prompt_tokens is not None and prompt_tokens != req.input_tokens:
             self.facts["prompt_token_mismatch"] += 1
         yield Tokens(tuple(stamps))
         yield Finished(
@@ -278,16 +303,17 @@ class OpenAIBackend(Backend):
             prompt_tokens,
             response_id,
             _count(usage, "completion_tokens"),
+            None if reply is None else "".join(reply),
         )
 
-    def _tokens_in(self, obj: dict) -> tuple[int, int, str | None]:
-        """Output tokens and characters in one streamed event, and its finish_reason
-        (``BadResponse`` when the event is not shaped like an OpenAI chunk)."""
+    def _tokens_in(self, obj: dict) -> tuple[int, int, str | None, str | None]:
+        """Output tokens and characters in one streamed event, its finish_reason and its content
+        (not reasoning) text (``BadResponse`` when the event is not shaped like an OpenAI chunk)."""
         choices = obj.get("choices") or []
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise BadResponse(f"choices: expected a list of objects, got {str(choices)[:80]}")
         if not choices:
-            return 0, 0, None
+            return 0, 0, None, None
         choice = choices[0]
         if self.server_model is None and isinstance(obj.get("model"), str):
             self.server_model = obj["model"]
@@ -304,9 +330,9 @@ class OpenAIBackend(Backend):
         reason = choice.get("finish_reason")
         reason = reason if isinstance(reason, str) else None
         if not text:
-            return 0, 0, reason
+            return 0, 0, reason, None
         n = max(1, len(self._count_tokens(text))) if self._count_tokens else 1
-        return n, len(text), reason
+        return n, len(text), reason, parts[0]
 
     def _reconcile(
         self, chunks: list[tuple[int, int]], usage: dict | None, chars: int
@@ -391,6 +417,16 @@ class OpenAIBackend(Backend):
     # -- request bodies -----------------------------------------------------------------------
 
     def _body(self, req, prompt_ids) -> dict:
+        if req.history is not None:  # a session's turn: the conversation so far
+            history = list(req.history)
+            text = (
+                ""
+                if self.spec.api == "chat"
+                else self._tokenizer.render_chat(history) or render_messages_plainly(history)
+            )
+            return self._request(
+                text, req.history, req.output_tokens, self._fixed_via if req.ignore_eos else None
+            )
         row = (
             self._plan.dataset[req.dataset_row]
             if req.dataset_row is not None and self._plan
@@ -425,7 +461,7 @@ class OpenAIBackend(Backend):
         if via == "ignore_eos":
             body.update(ignore_eos=True, min_tokens=n)
         elif via == "generation_config":  # transformers serve: its GenerationConfig, as JSON text
-            config = {"max_new_tokens": n, "min_new_tokens": n}
+            config: dict[str, Any] = {"max_new_tokens": n, "min_new_tokens": n}
             if getattr(self._tokenizer, "eos_token_id", None) is not None:
                 config["eos_token_id"] = self._tokenizer.eos_token_id
             body["generation_config"] = json.dumps(config)
@@ -490,25 +526,85 @@ class OpenAIBackend(Backend):
     # -- set-up -------------------------------------------------------------------------------
 
     def _load_tokenizer(self):
-        from loadtest.workload.tokenizer import ByteTokenizer
-
         name = self.spec.tokenizer or self.spec.model
         try:
             from loadtest.backends.hf_tokenizer import load_tokenizer
 
-            tok = load_tokenizer(name, self.base_dir, trust_remote_code=False)
+            tok = load_tokenizer(name, self.base_dir, trust_remote_code=False, download=True)
         except ImportError:  # no transformers installed: fine for an HTTP client
             tok = ByteTokenizer()
         if isinstance(tok, ByteTokenizer):
             if self.spec.tokenizer:
                 raise BackendError(
                     f"backend.tokenizer: no tokenizer found at {self.spec.tokenizer!r} "
-                    "(a local directory or a hub id in the local cache)"
+                    "(a local directory, or a hub id in the cache or reachable on the hub)"
                 )
             self._tokenizer, self._count_tokens = tok, None
             return tok, f"none found for {name!r}: built-in bytes for prompts, one token per chunk"
         self._tokenizer, self._count_tokens = tok, tok.encode
         return tok, getattr(tok, "name", name)
+
+    # -- the server's profiler -------------------------------------------------------------
+
+    async def profile_start(self, options: dict) -> None:
+        """The server's own profiler on (vLLM's ``POST /start_profile``), where it has one."""
+        self._profiler = await self._profiler_call("start_profile")
+
+    async def profile_stop(self, out_dir: str) -> dict:
+        """The server's profiler off; where its traces are is the server's business (vLLM:
+        ``VLLM_TORCH_PROFILER_DIR`` on the server's host)."""
+        started = getattr(self, "_profiler", None)
+        if started is not None:
+            return {"profiler": f"none: the server did not start one ({started})"}
+        stopped = await self._profiler_call("stop_profile")
+        if stopped is not None:
+            return {"profiler": f"the server's: started, but stopping failed ({stopped})"}
+        return {
+            "profiler": "the server's (POST /start_profile, /stop_profile): its traces are "
+            "written on the server's host (vLLM: VLLM_TORCH_PROFILER_DIR)"
+        }
+
+    async def _profiler_call(self, name: str) -> str | None:
+        """POST ``/<name>`` at the server's root; None on success, else why not."""
+        import aiohttp
+
+        root = self.spec.base_url.rstrip("/").removesuffix("/v1")
+        try:
+            async with self._session.post(
+                f"{root}/{name}",
+                timeout=aiohttp.ClientTimeout(total=PROFILER_CALL_S),
+                trace_request_ctx=_Wire(),
+            ) as resp:
+                if resp.status >= 400:
+                    return f"POST /{name}: HTTP {resp.status}"
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return f"POST /{name}: {type(exc).__name__}"
+        return None
+
+    async def _server_bytes_per_token(self) -> float | None:
+        """Bytes a token of the kind of text synthetic prompts are, by the server's own
+        ``/tokenize`` (vLLM, SGLang), or None where it has none."""
+        import random
+
+        sample = ByteTokenizer().random_prompt_ids(random.Random(0), TOKENIZE_SAMPLE_BYTES)
+        text = bytes(sample).decode("ascii")
+        root = self.spec.base_url.rstrip("/").removesuffix("/v1")
+        try:
+            async with self._session.post(
+                f"{root}/tokenize",
+                data=json.dumps({"model": self.spec.model, "prompt": text}),
+                trace_request_ctx=_Wire(),
+            ) as resp:
+                if resp.status >= 400:
+                    return None
+                answer = await resp.json(content_type=None)
+        except Exception:  # no such endpoint, or not JSON: the server has no /tokenize
+            return None
+        count = answer.get("count") if isinstance(answer, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+            return None
+        return len(text) / count
 
     def _ssl_context(self):
         if not self.spec.verify_tls:

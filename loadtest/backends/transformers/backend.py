@@ -106,9 +106,7 @@ class TransformersBackend(Backend):
 
     async def prepare(self, plan) -> dict:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""
-        longest = (
-            max((r.input_tokens for r in plan.requests), default=128) if plan.requests else 128
-        )
+        longest = plan.longest_prompt()
         # The static batcher can form any size up to max_batch_size: each is a new shape (a
         # compile, or in eager mode first-use costs such as attention plans). ``continuous`` warms
         # by running max_batch_size requests through the manager at once.

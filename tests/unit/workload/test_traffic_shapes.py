@@ -88,3 +88,41 @@ def test_shared_prefix_is_for_synthetic_prompts():
                 "load": {"arrival": {"kind": "burst"}, "requests": 1},
             }
         )
+
+
+def _saved_dataset(tmp_path, rows: list[dict], splits: tuple[str, ...] = ()):
+    datasets = pytest.importorskip("datasets")
+    data = datasets.Dataset.from_list(rows)
+    if splits:
+        data = datasets.DatasetDict({s: data for s in splits})
+    data.save_to_disk(str(tmp_path / "ds"))
+
+
+def test_a_hugging_face_dataset_is_read_with_its_column_mapped(tmp_path):
+    _saved_dataset(tmp_path, [{"question": "abc", "id": 1}, {"question": "hello", "id": 2}])
+    rows = read_dataset(
+        "hf:ds", ByteTokenizer(), resolve=lambda p: tmp_path / p, columns={"prompt": "question"}
+    )
+    assert [(r.text, len(r.token_ids)) for r in rows] == [("abc", 3), ("hello", 5)]
+
+
+def test_a_hugging_face_dataset_of_conversations_feeds_sessions(tmp_path):
+    convo = [
+        {"from": "human", "value": "a"},
+        {"from": "gpt", "value": "b"},
+        {"from": "human", "value": "cc"},
+    ]
+    _saved_dataset(tmp_path, [{"conversations": convo}], splits=("train", "test"))
+    (row,) = read_dataset("hf:ds", ByteTokenizer(), resolve=lambda p: tmp_path / p, split="test")
+    assert row.turns == ("a", "cc") and row.turn_tokens == (1, 2)
+
+
+def test_a_hugging_face_dataset_names_the_missing_column_or_split(tmp_path):
+    _saved_dataset(tmp_path, [{"question": "abc"}], splits=("train",))
+    resolve = lambda p: tmp_path / p  # noqa: E731
+    with pytest.raises(ScenarioError, match="no column 'prompt_text' .it has question"):
+        read_dataset("hf:ds", ByteTokenizer(), resolve=resolve, columns={"prompt": "prompt_text"})
+    with pytest.raises(ScenarioError, match="no split 'validation' .it has train"):
+        read_dataset("hf:ds", ByteTokenizer(), resolve=resolve, split="validation")
+    with pytest.raises(ScenarioError, match=r"hf:ds \(train\):row 0: expected"):
+        read_dataset("hf:ds", ByteTokenizer(), resolve=resolve)  # no prompt column, unmapped

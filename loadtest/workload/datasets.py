@@ -1,0 +1,186 @@
+"""Prompt datasets: JSONL and ShareGPT files, and Hugging Face datasets (``hf:``).
+
+Every source gives rows of one of three shapes, told apart by their fields: ``{"prompt": str}``,
+``{"messages": [{role, content}, ...]}`` (OpenAI chat), or ShareGPT's
+``{"conversations": [{from, value}, ...]}``. A row becomes a ``DatasetPrompt``: its single-turn
+prompt (text, and the chat as written for HTTP chat APIs) and, for multi-turn sessions, its user
+turns in order. Chats are rendered with the model's template where the tokenizer has one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtest.core.errors import ScenarioError
+from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
+
+HF_PREFIX = "hf:"
+_SHAREGPT_USER = ("human", "user")
+
+
+@dataclass(frozen=True)
+class DatasetPrompt:
+    """One dataset row, tokenized."""
+
+    text: str  # a chat row: rendered with the model's template
+    token_ids: tuple[int, ...]
+    messages: tuple[dict, ...] | None = None  # a chat row as written (an HTTP chat API takes it)
+    # multi_turn: the conversation's user messages in order, what comes before the first one
+    # (system messages), and each user message's token count
+    turns: tuple[str, ...] = ()
+    system: tuple[dict, ...] = ()
+    turn_tokens: tuple[int, ...] = ()
+
+
+def read_dataset(
+    source: str | Path,
+    tokenizer: Tokenizer,
+    *,
+    resolve=Path,
+    split: str = "train",
+    columns: Mapping[Any, str] | None = None,
+) -> list[DatasetPrompt]:
+    """Every usable row of a dataset file or ``hf:`` dataset (``ScenarioError`` naming the file
+    and line, or the dataset and row, for a row that is none of the three shapes)."""
+    name = str(source)
+    if name.startswith(HF_PREFIX):
+        entries: Iterable[tuple[str, object]] = _hf_rows(name, split, columns or {}, resolve)
+        label = f"{name} ({split})"
+    else:
+        path = resolve(name) if isinstance(source, str) else source
+        entries, label = _file_rows(path), str(path)
+    rows = []
+    for where, row in entries:
+        prompt = _prompt(row, tokenizer, f"{label}:{where}")
+        if prompt is not None:
+            rows.append(prompt)
+    if not rows:
+        raise ScenarioError([f"{label}:1: the dataset holds no prompts"])
+    return rows
+
+
+def _file_rows(path: Path) -> Iterator[tuple[str, object]]:
+    """A JSON array (ShareGPT's usual shape) or JSON lines, each with where it was read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError([f"{path}:1: cannot read the dataset: {exc.strerror}"]) from None
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError([f"{path}:{exc.lineno}: not JSON: {exc.msg}"]) from None
+        yield from ((f"[{i}]", item) for i, item in enumerate(items))
+        return
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield str(lineno), json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError([f"{path}:{lineno}: not JSON: {exc.msg}"]) from None
+
+
+def _hf_rows(
+    name: str, split: str, columns: Mapping[Any, str], resolve
+) -> Iterator[tuple[str, object]]:
+    """Rows of a Hugging Face dataset: a local ``save_to_disk`` folder, or a hub id (the hub's
+    cache and ``HF_HUB_OFFLINE`` are honoured by ``datasets`` itself)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ScenarioError(
+            [
+                f"workload.dataset: {name}: Hugging Face datasets need the `datasets` extra "
+                "(pip install 'loadtest[datasets]')"
+            ]
+        ) from None
+    ref = name[len(HF_PREFIX) :]
+    local = resolve(ref)
+    try:
+        saved = ("dataset_info.json", "dataset_dict.json", "state.json")
+        if local.is_dir() and any((local / f).exists() for f in saved):
+            data = datasets.load_from_disk(str(local))
+        else:
+            data = datasets.load_dataset(ref, split=split)
+        if isinstance(data, datasets.DatasetDict):
+            if split not in data:
+                raise ScenarioError(
+                    [
+                        f"workload.dataset_split: {name} has no split {split!r} "
+                        f"(it has {', '.join(sorted(data))})"
+                    ]
+                )
+            data = data[split]
+    except ScenarioError:
+        raise
+    except Exception as exc:  # datasets raises many kinds: not found, offline, bad config
+        raise ScenarioError([f"workload.dataset: cannot load {name}: {exc}"[:500]]) from None
+    missing = [c for c in columns.values() if c not in data.column_names]
+    if missing:
+        raise ScenarioError(
+            [
+                f"workload.dataset_columns: {name} has no column {missing[0]!r} "
+                f"(it has {', '.join(data.column_names)})"
+            ]
+        )
+    rename = {theirs: ours for ours, theirs in columns.items()}
+    for i, row in enumerate(data):
+        yield f"row {i}", {rename.get(k, k): v for k, v in row.items()}
+
+
+def _prompt(row: object, tokenizer: Tokenizer, where: str) -> DatasetPrompt | None:
+    if isinstance(row, dict) and row.get("conversations") is not None:
+        messages = _sharegpt_messages(row["conversations"], where)
+        if not any(m["role"] == "user" for m in messages):
+            return None  # a conversation with no human turn holds no prompt
+        first_user = next(m for m in messages if m["role"] == "user")
+        single = [first_user]
+    elif isinstance(row, dict) and isinstance(row.get("prompt"), str):
+        text = row["prompt"]
+        n = len(tokenizer.encode(text))
+        return DatasetPrompt(text, tuple(tokenizer.encode(text)), None, (text,), (), (n,))
+    elif isinstance(row, dict) and isinstance(row.get("messages"), list):
+        messages = row["messages"]
+        if not messages or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages
+        ):
+            raise ScenarioError([f"{where}: messages: expected a list of {{role, content}}"])
+        single = list(messages)
+    else:
+        raise ScenarioError(
+            [
+                f'{where}: expected {{"prompt": ...}}, {{"messages": [...]}} or {{"conversations": [...]}}'
+            ]
+        )
+    text = tokenizer.render_chat(single) or render_messages_plainly(single)
+    users = [i for i, m in enumerate(messages) if m.get("role", "user") == "user"]
+    turns = tuple(messages[i]["content"] for i in users)
+    system = tuple(messages[: users[0]]) if users else ()
+    return DatasetPrompt(
+        text,
+        tuple(tokenizer.encode(text)),
+        tuple(single),
+        turns,
+        system,
+        tuple(len(tokenizer.encode(t)) for t in turns),
+    )
+
+
+def _sharegpt_messages(turns: object, where: str) -> list[dict]:
+    """ShareGPT's ``from``/``value`` turns as chat messages (human -> user, gpt -> assistant)."""
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise ScenarioError([f"{where}: conversations: expected a list of {{from, value}}"])
+    out = []
+    for t in turns:
+        value = t.get("value")
+        if not isinstance(value, str) or not value:
+            continue
+        who = t.get("from")
+        role = "user" if who in _SHAREGPT_USER else "system" if who == "system" else "assistant"
+        out.append({"role": role, "content": value})
+    return out

@@ -1,0 +1,94 @@
+"""Served-model features against a recording stub server (tests/stub_openai.py): multi-turn
+histories that hold the server's actual replies, prompts sized by the server's /tokenize, its
+profiler endpoints, and the per-request Parquet export."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from loadtest.config.loading import load_scenario
+from loadtest.session import run_scenario
+from tests.conftest import LENIENT, write_scenario
+from tests.stub_openai import StubServer
+
+
+def served(url: str, workload: dict, load: dict, **extra) -> dict:
+    return {
+        "name": "stub",
+        "backend": {"kind": "openai", "base_url": url, "model": "stub", "api": "chat"},
+        "workload": workload,
+        "load": {**load, "validity": LENIENT},
+        "outputs": {"requests_jsonl": True},
+        "telemetry": {"gpu": False},
+        **extra,
+    }
+
+
+def test_a_later_turn_holds_the_servers_actual_replies(tmp_path):
+    with StubServer() as stub:
+        data = served(
+            stub.url,
+            {"input_tokens": 6, "output_tokens": 3, "multi_turn": {"turns": 3}},
+            {"arrival": {"kind": "concurrency", "users": 2}, "requests": 6},
+        )
+        run = run_scenario(load_scenario(write_scenario(tmp_path, data), []), tmp_path / "run")
+    m = run.metrics
+    assert m["status"] == "ok", m["validity"]
+    assert m["sessions"]["history"] == "the server's replies" and m["sessions"]["completed"] == 2
+    turns = [b for b in stub.bodies if len(b.get("messages", [])) > 1]
+    assert len(turns) == 4  # turns 2 and 3 of two sessions
+    by_first_message = {
+        json.dumps(b["messages"]): i + 1 for i, b in enumerate(stub.bodies)
+    }  # the stub tags its i-th answer r<i>
+    for body in turns:
+        msgs = body["messages"]
+        assert [x["role"] for x in msgs] == ["user", "assistant"] * (len(msgs) // 2) + ["user"]
+        # each assistant message is, exactly, what the stub answered the request before it
+        for k in range(1, len(msgs), 2):
+            asked = by_first_message[json.dumps(msgs[:k])]
+            assert msgs[k]["content"] == stub.reply_text(asked, 3)
+
+
+def test_without_a_tokenizer_prompts_are_sized_by_the_servers_tokenize(tmp_path):
+    with StubServer(tokenize=True, profiler=True) as stub:
+        data = served(
+            stub.url,
+            {"input_tokens": 10, "output_tokens": 2},
+            {"arrival": {"kind": "concurrency", "users": 1}, "requests": 4},
+            profile={"requests": [1, 2]},
+        )
+        run = run_scenario(load_scenario(write_scenario(tmp_path, data), []), tmp_path / "run")
+    m = run.metrics
+    assert m["backend"]["prompt_sizing"].startswith(
+        "bytes scaled by the server's /tokenize: 4 bytes"
+    )
+    # the stub counts a token every 4 bytes: a 10-token prompt is 40 bytes of text
+    prompts = [b["messages"][0]["content"] for b in stub.bodies if b["max_tokens"] == 2]
+    assert [len(p) for p in prompts][-4:] == [40] * 4
+    # the input counts recorded are the server's (its usage says 1 prompt token)
+    assert m["requests"]["input_tokens"] == 4
+    # the profile window called the server's profiler, once on and once off
+    assert stub.calls.count("/start_profile") == 1 and stub.calls.count("/stop_profile") == 1
+    assert m["profile"]["profiler"].startswith("the server's")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(tmp_path / "run" / "requests.parquet")
+    assert table.num_rows == 4 and table.column("response_id").to_pylist()[0].startswith("r")
+
+
+def test_a_server_without_profiler_endpoints_is_said_so(tmp_path):
+    with StubServer() as stub:
+        data = served(
+            stub.url,
+            {"input_tokens": 4, "output_tokens": 2},
+            {"arrival": {"kind": "concurrency", "users": 1}, "requests": 3},
+            profile={"requests": [0, 1]},
+        )
+        run = run_scenario(load_scenario(write_scenario(tmp_path, data), []), tmp_path / "run")
+    assert run.metrics["status"] == "ok"
+    assert run.metrics["profile"]["profiler"] == (
+        "none: the server did not start one (POST /start_profile: HTTP 404)"
+    )
