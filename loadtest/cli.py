@@ -21,7 +21,7 @@ from loadtest.core.exit_codes import USAGE as EXIT_USAGE
 from loadtest.reporters.console import make_console, styled
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="LLM inference latency load tester.",
@@ -436,6 +436,9 @@ def sweep(
     if find_max_rate and doc["status"] != "ok":
         console.print(styled(("no verdict: ", "yellow"), doc["max_rate"]["evidence"]))
         raise typer.Exit(EXIT_INVALID)
+    if doc["status"] == "invalid":  # no point measured anything trustworthy
+        console.print(styled(("invalid sweep: ", "yellow"), "no point's run was valid"))
+        raise typer.Exit(EXIT_INVALID)
     raise typer.Exit(EXIT_OK)
 
 
@@ -461,7 +464,7 @@ def report(
     run_dir: Path = typer.Argument(..., help="A run directory holding metrics.json."),
 ) -> None:
     """Re-render a saved run (report.md, report.html) or sweep (sweep.md, sweep.html) from its JSON alone."""
-    from loadtest.reporters import html, markdown, sweep_report, terminal
+    from loadtest.reporters import exports, html, markdown, sweep_report, terminal
 
     if (run_dir / "sweep.json").exists():
         doc = json.loads((run_dir / "sweep.json").read_text())
@@ -476,21 +479,28 @@ def report(
         _error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     terminal.render(metrics)
-    md = markdown.write(metrics, run_dir)
-    page = html.write_run(metrics, run_dir)
-    typer.echo(f"report: {md}, {page}")
+    written = [
+        markdown.write(metrics, run_dir),
+        html.write_run(metrics, run_dir),
+        *exports.write(metrics, run_dir),
+    ]
+    typer.echo("report: " + ", ".join(str(p) for p in written))
     raise typer.Exit(exit_code(metrics) if metrics.get("status") else EXIT_USAGE)
 
 
 def _write_reports(run_dir: Path) -> list[Path]:
     """report.md and report.html beside a run's metrics.json. The result is already written:
     a report that cannot be rendered is a warning, never a lost run."""
-    from loadtest.reporters import html, markdown
+    from loadtest.reporters import exports, html, markdown
     from loadtest.results.model import ResultReadError, read_run
 
     try:
         metrics = read_run(run_dir / "metrics.json").view()
-        return [markdown.write(metrics, run_dir), html.write_run(metrics, run_dir)]
+        return [
+            markdown.write(metrics, run_dir),
+            html.write_run(metrics, run_dir),
+            *exports.write(metrics, run_dir),
+        ]
     except (ResultReadError, OSError, ValueError, ImportError) as exc:
         _error(f"{run_dir}: the report could not be written ({exc}); metrics.json is intact")
         return []

@@ -153,8 +153,17 @@ async def run_sweep(
         if row.status == "oom" and stop_at_oom:
             status = "stopped_at_oom"
             break
+    if status == "ok":
+        status = _overall(rows)
     doc = _write(_doc(scenario_path, axes, rows, status, point_sizing=sizing), out)
     return SweepResult(out, doc)
+
+
+def _overall(rows: list[SweepPoint]) -> str:
+    """A finished sweep's status from its points: ``ok`` only when every point is; ``partial``
+    when some are not; ``invalid`` when none is (its curve describes nothing trustworthy)."""
+    ok = sum(r.status == "ok" for r in rows)
+    return "ok" if ok == len(rows) else ("partial" if ok else "invalid")
 
 
 def _sized(point: dict, sizing: str | None, batches: int | None) -> list[str]:
@@ -201,6 +210,7 @@ def _doc(
     axis = next(iter(axes))
     curve, frontier, knee = curves(rows, axis)
     return SweepDoc(
+        knee_caveats=knee_caveats(curve, knee),
         status=status,
         scenario_file=str(scenario_path),
         axes=axes,
@@ -269,6 +279,33 @@ def curves(rows: list[SweepPoint], axis: str) -> tuple[list[CurvePoint], list, o
     ]
     knee = max(usable, key=lambda u: u[1] / u[2], default=None)
     return curve, frontier, None if knee is None else knee[0]
+
+
+def knee_caveats(curve: list[CurvePoint], knee) -> list[str]:
+    """What a reader must know before trusting the knee: it sits at an end of the range, rests on
+    invalid or few points, or there is none."""
+    usable = [
+        c
+        for c in curve
+        if c.status in ("ok", "invalid") and c.steady is not False and c.output_tokens_per_s
+    ]
+    if knee is None:
+        return ["no knee: no steady point with throughput and p99 E2E"]
+    out = []
+    xs = [c.x for c in curve]
+    if knee == xs[-1]:
+        out.append("the knee is the range's last point: the curve may go on rising past it")
+    elif knee == xs[0]:
+        out.append("the knee is the range's first point: the best trade-off may lie below it")
+    invalid = [c.x for c in usable if c.status == "invalid"]
+    if invalid:
+        out.append(f"invalid points are on the curve (each point's reason says why): {invalid}")
+    unsteady = [c.x for c in curve if c.steady is False]
+    if unsteady:
+        out.append(f"overloaded points are left out of the knee and frontier: {unsteady}")
+    if len(usable) < 3:
+        out.append(f"only {len(usable)} usable point(s): too few to locate a knee")
+    return out
 
 
 # --- the highest rate that meets the SLA ---------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +23,25 @@ COLS = (
     "e2e_p99_ms",
     "goodput_rps",
 )
+
+
+# The terminal's headers: short, so the table fits 80 columns (latencies in ms, said in the title)
+SHORT = {
+    "output_tokens_per_s": "tok/s",
+    "ttft_p50_ms": "TTFT p50",
+    "ttft_p99_ms": "TTFT p99",
+    "itl_p50_ms": "ITL p50",
+    "itl_p99_ms": "ITL p99",
+    "e2e_p99_ms": "E2E p99",
+    "goodput_rps": "good/s",
+}
+
+
+def _short(v) -> str:
+    """A figure in at most 6 characters or so: whole above 1,000, else 4 significant digits."""
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return _fmt(v)
 
 
 def _fmt(v) -> str:
@@ -51,13 +71,26 @@ def point_done_printer(console: Console):
 
 def render_terminal(doc: dict, console: Console) -> None:
     """A sweep's curve, knee and frontier (and the max-rate search's verdict) on the terminal."""
-    table = Table(title=f"sweep over {doc['axis']} ({doc['status']})", title_justify="left")
-    for c in COLS:
-        table.add_column(c, justify="right")
+    table = Table(
+        title=f"sweep over {doc['axis']} ({doc['status']}; latencies in ms)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    cols = [
+        k for k in COLS if k != "goodput_rps" or any(c.get(k) is not None for c in doc["curve"])
+    ]
+    for c in cols:
+        header = SHORT.get(c, c)
+        # one-word headers never wrap; two-word ones may take two lines
+        table.add_column(header, justify="right", min_width=max(len(w) for w in header.split()))
     for c in doc["curve"]:
-        table.add_row(*(_fmt(c.get(k)) for k in COLS))
+        table.add_row(*(_short(c.get(k)) for k in cols))
     console.print(table)
     console.print(f"knee (steady points): {doc['knee']}  frontier: {doc['frontier']}")
+    for caveat in doc.get("knee_caveats") or []:
+        console.print(f"  caveat: {caveat}", style="yellow")
     if doc.get("point_sizing"):
         console.print(doc["point_sizing"])
     if doc.get("max_rate"):
@@ -83,6 +116,7 @@ def markdown(doc: dict) -> str:
         "",
         f"Knee (highest output tok/s ÷ p99 E2E, steady points only): **{doc['knee']}**; frontier: {doc['frontier']}",
     ]
+    lines += [f"- caveat: {c}" for c in doc.get("knee_caveats") or []]
     if doc.get("max_rate"):
         mr = doc["max_rate"]
         lines += [
@@ -94,8 +128,12 @@ def markdown(doc: dict) -> str:
 
 
 def write(doc: dict, out: Path) -> list[Path]:
-    """Write sweep.md and sweep.html next to sweep.json; returns their paths."""
-    md, page = Path(out) / "sweep.md", Path(out) / "sweep.html"
+    """Write sweep.md, sweep.html and sweep_points.csv (every curve field, a point a row) next
+    to sweep.json; returns their paths."""
+    md, page, points = (Path(out) / n for n in ("sweep.md", "sweep.html", "sweep_points.csv"))
     atomic.write_text(md, markdown(doc))
     atomic.write_text(page, html.sweep_html(doc))
-    return [md, page]
+    curve = doc.get("curve") or []
+    columns = list(dict.fromkeys(k for c in curve for k in c)) or ["x", "status"]
+    atomic.write_csv(points, curve, columns)
+    return [md, page, points]

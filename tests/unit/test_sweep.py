@@ -62,6 +62,12 @@ def test_concurrency_sweep_has_the_expected_shape(tmp_path):
         doc["knee"] == 16
     )  # the first point with the plateau's throughput at the service-time latency
     assert doc["frontier"][0] == 16
+    assert doc["status"] == "ok"
+    # 1..8 slots cannot carry 100 req/s: said, and kept out of the knee
+    assert doc["knee_caveats"] == [
+        "overloaded points are left out of the knee and frontier: [1, 2, 4, 8]",
+        "only 2 usable point(s): too few to locate a knee",
+    ]
     assert (tmp_path / "sweep" / "point-05" / "metrics.json").exists()
 
 
@@ -74,7 +80,19 @@ def test_an_oom_point_is_marked_and_the_sweep_goes_on(tmp_path):
     statuses = [p["status"] for p in doc["points"]]
     assert statuses[:2] == ["ok", "ok"] and statuses[2:] == ["oom", "oom"]
     assert "CUDA out of memory" in doc["points"][2]["reason"]
-    assert doc["status"] == "ok"
+    assert doc["status"] == "partial"  # not "ok": two of its points are not
+
+
+def test_a_sweep_with_no_valid_point_says_so_and_its_knee_has_caveats(tmp_path):
+    data = {**BASE, "load": {**BASE["load"], "validity": {"min_completed": 100_000}}}
+    doc = sweep(tmp_path, data, {"backend.max_concurrency": [16, 32]})
+    assert [p["status"] for p in doc["points"]] == ["invalid", "invalid"]
+    assert doc["status"] == "invalid"
+    assert doc["knee_caveats"] == [
+        "the knee is the range's first point: the best trade-off may lie below it",
+        "invalid points are on the curve (each point's reason says why): [16, 32]",
+        "only 2 usable point(s): too few to locate a knee",
+    ]
 
 
 def test_stop_at_oom_ends_the_sweep_cleanly(tmp_path):
