@@ -142,8 +142,8 @@ def _prompt(row: object, tokenizer: Tokenizer, where: str) -> DatasetPrompt | No
         single = [first_user]
     elif isinstance(row, dict) and isinstance(row.get("prompt"), str):
         text = row["prompt"]
-        n = len(tokenizer.encode(text))
-        return DatasetPrompt(text, tuple(tokenizer.encode(text)), None, (text,), (), (n,))
+        ids = tuple(tokenizer.encode(text))
+        return DatasetPrompt(text, ids, None, (text,), (), (len(ids),))
     elif isinstance(row, dict) and isinstance(row.get("messages"), list):
         messages = row["messages"]
         if not messages or not all(
