@@ -26,12 +26,17 @@ def test_the_interval_histograms_read_back_through_hdrh_tooling(tmp_path, run_vi
     written = exports.write(m, tmp_path)
     assert [p.name for p in written] == ["timeseries.csv", "histograms.hlog"]
     rows = list(csv.DictReader((tmp_path / "timeseries.csv").open()))
-    assert len(rows) == len(m["timeseries"]["points"]) and sum(int(r["completed"]) for r in rows) == 250
+    assert (
+        len(rows) == len(m["timeseries"]["points"])
+        and sum(int(r["completed"]) for r in rows) == 250
+    )
     lines = (tmp_path / "histograms.hlog").read_text().splitlines()
     assert lines[0] == "#[Histogram log format version 1.3]"
     tagged = [x for x in lines if x.startswith("Tag=")]
     # hdrh's own reader takes every interval line; the ttft ones add up to the run's ttft count
-    reader = HistogramLogReader(str(tmp_path / "histograms.hlog"), HdrHistogram(1, 3_600_000_000, 3))
+    reader = HistogramLogReader(
+        str(tmp_path / "histograms.hlog"), HdrHistogram(1, 3_600_000_000, 3)
+    )
     read = 0
     while reader.get_next_interval_histogram() is not None:
         read += 1
