@@ -282,15 +282,6 @@ class Runner:
         end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
         conversation = Conversation(plan, self.tokenizer, turns[0])
         counts.started += 1
-        try:
-            return await self._turns(turns, intended, counter, first_index, conversation, end)
-        finally:
-            counts.stand_in_replies += conversation.stand_in_replies
-
-    async def _turns(self, turns, intended, counter, first_index, conversation, end) -> int | None:
-        plan, counts = self.plan, self.sessions
-        assert counts is not None and self._turn_think is not None
-        _, rec = self._origin()
         for k, planned in enumerate(turns):
             if k:
                 if end is not None and intended >= end:
@@ -319,6 +310,7 @@ class Runner:
             if st.error is not None:
                 counts.ended_by_failure += 1
                 return max(st.done_ns or self.clock.now_ns(), intended)
+            counts.stand_in_replies += st.reply is None
             conversation.reply(req, st.reply, len(st.stamps))
             intended = max(st.done_ns or self.clock.now_ns(), intended)
             if k + 1 < len(turns):

@@ -15,6 +15,8 @@ import time
 import urllib.error
 import urllib.request
 
+from loadtest.backends.openai.discovery import server_root
+
 # common name -> the names servers use for it (gauges; summed over label sets)
 GAUGES: dict[str, tuple[str, ...]] = {
     "requests_running": (
@@ -151,7 +153,4 @@ class ServerSampler:
 
 def metrics_url(base_url: str) -> str:
     """``http://host:8000/v1`` -> ``http://host:8000/metrics`` (where vLLM, SGLang, TGI serve it)."""
-    root = base_url.rstrip("/")
-    if root.endswith("/v1"):
-        root = root[: -len("/v1")]
-    return root + "/metrics"
+    return server_root(base_url) + "/metrics"

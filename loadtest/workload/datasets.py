@@ -33,7 +33,7 @@ class DatasetPrompt:
     # (system messages), and each user message's token count
     turns: tuple[str, ...] = ()
     system: tuple[dict, ...] = ()
-    turn_tokens: tuple[int, ...] = ()
+    turn_tokens: tuple[int, ...] = ()  # counted for sessions only
 
 
 def read_dataset(
@@ -43,9 +43,12 @@ def read_dataset(
     resolve=Path,
     split: str = "train",
     columns: Mapping[Any, str] | None = None,
+    sessions: bool = False,
 ) -> list[DatasetPrompt]:
     """Every usable row of a dataset file or ``hf:`` dataset (``ScenarioError`` naming the file
-    and line, or the dataset and row, for a row that is none of the three shapes)."""
+    and line, or the dataset and row, for a row that is none of the three shapes). With
+    ``sessions`` (multi_turn), each user turn is counted too; otherwise only the prompt is
+    tokenized (a large ShareGPT file holds several turns a row)."""
     name = str(source)
     if name.startswith(HF_PREFIX):
         entries: Iterable[tuple[str, object]] = _hf_rows(name, split, columns or {}, resolve)
@@ -55,7 +58,7 @@ def read_dataset(
         entries, label = _file_rows(path), str(path)
     rows = []
     for where, row in entries:
-        prompt = _prompt(row, tokenizer, f"{label}:{where}")
+        prompt = _prompt(row, tokenizer, f"{label}:{where}", sessions)
         if prompt is not None:
             rows.append(prompt)
     if not rows:
@@ -133,7 +136,7 @@ def _hf_rows(
         yield f"row {i}", {rename.get(k, k): v for k, v in row.items()}
 
 
-def _prompt(row: object, tokenizer: Tokenizer, where: str) -> DatasetPrompt | None:
+def _prompt(row: object, tokenizer: Tokenizer, where: str, sessions: bool) -> DatasetPrompt | None:
     if isinstance(row, dict) and row.get("conversations") is not None:
         messages = _sharegpt_messages(row["conversations"], where)
         if not any(m["role"] == "user" for m in messages):
@@ -167,7 +170,7 @@ def _prompt(row: object, tokenizer: Tokenizer, where: str) -> DatasetPrompt | No
         tuple(single),
         turns,
         system,
-        tuple(len(tokenizer.encode(t)) for t in turns),
+        tuple(len(tokenizer.encode(t)) for t in turns) if sessions else (),
     )
 
 

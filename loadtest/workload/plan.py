@@ -246,7 +246,12 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
     w = scenario.workload
     dataset = (
         read_dataset(
-            w.dataset, tokenizer, resolve=resolve, split=w.dataset_split, columns=w.dataset_columns
+            w.dataset,
+            tokenizer,
+            resolve=resolve,
+            split=w.dataset_split,
+            columns=w.dataset_columns,
+            sessions=w.multi_turn is not None,
         )
         if w.dataset
         else None

@@ -21,7 +21,6 @@ class Conversation:
     def __init__(self, plan: Plan, tokenizer: Tokenizer, first: PlannedRequest) -> None:
         self._plan, self._tok = plan, tokenizer
         self.messages: list[dict] = plan.system_messages(first)
-        self.stand_in_replies = 0
 
     def turn(self, planned: PlannedRequest) -> tuple[PlannedRequest, list[int]]:
         """The turn as sent: its message appended to the history, ``input_tokens`` the whole
@@ -37,7 +36,6 @@ class Conversation:
         """The assistant's answer joins the history: the text given, or a stand-in of
         ``tokens`` tokens (seeded by the turn, so a replicate sends the same history)."""
         if text is None:
-            self.stand_in_replies += 1
             ids = self._tok.random_prompt_ids(random.Random(req.prompt_seed ^ 0x5EED), tokens)
             text = self._tok.decode(ids)
         self.messages.append({"role": "assistant", "content": text})

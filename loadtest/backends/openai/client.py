@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.openai.discovery import server_root
 from loadtest.backends.openai.sse import SseParser
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed, Finished, Sent, Tokens
@@ -568,10 +569,9 @@ class OpenAIBackend(Backend):
         """POST ``/<name>`` at the server's root; None on success, else why not."""
         import aiohttp
 
-        root = self.spec.base_url.rstrip("/").removesuffix("/v1")
         try:
             async with self._session.post(
-                f"{root}/{name}",
+                f"{server_root(self.spec.base_url)}/{name}",
                 timeout=aiohttp.ClientTimeout(total=PROFILER_CALL_S),
                 trace_request_ctx=_Wire(),
             ) as resp:
@@ -589,10 +589,9 @@ class OpenAIBackend(Backend):
 
         sample = ByteTokenizer().random_prompt_ids(random.Random(0), TOKENIZE_SAMPLE_BYTES)
         text = bytes(sample).decode("ascii")
-        root = self.spec.base_url.rstrip("/").removesuffix("/v1")
         try:
             async with self._session.post(
-                f"{root}/tokenize",
+                f"{server_root(self.spec.base_url)}/tokenize",
                 data=json.dumps({"model": self.spec.model, "prompt": text}),
                 trace_request_ctx=_Wire(),
             ) as resp:

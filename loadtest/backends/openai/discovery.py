@@ -10,6 +10,12 @@ from loadtest.core import secrets
 from loadtest.core.errors import BackendError
 
 
+def server_root(base_url: str) -> str:
+    """``http://host:8000/v1`` -> ``http://host:8000``: where servers put their non-OpenAI
+    endpoints (``/metrics``, vLLM's ``/tokenize`` and ``/start_profile``)."""
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
 def list_models(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
     """The model ids the server lists at ``{base_url}/models`` (OpenAI's format), in its order.
 

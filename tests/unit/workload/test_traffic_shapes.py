@@ -113,7 +113,9 @@ def test_a_hugging_face_dataset_of_conversations_feeds_sessions(tmp_path):
         {"from": "human", "value": "cc"},
     ]
     _saved_dataset(tmp_path, [{"conversations": convo}], splits=("train", "test"))
-    (row,) = read_dataset("hf:ds", ByteTokenizer(), resolve=lambda p: tmp_path / p, split="test")
+    (row,) = read_dataset(
+        "hf:ds", ByteTokenizer(), resolve=lambda p: tmp_path / p, split="test", sessions=True
+    )
     assert row.turns == ("a", "cc") and row.turn_tokens == (1, 2)
 
 
