@@ -6,6 +6,7 @@ Exit codes are defined once, in ``loadtest.core.exit_codes`` (the README lists t
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import typer
@@ -670,11 +671,21 @@ def compare(
         max=0.9999,
         help="Of the intervals, simultaneous over the metrics.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the comparison as JSON (and write no HTML)."
+    ),
+    html_out: Path | None = typer.Option(
+        None,
+        "--html",
+        help="Where to write the HTML overlay (default: compare-vs-<A>.html in B's directory).",
+    ),
+    no_report: bool = typer.Option(False, "--no-report", help="Write no HTML."),
 ) -> None:
-    """Side by side: each headline metric of B against A, the change and its bootstrap interval."""
+    """Side by side: each headline metric of B against A, the change and its bootstrap interval;
+    compare-vs-<A>.html overlays the two runs' percentile curves."""
     from loadtest.analysis import gate, regression
-    from loadtest.reporters import terminal
+    from loadtest.core import atomic
+    from loadtest.reporters import html, terminal
     from loadtest.results import runset
 
     names = _metric_names(metric)
@@ -699,16 +710,30 @@ def compare(
         raise typer.Exit(EXIT_OK)
     console = make_console()
     terminal.render_compare(checks, a.name, b.name, confidence, console)
-    for w in gate.scenario_differences(a.measured[0], b.measured[0]):
+    warnings = list(gate.scenario_differences(a.measured[0], b.measured[0]))
+    warnings += [
+        f"{rs.name}: not every run is valid ({', '.join(m['status'] for m in rs.runs)})"
+        for rs in (a, b)
+        if any(m["status"] != "ok" for m in rs.runs)
+    ]
+    for w in warnings:
         console.print(f"warning: {w}", style="yellow")
-    for rs in (a, b):
-        if any(m["status"] != "ok" for m in rs.runs):
-            console.print(
-                f"warning: {rs.name}: not every run is valid "
-                f"({', '.join(m['status'] for m in rs.runs)})",
-                style="yellow",
-            )
+    if not no_report:
+        pooled = [
+            {k: h.encode() for k, h in (rs.pooled().histograms or {}).items()} for rs in (a, b)
+        ]
+        page = html.compare_html(
+            a.name, b.name, checks, confidence, (pooled[0], pooled[1]), warnings
+        )
+        target = html_out or Path(run_b) / f"compare-vs-{_safe_name(a.name)}.html"
+        atomic.write_text(target, page)
+        console.print(f"report: {target}", highlight=False)
     raise typer.Exit(EXIT_OK)
+
+
+def _safe_name(name: str) -> str:
+    """A directory name made safe for a file name: letters, digits, ``.-_`` only."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "A"
 
 
 @app.command()

@@ -239,7 +239,7 @@ class Session:
         server = _server_sampler(scenario)
         window = self._profile_window(scenario, out)
         try:
-            outcome = await self._run(plan, scenario, window)
+            outcome = await self._run(plan, scenario, window, sampler)
         finally:
             if sampler:
                 await asyncio.to_thread(sampler.stop)
@@ -291,7 +291,7 @@ class Session:
 
         return ProfileWindow(scenario.profile, self.backend, self.clock, out)
 
-    async def _run(self, plan, scenario, window=None):
+    async def _run(self, plan, scenario, window=None, gpu_sampler=None):
         runner = Runner(
             plan,
             self.backend,
@@ -305,6 +305,8 @@ class Session:
             if scenario.goodput is None
             else (scenario.goodput.ttft, scenario.goodput.tpot, scenario.goodput.e2e),
         )
+        if gpu_sampler is not None:
+            runner.gpu_probe = gpu_sampler.latest_utilization
         self._runner = runner
         if self.interrupted_by is not None:  # a signal between points
             runner.request_stop("interrupted")

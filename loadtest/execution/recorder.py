@@ -335,9 +335,15 @@ class Recorder:
         """The whole-run histogram of every metric."""
         return {m: (self.merged[m] if m in self.merged else self.whole[m]) for m in ALL_METRICS}
 
-    def live_ttft_p99_ms(self) -> float | None:
-        """For the progress display: p99 TTFT over the open intervals (cheap, approximate)."""
-        hs = [iv.histograms["ttft"] for iv in self.open.values() if iv.histograms["ttft"].count]
-        if not hs:
-            return None
-        return max(h.percentile_ms(99) for h in hs)
+    def live_percentiles_ms(self) -> dict[str, float | None]:
+        """For the progress display: TTFT and ITL p50/p99 over the open intervals (the last few
+        seconds), merged into a copy; the recorded histograms are not touched."""
+        out: dict[str, float | None] = {}
+        for metric in ("ttft", "itl"):
+            merged = LatencyHistogram()
+            for iv in self.open.values():
+                if iv.histograms[metric].count:
+                    merged.add(iv.histograms[metric])
+            for p in (50, 99):
+                out[f"{metric}_p{p}_ms"] = merged.percentile_ms(p) if merged.count else None
+        return out

@@ -87,6 +87,8 @@ class Runner:
         self.interval_ns = interval_ns
         self.keep_records = keep_records
         self.recorder: Recorder | None = None
+        # the progress display's view of the GPUs: each device's latest kernel-active %
+        self.gpu_probe: Callable[[], list[float] | None] | None = None
         self.t0: int | None = None
         self.sent = self.in_flight = self.cancelled = self.throttled = 0
         self._tasks: set[asyncio.Task] = set()
@@ -188,15 +190,19 @@ class Runner:
         )
 
     def stats(self) -> dict:
-        """Live counts for the progress display."""
+        """Live counts for the progress display: cheap enough to poll a few times a second."""
         rec = self.recorder
+        end = self.plan.window_end_ns
+        live = {} if rec is None else rec.live_percentiles_ms()
         return {
             "elapsed_s": 0.0 if self.t0 is None else max(0, self.clock.now_ns() - self.t0) / 1e9,
+            "window_end_s": None if end is None else end / 1e9,
             "sent": self.sent,
             "in_flight": self.in_flight,
             "completed": 0 if rec is None else rec.completed + rec.warmup,
             "failed": 0 if rec is None else rec.failed,
-            "ttft_p99_ms": None if rec is None else rec.live_ttft_p99_ms(),
+            **{k: live.get(k) for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")},
+            "gpu_util_pct": None if self.gpu_probe is None else self.gpu_probe(),
             "planned": self.plan.planned_count,
         }
 

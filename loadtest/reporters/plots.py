@@ -1,177 +1,425 @@
-"""Plots as PNG data URIs (matplotlib, imported here only, with the non-interactive backend).
+"""Plots as inline SVG, drawn by matplotlib (imported here only, with its non-interactive backend).
 
-Each function takes plain data from metrics.json / sweep.json and returns ``data:image/png;...``.
+Why matplotlib SVG with light JavaScript rather than plotly, Vega-Lite or uPlot: an SVG is there
+with JavaScript off, prints as vectors and needs no bundle (plotly's offline bundle alone is
+~3.5 MB, over the report's 2 MB budget, and a vendored bundle is code to keep current);
+matplotlib is already a dependency. Hover gives exact values: every marker carries its values in
+an SVG ``<title>`` (the browser's own tooltip, JavaScript or not), which the page's small script
+turns into a styled tooltip. Every function takes plain data from metrics.json / sweep.json and
+returns the ``<svg>`` element's text, or None when there is nothing to draw.
 """
 
 from __future__ import annotations
 
-import base64
 import io
+import math
+import xml.etree.ElementTree as ET
+from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
 
-TAIL_PERCENTILES = [0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999]
+TAIL_PERCENTILES = [0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100]
+SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
+MAX_MARKERS = 240  # markers (and tooltips) a series at most; the line itself keeps every point
+STATUS_STYLE = {  # sweep points: marker, colour, label
+    "steady": ("o", "#1a73e8", "steady"),
+    "unsteady": ("^", "#e37400", "unsteady (overloaded)"),
+    "invalid": ("X", "#b3261e", "invalid"),
+}
 
 
-def _fig(w=7.0, h=3.6):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(w, h), dpi=110)
-    ax.grid(True, alpha=0.3)
-    return plt, fig, ax
+def _finite(v, log: bool = False) -> bool:
+    return (
+        isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        and (not log or v > 0)
+    )
 
 
-def _uri(plt, fig) -> str:
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+class _Plot:
+    """One figure, its series' tooltips, and its SVG text with a ``<title>`` on each marker."""
+
+    def __init__(self, name: str, rows: int = 1, height: float = 3.4, sharex: bool = True):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        self.plt, self.name = plt, name
+        self.tips: dict[str, list[str]] = {}  # a marker series' gid -> each marker's tooltip
+        self.rc: Any = {"svg.fonttype": "none", "svg.hashsalt": name, "font.size": 9}
+        with matplotlib.rc_context(self.rc):
+            self.fig, axes = plt.subplots(
+                rows,
+                1,
+                figsize=(8.0, height * rows),
+                layout="constrained",
+                sharex=sharex,
+                squeeze=False,
+            )
+        self.axes = [a[0] for a in axes]
+        for ax in self.axes:
+            ax.grid(True, alpha=0.3)
+
+    def series(self, ax, xs, ys, tips, label=None, log_y=False, log_x=False, **style) -> None:
+        """A line through the finite points; markers with tooltips on at most MAX_MARKERS of them."""
+        pts = [
+            (x, y, t) for x, y, t in zip(xs, ys, tips) if _finite(x, log_x) and _finite(y, log_y)
+        ]
+        if not pts:
+            return
+        px, py, pt = zip(*pts)
+        marker = style.pop("marker", "o")
+        ms = style.pop("markersize", 4)
+        linestyle = style.pop("linestyle", "-")
+        if linestyle not in ("", "none"):
+            (line,) = ax.plot(px, py, linestyle=linestyle, label=label, **style)
+            style["color"] = line.get_color()  # the markers in the line's colour
+            label = None
+        step = max(1, math.ceil(len(px) / MAX_MARKERS))
+        gid = f"{self.name}-s{len(self.tips)}"
+        (markers,) = ax.plot(
+            px[::step],
+            py[::step],
+            linestyle="none",
+            marker=marker,
+            markersize=ms,
+            label=label,
+            **style,
+        )
+        markers.set_gid(gid)
+        self.tips[gid] = list(pt[::step])
+
+    def svg(self) -> str:
+        """The figure as an ``<svg>`` element (no XML prolog), each marker titled with its values."""
+        import matplotlib
+
+        buf = io.StringIO()
+        with matplotlib.rc_context(self.rc):
+            self.fig.savefig(buf, format="svg", bbox_inches="tight")
+        self.plt.close(self.fig)
+        ET.register_namespace("", SVG_NS)
+        ET.register_namespace("xlink", XLINK_NS)
+        root = ET.fromstring(buf.getvalue())
+        for g in root.iter(f"{{{SVG_NS}}}g"):
+            tips = self.tips.get(g.get("id", ""))
+            if tips is None:
+                continue
+            uses = list(g.iter(f"{{{SVG_NS}}}use"))
+            if len(uses) != len(tips):  # markers clipped away: no tooltip rather than a wrong one
+                continue
+            for use, tip in zip(uses, tips):
+                use.set("class", "pt")
+                ET.SubElement(use, f"{{{SVG_NS}}}title").text = tip  # ElementTree escapes it
+        root.set("class", "plot")
+        root.set("role", "img")
+        return ET.tostring(root, encoding="unicode")
 
 
-def percentile_plot(histograms: dict[str, str], metrics=("ttft", "itl", "e2e")) -> str | None:
-    """HDR-style percentile distribution: x = 1/(1 - p) on a log axis, so the long tail is visible."""
-    series = []
-    for m in metrics:
-        h = LatencyHistogram.decode(histograms[m]) if histograms.get(m) else None
-        if h and h.count:
-            series.append((m, [h.percentile_ms(p) for p in TAIL_PERCENTILES]))
-    if not series:
-        return None
-    plt, fig, ax = _fig()
-    xs = [1 / (1 - p / 100) if p < 100 else 1e6 for p in TAIL_PERCENTILES]
-    for name, ys in series:
-        ax.plot(xs, ys, marker="o", markersize=3, label=name)
+def _percentile_x(p: float) -> float:
+    return 1 / (1 - p / 100) if p < 100 else 1e6
+
+
+def _percentile_axis(ax) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xticks([1, 2, 10, 100, 1000, 10000, 100000])
-    ax.set_xticklabels(["0%", "50%", "90%", "99%", "99.9%", "99.99%", "99.999%"])
+    ax.set_xticks([1, 2, 10, 100, 1000, 10000, 100000, 1e6])
+    ax.set_xticklabels(["0%", "50%", "90%", "99%", "99.9%", "99.99%", "99.999%", "max"])
     ax.set_xlabel("percentile")
     ax.set_ylabel("latency (ms)")
-    ax.set_title("Latency by percentile (from the saved HDR histograms)")
-    ax.legend()
-    return _uri(plt, fig)
 
 
-def timeseries_plot(points: list[dict], interval_s: float) -> str | None:
-    """Output tok/s and p99 latencies per interval, as a PNG (base64)."""
-    if not points:
-        return None
-    plt, fig, ax = _fig(7.0, 3.8)
-    t = [p["t_s"] for p in points]
-    ax.plot(t, [p["output_tokens_per_s"] for p in points], color="tab:blue", label="output tok/s")
-    ax.set_xlabel(f"time from t0 (s), {interval_s:g} s intervals")
-    ax.set_ylabel("output tok/s", color="tab:blue")
-    ax2 = ax.twinx()
-    for key, color in (
-        ("ttft_p99_ms", "tab:orange"),
-        ("e2e_p99_ms", "tab:red"),
-        ("itl_p99_ms", "tab:green"),
-    ):
-        ys = [p.get(key) for p in points]
-        if any(y is not None for y in ys):
-            ax2.plot(
-                t,
-                [float("nan") if y is None else y for y in ys],
-                color=color,
-                label=key.replace("_ms", ""),
+COLORS = {"ttft": "#1a73e8", "itl": "#188038", "e2e": "#d93025", "queue": "#9334e6"}
+
+
+def percentile_plot(
+    runs: list[tuple[str, dict[str, str]]], metrics=("ttft", "itl", "e2e"), name="pct"
+) -> str | None:
+    """Latency by percentile from saved HDR histograms, x = 1/(1 - p) on a log axis so the tail
+    shows. ``runs``: (label, encoded histograms); a second run is drawn dashed (an overlay)."""
+    plot = _Plot(name, height=3.8)
+    ax = plot.axes[0]
+    drawn = False
+    for k, (run_label, histograms) in enumerate(runs):
+        for metric in metrics:
+            h = LatencyHistogram.decode(histograms[metric]) if histograms.get(metric) else None
+            if not h or not h.count:
+                continue
+            ys = [h.percentile_ms(p) for p in TAIL_PERCENTILES]
+            label = metric if len(runs) == 1 else f"{metric} {run_label}"
+            tips = [
+                f"{label} p{p:g}: {y:.4g} ms" if p < 100 else f"{label} max: {y:.4g} ms"
+                for p, y in zip(TAIL_PERCENTILES, ys)
+            ]
+            plot.series(
+                ax,
+                [_percentile_x(p) for p in TAIL_PERCENTILES],
+                ys,
+                tips,
+                label=label,
+                log_x=True,
+                log_y=True,
+                color=COLORS.get(metric),
+                linestyle="-" if k == 0 else "--",
+                marker="o" if k == 0 else "s",
             )
-    ax2.set_ylabel("p99 latency (ms), by completion time")
-    lines = ax.get_legend_handles_labels()
-    lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
-    ax.set_title("Throughput and tail latency over the run")
-    return _uri(plt, fig)
+            drawn = True
+    if not drawn:
+        plot.plt.close(plot.fig)
+        return None
+    _percentile_axis(ax)
+    ax.set_title("Latency by percentile (from the HDR histograms)")
+    ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1)
+    return plot.svg()
+
+
+def timeseries_plot(
+    points: list[dict],
+    interval_s: float,
+    window: dict | None = None,
+    gpus: list[dict] | None = None,
+    server_series: dict | None = None,
+) -> str | None:
+    """The run over time on one shared time axis: throughput, TTFT/ITL percentiles per interval,
+    then GPU activity (per device) and the server's own gauges where they were sampled."""
+    gpus = [d for d in gpus or [] if (d.get("series") or {}).get("t_s")]
+    server = server_series if server_series and len(server_series.get("t_s") or []) > 1 else None
+    if not points and not gpus and not server:
+        return None
+    rows = 2 + (1 if gpus else 0) + (1 if server else 0)
+    plot = _Plot("time", rows=rows, height=2.2)
+    t = [p["t_s"] for p in points]
+    ax = plot.axes[0]
+    plot.series(
+        ax,
+        t,
+        [p.get("output_tokens_per_s") for p in points],
+        [
+            f"{p['t_s']:g} s: {p.get('output_tokens_per_s', 0):.4g} output tok/s, {p.get('completed', 0)} done"
+            for p in points
+        ],
+        label="output tok/s",
+        color="#1a73e8",
+    )
+    ax.set_ylabel("output tok/s")
+    ax.set_title(f"The run over time ({interval_s:g} s intervals, latencies by completion time)")
+    ax = plot.axes[1]
+    for key, color, style in (
+        ("ttft_p50_ms", COLORS["ttft"], ":"),
+        ("ttft_p99_ms", COLORS["ttft"], "-"),
+        ("itl_p50_ms", COLORS["itl"], ":"),
+        ("itl_p99_ms", COLORS["itl"], "-"),
+        ("e2e_p99_ms", COLORS["e2e"], "-"),
+    ):
+        label = key.replace("_ms", "").replace("_", " ")
+        plot.series(
+            ax,
+            t,
+            [p.get(key) for p in points],
+            [f"{p['t_s']:g} s: {label} {p.get(key) or 0:.4g} ms" for p in points],
+            label=label,
+            log_y=True,
+            color=color,
+            linestyle=style,
+            markersize=3,
+        )
+    ax.set_yscale("log")
+    ax.set_ylabel("ms")
+    row = 2
+    if gpus:
+        ax = plot.axes[row]
+        row += 1
+        for d in gpus:
+            s = d["series"]
+            for key, label in (
+                ("utilization_gpu_pct", "kernel-active %"),
+                ("sm_activity_pct", "SM activity %"),
+            ):
+                ys = s.get(key) or []
+                name = f"GPU {d['index']} {label}"
+                plot.series(
+                    ax,
+                    s["t_s"],
+                    ys,
+                    [f"{x:g} s: {name} {y}" for x, y in zip(s["t_s"], ys)],
+                    label=name,
+                    markersize=2,
+                )
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("GPU %")
+    if server:
+        ax = plot.axes[row]
+        for key in server:
+            if key == "t_s":
+                continue
+            ys = server[key]
+            plot.series(
+                ax,
+                server["t_s"],
+                ys,
+                [f"{x:g} s: server {key} {y}" for x, y in zip(server["t_s"], ys)],
+                label=key,
+                markersize=2,
+            )
+        ax.set_ylabel("server gauges")
+    for ax in plot.axes:
+        if window:
+            ax.axvspan(window["start_s"], window["end_s"], color="#1a73e8", alpha=0.06, lw=0)
+        handles, _ = ax.get_legend_handles_labels()
+        if handles:  # beside the plot, never over the data
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    plot.axes[-1].set_xlabel("time from t0 (s); shaded: the measurement window")
+    return plot.svg()
+
+
+def roofline_plot(roofline: dict | None) -> str | None:
+    """The device's roof (bandwidth slope and compute ceiling) with this run's decode and prefill
+    points; without known peaks, the points alone and a note saying so."""
+    r = roofline or {}
+    pts = [
+        (phase, r[phase])
+        for phase in ("decode", "prefill")
+        if _finite((r.get(phase) or {}).get("intensity_flop_per_byte"), True)
+        and _finite((r.get(phase) or {}).get("achieved_tflops"), True)
+    ]
+    if not pts:
+        return None
+    plot = _Plot("roof", height=3.6)
+    ax = plot.axes[0]
+    peaks = r.get("peaks")
+    xs = [p["intensity_flop_per_byte"] for _, p in pts]
+    lo, hi = min(xs + [1.0]) / 4, max(xs + [1000.0]) * 4
+    if peaks:
+        bw, top = peaks["bw_gb_s"] * 1e9, peaks["tflops"] * 1e12
+        ridge = top / bw
+        roof_x = [lo, ridge, hi]
+        roof_y = [min(top, bw * x) / 1e12 for x in roof_x]
+        ax.plot(
+            roof_x,
+            roof_y,
+            color="#444",
+            lw=1.5,
+            label=f"roof: {peaks['bw_gb_s']:g} GB/s, {peaks['tflops']:g} TFLOP/s",
+        )
+    for phase, p in pts:
+        extra = (f", MBU {p['mbu']:.1%}" if p.get("mbu") is not None else "") + (
+            f", MFU {p['mfu']:.2%}" if p.get("mfu") is not None else ""
+        )
+        plot.series(
+            ax,
+            [p["intensity_flop_per_byte"]],
+            [p["achieved_tflops"]],
+            [
+                f"{phase}: {p['intensity_flop_per_byte']:.3g} FLOP/byte, {p['achieved_tflops']:.4g} TFLOP/s{extra}"
+            ],
+            label=phase,
+            log_x=True,
+            log_y=True,
+            linestyle="none",
+            markersize=8,
+            marker="o" if phase == "decode" else "D",
+            color="#d93025" if phase == "decode" else "#1a73e8",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title(
+        "Roofline: this run on the device's roof"
+        if peaks
+        else "Roofline points (the device's peaks are unknown: run `loadtest calibrate`)"
+    )
+    ax.legend(fontsize=8)
+    return plot.svg()
+
+
+def point_kind(c: dict) -> str:
+    """A sweep point as the plots mark it: steady, unsteady (overloaded) or invalid."""
+    if c.get("status") not in ("ok", None):
+        return "invalid"
+    return "unsteady" if c.get("steady") is False else "steady"
+
+
+def _sweep_series(plot: _Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, color=None) -> None:
+    """One curve: a thin line through every point, markers by the point's kind."""
+    xs = [c.get(xkey) for c in curve]
+    ys = [c.get(ykey) for c in curve]
+    ok = [(x, y) for x, y in zip(xs, ys) if _finite(x) and _finite(y, log_y)]
+    if ok:
+        ax.plot(*zip(*ok), color=color or "#888", lw=1, alpha=0.6, label=label if color else None)
+    for kind, (marker, kcolor, klabel) in STATUS_STYLE.items():
+        sel = [c for c in curve if point_kind(c) == kind]
+        plot.series(
+            ax,
+            [c.get(xkey) for c in sel],
+            [c.get(ykey) for c in sel],
+            [fmt(c) for c in sel],
+            label=None if color else klabel,
+            log_y=log_y,
+            linestyle="none",
+            marker=marker,
+            markersize=6,
+            color=color if color and kind == "steady" else kcolor,
+        )
 
 
 def sweep_plots(curve: list[dict], axis: str, knee) -> list[tuple[str, str]]:
-    """Throughput and latency against the swept axis, and the throughput-latency frontier."""
-    ok = [c for c in curve if c.get("output_tokens_per_s") is not None]
-    if not ok:
+    """Throughput and p99 latencies against the swept axis, and the throughput-latency frontier;
+    points marked steady / unsteady / invalid, the knee drawn where there is one."""
+
+    def tip(c: dict) -> str:
+        return (
+            f"{axis}={c['x']} ({point_kind(c)}): {c.get('output_tokens_per_s') or 0:.4g} tok/s, "
+            f"TTFT p99 {c.get('ttft_p99_ms') or 0:.4g} ms, ITL p99 {c.get('itl_p99_ms') or 0:.4g} ms, "
+            f"E2E p99 {c.get('e2e_p99_ms') or 0:.4g} ms"
+        )
+
+    if not any(_finite(c.get("output_tokens_per_s")) for c in curve):
         return []
-    xs = [c["x"] for c in ok]
     out = []
-    plt, fig, ax = _fig()
-    ax.plot(xs, [c["output_tokens_per_s"] for c in ok], marker="o")
+    plot = _Plot("sw-tput")
+    ax = plot.axes[0]
+    _sweep_series(plot, ax, curve, "x", "output_tokens_per_s", "output tok/s", tip)
     if knee is not None:
         ax.axvline(knee, color="grey", linestyle="--", label=f"knee ({knee})")
-        ax.legend()
     ax.set_xlabel(axis)
     ax.set_ylabel("output tok/s")
     ax.set_title(f"Throughput vs {axis}")
-    out.append(("throughput", _uri(plt, fig)))
-    plt, fig, ax = _fig()
+    ax.legend(fontsize=8)
+    out.append(("Throughput", plot.svg()))
+    plot = _Plot("sw-lat")
+    ax = plot.axes[0]
     for key in ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
-        ax.plot(
-            xs,
-            [float("nan") if c.get(key) is None else c[key] for c in ok],
-            marker="o",
-            label=key.replace("_ms", ""),
+        _sweep_series(
+            plot,
+            ax,
+            curve,
+            "x",
+            key,
+            key.replace("_ms", "").replace("_", " "),
+            tip,
+            True,
+            COLORS[key.split("_")[0]],
         )
+    for kind, (marker, kcolor, klabel) in list(STATUS_STYLE.items())[1:]:
+        if any(point_kind(c) == kind for c in curve):
+            ax.plot([], [], linestyle="none", marker=marker, color=kcolor, label=klabel)
+    if knee is not None:
+        ax.axvline(knee, color="grey", linestyle="--")
     ax.set_yscale("log")
     ax.set_xlabel(axis)
     ax.set_ylabel("ms")
-    ax.legend()
     ax.set_title(f"p99 latencies vs {axis}")
-    out.append(("latency", _uri(plt, fig)))
-    both = [c for c in ok if c.get("e2e_p99_ms") is not None]
-    if not both:
-        return out
-    plt, fig, ax = _fig()
-    ax.plot([c["e2e_p99_ms"] for c in both], [c["output_tokens_per_s"] for c in both], marker="o")
-    for c in both:
-        ax.annotate(str(c["x"]), (c["e2e_p99_ms"], c["output_tokens_per_s"]), fontsize=8)
-    ax.set_xlabel("p99 end-to-end latency (ms)")
-    ax.set_ylabel("output tok/s")
-    ax.set_title("Throughput-latency frontier")
-    out.append(("frontier", _uri(plt, fig)))
+    ax.legend(fontsize=8)
+    out.append(("Latency", plot.svg()))
+    if any(_finite(c.get("e2e_p99_ms")) for c in curve):
+        plot = _Plot("sw-front")
+        ax = plot.axes[0]
+        _sweep_series(plot, ax, curve, "e2e_p99_ms", "output_tokens_per_s", None, tip)
+        ax.set_xlabel("p99 end-to-end latency (ms)")
+        ax.set_ylabel("output tok/s")
+        ax.set_title("Throughput-latency frontier")
+        ax.legend(fontsize=8)
+        out.append(("Frontier", plot.svg()))
     return out
-
-
-def gpu_plot(device: dict, points: list[dict]) -> str | None:
-    """GPU kernel-active %, SM activity (Hopper) and power on the run's time axis, beside throughput."""
-    series = device.get("series") or {}
-    t = series.get("t_s") or []
-    if not t:
-        return None
-    plt, fig, ax = _fig(7.0, 3.6)
-    for key, label, color in (
-        ("utilization_gpu_pct", "kernel-active %", "tab:blue"),
-        ("sm_activity_pct", "SM activity % (GPM)", "tab:purple"),
-    ):
-        ys = series.get(key) or []
-        if any(y is not None for y in ys):
-            ax.plot(t, [float("nan") if y is None else y for y in ys], color=color, label=label)
-    ax.set_ylim(0, 105)
-    ax.set_xlabel("time from t0 (s)")
-    ax.set_ylabel("%")
-    ax2 = ax.twinx()
-    power = series.get("power_w") or []
-    if any(p is not None for p in power):
-        ax2.plot(
-            t, [float("nan") if p is None else p for p in power], color="tab:red", label="power W"
-        )
-        ax2.set_ylabel("power (W)", color="tab:red")
-    if points:
-        ax3 = ax.twinx()
-        ax3.spines["right"].set_position(("axes", 1.12))
-        ax3.plot(
-            [p["t_s"] for p in points],
-            [p["output_tokens_per_s"] for p in points],
-            color="grey",
-            alpha=0.5,
-            linestyle="--",
-            label="output tok/s",
-        )
-        ax3.set_ylabel("output tok/s", color="grey")
-    handles, labels = [], []
-    for a in fig.axes:
-        h, lab = a.get_legend_handles_labels()
-        handles += h
-        labels += lab
-    ax.legend(handles, labels, loc="lower left", fontsize=8)
-    ax.set_title(f"GPU {device['index']} ({device['name']}) over the run")
-    return _uri(plt, fig)

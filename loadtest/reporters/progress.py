@@ -1,14 +1,88 @@
-"""The live progress line (rich), fed by polling the runner 4 times a second: cheap, off the hot path."""
+"""Live progress, fed by polling ``runner.stats()`` (cheap, off the hot path): on a terminal a
+rich display redrawn 4 times a second; in a log (CI) one plain line every few seconds. Both show
+elapsed and time left, offered vs delivered rate over the last seconds, live TTFT/ITL p50/p99,
+failures and the GPUs' kernel-active %."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 
 from rich.console import Console
 from rich.live import Live
-from rich.text import Text
+from rich.table import Table
 
 from loadtest.reporters.console import make_console
+
+RATE_SPAN_S = 5.0  # offered and delivered rates are over the last this many seconds
+
+
+class Rates:
+    """Offered (sent) and delivered (completed) requests a second over the last RATE_SPAN_S."""
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, int, int]] = deque([(0.0, 0, 0)])
+
+    def update(self, s: dict) -> tuple[float | None, float | None]:
+        self.samples.append((s["elapsed_s"], s["sent"], s["completed"] + s["failed"]))
+        while len(self.samples) > 2 and s["elapsed_s"] - self.samples[1][0] >= RATE_SPAN_S:
+            self.samples.popleft()
+        (t0, sent0, done0), (t1, sent1, done1) = self.samples[0], self.samples[-1]
+        if t1 - t0 <= 0:
+            return None, None
+        return (sent1 - sent0) / (t1 - t0), (done1 - done0) / (t1 - t0)
+
+
+def time_left_s(s: dict) -> float | None:
+    """Seconds to the window's end (a timed run), or at the pace so far (a counted one)."""
+    if s.get("window_end_s") is not None:
+        return max(0.0, s["window_end_s"] - s["elapsed_s"])
+    finished = s["completed"] + s["failed"]
+    if s.get("planned") and finished:
+        return s["elapsed_s"] / finished * max(0, s["planned"] - finished)
+    return None
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _rate(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def fields(s: dict, offered: float | None, delivered: float | None) -> list[str]:
+    """The figures both displays show, as short phrases."""
+    left, end = time_left_s(s), s.get("window_end_s")
+    clock = f"{s['elapsed_s']:.0f} s"
+    if end is not None and s["elapsed_s"] >= end:
+        clock += f" (window ended at {end:.0f} s: draining)"
+    elif end is not None:
+        clock += f" of {end:.0f} s ({left:.0f} s left)"
+    elif left is not None:
+        clock += f" (about {left:.0f} s left)"
+    planned = f"/{s['planned']}" if s.get("planned") else ""
+    out = [
+        clock,
+        f"sent {s['sent']}{planned}, done {s['completed']}, in flight {s['in_flight']}, "
+        f"failed {s['failed']}",
+        f"offered {_rate(offered)} req/s, delivered {_rate(delivered)} req/s",
+        f"TTFT p50 {_ms(s.get('ttft_p50_ms'))} p99 {_ms(s.get('ttft_p99_ms'))} ms",
+        f"ITL p50 {_ms(s.get('itl_p50_ms'))} p99 {_ms(s.get('itl_p99_ms'))} ms",
+    ]
+    gpu = s.get("gpu_util_pct")
+    if gpu:
+        out.append("GPU " + " ".join(f"{u:.0f}%" for u in gpu))
+    return out
+
+
+def _panel(parts: list[str], failed: int) -> Table:
+    """Three short lines (each fits 80 columns): time and counts, rates and GPU, latencies."""
+    grid = Table.grid()
+    grid.add_row(f"[bold]{parts[0]}[/]  " + (f"[red]{parts[1]}[/]" if failed else parts[1]))
+    grid.add_row("  ".join([parts[2], *parts[5:]]))
+    grid.add_row("  ".join(parts[3:5]))
+    return grid
 
 
 def live_progress(console: Console | None = None, period_s: float = 0.25):
@@ -16,29 +90,12 @@ def live_progress(console: Console | None = None, period_s: float = 0.25):
     console = console or make_console(stderr=True)
 
     async def show(runner) -> None:
-        last_done, last_t = 0, 0.0
-        rate = 0.0
-        with Live(
-            Text("starting..."), console=console, refresh_per_second=4, transient=True
-        ) as live:
+        rates = Rates()
+        with Live(Table.grid(), console=console, refresh_per_second=4, transient=True) as live:
             while True:
                 await asyncio.sleep(period_s)
                 s = runner.stats()
-                dt = s["elapsed_s"] - last_t
-                if dt >= 1.0:
-                    rate, last_done, last_t = (
-                        (s["completed"] - last_done) / dt,
-                        s["completed"],
-                        s["elapsed_s"],
-                    )
-                planned = f"/{s['planned']}" if s["planned"] else ""
-                p99 = "-" if s["ttft_p99_ms"] is None else f"{s['ttft_p99_ms']:.1f} ms"
-                live.update(
-                    Text(
-                        f"{s['elapsed_s']:7.1f} s  sent {s['sent']}{planned}  done {s['completed']}  "
-                        f"in flight {s['in_flight']}  failed {s['failed']}  {rate:.1f} req/s  p99 TTFT {p99}"
-                    )
-                )
+                live.update(_panel(fields(s, *rates.update(s)), s["failed"]))
 
     return show
 
@@ -50,26 +107,17 @@ def plain_progress(period_s: float = 5.0, write=None):
     write = write or (lambda line: print(line, file=sys.stderr, flush=True))
 
     async def show(runner) -> None:
-        last_done, last_t = 0, 0.0
+        rates = Rates()
         while True:
             await asyncio.sleep(period_s)
             s = runner.stats()
-            dt = s["elapsed_s"] - last_t
-            rate = (s["completed"] - last_done) / dt if dt > 0 else 0.0
-            last_done, last_t = s["completed"], s["elapsed_s"]
-            planned = f"/{s['planned']}" if s["planned"] else ""
-            p99 = "-" if s["ttft_p99_ms"] is None else f"{s['ttft_p99_ms']:.1f} ms"
-            write(
-                f"progress: {s['elapsed_s']:.0f} s, sent {s['sent']}{planned}, done "
-                f"{s['completed']}, in flight {s['in_flight']}, failed {s['failed']}, "
-                f"{rate:.1f} req/s, p99 TTFT {p99}"
-            )
+            write("progress: " + "; ".join(fields(s, *rates.update(s))))
 
     return show
 
 
 def choose(quiet: bool, terminal: bool):
-    """The progress display for this output: none, a live line, or plain lines for a log."""
+    """The progress display for this output: none, a live display, or plain lines for a log."""
     if quiet:
         return None
     return live_progress() if terminal else plain_progress()

@@ -296,6 +296,14 @@ class GpuSampler:
 
     # -- results ----------------------------------------------------------------------------
 
+    def latest_utilization(self) -> list[float] | None:
+        """Each device's latest kernel-active %, for the live display (None before a sample)."""
+        latest: dict[int, float] = {}
+        for row in reversed(self.rows[-4 * max(1, len(self.devices)) :]):
+            if row.get("utilization.gpu") is not None:
+                latest.setdefault(row["index"], row["utilization.gpu"])
+        return [latest[i] for i in sorted(latest)] or None
+
     def csv_text(self, t0_ns: int) -> str:
         """The samples as CSV, times in seconds from t0 (gpu.csv)."""
         header = ["timestamp_ns", "t_s", "index"] + [f"{c} [{u}]" for c, u in COLUMNS]

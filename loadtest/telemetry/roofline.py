@@ -142,6 +142,8 @@ def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
             "bytes_per_step": round(bytes_moved / steps),
             "achieved_gb_s": round(bytes_moved / decode_s / 1e9, 3),
             "achieved_tflops": round(flops / decode_s / 1e12, 4),
+            # FLOPs per byte read: where the step sits on the roofline's x axis
+            "intensity_flop_per_byte": round(flops / bytes_moved, 4),
         }
         if peaks:
             decode["mbu"] = round(bytes_moved / decode_s / (peaks["bw_gb_s"] * 1e9), 4)
@@ -160,6 +162,13 @@ def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
             "tokens_per_s": round(tokens / prefill_s, 1),
             "achieved_tflops": round(flops / prefill_s / 1e12, 4),
         }
+        if acct.get("prefill_batches"):
+            # each batch reads the weights once and writes each token's KV
+            moved = (
+                acct["prefill_batches"] * shape["weight_bytes"]
+                + tokens * shape["kv_bytes_per_token"]
+            )
+            prefill["intensity_flop_per_byte"] = round(flops / moved, 4)
         if peaks:
             prefill["mfu"] = round(flops / prefill_s / (peaks["tflops"] * 1e12), 5)
         out["prefill"] = prefill

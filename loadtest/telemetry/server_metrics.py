@@ -137,6 +137,8 @@ class ServerSampler:
             "errors": self.errors,
             "server_names": found,
             "metrics": metrics,
+            # the gauges over the whole run, for the report's plots beside the client's figures
+            "series": _series(self.csv_rows(t0_ns)),
         }
 
     def csv_rows(self, t0_ns: int) -> list[dict]:
@@ -149,6 +151,12 @@ class ServerSampler:
                 row[common] = None if name is None else values[name]
             out.append(row)
         return out
+
+
+def _series(rows: list[dict]) -> dict[str, list]:
+    """Columns of the sampled rows: t_s and each gauge the server has."""
+    keys = ["t_s"] + [c for c in GAUGES if any(r[c] is not None for r in rows)]
+    return {k: [r[k] for r in rows] for k in keys}
 
 
 def metrics_url(base_url: str) -> str:

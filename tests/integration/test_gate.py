@@ -217,8 +217,14 @@ def test_compare_prints_both_sides_and_the_change(repeat_dir):
         by["itl_p50"]["change_pct"] == pytest.approx(0.0, abs=1.0)
         and by["itl_p50"]["significant"] is False
     )
+    assert not (single / "compare-vs-base.html").exists()  # --json prints, writes nothing
     r = cli("compare", repeat_dir / "base", single)
     assert "significant" in r.stdout and "ttft_p99" in r.stdout
+    page = (single / "compare-vs-base.html").read_text()  # beside B, named after A
+    assert f"report: {single / 'compare-vs-base.html'}" in r.stdout.replace("\n", "")
+    # the deltas table with B's own figure, and both runs' percentile curves overlaid
+    assert f"<td class=n>{by['ttft_p99']['candidate']:.4g}</td>" in page
+    assert page.count("ttft A base p50:") == 1 and page.count("ttft B rep-1 p50:") == 1
 
 
 def test_gate_usage_errors(repeat_dir, tmp_path):

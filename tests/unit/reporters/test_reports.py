@@ -19,11 +19,13 @@ def test_run_html_is_self_contained_and_escaped(run_virtual_fn):
         }
     )
     page = html.run_html(json.loads(json.dumps(m)))
-    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "<script>alert" not in page and "&lt;script&gt;alert" in page
+    assert page.count("<script>") == 1  # the page's own, inline
     assert not re.search(
         r"""(src|href)\s*=\s*['"]?(https?:)?//""", page
     )  # nothing fetched from a network
-    assert page.count("src='data:image/png;base64,") == 2  # percentile plot + time series
+    assert page.count("<svg ") == 2  # percentile plot + time series, inline
+    assert "<img" not in page
     md = markdown.render(m)
     assert "<script>" not in md and "&lt;script&gt;" in md
 
@@ -66,7 +68,8 @@ def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path, monkeypatch):
         },
     }
     page = html.run_html(m)
-    assert page.count("src='data:image/png;base64,") == 3  # + GPU over time
+    assert page.count("<svg ") == 2  # GPU activity is a row of the time series plot
+    assert "GPU 0 kernel-active %" in page
     assert "kernel-active" in page and "aten::&lt;mm&gt;" in page and "host/launch-bound" in page
     md = markdown.render(m)
     assert (
@@ -95,7 +98,12 @@ def test_a_log_gets_a_plain_progress_line_every_period():
                 "completed": 8 * self.calls,
                 "in_flight": 2,
                 "failed": 0,
+                "window_end_s": 60.0,
+                "ttft_p50_ms": 5.0,
                 "ttft_p99_ms": 12.5,
+                "itl_p50_ms": 1.0,
+                "itl_p99_ms": 2.0,
+                "gpu_util_pct": [87.0, 3.0],
                 "planned": 100,
             }
 
@@ -108,7 +116,34 @@ def test_a_log_gets_a_plain_progress_line_every_period():
         task.cancel()
 
     asyncio.run(asyncio.wait_for(go(), 10))
+    # rates over the last 5 s: 10 sent and 8 done in 5 s
     assert lines[1] == (
-        "progress: 10 s, sent 20/100, done 16, in flight 2, failed 0, 1.6 req/s, p99 TTFT 12.5 ms"
+        "progress: 10 s of 60 s (50 s left); sent 20/100, done 16, in flight 2, failed 0; "
+        "offered 2.0 req/s, delivered 1.6 req/s; TTFT p50 5 p99 12.5 ms; ITL p50 1 p99 2 ms; "
+        "GPU 87% 3%"
     )
     assert choose(quiet=True, terminal=False) is None and choose(False, False) is not None
+
+
+def test_the_live_display_shows_the_same_figures_and_a_counted_run_its_pace():
+    from rich.console import Console
+
+    from loadtest.reporters.progress import Rates, _panel, fields, time_left_s
+
+    s = {"elapsed_s": 10.0, "sent": 40, "completed": 15, "failed": 1, "in_flight": 24,
+         "planned": 100, "window_end_s": None, "ttft_p99_ms": 250.0}  # fmt: skip
+    # 16 of 100 finished in 10 s: 84 more at that pace take 52.5 s
+    assert time_left_s(s) == 52.5
+    rates = Rates()
+    assert rates.update({**s, "elapsed_s": 2.0, "sent": 8, "completed": 3, "failed": 0}) == (
+        4.0,
+        1.5,
+    )
+    # the 0 s sample is older than the 5 s span now: over 2..10 s, 32 sent and 13 finished
+    offered, delivered = rates.update(s)
+    assert (offered, delivered) == (4.0, 1.625)
+    console = Console(width=120, record=True, color_system=None)
+    console.print(_panel(fields(s, offered, delivered), s["failed"]))
+    text = console.export_text()
+    assert "10 s (about 52 s left)" in text and "offered 4.0 req/s, delivered 1.6 req/s" in text
+    assert "failed 1" in text and "TTFT p50 - p99 250 ms" in text and "GPU" not in text

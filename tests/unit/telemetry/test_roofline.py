@@ -50,11 +50,15 @@ def test_mbu_mfu_by_hand():
     assert d["mfu"] == pytest.approx(flops / 0.5 / 989e12, abs=1e-5)  # 0.00404
     assert d["floor_ms"] == pytest.approx(2_518_421_504 / 3.35e12 * 1e3, abs=1e-4)  # 0.7518 ms
     assert d["step_ms"] == 5.0 and d["batch_mean"] == 8.0
+    assert d["intensity_flop_per_byte"] == pytest.approx(flops / bytes_moved, abs=1e-4)  # 7.925
     p = r["prefill"]
     pre_flops = 1000 * 2_471_493_632 + 63_000 * 131_072
     assert p["tokens_per_s"] == 100_000.0 and p["mfu"] == pytest.approx(
         pre_flops / 0.01 / 989e12, abs=1e-5
     )
+    # one batch: the weights read once, 1000 tokens' KV written
+    pre_bytes = 2_471_628_800 + 1000 * 32_768
+    assert p["intensity_flop_per_byte"] == pytest.approx(pre_flops / pre_bytes, abs=1e-4)  # 993.5
 
 
 def test_peaks_prefer_a_calibration_over_the_datasheet(tmp_path, monkeypatch):

@@ -25,8 +25,8 @@ def test_a_page_is_summed_over_label_sets_and_non_numbers_are_left_out():
 def test_the_summary_maps_names_and_takes_counter_changes_over_the_window():
     s = ServerSampler("http://x/metrics", 1.0)
     later = SGLANG.replace("} 2.0", "} 3.5").replace("} 10\n", "} 16\n").replace("} 3.0", "} 5.0")
-    s.rows = [(1_000, parse(SGLANG)), (2_000, parse(later))]
-    out = s.summary(0, (0, 10_000))
+    s.rows = [(1_000_000_000, parse(SGLANG)), (2_500_000_000, parse(later))]
+    out = s.summary(0, (0, 10_000_000_000))
     assert out["available"] and out["samples"] == 2
     m = out["metrics"]
     assert m["requests_running"] == {"mean": 5.0, "max": 6.0, "last": 6.0}
@@ -34,6 +34,13 @@ def test_the_summary_maps_names_and_takes_counter_changes_over_the_window():
     # 6 more first tokens took 1.5 s more: 0.25 s each, over the window
     assert m["server_ttft_mean_s"] == {"window": 0.25}
     assert out["server_names"]["requests_running"] == "sglang:num_running_reqs"
+    # the gauges over the run, seconds from t0, for the report's time plot
+    assert out["series"] == {
+        "t_s": [1.0, 2.5],
+        "requests_running": [4.0, 6.0],
+        "requests_waiting": [7.0, 7.0],
+        "kv_cache_usage": [0.5, 0.5],
+    }
 
 
 def test_nothing_sampled_says_why():
