@@ -293,6 +293,8 @@ def run(
     if not no_report:
         dirs = [out / d for d in doc["runs"]] if repeat > 1 else [out]
         written = [p for d in dirs for p in _write_reports(d)]
+        if repeat > 1:
+            written += _write_repeat_report(out, doc)
         if written and not as_json:
             console.print("report: " + ", ".join(str(p) for p in written))
     code = exit_code(doc)
@@ -462,9 +464,12 @@ def validate(
 
 @app.command()
 def report(
-    run_dir: Path = typer.Argument(..., help="A run directory holding metrics.json."),
+    run_dir: Path = typer.Argument(
+        ..., help="A run (metrics.json), repeat (repeat.json) or sweep (sweep.json) directory."
+    ),
 ) -> None:
-    """Re-render a saved run (report.md, report.html) or sweep (sweep.md, sweep.html) from its JSON alone."""
+    """Re-render a saved run (report.md, report.html), repeat (repeat.html and each replicate's)
+    or sweep (sweep.md, sweep.html) from its JSON alone."""
     from loadtest.reporters import exports, html, markdown, sweep_report, terminal
 
     if (run_dir / "sweep.json").exists():
@@ -473,6 +478,14 @@ def report(
         typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(doc, run_dir)))
         raise typer.Exit(EXIT_OK)
     from loadtest.results.model import ResultReadError, read_run
+
+    if (run_dir / "repeat.json").exists():
+        doc = json.loads((run_dir / "repeat.json").read_text())
+        written = [p for d in doc["runs"] for p in _write_reports(run_dir / d)]
+        written += _write_repeat_report(run_dir, doc)
+        terminal.render_repeat(doc, make_console())
+        typer.echo("report: " + ", ".join(str(p) for p in written))
+        raise typer.Exit(exit_code(doc))
 
     try:
         metrics = read_run(run_dir / "metrics.json").view()
@@ -504,6 +517,21 @@ def _write_reports(run_dir: Path) -> list[Path]:
         ]
     except (ResultReadError, OSError, ValueError, ImportError) as exc:
         _error(f"{run_dir}: the report could not be written ({exc}); metrics.json is intact")
+        return []
+
+
+def _write_repeat_report(out: Path, doc: dict) -> list[Path]:
+    """repeat.html beside repeat.json: median and spread, replicates' percentiles overlaid."""
+    from loadtest.core import atomic
+    from loadtest.reporters import html
+    from loadtest.results.model import ResultReadError, read_run
+
+    try:
+        curves = [(d, read_run(out / d / "metrics.json").histograms or {}) for d in doc["runs"]]
+        atomic.write_text(out / "repeat.html", html.repeat_html(doc, curves))
+        return [out / "repeat.html"]
+    except (ResultReadError, OSError, ValueError, ImportError) as exc:
+        _error(f"{out}: repeat.html could not be written ({exc}); repeat.json is intact")
         return []
 
 

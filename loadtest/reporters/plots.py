@@ -137,7 +137,8 @@ def percentile_plot(
     runs: list[tuple[str, dict[str, str]]], metrics=("ttft", "itl", "e2e"), name="pct"
 ) -> str | None:
     """Latency by percentile from saved HDR histograms, x = 1/(1 - p) on a log axis so the tail
-    shows. ``runs``: (label, encoded histograms); a second run is drawn dashed (an overlay)."""
+    shows. ``runs``: (label, encoded histograms); each further run is overlaid in another line
+    style (dashed for the second)."""
     plot = _Plot(name, height=3.8)
     ax = plot.axes[0]
     drawn = False
@@ -161,8 +162,8 @@ def percentile_plot(
                 log_x=True,
                 log_y=True,
                 color=COLORS.get(metric),
-                linestyle="-" if k == 0 else "--",
-                marker="o" if k == 0 else "s",
+                linestyle=("-", "--", ":", "-.")[k % 4],
+                marker="osD^v"[k % 5],
             )
             drawn = True
     if not drawn:

@@ -142,6 +142,12 @@ def test_repeat_runs_replicates_with_successive_schedule_seeds(repeat_dir):
     p99s = sorted(m["latency_ms"]["ttft"]["p99"] for m in runs)
     s = doc["summary"]["ttft_p99"]
     assert (s["min"], s["median"], s["max"]) == tuple(p99s)
+    # repeat.html: the median row, a link to each replicate's report, their curves overlaid
+    page = (repeat_dir / "base" / "repeat.html").read_text()
+    assert f"<td>ttft_p99</td><td class=n>{p99s[1]:.4g}</td>" in page
+    assert all(f"<a href='{d}/report.html'>" in page for d in doc["runs"])
+    assert all(f"ttft {d} p99:" in page for d in doc["runs"])
+    assert all((repeat_dir / "base" / d / "report.html").exists() for d in doc["runs"])
     assert s["spread_pct"] == pytest.approx(100 * (p99s[2] - p99s[0]) / p99s[1])
     # the SLA is judged on the pooled samples of all three: more evidence than any one run
     pooled_n = sum(m["latency_ms"]["ttft"]["count"] for m in runs)
