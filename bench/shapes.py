@@ -5,7 +5,8 @@ prompt-bucket setting, one after another on one machine, and a table of what eac
 
 Variants: the defaults (flash/efficient/math SDPA, no prompt padding), cuDNN attention allowed,
 64-token prompt buckets, and both; continuous batching with and without CUDA graphs; static
-mode with ``compile: true`` (its warm-up, and any recompilation inside the window). Columns: offered and delivered req/s, steady or overloaded,
+mode with ``compile: true`` (its warm-up, and any recompilation inside the window), with the
+default batch buckets (powers of two) and coarser ones; each variant compiles from a cold cache. Columns: offered and delivered req/s, steady or overloaded,
 TTFT p50/p99, ITL p50, the decode step and MBU from the roofline, GPU kernel-active time.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -34,6 +36,14 @@ VARIANTS = {
         "backend.continuous.use_cuda_graph=false",
     ],
     "static, compile: true": ["backend.compile=true"],
+    "static, compile: true, batch buckets 1,4,16": [
+        "backend.compile=true",
+        "backend.batch_buckets=[1,4,16]",
+    ],
+    "static, compile: true, batch buckets 4,16": [
+        "backend.compile=true",
+        "backend.batch_buckets=[4,16]",
+    ],
 }
 
 
@@ -65,9 +75,16 @@ def main() -> None:
         ]
         for s in sets:
             cmd += ["--set", s]
+        # a cold compile cache for each variant: a graph another variant compiled must not make
+        # this one's warm-up look cheaper
+        env = {
+            **os.environ,
+            "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor-cache"),
+            "TRITON_CACHE_DIR": str(out / "triton-cache"),
+        }
         t = time.monotonic()
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
         except subprocess.TimeoutExpired:
             print(f"{name}: over {args.timeout:g} s, stopped", flush=True)
             continue

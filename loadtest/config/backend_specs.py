@@ -124,11 +124,11 @@ class TransformersSpec(Spec):
         "flash, efficient, math: cuDNN attention builds an execution plan for every new shape, "
         "a CPU cost per decode step when prompt lengths vary).",
     )
-    batch_buckets: bool | None = Field(
+    batch_buckets: bool | list[Annotated[int, Field(ge=1)]] | None = Field(
         None,
-        description="static mode: pad each fixed-output batch up to the next power of two (at "
-        "most max_batch_size) with throw-away rows, so only those sizes are compiled and warmed "
-        "(default: on with compile, off in eager mode).",
+        description="static mode: pad each fixed-output batch with throw-away rows up to the "
+        "next of these sizes (true: the powers of two; max_batch_size is always one), so only "
+        "they are compiled and warmed (default: on with compile, off in eager mode).",
     )
     prompt_bucket: int | None = Field(
         None,

@@ -116,10 +116,7 @@ class TransformersBackend(Backend):
             "continuous": [self.spec.max_batch_size],
         }[self.spec.mode]
         if self._info.get("batch_buckets"):
-            # fixed-output batches run at the next power of two: only those are compiled
-            from loadtest.backends.transformers.worker import bucket_sizes
-
-            sizes = bucket_sizes(self.spec.max_batch_size)
+            sizes = self._info["batch_buckets"]  # fixed-output batches run at these sizes only
         new_tokens = 4
         if self.spec.compile:
             # A static cache is compiled for its length (prompt + new tokens): warm up with the

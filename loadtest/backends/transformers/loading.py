@@ -103,14 +103,7 @@ def load_model(spec: dict, base_dir: str):
         "attn_implementation": getattr(config, "_attn_implementation", None),
         "sdpa_backends": sdpa,
         "prompt_bucket": spec.get("prompt_bucket") or 1,
-        "batch_buckets": bool(
-            spec["mode"] == "static"
-            and (
-                spec.get("batch_buckets")
-                if spec.get("batch_buckets") is not None
-                else spec["compile"]
-            )
-        ),
+        "batch_buckets": _batch_buckets(spec),
         "mode": spec["mode"],
         "compile": spec["compile"],
         "trust_remote_code": spec["trust_remote_code"],
@@ -135,3 +128,14 @@ def load_model(spec: dict, base_dir: str):
         },
     }
     return model, device, info
+
+
+def _batch_buckets(spec: dict) -> list[int] | None:
+    """The batch sizes static fixed-output batches are padded to, or None (no padding): on by
+    default with compile, where each size is a compiled graph."""
+    from loadtest.backends.transformers.worker import bucket_sizes
+
+    wanted = spec.get("batch_buckets")
+    if spec["mode"] != "static" or wanted is False or (wanted is None and not spec["compile"]):
+        return None
+    return bucket_sizes(spec["max_batch_size"], None if wanted in (True, None) else list(wanted))

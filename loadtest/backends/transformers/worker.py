@@ -256,10 +256,11 @@ class Engine:
         width = -(-max(len(r[2]) for r in batch) // bucket) * bucket  # up to the bucket
         pad = self.info.get("pad_token_id", 0)
         rows = len(batch)
-        if self.info.get("batch_buckets") and all(r[4] for r in batch):
+        buckets = self.info.get("batch_buckets")
+        if buckets and all(r[4] for r in batch):
             # Throw-away rows after the real ones, up to the next warmed size: every row runs
             # to the same fixed length, so they add no steps, and nothing reads their tokens.
-            rows = batch_bucket(len(batch), self.spec["max_batch_size"])
+            rows = batch_bucket(len(batch), buckets)
         ids = torch.full((rows, width), pad, dtype=torch.long)
         mask = torch.zeros((rows, width), dtype=torch.long)
         mask[len(batch) :, -1] = 1  # a throw-away row: one pad token of prompt
@@ -380,14 +381,18 @@ class Engine:
         return facts
 
 
-def batch_bucket(n: int, max_batch_size: int) -> int:
-    """The warmed batch size a batch of ``n`` rows runs at: the next power of two, or the cap."""
-    return min(max_batch_size, 1 << (n - 1).bit_length())
+def batch_bucket(n: int, buckets: list[int]) -> int:
+    """The warmed batch size a batch of ``n`` rows runs at: the smallest bucket that holds it
+    (``bucket_sizes`` ends with max_batch_size, so one always does)."""
+    return next(b for b in buckets if b >= n)
 
 
-def bucket_sizes(max_batch_size: int) -> list[int]:
-    """Every size ``batch_bucket`` can return: the powers of two below the cap, and the cap."""
-    return sorted({batch_bucket(n, max_batch_size) for n in range(1, max_batch_size + 1)})
+def bucket_sizes(max_batch_size: int, sizes: list[int] | None = None) -> list[int]:
+    """The batch sizes compiled and warmed: ``sizes`` (default: the powers of two) below the
+    cap, and the cap itself."""
+    if sizes is None:
+        sizes = [1 << k for k in range(max_batch_size.bit_length())]
+    return sorted({s for s in sizes if s < max_batch_size} | {max_batch_size})
 
 
 def compiled_graphs() -> int | None:

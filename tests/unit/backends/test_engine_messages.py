@@ -611,12 +611,25 @@ def test_compiled_graphs_counts_what_torch_compile_builds():
     assert compiled_graphs() - before == 2
 
 
-def test_batch_buckets_are_powers_of_two_up_to_the_cap():
+def test_batch_buckets_are_powers_of_two_up_to_the_cap_or_the_sizes_given():
+    from loadtest.backends.transformers.loading import _batch_buckets
     from loadtest.backends.transformers.worker import batch_bucket, bucket_sizes
 
-    assert [batch_bucket(n, 16) for n in (1, 2, 3, 5, 8, 9, 16)] == [1, 2, 4, 8, 8, 16, 16]
-    assert [batch_bucket(n, 12) for n in (9, 12)] == [12, 12]
     assert bucket_sizes(16) == [1, 2, 4, 8, 16] and bucket_sizes(12) == [1, 2, 4, 8, 12]
+    assert [batch_bucket(n, [1, 2, 4, 8, 16]) for n in (1, 2, 3, 5, 8, 9, 16)] == [
+        1, 2, 4, 8, 8, 16, 16,
+    ]  # fmt: skip
+    assert [batch_bucket(n, bucket_sizes(12)) for n in (9, 12)] == [12, 12]
+    # sizes given: those under the cap, and the cap always
+    assert bucket_sizes(16, [4, 1, 64]) == [1, 4, 16]
+    assert [batch_bucket(n, [1, 4, 16]) for n in (1, 2, 4, 5, 16)] == [1, 4, 4, 16, 16]
+    spec = {"mode": "static", "compile": True, "max_batch_size": 16, "batch_buckets": None}
+    assert _batch_buckets(spec) == [1, 2, 4, 8, 16]  # on by default with compile
+    assert _batch_buckets({**spec, "batch_buckets": [1, 4]}) == [1, 4, 16]
+    assert _batch_buckets({**spec, "batch_buckets": False}) is None
+    assert _batch_buckets({**spec, "compile": False}) is None  # off by default in eager mode
+    assert _batch_buckets({**spec, "compile": False, "batch_buckets": True}) == [1, 2, 4, 8, 16]
+    assert _batch_buckets({**spec, "mode": "continuous", "batch_buckets": True}) is None
 
 
 @pytest.mark.integration
@@ -625,7 +638,7 @@ def test_a_bucketed_batch_runs_with_throw_away_rows_and_reports_only_the_real_on
 ):
     eng, out = _engine(tiny_model_dir)
     shapes = _input_shapes(eng)
-    eng.info["batch_buckets"] = True
+    eng.info["batch_buckets"] = [1, 2, 4, 8]
     fixed = [("req", i, [5] * (3 + i), 4, True, None) for i in (1, 2, 3)]
     assert eng._generate(fixed, set(), out, set()) == 0  # one stamp per token
     dones = sorted((m[2], m[3]) for m in out.msgs if m[0] == "done")
