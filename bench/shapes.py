@@ -44,7 +44,14 @@ VARIANTS = {
         "backend.compile=true",
         "backend.batch_buckets=[4,16]",
     ],
+    "static, compile: true, cudagraphs backend": [
+        "backend.compile=true",
+        "backend.compile_backend=cudagraphs",
+    ],
+    "static, compile: true, again (compile cache warm)": ["backend.compile=true"],
 }
+# variants that reuse an earlier variant's compile cache (to show what a warm cache saves)
+WARM_FROM = {"static, compile: true, again (compile cache warm)": "static, compile: true"}
 
 
 def main() -> None:
@@ -77,10 +84,11 @@ def main() -> None:
             cmd += ["--set", s]
         # a cold compile cache for each variant: a graph another variant compiled must not make
         # this one's warm-up look cheaper
+        cache = args.out / ("cache-" + str(names.index(WARM_FROM.get(name, name))))
         env = {
             **os.environ,
-            "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor-cache"),
-            "TRITON_CACHE_DIR": str(out / "triton-cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+            "TRITON_CACHE_DIR": str(cache / "triton"),
         }
         t = time.monotonic()
         try:

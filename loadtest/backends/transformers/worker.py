@@ -317,6 +317,10 @@ class Engine:
             kwargs["min_new_tokens"] = max_new
         if self.spec.get("compile"):
             kwargs["cache_implementation"] = "static"
+            if self.spec.get("compile_backend", "inductor") != "inductor":
+                from transformers import CompileConfig
+
+                kwargs["compile_config"] = CompileConfig(backend=self.spec["compile_backend"])
         return kwargs
 
     def _warmup(self, shapes: list) -> None:

@@ -652,3 +652,17 @@ def test_a_bucketed_batch_runs_with_throw_away_rows_and_reports_only_the_real_on
     ]
     eng._generate(natural, set(), out, set())
     assert shapes[-1][0] == 3  # a batch that may stop at EOS is never padded with rows
+
+
+def test_compile_uses_the_backend_asked_for():
+    from types import SimpleNamespace
+
+    from loadtest.backends.transformers.worker import Engine
+
+    def kwargs(**spec):
+        eng = SimpleNamespace(spec={"compile": True, **spec}, info={})
+        return Engine._generate_kwargs(eng, 8, True, 2)
+
+    assert kwargs()["cache_implementation"] == "static" and "compile_config" not in kwargs()
+    config = kwargs(compile_backend="cudagraphs")["compile_config"]
+    assert config.backend == "cudagraphs" and config.to_dict()["backend"] == "cudagraphs"
