@@ -44,10 +44,6 @@ VARIANTS = {
         "backend.compile=true",
         "backend.batch_buckets=[4,16]",
     ],
-    "static, compile: true, cudagraphs backend": [
-        "backend.compile=true",
-        "backend.compile_backend=cudagraphs",
-    ],
     "static, compile: true, again (compile cache warm)": ["backend.compile=true"],
 }
 # variants that reuse an earlier variant's compile cache (to show what a warm cache saves)

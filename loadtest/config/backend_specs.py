@@ -138,12 +138,6 @@ class TransformersSpec(Spec):
         "tokens, so batches share shapes (default 1: no padding; on an H100 with eager "
         "decode, 64-token buckets cost more prefill and padded attention than they saved).",
     )
-    compile_backend: Literal["inductor", "cudagraphs"] = Field(
-        "inductor",
-        description="With compile: torch.compile's backend. inductor (generated, fused kernels; "
-        "the first compile takes tens of seconds) or cudagraphs (torch's own kernels replayed "
-        "from CUDA graphs: no code generation, so a shorter warm-up).",
-    )
     compile: bool = Field(
         False, description="Static KV cache + torch.compile (CUDA graphs) for decode."
     )

@@ -106,7 +106,6 @@ def load_model(spec: dict, base_dir: str):
         "batch_buckets": _batch_buckets(spec),
         "mode": spec["mode"],
         "compile": spec["compile"],
-        "compile_backend": spec.get("compile_backend", "inductor") if spec["compile"] else None,
         "trust_remote_code": spec["trust_remote_code"],
         "pad_token_id": pad,
         "torch": torch.__version__,

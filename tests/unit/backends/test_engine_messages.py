@@ -654,15 +654,18 @@ def test_a_bucketed_batch_runs_with_throw_away_rows_and_reports_only_the_real_on
     assert shapes[-1][0] == 3  # a batch that may stop at EOS is never padded with rows
 
 
-def test_compile_uses_the_backend_asked_for():
-    from types import SimpleNamespace
+def test_the_compile_cache_counts_come_from_inductors_counters():
+    from torch._dynamo.utils import counters
 
-    from loadtest.backends.transformers.worker import Engine
+    from loadtest.backends.transformers.worker import compile_cache_counts
 
-    def kwargs(**spec):
-        eng = SimpleNamespace(spec={"compile": True, **spec}, info={})
-        return Engine._generate_kwargs(eng, 8, True, 2)
-
-    assert kwargs()["cache_implementation"] == "static" and "compile_config" not in kwargs()
-    config = kwargs(compile_backend="cudagraphs")["compile_config"]
-    assert config.backend == "cudagraphs" and config.to_dict()["backend"] == "cudagraphs"
+    saved = dict(counters["inductor"])
+    try:
+        counters["inductor"].clear()
+        assert compile_cache_counts() is None  # nothing compiled by inductor
+        counters["inductor"]["fxgraph_cache_hit"] += 4
+        counters["inductor"]["fxgraph_cache_miss"] += 1
+        assert compile_cache_counts() == {"hits": 4, "misses": 1}
+    finally:
+        counters["inductor"].clear()
+        counters["inductor"].update(saved)
