@@ -15,9 +15,10 @@ VERDICT_STYLE = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}
 
 
 def _ms(x) -> str:
+    """A latency in at most 7 characters: 3 decimals under 10 ms, 1 under 10 s, whole above."""
     if x is None:
         return "-"
-    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}" if x < 10_000 else f"{x:.0f}"
 
 
 def render(metrics: dict, console: Console | None = None, sla: bool = True) -> None:
@@ -33,7 +34,7 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
             console.print(f"  {reason}", style="red")
         return
     table = Table(title="latency (ms)", title_justify="left")
-    table.add_column("metric")
+    table.add_column("metric", no_wrap=True, min_width=max(len(m) for m in ROWS))
     table.add_column("count", justify="right")
     for c in COLS:
         table.add_column(c, justify="right")

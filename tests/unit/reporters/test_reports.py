@@ -147,3 +147,24 @@ def test_the_live_display_shows_the_same_figures_and_a_counted_run_its_pace():
     text = console.export_text()
     assert "10 s (about 52 s left)" in text and "offered 4.0 req/s, delivered 1.6 req/s" in text
     assert "failed 1" in text and "TTFT p50 - p99 250 ms" in text and "GPU" not in text
+
+
+def test_the_run_tables_fit_80_columns_with_nothing_cut(run_virtual_fn):
+    from rich.console import Console
+
+    from loadtest.reporters import terminal
+
+    m = run_virtual_fn(
+        {
+            "name": "eighty",
+            "backend": {"kind": "sim", "max_concurrency": 1, "decode_ms_per_token": 50},
+            "workload": {"input_tokens": 5, "output_tokens": 40},
+            "load": {"arrival": {"kind": "poisson", "rate": 40}, "duration": "5s"},
+            "sla": {"ttft_p99": "1s", "itl_p99": "100ms", "error_rate": 0.01},
+        }
+    )  # overloaded: long warnings and SLA evidence
+    console = Console(width=80, record=True, color_system=None)
+    terminal.render(json.loads(json.dumps(m)), console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80 and not any("…" in line for line in lines)
+    assert any("overloaded" in line for line in lines)
