@@ -73,7 +73,10 @@ async def main_async(args) -> list:
     backend = TransformersBackend(spec, MonotonicClock())
     info = await backend.start()
     print(f"{info.name}; stamp source: {info.details.get('stamp_source')}", flush=True)
-    plan = SimpleNamespace(requests=[SimpleNamespace(input_tokens=N_IN, output_tokens=N_OUT)])
+    plan = SimpleNamespace(  # what prepare() reads of a plan
+        requests=[SimpleNamespace(input_tokens=N_IN, output_tokens=N_OUT)],
+        longest_prompt=lambda: N_IN,
+    )
     t = time.monotonic()
     warm = await backend.prepare(plan)  # as a run does: every batch size 1..max, before t0
     print(

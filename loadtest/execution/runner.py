@@ -28,6 +28,13 @@ from loadtest.workload.sessions import Conversation
 
 LOOP_PROBE_NS = 10_000_000
 FLUSH_S = 0.005
+# Recording keeps clear of the dispatcher's next deadline: it stops this long before it, less
+# its own estimated cost (about 2 µs a token, measured ~1.2 µs on the 2-core machine), ...
+FLUSH_GUARD_NS = 200_000
+FLUSH_NS_PER_TOKEN = 2_000
+# ... unless this many finished requests wait: then the machine cannot keep up anyway, and
+# recording must not fall ever further behind.
+FLUSH_BACKLOG = 2_000
 
 
 @dataclass
@@ -103,7 +110,9 @@ class Runner:
         )
         self.sessions = SessionCounts() if plan.multi_turn else None
         self._session_ids = itertools.count()
-        self._flush_handle: asyncio.TimerHandle | None = None
+        self._flush_handle: asyncio.Handle | None = None
+        self._next_due_ns: int | None = None  # the open-loop dispatcher's next deadline
+        self._unstarted = 0  # spawned requests whose first step has not run
         self._cancel_reason: str | None = None
         self._failure: str | None = None
         self._stop = asyncio.Event()
@@ -125,6 +134,17 @@ class Runner:
     async def run(self, start_delay_ns: int = 1_000_000) -> RunOutcome:
         """The run: t0 a moment from now, dispatch until the window ends, drain, then the outcome."""
         settle_heap()  # the plan and everything loaded: never scanned by a collection in the window
+        # Collections run where the dispatcher has slack (after recording), not wherever an
+        # allocation happens to trip the threshold: a collection inside a send is dispatch lag.
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            return await self._run()
+        finally:
+            if gc_was_on:
+                gc.enable()
+
+    async def _run(self, start_delay_ns: int = 1_000_000) -> RunOutcome:
         self.t0 = self.clock.now_ns() + start_delay_ns
         self.backend.set_origin(self.t0)
         rec = self.recorder = Recorder(
@@ -170,6 +190,7 @@ class Runner:
             await self.profile.finish()
         if self._flush_handle is not None:
             self._flush_handle.cancel()
+        self._next_due_ns = None  # nothing more to dispatch: record everything
         self._flush()
         rec.close(self.stopped_ns)
         status = {"interrupted": "interrupted", "failed": "failed"}.get(
@@ -220,14 +241,17 @@ class Runner:
                 assert turns[0].offset_ns is not None  # a session starts at its arrival
                 intended = t0 + turns[0].offset_ns
                 await self.clock.sleep_until(intended)
-                self._spawn(self._session(turns, intended, None))
+                self._spawn(self._session(turns, intended, None), request=False)
             return
-        for req in self.plan.requests:
-            assert req.offset_ns is not None  # an open-loop plan places every request
-            intended = t0 + req.offset_ns
-            await self.clock.sleep_until(intended)
-            held_until = await self._throttle()
-            self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
+        try:
+            for req in self.plan.requests:
+                assert req.offset_ns is not None  # an open-loop plan places every request
+                intended = self._next_due_ns = t0 + req.offset_ns
+                await self.clock.sleep_until(intended)
+                held_until = await self._throttle()
+                self._spawn(self._drive(req, intended, held_until))
+        finally:
+            self._next_due_ns = None
 
     async def _dispatch_closed(self) -> None:
         cl = self.plan.closed_loop
@@ -271,7 +295,7 @@ class Runner:
                 if rec.window_start is None:
                     self.backend.window_started()  # a count-based window opens with its first request
                 rec.set_window_start(intended)
-            task = self._spawn(self._drive(req, intended, self.clock.now_ns(), held_until))
+            task = self._spawn(self._drive(req, intended, held_until))
             st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
             intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
 
@@ -309,9 +333,7 @@ class Runner:
                     self.backend.window_started()
                 rec.set_window_start(intended)
             counts.turns_sent += 1
-            task = self._spawn(
-                self._drive(req, intended, self.clock.now_ns(), held_until, prompt_ids)
-            )
+            task = self._spawn(self._drive(req, intended, held_until, prompt_ids))
             st = await asyncio.shield(task)  # cancelled: the turn is left to the drain
             if st.error is not None:
                 counts.ended_by_failure += 1
@@ -341,7 +363,9 @@ class Runner:
             self._throttle_exit = self.clock.now_ns()
         return self._throttle_exit
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def _spawn(self, coro, request: bool = True) -> asyncio.Task:
+        """Start a request (``_drive``: unstarted until its first step runs) or a session."""
+        self._unstarted += request
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -353,11 +377,14 @@ class Runner:
         self,
         req: PlannedRequest,
         intended: int,
-        sent: int,
         held_until: int,
         prompt_ids: list[int] | None = None,
     ) -> RequestState:
-        # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go.
+        # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go to
+        # when this task first runs (not when it was created: the loop may run others first). A
+        # backend that sees its bytes leave moves it later still (Sent).
+        sent = self.clock.now_ns()
+        self._unstarted -= 1
         st = RequestState(req, intended, sent, lag_from_ns=max(intended, held_until))
         self.sent += 1
         if not self.in_flight:  # silence is timed from the first send after an idle spell
@@ -398,11 +425,34 @@ class Runner:
         return st
 
     def _flush(self) -> None:
+        """Record finished requests, but never into the dispatcher's next deadline: stop while
+        it is too near for the next request's recording, and come back a moment later."""
         self._flush_handle = None
-        done, self._finished = self._finished, []
+        loop = asyncio.get_running_loop()
+        if self._unstarted and self._next_due_ns is not None:
+            # a request spawned in this loop turn starts in the next: its send stamp must not
+            # wait for this recording
+            self._flush_handle = loop.call_soon(self._flush)
+            return
         _, rec = self._origin()
+        done, due, now = self._finished, self._next_due_ns, self.clock.now_ns
+        n = 0
         for st in done:
+            if (
+                due is not None
+                and len(done) - n < FLUSH_BACKLOG
+                and now() + FLUSH_GUARD_NS + FLUSH_NS_PER_TOKEN * len(st.stamps) > due
+            ):
+                break
             rec.finish(st)
+            n += 1
+        del done[:n]
+        if done and due is not None:
+            # stopped for the deadline: go on in the gap after it (both clocks are the loop's)
+            self._flush_handle = loop.call_at(due / 1e9, self._flush)
+        elif done:
+            self._flush_handle = loop.call_later(FLUSH_S, self._flush)
+        _collect_in_slack(due, now)
 
     async def _consume(self, st: RequestState, prompt_ids: list[int] | None) -> None:
         if prompt_ids is None and self.backend.needs_prompt_ids:
@@ -486,6 +536,20 @@ class Runner:
         while True:
             await asyncio.sleep(LOOP_PROBE_NS / 1e9)
             loop.call_soon(_record_since, hist, now, now())
+
+
+GC_YOUNG = 700  # CPython's own first-generation threshold
+GC_FORCED = 100_000  # young objects past which a collection runs with or without slack
+GC_SLACK_NS = 1_000_000  # the time a young collection may take, at most (~0.1 ms measured)
+
+
+def _collect_in_slack(due: int | None, now: Callable[[], int]) -> None:
+    """The collector's work, done where the next send is far enough away (automatic collection
+    is off during a run): the generation CPython would collect, at the same thresholds."""
+    young, middle, old = gc.get_count()
+    if young < GC_YOUNG or (young < GC_FORCED and due is not None and now() + GC_SLACK_NS > due):
+        return
+    gc.collect(2 if old >= 10 else 1 if middle >= 10 else 0)
 
 
 def _record_since(hist: LatencyHistogram, now: Callable[[], int], t_ns: int) -> None:

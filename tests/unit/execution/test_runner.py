@@ -104,3 +104,42 @@ def test_the_backend_is_told_when_the_window_opens_even_at_t0():
     plan, out = run_virtual(go)
     assert plan.window_start_ns == 0 and out.status == "ok"
     assert told == [out.t0_ns]
+
+
+def test_recording_keeps_clear_of_every_send_and_loses_nothing(monkeypatch):
+    """Recording and collections run in the dispatcher's gaps: never within the guard (plus the
+    request's estimated cost) before a planned send; at the end every request is recorded."""
+    import bisect
+    import gc
+
+    from loadtest.execution import runner as runner_mod
+    from loadtest.execution.recorder import Recorder
+
+    finished_at: list[int] = []
+    real_finish = Recorder.finish
+    clock_box: list = []
+
+    def finish(self, st):
+        finished_at.append(clock_box[0].now_ns())
+        return real_finish(self, st)
+
+    monkeypatch.setattr(Recorder, "finish", finish)
+    sc = scenario(
+        {"kind": "noop"}, {"arrival": {"kind": "poisson", "rate": 2000}, "duration": "2s"}
+    )
+
+    async def go(clock):
+        clock_box.append(clock)
+        return await run(clock, sc)
+
+    gc_before = gc.isenabled()
+    plan, out = run_virtual(go)
+    assert gc.isenabled() == gc_before  # automatic collection is back after the run
+    sends = sorted(out.t0_ns + r.offset_ns for r in plan.requests)
+    assert len(finished_at) == out.sent == plan.planned_count  # nothing lost
+    budget = runner_mod.FLUSH_GUARD_NS + runner_mod.FLUSH_NS_PER_TOKEN * 4
+    during = [f for f in finished_at if f < sends[-1]]
+    assert len(during) > plan.planned_count // 2  # most are recorded while the run goes on
+    for f in during:
+        k = bisect.bisect_right(sends, f)  # the next send strictly after this recording
+        assert sends[k] - f >= budget, (f, sends[k])
