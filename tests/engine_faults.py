@@ -39,3 +39,12 @@ def freeze_at_batch_3(engine) -> None:
             os.kill(os.getpid(), signal.SIGSTOP)
 
     engine.before_batch.append(fault)
+
+
+def crash_in_warmup(engine) -> None:
+    """Warm-up raises what a broken compile would: an error no batch catches."""
+
+    def broken(shapes) -> None:
+        raise TypeError("injected by tests.engine_faults: a warm-up that cannot run")
+
+    engine._warmup = broken

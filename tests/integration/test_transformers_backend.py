@@ -140,6 +140,30 @@ def test_worker_death_ends_the_run_with_what_it_measured(tmp_path, tiny_model_di
     assert "exit code 3" in m["harness"]["failure"]
 
 
+def test_a_worker_crash_says_what_crashed_it(tmp_path, tiny_model_dir, monkeypatch):
+    """An error nothing in the worker catches (here in warm-up) reaches the result by name,
+    not as a bare exit code."""
+    data = {
+        "name": "hf",
+        "backend": {"kind": "transformers", "model": str(tiny_model_dir), "device": "cpu"},
+        "workload": {"input_tokens": 4, "output_tokens": 4},
+        "load": {"arrival": {"kind": "burst"}, "requests": 2},
+    }
+    from loadtest.backends.transformers.backend import TransformersBackend
+
+    monkeypatch.setattr(
+        TransformersBackend, "engine_hooks", ("tests.engine_faults:crash_in_warmup",)
+    )
+    path = tmp_path / "s.yml"
+    path.write_text(yaml.safe_dump(data))
+    m = run_scenario(load_scenario(path), tmp_path / "run").metrics
+    assert m["status"] == "failed"
+    assert m["backend"]["error"] == (
+        "backend failed to start: engine worker died during warm-up: engine worker crashed: "
+        "TypeError: injected by tests.engine_faults: a warm-up that cannot run"
+    )
+
+
 def test_natural_output_and_chat_dataset(tmp_path, tiny_model_dir):
     data = tmp_path / "chats.jsonl"
     data.write_text(

@@ -304,6 +304,8 @@ class TransformersBackend(Backend):
             for rid in msg[2]:
                 if rid in queues:
                     queues[rid].put_nowait(ev)
+        elif kind == "crashed":  # the worker's last words; its death follows
+            self._dead = f"engine worker crashed: {msg[1]}"
         else:  # ready / load_failed / warmed / facts / stopped: replies to start, prepare, point_facts, stop
             self._reply.put_nowait(msg)
 

@@ -37,6 +37,7 @@ Stamps = tuple[Literal["stamps"], list[tuple[int, tuple[int, ...]]]]  # continuo
 Done = tuple[Literal["done"], int, int, int]  # t_ns, rid, tokens generated
 Failed = tuple[Literal["failed"], int, list[int], str, str]  # t_ns, rids, error type, message
 Warmed = tuple[Literal["warmed"], float]  # seconds
+Crashed = tuple[Literal["crashed"], str, str]  # the uncaught error, its traceback
 FactsReply = tuple[Literal["facts"], dict[str, Any]]
 Stopped = tuple[Literal["stopped"], dict[str, Any]]
 Called = tuple[Literal["called"], Any]
@@ -67,6 +68,7 @@ Outbound = (
     | Done
     | Failed
     | Warmed
+    | Crashed
     | FactsReply
     | Stopped
     | Called

@@ -50,6 +50,15 @@ def main(inbox_conn, outbox_conn, spec: dict, base_dir: str, hooks: tuple = ()) 
     out = Outbox(outbox_conn)
     try:
         _serve(inbox_conn, out, spec, base_dir, hooks)
+    except Exception as exc:
+        # Say why before dying: the harness reports this, not only an exit code
+        crashed: messages.Crashed = (
+            "crashed",
+            f"{type(exc).__name__}: {exc}",
+            traceback.format_exc(limit=8),
+        )
+        out.send(crashed)
+        raise
     finally:
         out.close()
 
