@@ -61,6 +61,17 @@ DUMMY_ARCHITECTURES: dict[str, dict] = {
         head_dim=128,
         tie_word_embeddings=False,
     ),
+    # Does not fit one 80 GB GPU in bf16 (141 GB of weights): for tensor parallelism.
+    "llama-3.1-70b": dict(
+        _LLAMA3,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_hidden_layers=80,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=False,
+    ),
     "qwen2.5-0.5b": dict(
         _QWEN25,
         vocab_size=151936,

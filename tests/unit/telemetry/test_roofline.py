@@ -167,3 +167,17 @@ def test_continuous_mode_is_estimated_from_the_runs_own_figures():
     assert (
         r["decode"]["step_ms"] == 20.0 and r["decode"]["batch_mean"] == 8.0 and "prefill" not in r
     )
+
+
+def test_the_70b_preset_has_llama_3_1_70b_parameters():
+    """Built on the meta device (no memory): 80 layers of attention (GQA, 8 KV heads) and MLP,
+    untied embeddings, counted by hand."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = dict(DUMMY_ARCHITECTURES["llama-3.1-70b"])
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    per_layer = 2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192  # 855,654,400
+    total = 80 * per_layer + 2 * 128256 * 8192 + 8192
+    assert sum(p.numel() for p in model.parameters()) == total == 70_553_706_496
