@@ -447,10 +447,12 @@ class Runner:
             rec.finish(st)
             n += 1
         del done[:n]
-        if done and due is not None:
+        if done and due is not None and now() < due:
             # stopped for the deadline: go on in the gap after it (both clocks are the loop's)
             self._flush_handle = loop.call_at(due / 1e9, self._flush)
         elif done:
+            # no deadline, or one already passed: the dispatcher is late or held (a max_rate
+            # ceiling); try again in a moment, never in a loop that would starve it
             self._flush_handle = loop.call_later(FLUSH_S, self._flush)
         _collect_in_slack(due, now)
 
