@@ -168,3 +168,23 @@ def test_the_run_tables_fit_80_columns_with_nothing_cut(run_virtual_fn):
     lines = console.export_text().splitlines()
     assert max(len(line) for line in lines) <= 80 and not any("…" in line for line in lines)
     assert any("overloaded" in line for line in lines)
+
+
+def test_a_long_run_plot_stays_small_and_every_series_keeps_its_tooltips():
+    """Ten minutes of 1 s intervals and 4 GPU samples a second: the lines keep every point, the
+    markers (each with its exact value) are thinned to MAX_MARKERS a series."""
+    from loadtest.reporters import plots
+
+    points = [
+        {"t_s": float(i), "completed": 3, "output_tokens_per_s": 100.0 + i % 7,
+         "ttft_p50_ms": 20.0, "ttft_p99_ms": 40.0 + i % 5, "itl_p50_ms": 2.0,
+         "itl_p99_ms": 3.0, "e2e_p99_ms": 300.0}
+        for i in range(600)
+    ]  # fmt: skip
+    t = [i / 4 for i in range(2400)]
+    gpu = {"index": 0, "series": {"t_s": t, "utilization_gpu_pct": [50.0] * 2400}}
+    svg = plots.timeseries_plot(points, 1.0, {"start_s": 10, "end_s": 590}, [gpu], None)
+    assert svg is not None and len(svg) < 1_000_000
+    # 6 client series of 600 points and one GPU series of 2400: ceil(n / 240) spacing
+    assert svg.count("<title>") == 6 * 200 + 240
+    assert "<title>585 s: ttft p99 40 ms</title>" in svg  # every 3rd marker; 585 % 5 == 0
