@@ -102,6 +102,8 @@ class _Plot:
         ET.register_namespace("", SVG_NS)
         ET.register_namespace("xlink", XLINK_NS)
         root = ET.fromstring(buf.getvalue())
+        for meta in root.findall(f"{{{SVG_NS}}}metadata"):  # matplotlib's RDF: nothing to show
+            root.remove(meta)
         for g in root.iter(f"{{{SVG_NS}}}g"):
             tips = self.tips.get(g.get("id", ""))
             if tips is None:
