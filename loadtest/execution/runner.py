@@ -28,6 +28,7 @@ from loadtest.workload.sessions import Conversation
 
 LOOP_PROBE_NS = 10_000_000
 FLUSH_S = 0.005
+FLUSH_RETRY_S = 0.00005
 # Recording keeps clear of the dispatcher's next deadline: it stops this long before it, less
 # its own estimated cost (about 2 µs a token, measured ~1.2 µs on the 2-core machine), ...
 FLUSH_GUARD_NS = 200_000
@@ -450,9 +451,11 @@ class Runner:
         if done and due is not None and now() < due:
             # stopped for the deadline: go on in the gap after it (both clocks are the loop's)
             self._flush_handle = loop.call_at(due / 1e9, self._flush)
+        elif done and due is not None:
+            # the deadline passed and the dispatcher has not moved on (late, or held by a
+            # max_rate ceiling): look again shortly, after a timer, so even a virtual clock moves
+            self._flush_handle = loop.call_later(FLUSH_RETRY_S, self._flush)
         elif done:
-            # no deadline, or one already passed: the dispatcher is late or held (a max_rate
-            # ceiling); try again in a moment, never in a loop that would starve it
             self._flush_handle = loop.call_later(FLUSH_S, self._flush)
         _collect_in_slack(due, now)
 
