@@ -12,11 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 
 from aiohttp import web
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
+    # when the request reached the handler, on CLOCK_MONOTONIC: the response id carries it, so a
+    # client's per-request export shows how late each request arrived (bench/send_lateness.py)
+    arrived = f"arrived-{time.monotonic_ns()}"
     body = await request.json()
     chat = request.path.endswith("/chat/completions")
     n = int(body.get("max_tokens") or 16)
@@ -36,14 +40,14 @@ async def handle(request: web.Request) -> web.StreamResponse:
         await resp.write(
             b"data: "
             + json.dumps(
-                {"id": "x", "object": kind, "model": body["model"], "choices": [choice]}
+                {"id": arrived, "object": kind, "model": body["model"], "choices": [choice]}
             ).encode()
             + b"\n\n"
         )
         if itl:
             await asyncio.sleep(itl)
     last = {
-        "id": "x",
+        "id": arrived,
         "object": kind,
         "model": body["model"],
         "choices": [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -21,6 +22,7 @@ class StubServer:
     profiler: bool = False  # vLLM's /start_profile and /stop_profile
     bodies: list[dict] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # paths of every non-generation request
+    arrivals: dict[str, int] = field(default_factory=dict)  # reply tag -> monotonic ns on arrival
     url: str = ""
 
     def __enter__(self) -> StubServer:
@@ -76,11 +78,13 @@ class StubServer:
         return web.Response(text="")
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.monotonic_ns()
         body = await request.json()
         self.bodies.append(body)
         n = int(body.get("max_tokens") or 4)
         chat = request.path.endswith("/chat/completions")
         tag = f"r{len(self.bodies)}"
+        self.arrivals[tag] = arrived
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for i in range(n):

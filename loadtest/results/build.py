@@ -194,6 +194,7 @@ def build_result(
             end_s=None if rec.window_end is None else (rec.window_end - outcome.t0_ns) / 1e9,
             length_s=window_s,
             run_s=(outcome.end_ns - outcome.t0_ns) / 1e9,
+            t0_clock_ns=outcome.t0_ns,
         ),
         latency_ms=latency,
         throughput=throughput,

@@ -84,6 +84,9 @@ class Window(_Doc):
     end_s: float | None
     length_s: float | None
     run_s: float
+    # t0 itself on the run's clock: CLOCK_MONOTONIC in a real run, the clock every process on the
+    # host shares, so a server's own stamps there join with the requests' times from t0
+    t0_clock_ns: int | None = None
 
 
 class Throughput(_Doc):

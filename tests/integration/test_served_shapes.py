@@ -92,3 +92,24 @@ def test_a_server_without_profiler_endpoints_is_said_so(tmp_path):
     assert run.metrics["profile"]["profiler"] == (
         "none: the server did not start one (POST /start_profile: HTTP 404)"
     )
+
+
+def test_t0_on_the_hosts_clock_joins_the_servers_own_stamps(tmp_path):
+    """``window.t0_clock_ns`` is t0 on CLOCK_MONOTONIC: a server's arrival stamp, on the same
+    host, falls between each request's intended time and its first token."""
+    with StubServer() as stub:
+        data = served(
+            stub.url,
+            {"input_tokens": 6, "output_tokens": 3},
+            {"arrival": {"kind": "constant", "rate": 20}, "requests": 5},
+        )
+        m = run_scenario(
+            load_scenario(write_scenario(tmp_path, data), []), tmp_path / "run"
+        ).metrics
+    t0 = m["window"]["t0_clock_ns"]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
+    # (the client's start-up probe is one more generation the stub saw)
+    assert len(rows) == 5 and {r["response_id"] for r in rows} <= set(stub.arrivals)
+    for r in rows:
+        arrived = stub.arrivals[r["response_id"]]
+        assert t0 + r["intended_ns"] <= arrived <= t0 + r["first_token_ns"]
