@@ -345,7 +345,10 @@ def point_kind(c: dict) -> str:
 
 
 def _sweep_series(plot: _Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, color=None) -> None:
-    """One curve: a thin line through every point, markers by the point's kind."""
+    """One curve: a thin line through every point, markers by the point's kind. ``color``: the
+    curve's own colour, when several share a plot; its line then carries ``label`` and its steady
+    markers that colour (unsteady and invalid keep their kind's). Without it, the kinds make the
+    legend."""
     xs = [c.get(xkey) for c in curve]
     ys = [c.get(ykey) for c in curve]
     ok = [(x, y) for x, y in zip(xs, ys) if _finite(x) and _finite(y, log_y)]
