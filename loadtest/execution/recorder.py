@@ -344,6 +344,6 @@ class Recorder:
             for iv in self.open.values():
                 if iv.histograms[metric].count:
                     merged.add(iv.histograms[metric])
-            for p in (50, 99):
-                out[f"{metric}_p{p}_ms"] = merged.percentile_ms(p) if merged.count else None
+            p50, p99 = merged.percentiles_ms((50, 99)) if merged.count else (None, None)
+            out[f"{metric}_p50_ms"], out[f"{metric}_p99_ms"] = p50, p99
         return out

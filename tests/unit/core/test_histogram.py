@@ -62,3 +62,18 @@ def test_fast_statistics_equal_hdrh_own():
         assert h.stddev_us() == pytest.approx(h.hdr.get_stddev(), rel=1e-9)
     empty = LatencyHistogram()
     assert empty.percentile_ms(99) == empty.hdr.get_value_at_percentile(99) / 1000.0 == 0.0
+
+
+def test_bucket_bounds_are_hdrhs_own_at_every_index():
+    """The vectorised bucket walk gives, for every one of the counts array's indexes, exactly
+    hdrh's ``get_value_from_index`` and ``get_highest_equivalent_value``."""
+    import numpy as np
+
+    h = LatencyHistogram()
+    hdr = h.hdr
+    np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len] = 1  # every bucket non-empty
+    lowest, highest, counts = h._buckets()
+    expected_lowest = [hdr.get_value_from_index(i) for i in range(hdr.counts_len)]
+    assert lowest.tolist() == expected_lowest
+    assert highest.tolist() == [hdr.get_highest_equivalent_value(v) for v in expected_lowest]
+    assert counts.tolist() == [1] * hdr.counts_len
