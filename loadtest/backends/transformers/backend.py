@@ -160,7 +160,10 @@ class TransformersBackend(Backend):
         finished = False
         try:
             while True:
-                ev = await q.get()  # bounded: load.stall_timeout cancels a silent request
+                # Cannot hang: the worker's death puts _DEATH on every queue, the runner's
+                # watchdog cancels a request with no event for load.stall_timeout (always set),
+                # and the drain deadline cancels whatever is left.
+                ev = await q.get()
                 if ev is _DEATH:
                     raise BackendError(self._dead or "engine worker died")
                 yield ev
