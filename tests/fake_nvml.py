@@ -144,3 +144,18 @@ class FakeNVML:
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return [types.SimpleNamespace(pid=p, usedGpuMemory=512 * 2**20) for p in self.processes]
+
+
+def run_with_nvml(tmp_path, data: dict, nvml):
+    """A real-clock run of scenario ``data`` with ``nvml`` standing in for the GPU library (for
+    the run only)."""
+    import pytest
+
+    from loadtest.config.loading import load_scenario
+    from loadtest.session import run_scenario
+    from loadtest.telemetry import gpu_sampler
+    from tests.conftest import write_scenario
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gpu_sampler, "load_nvml", lambda: (nvml, None))
+        return run_scenario(load_scenario(write_scenario(tmp_path, data)), tmp_path / "run")

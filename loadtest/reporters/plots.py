@@ -239,32 +239,14 @@ def timeseries_plot(
                 ("utilization_gpu_pct", "kernel-active %"),
                 ("sm_activity_pct", "SM activity %"),
             ):
-                ys = s.get(key) or []
-                name = f"GPU {d['index']} {label}"
-                plot.series(
-                    ax,
-                    s["t_s"],
-                    ys,
-                    [f"{x:g} s: {name} {y}" for x, y in zip(s["t_s"], ys)],
-                    label=name,
-                    markersize=2,
-                )
+                _gauge(plot, ax, s["t_s"], s.get(key) or [], f"GPU {d['index']} {label}")
         ax.set_ylim(0, 105)
         ax.set_ylabel("GPU %")
     if server:
         ax = plot.axes[row]
         for key in server:
-            if key == "t_s":
-                continue
-            ys = server[key]
-            plot.series(
-                ax,
-                server["t_s"],
-                ys,
-                [f"{x:g} s: server {key} {y}" for x, y in zip(server["t_s"], ys)],
-                label=key,
-                markersize=2,
-            )
+            if key != "t_s":
+                _gauge(plot, ax, server["t_s"], server[key], key, f"server {key}")
         ax.set_ylabel("server gauges")
     for ax in plot.axes:
         if window:
@@ -274,6 +256,12 @@ def timeseries_plot(
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     plot.axes[-1].set_xlabel("time from t0 (s); shaded: the measurement window")
     return plot.svg()
+
+
+def _gauge(plot: _Plot, ax, t: list, ys: list, name: str, tip_name: str | None = None) -> None:
+    """A sampled gauge over time (GPU activity, a server's queue): small markers, exact tips."""
+    tips = [f"{x:g} s: {tip_name or name} {y}" for x, y in zip(t, ys)]
+    plot.series(ax, t, ys, tips, label=name, markersize=2)
 
 
 def roofline_plot(roofline: dict | None) -> str | None:

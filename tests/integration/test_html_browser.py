@@ -74,15 +74,9 @@ class Page:
 def run_report(tmp_path_factory):
     """A real run on the simulator with fake NVML (GPU series), an SLA, a hostile name, and a
     roofline with both phases on known peaks."""
-    from loadtest.config.loading import load_scenario
-    from loadtest.session import run_scenario
-    from loadtest.telemetry import gpu_sampler
-    from tests.conftest import write_scenario
-    from tests.fake_nvml import FakeNVML
+    from tests.fake_nvml import FakeNVML, run_with_nvml
 
     tmp = tmp_path_factory.mktemp("browser")
-    mp = pytest.MonkeyPatch()
-    mp.setattr(gpu_sampler, "load_nvml", lambda: (FakeNVML(), None))
     data = {
         "name": "<script>alert(1)</script>",
         "backend": {"kind": "sim", "max_concurrency": 4, "decode_ms_per_token": 2},
@@ -91,11 +85,7 @@ def run_report(tmp_path_factory):
         "telemetry": {"interval": "50ms"},
         "sla": {"ttft_p99": "1s"},
     }
-    try:
-        m = run_scenario(load_scenario(write_scenario(tmp, data)), tmp / "run").metrics
-    finally:
-        mp.undo()
-    m = json.loads(json.dumps(m))
+    m = json.loads(json.dumps(run_with_nvml(tmp, data, FakeNVML()).metrics))
     m["roofline"] = {
         "peaks": {"bw_gb_s": 3350, "tflops": 989, "source": "test"},
         "decode": {"step_ms": 5.0, "batch_mean": 4.0, "achieved_gb_s": 1000.0,

@@ -31,15 +31,10 @@ def test_run_html_is_self_contained_and_escaped(run_virtual_fn):
 
 
 @pytest.mark.integration
-def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path, monkeypatch):
+def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path):
     """GPU plot and tables from the sampled data, the profile window, the roofline; all escaped."""
-    from loadtest.config.loading import load_scenario
-    from loadtest.session import run_scenario
-    from loadtest.telemetry import gpu_sampler
-    from tests.conftest import write_scenario
-    from tests.fake_nvml import FakeNVML
+    from tests.fake_nvml import FakeNVML, run_with_nvml
 
-    monkeypatch.setattr(gpu_sampler, "load_nvml", lambda: (FakeNVML(), None))
     data = {
         "name": "inside",
         "backend": {"kind": "sim", "max_concurrency": 2, "decode_ms_per_token": 2},
@@ -48,7 +43,7 @@ def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path, monkeypatch):
         "telemetry": {"interval": "50ms"},
         "profile": {"start": "0.5s", "duration": "0.5s"},
     }
-    m = run_scenario(load_scenario(write_scenario(tmp_path, data)), tmp_path / "run").metrics
+    m = run_with_nvml(tmp_path, data, FakeNVML()).metrics
     m["profile"]["top_ops"] = [
         {
             "name": "aten::<mm>",

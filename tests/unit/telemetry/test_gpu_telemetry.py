@@ -12,7 +12,7 @@ import pytest
 from loadtest.telemetry import environment, gpu_sampler
 from loadtest.telemetry.gpu_sampler import GpuSampler
 from tests.conftest import LENIENT
-from tests.fake_nvml import FakeNVML
+from tests.fake_nvml import FakeNVML, run_with_nvml
 
 SIM = {
     "name": "gpu",
@@ -28,19 +28,10 @@ SIM = {
 }
 
 
-def run_real_clock(tmp_path, data, monkeypatch, nvml):
-    from loadtest.config.loading import load_scenario
-    from loadtest.session import run_scenario
-    from tests.conftest import write_scenario
-
-    monkeypatch.setattr(gpu_sampler, "load_nvml", lambda: (nvml, None))
-    return run_scenario(load_scenario(write_scenario(tmp_path, data)), tmp_path / "run")
-
-
 @pytest.mark.integration
-def test_a_run_with_a_gpu_writes_samples_summary_and_csv(tmp_path, monkeypatch):
+def test_a_run_with_a_gpu_writes_samples_summary_and_csv(tmp_path):
     nvml = FakeNVML(processes=[999_999])
-    m = run_real_clock(tmp_path, SIM, monkeypatch, nvml).metrics
+    m = run_with_nvml(tmp_path, SIM, nvml).metrics
     assert m["status"] == "ok"
     gpu = m["gpu"]
     assert gpu["available"] and gpu["interval_s"] == 0.05
@@ -80,7 +71,7 @@ def test_a_run_with_a_gpu_writes_samples_summary_and_csv(tmp_path, monkeypatch):
 
 
 @pytest.mark.integration
-def test_unsupported_metrics_and_errors_mid_run_never_fail_it(tmp_path, monkeypatch):
+def test_unsupported_metrics_and_errors_mid_run_never_fail_it(tmp_path):
     nvml = FakeNVML(
         unsupported={
             "nvmlDeviceGetPowerUsage",
@@ -92,7 +83,7 @@ def test_unsupported_metrics_and_errors_mid_run_never_fail_it(tmp_path, monkeypa
             "nvmlDeviceGetMemoryInfo": set(range(2, 1000)),
         },
     )
-    m = run_real_clock(tmp_path, SIM, monkeypatch, nvml).metrics
+    m = run_with_nvml(tmp_path, SIM, nvml).metrics
     assert m["status"] == "ok"
     d = m["gpu"]["devices"][0]
     assert d["power_w"] is None and d["energy_j"] is None and d["joules_per_output_token"] is None
@@ -208,11 +199,11 @@ def test_loadtest_env_prints_the_manifest():
 
 
 @pytest.mark.integration
-def test_a_gpm_reading_that_is_not_a_number_is_left_out_not_averaged(tmp_path, monkeypatch):
+def test_a_gpm_reading_that_is_not_a_number_is_left_out_not_averaged(tmp_path):
     # A GPM metric NVML computes can come back NaN (a rate over a too-short interval): that
     # sample lacks the metric; the others are summarised, and the result stays valid JSON.
     nvml = FakeNVML(gpm_values=lambda n: float("nan") if n % 2 else 25.0)
-    m = run_real_clock(tmp_path, SIM, monkeypatch, nvml).metrics
+    m = run_with_nvml(tmp_path, SIM, nvml).metrics
     d = m["gpu"]["devices"][0]
     assert "gpm" not in d["unavailable"]
     assert d["gpm_sm_activity_pct"]["mean"] == 25.0 and d["gpm_dram_bw_util_pct"]["max"] == 25.0
