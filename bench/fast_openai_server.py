@@ -4,7 +4,10 @@ the HTTP backend's tests run against the real ``transformers serve``).
 Lists one model at /v1/models; answers /v1/completions and /v1/chat/completions at once: ``max_tokens`` SSE chunks of one token
 each, a final chunk with ``usage``, then ``[DONE]``, with an optional delay between tokens.
 
-    python bench/fast_openai_server.py --port 8123 [--itl-ms 0]
+    python bench/fast_openai_server.py --port 8123 [--itl-ms 0] [--processes 1]
+
+``--processes N`` serves from N processes on one port (SO_REUSEPORT), so that a client with many
+workers measures itself, not this server.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 
 from aiohttp import web
@@ -66,7 +70,11 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--itl-ms", type=float, default=0.0)
     ap.add_argument("--model", default="stub-model", help="the id /v1/models lists")
+    ap.add_argument("--processes", type=int, default=1, help="serving processes on the port")
     args = ap.parse_args()
+    for _ in range(args.processes - 1):
+        if os.fork() == 0:  # a child serves too, on the same port
+            break
     app = web.Application()
     app["itl_s"] = args.itl_ms / 1000
     app.router.add_post("/v1/completions", handle)
@@ -95,7 +103,14 @@ def main() -> None:
         return web.Response(text=text, content_type="text/plain")
 
     app.router.add_get("/metrics", metrics)
-    web.run_app(app, host="127.0.0.1", port=args.port, access_log=None, print=None)
+    web.run_app(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=None,
+        reuse_port=args.processes > 1,
+    )
 
 
 if __name__ == "__main__":

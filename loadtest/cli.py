@@ -59,6 +59,10 @@ def _load(path: Path, overrides: list[str]):
         raise typer.Exit(EXIT_USAGE) from None
 
 
+def _workers_override(workers: int | None) -> list[str]:
+    return [] if workers is None else [f"load.workers={workers}"]
+
+
 def _scenario_source(
     scenario: Path | None,
     overrides: list[str],
@@ -188,6 +192,12 @@ def run(
     set_: list[str] = typer.Option(
         [], "--set", help="Override a field: dotted.key=value (repeatable)."
     ),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        min=1,
+        help="Client processes sharing the load (load.workers): more than one process can send.",
+    ),
     repeat: int = typer.Option(
         1,
         "--repeat",
@@ -244,7 +254,7 @@ def run(
         save_scenario,
         overwrite,
     )
-    loaded = _load(scenario, set_)
+    loaded = _load(scenario, set_ + _workers_override(workers))
     from loadtest.core.clock import MonotonicClock
     from loadtest.repeat import run_repeats
     from loadtest.reporters import terminal
@@ -357,6 +367,12 @@ def sweep(
     set_: list[str] = typer.Option(
         [], "--set", help="Override a field for every point: dotted.key=value."
     ),
+    workers: int | None = typer.Option(
+        None,
+        "--workers",
+        min=1,
+        help="Client processes sharing the load (load.workers): more than one process can send.",
+    ),
     overwrite: bool = typer.Option(
         False,
         "--overwrite",
@@ -373,7 +389,7 @@ def sweep(
     from loadtest.reporters.progress import choose as progress_for
     from loadtest.session import Session
 
-    loaded = _load(scenario, set_)
+    loaded = _load(scenario, set_ + _workers_override(workers))
     console = make_console()
     try:
         axes = sweeps.parse_axes(batch_sizes, rates, concurrency, param)

@@ -24,12 +24,13 @@ from loadtest.config.loading import LoadedScenario, resolve_path
 from loadtest.core import atomic, exit_codes, rundir, secrets
 from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError, LoadtestError
-from loadtest.execution.runner import Runner
+from loadtest.execution.runner import Runner, RunOutcome
+from loadtest.execution.workers import WorkerGroup
 from loadtest.results.build import build_result, null_non_finite
 from loadtest.results.model import RunMetrics
 from loadtest.results.runset import Evidence
 from loadtest.telemetry import environment
-from loadtest.workload.plan import build_plan
+from loadtest.workload.plan import Plan, build_plan
 
 
 @dataclass
@@ -101,7 +102,9 @@ class Session:
     """A loaded backend that runs one or more points (a run, a sweep, repeats) without reloading.
 
     Between points, a backend whose spec changes only in settings it can take live (the
-    batcher's size and wait, say) is reconfigured; any other change reloads it.
+    batcher's size and wait, say) is reconfigured; any other change reloads it. With
+    ``load.workers`` > 1 each point runs in worker processes of its own, each with its own
+    backend (``execution.workers``); this process only coordinates, samples and writes.
 
     With ``handle_signals``, SIGINT, SIGTERM and SIGHUP stop whatever is under way (loading,
     warm-up or the run), the partial result is written with ``status: interrupted`` and the
@@ -118,20 +121,30 @@ class Session:
         self.info: BackendInfo | None = None
         self.spec: Any = None
         self.interrupted_by: str | None = None
-        self._runner: Runner | None = None
+        self._runner: Runner | WorkerGroup | None = None
+        self._group: WorkerGroup | None = None
         self._starting: asyncio.Future | None = None
         self._restore_signals: Callable[[], None] | None = None
+        self._name: str | None = None  # what was loaded, for the result
 
     async def close(self) -> dict:
         """Stop the backend (if loaded) and restore signal handlers; returns the backend's last facts."""
-        facts = {}
         if self._restore_signals is not None:
             self._restore_signals()
             self._restore_signals = None
-        if self.backend is not None:
-            backend, self.backend, self.info, self.spec = self.backend, None, None, None
-            facts = await backend.stop()
-        return facts
+        await self._close_group()
+        return await self._close_backend()
+
+    async def _close_group(self) -> None:
+        if self._group is not None:
+            group, self._group = self._group, None
+            await group.close()
+
+    async def _close_backend(self) -> dict:
+        if self.backend is None:
+            return {}
+        backend, self.backend, self.info, self.spec = self.backend, None, None, None
+        return await backend.stop()
 
     # -- signals ------------------------------------------------------------------------------
 
@@ -177,7 +190,7 @@ class Session:
         spec = loaded.scenario.backend
         if self.backend is not None and spec != self.spec:
             if not await self.backend.reconfigure(spec):
-                await self.close()
+                await self._close_backend()  # not close(): the signal handlers stay
             else:
                 self.spec = spec
         if self.backend is None:
@@ -187,15 +200,25 @@ class Session:
             for notice in self.info.notices:  # before t0: the user reads it before the numbers
                 sys.stderr.write(f"loadtest: {secrets.scrub(notice)}\n")
 
-    async def _start(self, loaded: LoadedScenario):
-        """Backend loaded and warmed, plan built: everything before t0."""
+    async def _start(self, loaded: LoadedScenario) -> tuple[Plan | None, int | None, dict]:
+        """Backend loaded and warmed, plan built: everything before t0. Returns the plan (None
+        where worker processes hold it), how many requests it plans, and the backend's facts."""
         scenario = loaded.scenario
+        if scenario.load.workers > 1:
+            await self._close_backend()  # an in-process one from an earlier point is not used
+            self._group = WorkerGroup(loaded, self.clock)
+            ready = await self._group.start(scenario.backend.start_timeout / 1e9)
+            self._name = ready.name
+            for notice in ready.notices:
+                sys.stderr.write(f"loadtest: {secrets.scrub(notice)}\n")
+            return None, ready.planned, {**ready.details, "workers": scenario.load.workers}
         await self._ensure_backend(loaded)
         assert self.backend is not None and self.info is not None
+        self._name = self.info.name
         plan = build_plan(scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name))
         details = dict(self.info.details)
         details.update(await self.backend.prepare(plan))
-        return plan, details
+        return plan, plan.planned_count, details
 
     async def run_point(
         self, loaded: LoadedScenario, out_dir, *, overwrite: bool = False, claimed: bool = False
@@ -212,7 +235,7 @@ class Session:
             if self.interrupted_by is not None:
                 raise asyncio.CancelledError
             self._starting = asyncio.ensure_future(asyncio.wait_for(self._start(loaded), timeout_s))
-            plan, details = await self._starting
+            plan, planned, details = await self._starting
             env = env_facts()  # at start: the processes already on the GPU are part of it
         except (BackendError, asyncio.TimeoutError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and self.interrupted_by is None:
@@ -239,18 +262,24 @@ class Session:
         server = _server_sampler(scenario)
         window = self._profile_window(scenario, out)
         try:
-            outcome = await self._run(plan, scenario, window, sampler)
+            if plan is None:
+                outcome, facts = await self._run_workers(sampler)
+            else:
+                outcome = await self._run(plan, scenario, window, sampler)
         finally:
             if sampler:
                 await asyncio.to_thread(sampler.stop)
             if server:
                 await asyncio.to_thread(server.stop)
-        assert self.backend is not None
-        try:
-            facts = await self.backend.point_facts()
-        except BackendError as exc:
-            facts = {"error": str(exc)}
-        if outcome.status == "failed":
+        if plan is not None:
+            assert self.backend is not None
+            try:
+                facts = await self.backend.point_facts()
+            except BackendError as exc:
+                facts = {"error": str(exc)}
+        if plan is None:
+            await self._close_group()  # each point starts its own workers
+        elif outcome.status == "failed":
             facts.update(await self.close())
         profile_export = facts.pop("profile_export", {})
         result = build_result(
@@ -259,12 +288,12 @@ class Session:
             outcome=outcome,
             backend={
                 "kind": scenario.backend.kind,
-                "name": self.info.name if self.info else None,
+                "name": self._name,
                 **details,
                 **facts,
             },
             environment=env,
-            planned=plan.planned_count,
+            planned=planned,
             started_at=started_at,
             interrupted_by=self.interrupted_by,
         )
@@ -283,6 +312,24 @@ class Session:
                 atomic.write_parquet(out / "requests.parquet", records)
         _write_result(out, result)
         return RunResult(out, result)
+
+    async def _run_workers(self, gpu_sampler=None) -> tuple[RunOutcome, dict]:
+        """The point in the worker processes: t0 sent, their outcomes merged."""
+        group = self._group
+        assert group is not None
+        if gpu_sampler is not None:
+            group.gpu_probe = gpu_sampler.latest_utilization
+        self._runner = group
+        if self.interrupted_by is not None:
+            group.request_stop("interrupted")
+        progress_task = asyncio.create_task(self.progress(group)) if self.progress else None
+        try:
+            return await group.run()
+        finally:
+            self._runner = None
+            if progress_task:
+                progress_task.cancel()
+                await asyncio.gather(progress_task, return_exceptions=True)
 
     def _profile_window(self, scenario, out: Path):
         if scenario.profile is None:

@@ -23,4 +23,11 @@ def create_backend(spec, clock, context=None) -> Backend:
     return factory(spec, clock, context)
 
 
-__all__ = ["Backend", "BackendInfo", "REGISTRY", "create_backend"]
+def combine_facts(spec, details: dict, parts: list[dict]) -> dict:
+    """Worker processes' point facts as one run's, the way the spec's backend kind sums them."""
+    module_name, _, attr = REGISTRY[spec.kind].partition(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    return cls.combine_facts(spec, details, parts)
+
+
+__all__ = ["Backend", "BackendInfo", "REGISTRY", "combine_facts", "create_backend"]

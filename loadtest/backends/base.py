@@ -28,6 +28,26 @@ class BackendInfo:
     notices: list[str] = field(default_factory=list)
 
 
+def _combine(parts: list[dict]) -> dict:
+    out: dict = {}
+    for part in parts:
+        for key, value in part.items():
+            have = out.get(key)
+            if key not in out:
+                out[key] = dict(value) if isinstance(value, dict) else value
+            elif isinstance(value, dict) and isinstance(have, dict):
+                out[key] = _combine([have, value])
+            elif isinstance(value, list) and isinstance(have, list):
+                out[key] = have + [v for v in value if v not in have]
+            elif _number(value) and _number(have):
+                out[key] = have + value
+    return out
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 class Backend:
     """Base class of every backend kind (registered in ``loadtest.backends.REGISTRY``)."""
 
@@ -60,6 +80,12 @@ class Backend:
     async def point_facts(self) -> dict:
         """Facts about the point just run (batches, stamps, HTTP counters, warnings)."""
         return {}
+
+    @classmethod
+    def combine_facts(cls, spec: Any, details: dict, parts: list[dict]) -> dict:
+        """Several worker processes' ``point_facts`` as one run's: numbers summed, warnings
+        kept once each, anything else as the first worker said it."""
+        return _combine(parts)
 
     def set_origin(self, t0_ns: int) -> None:
         """The run's t0, before the first request (a simulator keys its timeline to it)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -18,6 +18,10 @@ from loadtest.core import secrets
 
 class Spec(StrictModel):
     """Base of the backend specs: strict, frozen, with secrets and pre-flight checks as no-ops."""
+
+    # why ``load.workers`` > 1 cannot drive this kind, or None where each worker process can
+    # drive the same system under test on its own (its own connections to it)
+    workers_refused: ClassVar[str | None] = "it runs inside this process"
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         """Cheap checks of referenced files (no imports of heavy modules): ``[(field_path, message)]``."""
@@ -43,6 +47,10 @@ class SimSpec(Spec):
     """A FIFO server with ``max_concurrency`` slots; the harness's test double and a dry-run mode."""
 
     kind: Literal["sim"] = "sim"
+    workers_refused: ClassVar[str | None] = (
+        "the simulated server is one queue in one process: each worker would simulate a "
+        "server of its own"
+    )
     start_timeout: PositiveDuration = Field(
         as_written("10s"), description="Longest the backend may take to start."
     )
@@ -71,6 +79,7 @@ class NoopSpec(Spec):
     """Answers every request at once with all its tokens: measures the harness alone."""
 
     kind: Literal["noop"] = "noop"
+    workers_refused: ClassVar[str | None] = None
     start_timeout: PositiveDuration = Field(
         as_written("10s"), description="Longest the backend may take to start."
     )
@@ -95,6 +104,9 @@ class TransformersSpec(Spec):
     """A Hugging Face transformers model run in-process, in an engine worker process."""
 
     kind: Literal["transformers"] = "transformers"
+    workers_refused: ClassVar[str | None] = (
+        "the engine is one model in one process: each worker would load a copy of its own"
+    )
     start_timeout: PositiveDuration = Field(
         as_written("30m"),
         description="Longest loading and warm-up (compilation included) may take before the run "
@@ -200,6 +212,7 @@ class OpenAISpec(Spec):
     ``transformers serve``), streamed over server-sent events."""
 
     kind: Literal["openai"] = "openai"
+    workers_refused: ClassVar[str | None] = None
     start_timeout: PositiveDuration = Field(
         as_written("60s"),
         description="Longest the start-up probe (a 2-token request) may take: a server that "

@@ -83,7 +83,7 @@ def resolve_path(loaded: LoadedScenario, name: str) -> Path:
 
 
 def _preflight(scenario: Scenario, base_dir: Path) -> list[tuple[tuple, str]]:
-    problems = list(scenario.backend.preflight(base_dir))
+    problems = list(scenario.backend.preflight(base_dir)) + scenario.combination_problems()
     named: list[tuple[tuple, str | None]] = [(("workload", "dataset"), scenario.workload.dataset)]
     if scenario.load.arrival.kind == "trace":
         named.append((("load", "arrival", "file"), scenario.load.arrival.file))

@@ -308,6 +308,13 @@ class Load(_Model):
     validity: Validity = Field(
         default_factory=Validity, description="When the run is marked invalid."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        description="Client processes on this host sharing the plan (open loop: the arrivals; "
+        "closed loop: the users), each with its own connections, from one t0: more load than "
+        "one process can offer (--workers).",
+    )
 
     @model_validator(mode="after")
     def _window(self):
@@ -507,6 +514,30 @@ class Scenario(_Model):
     profile: Profile | None = Field(
         None, description="A torch.profiler capture window (transformers backend)."
     )
+
+    def combination_problems(self) -> list[tuple[tuple, str]]:
+        """Fields valid alone that do not go together: ``[(field_path, message)]``."""
+        problems: list[tuple[tuple, str]] = []
+        n = self.load.workers
+        if n > 1:
+            where = ("load", "workers")
+            refused = self.backend.workers_refused
+            if refused:
+                problems.append(
+                    (
+                        where,
+                        f"{n} worker processes cannot share backend kind {self.backend.kind}: "
+                        f"{refused}. Use workers: 1, or serve the model and drive it with kind: openai",
+                    )
+                )
+            users = getattr(self.load.arrival, "users", None)
+            if users is not None and users < n:
+                problems.append(
+                    (where, f"{n} workers for {users} users: each worker needs one at least")
+                )
+            if self.profile is not None:
+                problems.append((where, "a profiler window needs one process (workers: 1)"))
+        return problems
 
     def public_dump(self) -> dict:
         """The scenario as saved in a result: secrets (URL credentials, sensitive headers and

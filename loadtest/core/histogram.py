@@ -141,6 +141,10 @@ class LatencyHistogram:
         """A histogram from its ``encode()`` text."""
         return cls(HdrHistogram.decode(text.encode("ascii")), over_range)
 
+    def __reduce__(self):
+        # pickled as its lossless encoding: a worker process's histograms reach its parent
+        return (LatencyHistogram.decode, (self.encode(), self.over_range))
+
 
 def merge(histograms) -> LatencyHistogram:
     """One histogram holding every value of the given ones."""

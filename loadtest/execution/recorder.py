@@ -97,7 +97,10 @@ class Recorder:
         self.window_tokens = self.window_input_tokens = self.window_completions = 0
         self._after_last_measured: list[RequestState] = []
         self.last_measured_done: int | None = None
-        self.first_measured_intended: int | None = None
+        # one of several workers whose window opens with its first measured request: the
+        # requests counted against this worker's opening, which another's may precede
+        self.keep_before_start = False
+        self.before_start: list[tuple[RequestState, int | None]] = []  # (request, start it met)
         self.records: list[dict] | None = None
         self.timeline = Timeline()  # every finished request's times: the stability judgement
         # goodput objectives in ns (ttft, tpot, e2e; None = not set), or None: not judged
@@ -223,21 +226,24 @@ class Recorder:
                 for t in stamps:
                     self.token_bins[(t - self.t0) // self.interval_ns] += 1
         start = self.window_start
+        if self.keep_before_start and (start is None or (stamps and stamps[0] < start)):
+            self.before_start.append((st, start))
         if start is None:
             return  # a warmup request finishing before the window opened
-        lo = bisect_left(stamps, start)
-        hi = len(stamps) if self.window_end is None else bisect_left(stamps, self.window_end)
-        self.window_tokens += max(0, hi - lo)
-        if lo == 0 and hi > 0:
-            self.window_input_tokens += st.input_tokens
-        if (
-            st.error is None
-            and st.done >= start
-            and (self.window_end is None or st.done < self.window_end)
-        ):
-            self.window_completions += 1
+        self._add_window_share(st, start, 1)
         if self.window_end is None and (st.req.warmup or st.error is not None):
             self._after_last_measured.append(st)
+
+    def _add_window_share(self, st: RequestState, start: int, sign: int) -> None:
+        """Count (``sign`` 1) or uncount (-1) what ``st`` adds to the window opening at ``start``."""
+        stamps, end = st.stamps, self.window_end
+        lo = bisect_left(stamps, start)
+        hi = len(stamps) if end is None else bisect_left(stamps, end)
+        self.window_tokens += sign * max(0, hi - lo)
+        if lo == 0 and hi > 0:
+            self.window_input_tokens += sign * st.input_tokens
+        if st.error is None and st.done >= start and (end is None or st.done < end):
+            self.window_completions += sign
 
     def _mark_measured_done(self, st: RequestState) -> None:
         if self.window_end is None and st.error is None:
@@ -257,17 +263,7 @@ class Recorder:
     def _close(self, iv: Interval) -> None:
         for m, h in iv.histograms.items():
             self.merged[m].add(h)
-        summary: dict[str, Any] = {
-            "index": iv.index,
-            "completed": iv.completed,
-            "failed": iv.failed,
-        }
-        for m in INTERVAL_METRICS:
-            h = iv.histograms[m]
-            p50, p99 = h.percentiles_ms((50, 99)) if h.count else (None, None)
-            summary[f"{m}_p50_ms"], summary[f"{m}_p99_ms"] = p50, p99
-        summary["histograms"] = {m: h.encode() for m, h in iv.histograms.items() if h.count}
-        self.closed.append(summary)
+        self.closed.append(_interval_summary(iv))
 
     def _keep_record(self, st: RequestState) -> None:
         if self.records is None:
@@ -313,14 +309,23 @@ class Recorder:
     # -- end of run -----------------------------------------------------------------------
 
     def close(self, stopped_ns: int | None = None) -> None:
-        """Merge every open interval and settle the window's end: a run stopped early (a signal,
-        a failure) measured only up to the stop, and its rates divide by that span."""
-        if stopped_ns is not None and (self.window_end is None or stopped_ns < self.window_end):
-            if self.window_start is not None and stopped_ns > self.window_start:
-                self.window_end = stopped_ns
+        """Merge every open interval and settle the window's end."""
+        self.close_intervals()
+        self.settle_window(stopped_ns)
+
+    def close_intervals(self) -> None:
+        """Merge every open interval into the whole-run histograms."""
         for k in sorted(self.open):
             self._close(self.open.pop(k))
         self.closed.sort(key=lambda c: c["index"])
+
+    def settle_window(self, stopped_ns: int | None = None) -> None:
+        """Settle the window's end: a run stopped early (a signal, a failure) measured only up
+        to the stop, and its rates divide by that span; a window that ends with its last
+        measured request ends when that request is done."""
+        if stopped_ns is not None and (self.window_end is None or stopped_ns < self.window_end):
+            if self.window_start is not None and stopped_ns > self.window_start:
+                self.window_end = stopped_ns
         if self.window_end is None and self.last_measured_done is not None:
             self.window_end = self.last_measured_done + 1
             for st in self._after_last_measured:  # finished after the window closed
@@ -330,6 +335,11 @@ class Recorder:
                 if st.error is None and st.done >= self.window_end:
                     self.window_completions -= 1
             self._after_last_measured.clear()
+
+    def __getstate__(self) -> dict:
+        # a worker's recorder travels to its parent whole; a profiler window stays behind
+        assert self.profile is None, "a recorder with a profiler window cannot leave its process"
+        return self.__dict__
 
     def histograms(self) -> dict[str, LatencyHistogram]:
         """The whole-run histogram of every metric."""
@@ -347,3 +357,90 @@ class Recorder:
             p50, p99 = merged.percentiles_ms((50, 99)) if merged.count else (None, None)
             out[f"{metric}_p50_ms"], out[f"{metric}_p99_ms"] = p50, p99
         return out
+
+
+def _interval_summary(iv: Interval) -> dict[str, Any]:
+    """A closed interval as the result keeps it: counts, p50/p99 and the encoded histograms."""
+    summary: dict[str, Any] = {"index": iv.index, "completed": iv.completed, "failed": iv.failed}
+    for m in INTERVAL_METRICS:
+        h = iv.histograms[m]
+        p50, p99 = h.percentiles_ms((50, 99)) if h.count else (None, None)
+        summary[f"{m}_p50_ms"], summary[f"{m}_p99_ms"] = p50, p99
+    summary["histograms"] = {m: h.encode() for m, h in iv.histograms.items() if h.count}
+    return summary
+
+
+def merge(parts: list[Recorder]) -> Recorder:
+    """One recorder holding everything the workers' recorders hold, losslessly: histograms are
+    added, counts summed, intervals merged by index, timelines and records joined. Each part's
+    intervals are closed and its window left unsettled (``Runner.run(settle=False)``); call
+    ``settle_window`` on the result. A window opened by each worker's first measured request
+    opens at the earliest of them, and what a later-opening worker counted is recounted."""
+    first = parts[0]
+    out = Recorder(first.t0, first.interval_ns, None, None)
+    out.window_end = first.window_end  # from the plan (the same for all), or None: settled later
+    starts = [p.window_start for p in parts if p.window_start is not None]
+    out.window_start = min(starts) if starts else None
+    out.goodput = first.goodput
+    by_index: dict[int, Interval] = {}
+    for p in parts:
+        assert not p.open, "merge closed recorders (close_intervals)"
+        for m, h in p.whole.items():
+            out.whole[m].add(h)
+        for m, h in p.merged.items():
+            out.merged[m].add(h)
+        for c in p.closed:
+            iv = by_index.get(c["index"])
+            if iv is None:
+                hists = {m: LatencyHistogram() for m in INTERVAL_METRICS}
+                iv = by_index[c["index"]] = Interval(c["index"], hists)
+            iv.completed += c["completed"]
+            iv.failed += c["failed"]
+            for m, text in c["histograms"].items():
+                iv.histograms[m].add(LatencyHistogram.decode(text))
+        out.token_bins.update(p.token_bins)
+        for name in _SUMMED:
+            setattr(out, name, getattr(out, name) + getattr(p, name))
+        out.errors_by_type.update(p.errors_by_type)
+        if p.last_measured_done is not None:
+            out.last_measured_done = max(out.last_measured_done or 0, p.last_measured_done)
+        out._after_last_measured += p._after_last_measured
+        if p.records is not None:
+            out.records = (out.records or []) + p.records
+        for attr in ("intended", "first", "admitted", "done", "measured", "good"):
+            getattr(out.timeline, attr).extend(getattr(p.timeline, attr))
+        for turn, h in p.turn_ttft.items():
+            out.turn_ttft.setdefault(turn, LatencyHistogram()).add(h)
+        out.turn_input_tokens.update(p.turn_input_tokens)
+        out.turn_requests.update(p.turn_requests)
+        # recount what a worker counted against its own, later, opening of the window
+        if out.window_start is not None:
+            counted = set(map(id, p._after_last_measured))
+            for st, counted_from in p.before_start:
+                if counted_from is not None:
+                    out._add_window_share(st, counted_from, -1)
+                out._add_window_share(st, out.window_start, 1)
+                late = st.req.warmup or st.error is not None
+                if out.window_end is None and late and id(st) not in counted:
+                    out._after_last_measured.append(st)
+    out.closed = [_interval_summary(by_index[k]) for k in sorted(by_index)]
+    if out.records is not None:
+        out.records.sort(key=lambda r: (r["intended_ns"], r["index"]))
+    return out
+
+
+# the counts a merged recorder sums over its parts
+_SUMMED = (
+    "completed",
+    "failed",
+    "warmup",
+    "warmup_failed",
+    "single_token",
+    "token_count_mismatch",
+    "output_tokens_measured",
+    "input_tokens_measured",
+    "window_tokens",
+    "window_input_tokens",
+    "window_completions",
+    "profiled",
+)

@@ -14,6 +14,7 @@ import gc
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock
@@ -27,6 +28,7 @@ from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.sessions import Conversation
 
 LOOP_PROBE_NS = 10_000_000
+START_DELAY_NS = 1_000_000  # t0 is this far ahead of run(): the first send is on time
 FLUSH_S = 0.005
 FLUSH_RETRY_S = 0.00005
 # Recording keeps clear of the dispatcher's next deadline: it stops this long before it, less
@@ -65,6 +67,8 @@ class RunOutcome:
     throttled: int = 0
     notes: list[str] = field(default_factory=list)
     sessions: SessionCounts | None = None
+    stopped_ns: int | None = None  # when a stop was asked for (a signal, a failure)
+    workers: list[Any] | None = None  # worker processes' parts (``workers.WorkerPart``)
 
 
 class Runner:
@@ -110,7 +114,7 @@ class Runner:
             else None
         )
         self.sessions = SessionCounts() if plan.multi_turn else None
-        self._session_ids = itertools.count()
+        self._session_ids = itertools.count(*plan.stride)
         self._flush_handle: asyncio.Handle | None = None
         self._next_due_ns: int | None = None  # the open-loop dispatcher's next deadline
         self._unstarted = 0  # spawned requests whose first step has not run
@@ -125,32 +129,38 @@ class Runner:
 
     # -- public -------------------------------------------------------------------------------
 
-    def request_stop(self, reason: str = "interrupted") -> None:
-        """Stop dispatching and end in-flight requests now (Ctrl-C, or a crashed backend)."""
+    def request_stop(self, reason: str = "interrupted", at_ns: int | None = None) -> None:
+        """Stop dispatching and end in-flight requests now (Ctrl-C, or a crashed backend);
+        ``at_ns``: when the stop was decided, where that was elsewhere (a worker's parent)."""
         if self._cancel_reason is None:
             self._cancel_reason = reason
-            self.stopped_ns = self.clock.now_ns()
+            self.stopped_ns = self.clock.now_ns() if at_ns is None else at_ns
         self._stop.set()
 
-    async def run(self, start_delay_ns: int = 1_000_000) -> RunOutcome:
-        """The run: t0 a moment from now, dispatch until the window ends, drain, then the outcome."""
+    async def run(self, t0_ns: int | None = None, settle: bool = True) -> RunOutcome:
+        """The run: t0 a moment from now (or ``t0_ns``, agreed with other workers), dispatch
+        until the window ends, drain, then the outcome. Without ``settle`` a window that ends
+        with its last request is left open: the workers' parent settles it over all of them."""
         settle_heap()  # the plan and everything loaded: never scanned by a collection in the window
         # Collections run where the dispatcher has slack (after recording), not wherever an
         # allocation happens to trip the threshold: a collection inside a send is dispatch lag.
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            return await self._run()
+            return await self._run(t0_ns, settle)
         finally:
             if gc_was_on:
                 gc.enable()
 
-    async def _run(self, start_delay_ns: int = 1_000_000) -> RunOutcome:
-        self.t0 = self.clock.now_ns() + start_delay_ns
+    async def _run(self, t0_ns: int | None, settle: bool) -> RunOutcome:
+        self.t0 = self.clock.now_ns() + START_DELAY_NS if t0_ns is None else t0_ns
         self.backend.set_origin(self.t0)
         rec = self.recorder = Recorder(
             self.t0, self.interval_ns, self.plan.window_start_ns, self.plan.window_end_ns
         )
+        # one of several workers, with a window opened by its first measured request: the
+        # others may open it earlier, so the requests that straddle this one's opening are kept
+        rec.keep_before_start = self.plan.window_start_ns is None and self.plan.stride[1] > 1
         rec.goodput = self.goodput
         if self.keep_records:
             rec.records = []
@@ -193,7 +203,10 @@ class Runner:
             self._flush_handle.cancel()
         self._next_due_ns = None  # nothing more to dispatch: record everything
         self._flush()
-        rec.close(self.stopped_ns)
+        if settle:
+            rec.close(self.stopped_ns)
+        else:
+            rec.close_intervals()
         status = {"interrupted": "interrupted", "failed": "failed"}.get(
             self._cancel_reason or "", "ok"
         )
@@ -209,6 +222,7 @@ class Runner:
             self._failure,
             self.throttled,
             sessions=self.sessions,
+            stopped_ns=self.stopped_ns,
         )
 
     def stats(self) -> dict:
@@ -257,7 +271,7 @@ class Runner:
     async def _dispatch_closed(self) -> None:
         cl = self.plan.closed_loop
         assert cl is not None
-        counter = itertools.count()
+        counter = itertools.count(*self.plan.stride)
         users = [asyncio.create_task(self._user(counter)) for _ in range(cl.users)]
         try:
             await asyncio.gather(*users)

@@ -27,6 +27,7 @@ from loadtest.results.model import (
     TurnStats,
     Validity,
     Window,
+    WorkerStats,
 )
 from loadtest.results.stability import judge as judge_stability
 
@@ -150,6 +151,7 @@ def build_result(
     rec = outcome.recorder
     hists = rec.histograms()
     validity = judge_validity(scenario, outcome, hists, backend.get("warnings", []))
+    workers = _workers(scenario, outcome, validity)
     stability = judge_stability(
         rec.timeline,
         rec.window_start,
@@ -207,6 +209,7 @@ def build_result(
         stability=stability,
         goodput=_goodput(scenario, rec, window_s),
         sessions=_sessions(outcome),
+        workers=workers,
         timeseries=Timeseries(interval_s=rec.interval_ns / 1e9, points=_points(rec)),
         histograms={m: hists[m].encode() for m in ALL_METRICS},
         histograms_over_range={m: hists[m].over_range for m in ALL_METRICS},
@@ -219,6 +222,47 @@ def build_result(
         peak_mem_mb=backend.get("peak_mem_mb"),
         **identity,
     )
+
+
+def _workers(
+    scenario: Scenario, outcome: RunOutcome, validity: Validity
+) -> list[WorkerStats] | None:
+    """Each worker process judged on its own: the run is invalid when any one could not keep
+    up, even where the pooled lag hides it (one late worker of eight is 12% of the sends)."""
+    if outcome.workers is None:
+        return None
+    v, n = scenario.load.validity, len(outcome.workers)
+    out = []
+    for w in outcome.workers:
+        reasons = []
+        for name, hist, limit in (
+            ("dispatch lag", w.dispatch_lag, v.max_dispatch_lag_p99),
+            ("event-loop lag", w.loop_lag, v.max_loop_lag_p99),
+        ):
+            reason, _ = _judge_lag(name, hist, limit)
+            if reason:
+                reasons.append(reason)
+        if w.status == "lost":
+            reasons.append(w.failure or "lost")
+        for reason in reasons:
+            validity.reasons.append(f"worker {w.index} of {n}: {reason}")
+        out.append(
+            WorkerStats(
+                index=w.index,
+                pid=w.pid,
+                status=w.status,
+                sent=w.sent,
+                completed=w.completed,
+                failed=w.failed,
+                dispatch_lag_ms=LatencySummary(**w.dispatch_lag.summary_ms()),
+                loop_lag_ms=LatencySummary(**w.loop_lag.summary_ms()),
+                valid=not reasons,
+                reasons=reasons,
+                failure=w.failure,
+            )
+        )
+    validity.valid = not validity.reasons
+    return out
 
 
 def _sessions(outcome: RunOutcome) -> SessionsResult | None:

@@ -107,6 +107,22 @@ class Harness(_Doc):
     failure: str | None
 
 
+class WorkerStats(_Doc):
+    """One client worker process's share of a run: what it sent and how late."""
+
+    index: int
+    pid: int | None
+    status: str  # ok | interrupted | failed | lost (died or fell silent: its measurements too)
+    sent: int
+    completed: int
+    failed: int
+    dispatch_lag_ms: LatencySummary
+    loop_lag_ms: LatencySummary
+    valid: bool  # kept up with its share of the schedule
+    reasons: list[str] = Field(default_factory=list)
+    failure: str | None = None
+
+
 class Validity(_Doc):
     """Whether the numbers can be trusted, why not, and what to be careful of."""
 
@@ -243,6 +259,7 @@ class RunMetrics(_Doc):
     stability: Stability | None = None
     goodput: GoodputResult | None = None
     sessions: SessionsResult | None = None
+    workers: list[WorkerStats] | None = None  # load.workers > 1: each client process
     timeseries: Timeseries | None = None
     histograms: dict[str, str] | None = None
     histograms_over_range: dict[str, int] | None = None

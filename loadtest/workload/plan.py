@@ -172,6 +172,8 @@ class Plan:
     # multi_turn: the think time between a reply and the session's next turn, and its stream
     turn_think: ThinkTime | None = None
     turn_think_rng: random.Random | None = None
+    # closed loop: the request (and session) indexes this plan takes, ``start::step`` (a worker's)
+    stride: tuple[int, int] = (0, 1)
 
     @property
     def multi_turn(self) -> bool:
@@ -230,6 +232,36 @@ class Plan:
             return shared + own
         return tokenizer.random_prompt_ids(random.Random(req.prompt_seed), req.input_tokens)
 
+    def share(self, worker: int, workers: int) -> Plan:
+        """Worker ``worker`` of ``workers``' part of this plan; the parts together are the plan.
+
+        Open loop: every ``workers``-th request in arrival order (a session and all its turns go
+        to one worker), offsets unchanged, so the parts interleave into exactly the planned
+        arrivals. Closed loop: the users are split (the first workers take one more when they do
+        not divide) and each part takes the request indexes ``worker::workers`` of the shared
+        budget. Each part's random streams (think times) are its own, derived from the plan's:
+        parts seeded alike would move in lockstep.
+        """
+        if workers == 1:
+            return self
+        own = lambda rng: None if rng is None else _substream(rng, f"{worker}/{workers}")  # noqa: E731
+        if self.closed_loop is None:
+            if self.multi_turn:
+                requests = [r for turns in self.sessions()[worker::workers] for r in turns]
+            else:
+                requests = self.requests[worker::workers]
+            return replace(self, requests=requests, turn_think_rng=own(self.turn_think_rng))
+        users = self.closed_loop.users
+        return replace(
+            self,
+            closed_loop=replace(
+                self.closed_loop, users=users // workers + (worker < users % workers)
+            ),
+            think_rng=own(self.think_rng),
+            turn_think_rng=own(self.turn_think_rng),
+            stride=(worker, workers),
+        )
+
     @property
     def planned_count(self) -> int | None:
         """How many requests the plan sends (None for an open-ended closed loop)."""
@@ -238,6 +270,13 @@ class Plan:
         if self.measured_requests is not None:
             return (self.warmup_requests or 0) + self.measured_requests
         return None
+
+
+def _substream(rng: random.Random, label: str) -> random.Random:
+    """A stream of its own, seeded from ``rng``'s state (left untouched) and ``label``."""
+    copy = random.Random()
+    copy.setstate(rng.getstate())
+    return random.Random(f"{copy.getrandbits(64)}/{label}")
 
 
 def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str], Path]) -> Plan:

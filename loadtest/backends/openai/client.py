@@ -143,50 +143,15 @@ class OpenAIBackend(Backend):
     async def point_facts(self) -> dict:
         """What the client saw this point: HTTP statuses, pool waits, bad responses, usage checks."""
         facts, self.facts = self.facts, Counter()
-        out: dict = {"http": dict(facts)}
-        warnings = []
-        if facts["usage_disagreements"]:
-            warnings.append(
-                f"{facts['usage_disagreements']} requests: the streamed chunks held "
-                f"{facts['client_tokens']} tokens by the client's count, the server's usage says "
-                f"{facts['usage_tokens']} (stamps reconciled to the server's count)"
-            )
-        if facts["usage_implausible"]:
-            warnings.append(
-                f"{facts['usage_implausible']} requests: the server's usage claimed "
-                f"{facts['usage_implausible_reported']} output tokens where "
-                f"{facts['usage_implausible_streamed']} were streamed; not plausible, so the "
-                "streamed count was used"
-            )
-        if facts["bad_response"]:
-            warnings.append(
-                f"{facts['bad_response']} responses were not OpenAI-shaped streams (bad_response)"
-            )
-        if facts["connection_waits"]:
-            warnings.append(
-                f"{facts['connection_waits']} requests waited for a free connection in the "
-                f"client's pool (max_connections: {self.spec.max_connections}), "
-                f"{facts['connection_wait_ns'] / 1e6:.1f} ms in all: client lag, counted in "
-                "dispatch lag, not in the server's latency"
-            )
-        if facts["short_outputs"]:
-            warnings.append(
-                f"{facts['short_outputs']} requests returned fewer tokens than the fixed output length "
-                f"(fixed output via {self._fixed_via}): the server stopped early"
-            )
-        if facts["fixed_unsupported"]:
-            warnings.append(
-                f"no fixed-length option (fixed_output: {self._fixed_via}): {facts['fixed_unsupported']} "
-                "requests asked for a fixed length and could stop at EOS"
-            )
-        if facts["prompt_token_mismatch"]:
-            warnings.append(
-                f"{facts['prompt_token_mismatch']} requests: the server counted a different prompt length "
-                "than planned (its tokenizer or chat template differs)"
-            )
-        if warnings:
-            out["warnings"] = warnings
-        return out
+        return _report(facts, self.spec.max_connections, self._fixed_via)
+
+    @classmethod
+    def combine_facts(cls, spec, details: dict, parts: list[dict]) -> dict:
+        """Worker processes' facts as one client's: the counters summed, then described."""
+        total: Counter[str] = Counter()
+        for part in parts:
+            total.update(part.get("http", {}))
+        return _report(total, spec.max_connections, details.get("fixed_output_via"))
 
     async def stop(self) -> dict:
         if self._session is not None:
@@ -674,3 +639,51 @@ async def _error_text(resp, limit: int = 4096) -> str:
     except Exception:  # the body is only for the message
         return ""
     return raw.decode("utf-8", errors="replace")[:300]
+
+
+def _report(facts: Counter, max_connections, fixed_via: str | None) -> dict:
+    """What the client saw, for the result: the counters and a warning for each problem."""
+    out: dict = {"http": dict(facts)}
+    warnings = []
+    if facts["usage_disagreements"]:
+        warnings.append(
+            f"{facts['usage_disagreements']} requests: the streamed chunks held "
+            f"{facts['client_tokens']} tokens by the client's count, the server's usage says "
+            f"{facts['usage_tokens']} (stamps reconciled to the server's count)"
+        )
+    if facts["usage_implausible"]:
+        warnings.append(
+            f"{facts['usage_implausible']} requests: the server's usage claimed "
+            f"{facts['usage_implausible_reported']} output tokens where "
+            f"{facts['usage_implausible_streamed']} were streamed; not plausible, so the "
+            "streamed count was used"
+        )
+    if facts["bad_response"]:
+        warnings.append(
+            f"{facts['bad_response']} responses were not OpenAI-shaped streams (bad_response)"
+        )
+    if facts["connection_waits"]:
+        warnings.append(
+            f"{facts['connection_waits']} requests waited for a free connection in the "
+            f"client's pool (max_connections: {max_connections}), "
+            f"{facts['connection_wait_ns'] / 1e6:.1f} ms in all: client lag, counted in "
+            "dispatch lag, not in the server's latency"
+        )
+    if facts["short_outputs"]:
+        warnings.append(
+            f"{facts['short_outputs']} requests returned fewer tokens than the fixed output length "
+            f"(fixed output via {fixed_via}): the server stopped early"
+        )
+    if facts["fixed_unsupported"]:
+        warnings.append(
+            f"no fixed-length option (fixed_output: {fixed_via}): {facts['fixed_unsupported']} "
+            "requests asked for a fixed length and could stop at EOS"
+        )
+    if facts["prompt_token_mismatch"]:
+        warnings.append(
+            f"{facts['prompt_token_mismatch']} requests: the server counted a different prompt length "
+            "than planned (its tokenizer or chat template differs)"
+        )
+    if warnings:
+        out["warnings"] = warnings
+    return out
