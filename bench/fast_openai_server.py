@@ -33,9 +33,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await resp.prepare(request)
-    request.app["running"] += 1
-    request.app["ttft_sum"] += 0.001
-    request.app["ttft_count"] += 1
+    request.app["state"]["running"] += 1
+    request.app["state"]["ttft_sum"] += 0.001
+    request.app["state"]["ttft_count"] += 1
     kind = "chat.completion.chunk" if chat else "text_completion"
     for _i in range(n):
         choice = (
@@ -60,7 +60,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
     }
     await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
-    request.app["running"] -= 1
+    request.app["state"]["running"] -= 1
     await resp.write_eof()
     return resp
 
@@ -86,12 +86,13 @@ def main() -> None:
         )
 
     app.router.add_get("/v1/models", models)
-    app["running"], app["ttft_sum"], app["ttft_count"] = 0, 0.0, 0
+    # counters live in a dict of their own: a started app's own keys are frozen
+    app["state"] = {"running": 0, "ttft_sum": 0.0, "ttft_count": 0}
 
     async def metrics(request: web.Request) -> web.Response:
         """vLLM's names: requests running now, a fixed KV-cache usage, the TTFT histogram's
         sum and count (each request's first chunk goes out at once: 1 ms, counted here)."""
-        a = request.app
+        a = request.app["state"]
         text = (
             "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{model_name="{args.model}"}} {a["running"]}\n'

@@ -1,7 +1,7 @@
 """Client scaling: the highest Poisson rate each worker count keeps on schedule.
 
-For each ``--workers`` count, rates rise by half until a run misses (dispatch lag p99 >= 1 ms,
-pooled or in any one worker, or a run not ok), then bisect to within 15%. Against the no-op
+For each ``--workers`` count, rates rise by half until a run misses twice (dispatch lag p99
+>= 1 ms, pooled or in any one worker, or a run not ok), then bisect to within 15%. Against the no-op
 backend (the harness alone) and, with ``--http``, a fast local streaming server served from
 ``--server-processes`` processes (so the server is not what saturates). Prints a table with
 each count's rate as a multiple of one worker's, measured in the same invocation.
@@ -62,37 +62,39 @@ def probe(rate: float, workers: int, seconds: float, url: str | None, tmp: Path)
 
 
 def max_rate(workers: int, seconds: float, url: str | None, tmp: Path, start: float):
-    """The highest rate with every worker's dispatch lag p99 under the limit (and the rows)."""
-    rows, good, bad, rate = [], None, None, start
+    """The highest rate with every worker's dispatch lag p99 under the limit (and the rows).
+    A miss is tried again before it counts: one noisy second on a shared machine is not the
+    client's limit."""
+    rows: list[dict] = []
+
+    def meets(rate: float) -> bool:
+        for attempt in (1, 2):
+            row = probe(rate, workers, seconds, url, tmp)
+            rows.append(row)
+            print(
+                f"  workers {workers} rate {rate:>9,.0f}: worst p99 {row['worst_p99_ms']:.3f} ms"
+                + (" (again)" if attempt == 2 else ""),
+                flush=True,
+            )
+            if row["ok"] and row["worst_p99_ms"] < LAG_LIMIT_MS:
+                return True
+        return False
+
+    good, bad, rate = None, None, start
     while bad is None and rate <= 400_000:
-        row = probe(rate, workers, seconds, url, tmp)
-        rows.append(row)
-        print(
-            f"  workers {workers} rate {rate:>9,.0f}: worst p99 {row['worst_p99_ms']:.3f} ms",
-            flush=True,
-        )
-        if row["ok"] and row["worst_p99_ms"] < LAG_LIMIT_MS:
+        if meets(rate):
             good, rate = rate, round(rate * 1.5)
         else:
             bad = rate
-    if good is None and bad is not None:  # the start was too high: halve down
-        while good is None and bad > 50:
-            rate = round(bad / 2)
-            row = probe(rate, workers, seconds, url, tmp)
-            rows.append(row)
-            if row["ok"] and row["worst_p99_ms"] < LAG_LIMIT_MS:
-                good = rate
-            else:
-                bad = rate
+    while good is None and bad is not None and bad > 50:  # the start was too high
+        rate = round(bad / 2)
+        if meets(rate):
+            good = rate
+        else:
+            bad = rate
     while good is not None and bad is not None and bad / good > 1.15:
         mid = round((good * bad) ** 0.5)
-        row = probe(mid, workers, seconds, url, tmp)
-        rows.append(row)
-        print(
-            f"  workers {workers} rate {mid:>9,.0f}: worst p99 {row['worst_p99_ms']:.3f} ms",
-            flush=True,
-        )
-        if row["ok"] and row["worst_p99_ms"] < LAG_LIMIT_MS:
+        if meets(mid):
             good = mid
         else:
             bad = mid
@@ -142,6 +144,7 @@ def main() -> None:
             for n in [int(x) for x in args.workers.split(",")]:
                 best, _ = max_rate(n, args.seconds, url, Path(tmp), start)
                 results.append((n, best))
+                print(f"workers {n}: {best:,.0f} req/s", flush=True)
                 start = max(args.start, best)  # more workers do at least as well
     finally:
         if server is not None:
