@@ -320,6 +320,7 @@ class Session:
         if gpu_sampler is not None:
             group.gpu_probe = gpu_sampler.latest_utilization
         self._runner = group
+        group.live_percentiles = self.progress is not None
         if self.interrupted_by is not None:
             group.request_stop("interrupted")
         progress_task = asyncio.create_task(self.progress(group)) if self.progress else None

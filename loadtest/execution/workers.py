@@ -75,6 +75,8 @@ class WorkerGroup:
         self.loaded, self.clock = loaded, clock
         self.count = loaded.scenario.load.workers
         self.gpu_probe: Callable[[], list[float] | None] | None = None
+        # heartbeats carry live percentiles only for a display: each costs the worker's loop
+        self.live_percentiles = False
         self._procs: list[Any] = []
         self._conns: list[Any] = []
         self._inbox: asyncio.Queue[tuple[int, tuple]] = asyncio.Queue()
@@ -125,7 +127,7 @@ class WorkerGroup:
         loop = asyncio.get_running_loop()
         self.t0 = self.clock.now_ns() + T0_LEAD_NS
         for conn in self._conns:
-            _send(conn, ("go", self.t0))
+            _send(conn, ("go", self.t0, self.live_percentiles))
         parts: dict[int, tuple[RunOutcome, dict]] = {}
         lost: dict[int, str] = {}
         failure: str | None = None
@@ -407,7 +409,7 @@ async def _work(conn, loaded: LoadedScenario, index: int, count: int) -> None:
             early = inbox.queue.get_nowait()
             if early[0] == "stop":
                 runner.request_stop(early[1], early[2])
-        beat = asyncio.create_task(_heartbeat(conn, runner))
+        beat = asyncio.create_task(_heartbeat(conn, runner, msg[2]))
         try:
             outcome = await runner.run(t0_ns=msg[1], settle=False)
         finally:
@@ -421,8 +423,8 @@ async def _work(conn, loaded: LoadedScenario, index: int, count: int) -> None:
         await backend.stop()
 
 
-async def _heartbeat(conn, runner: Runner) -> None:
+async def _heartbeat(conn, runner: Runner, percentiles: bool) -> None:
     """Live counts for the parent's display; also how it knows this worker is alive."""
     while True:
         await asyncio.sleep(HEARTBEAT_S)
-        _send(conn, ("stats", runner.stats()))
+        _send(conn, ("stats", runner.stats(percentiles)))

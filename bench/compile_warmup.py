@@ -1,0 +1,134 @@
+"""Cold compiled warm-up, by compile setting: how long the compiled batch sizes take to build
+from an empty compile cache, where that time goes, and the decode speed they give. GPU machine;
+each variant in a fresh process with empty inductor and Triton caches.
+
+    PYTHONPATH=. python bench/compile_warmup.py [--model llama-3.2-1b] [--only 1,2]
+
+Each variant runs generate (static cache, 256-token prompts, 32 new tokens) at each of its batch
+sizes, as the engine's warm-up does, then times 64 tokens at batch 2 and 16 (best of 3), and runs
+one batch size it never warmed (3) to see whether that builds a new graph. Columns: warm-up s,
+graphs built by dynamo, the time torch's own compile phases report, ms per token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+# name -> (dynamic setting given to transformers' CompileConfig, batch sizes warmed)
+VARIANTS = {
+    "automatic dynamic (transformers' default), sizes 1,2,4,8,16": (None, (1, 2, 4, 8, 16)),
+    "dynamic batch from the first compile, sizes 2,4,8,16": (True, (2, 4, 8, 16)),
+    "dynamic batch from the first compile, sizes 1,2,4,8,16": (True, (1, 2, 4, 8, 16)),
+}
+PROMPT, NEW, TIMED = 256, 32, 64
+
+
+def child(name: str, arch: str) -> dict:
+    import torch
+    import transformers
+    from torch._dynamo.utils import counters
+
+    from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
+
+    dynamic, sizes = VARIANTS[name]
+    cfg = dict(DUMMY_ARCHITECTURES[arch])
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.eval()
+    torch.backends.cuda.enable_cudnn_sdp(False)  # the engine's default SDPA choice
+
+    def gen(bs: int, new: int) -> float:
+        ids = torch.randint(0, 1000, (bs, PROMPT), device="cuda")
+        kwargs = dict(
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            pad_token_id=0,
+            cache_implementation="static",
+            compile_config=transformers.CompileConfig(dynamic=dynamic),
+        )
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    t = time.perf_counter()
+    for bs in sorted(sizes, reverse=True):  # the largest first: the cache is sized once
+        gen(bs, NEW)
+    warm = time.perf_counter() - t
+    graphs = int(counters["stats"]["unique_graphs"])
+    step = {bs: min(gen(bs, TIMED) for _ in range(3)) / TIMED * 1e3 for bs in (2, 16)}
+    t = time.perf_counter()
+    gen(3, NEW)
+    unseen = time.perf_counter() - t
+    # torch's own compile phases (dynamo tracing, AOT, inductor codegen, ...), summed
+    from torch._dynamo.utils import compilation_time_metrics
+
+    phases = {k: round(sum(v), 1) for k, v in compilation_time_metrics.items() if sum(v) >= 0.5}
+    return {
+        "warmup_s": round(warm, 1),
+        "graphs": graphs,
+        "graphs_after_unseen": int(counters["stats"]["unique_graphs"]),
+        "unseen_s": round(unseen, 2),
+        "ms_b2": step[2],
+        "ms_b16": step[16],
+        "phases": phases,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-3.2-1b")
+    ap.add_argument("--child", default=None)
+    ap.add_argument("--only", default=None, help="comma list of variant numbers (1-based)")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.model)))
+        return
+    names = list(VARIANTS)
+    chosen = [names[int(i) - 1] for i in args.only.split(",")] if args.only else names
+    rows = []
+    for name in chosen:
+        with tempfile.TemporaryDirectory() as cache:
+            env = {
+                **os.environ,
+                "TORCHINDUCTOR_CACHE_DIR": cache + "/inductor",
+                "TRITON_CACHE_DIR": cache + "/triton",
+            }
+            r = subprocess.run(
+                [sys.executable, __file__, "--child", name, "--model", args.model],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=400,
+            )
+        if r.returncode:
+            rows.append((name, None, r.stderr.strip()[-1500:]))
+            print(f"{name}: failed\n{r.stderr.strip()[-1500:]}", flush=True)
+            continue
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        rows.append((name, d, None))
+        print(f"{name}: {json.dumps(d)}", flush=True)
+    print("\n| variant | warm-up s | graphs | unseen size 3: s, graphs | ms/token b2 | b16 |")
+    print("|---|---|---|---|---|---|")
+    for name, d, _err in rows:
+        if d is None:
+            print(f"| {name} | failed | | | | |")
+            continue
+        print(
+            f"| {name} | {d['warmup_s']} | {d['graphs']} | {d['unseen_s']}, "
+            f"{d['graphs_after_unseen']} | {d['ms_b2']:.2f} | {d['ms_b16']:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
