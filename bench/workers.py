@@ -116,6 +116,9 @@ def start_server(processes: int) -> tuple[subprocess.Popen, str]:
             str(processes),
         ],
         start_new_session=True,
+        # not this process's stdout: a server left holding it would keep `bench | tee` open
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -138,6 +141,8 @@ def main() -> None:
     ap.add_argument("--start", type=float, default=500.0, help="the first rate tried")
     ap.add_argument("--lag-limit-ms", type=float, default=LAG_LIMIT_MS)
     args = ap.parse_args()
+    # a timeout's SIGTERM unwinds like Ctrl-C, so the server below is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     LAG_LIMIT_MS = args.lag_limit_ms
     server, url = start_server(args.server_processes) if args.http else (None, None)
     results = []
