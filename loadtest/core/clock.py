@@ -47,6 +47,23 @@ class MonotonicClock:
             await asyncio.sleep(0)
 
 
+class OffsetClock(MonotonicClock):
+    """This host's monotonic clock, read on another host's timeline: ``now_ns()`` is what that
+    host's clock reads now, given ``offset_ns`` = this clock minus that one (measured by round
+    trips, ``execution.clock_sync``). A worker on another node runs on it, so that every time it
+    stamps is on the coordinator's clock and merges with the other workers' as it is."""
+
+    def __init__(self, offset_ns: int, spin_ns: int = 1_500_000) -> None:
+        super().__init__(spin_ns)
+        self.offset_ns = offset_ns
+
+    def now_ns(self) -> int:
+        return time.monotonic_ns() - self.offset_ns
+
+    async def sleep_until(self, t_ns: int) -> None:
+        await super().sleep_until(t_ns + self.offset_ns)
+
+
 class _VirtualSelector:
     """Wraps the loop's selector: never blocks, advances virtual time by the timeout instead."""
 
