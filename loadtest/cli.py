@@ -59,8 +59,9 @@ def _load(path: Path, overrides: list[str]):
         raise typer.Exit(EXIT_USAGE) from None
 
 
-def _workers_override(workers: int | None) -> list[str]:
-    return [] if workers is None else [f"load.workers={workers}"]
+def _workers_override(workers: int | None, ray: str | None = None) -> list[str]:
+    out = [] if workers is None else [f"load.workers={workers}"]
+    return out + ([] if ray is None else [f"load.ray={ray}"])
 
 
 def _scenario_source(
@@ -198,6 +199,12 @@ def run(
         min=1,
         help="Client processes sharing the load (load.workers): more than one process can send.",
     ),
+    ray: str | None = typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the workers as actors on this Ray cluster (load.ray; 'local' starts one here).",
+    ),
     repeat: int = typer.Option(
         1,
         "--repeat",
@@ -254,7 +261,7 @@ def run(
         save_scenario,
         overwrite,
     )
-    loaded = _load(scenario, set_ + _workers_override(workers))
+    loaded = _load(scenario, set_ + _workers_override(workers, ray))
     from loadtest.core.clock import MonotonicClock
     from loadtest.repeat import run_repeats
     from loadtest.reporters import terminal
@@ -373,6 +380,12 @@ def sweep(
         min=1,
         help="Client processes sharing the load (load.workers): more than one process can send.",
     ),
+    ray: str | None = typer.Option(
+        None,
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the workers as actors on this Ray cluster (load.ray; 'local' starts one here).",
+    ),
     overwrite: bool = typer.Option(
         False,
         "--overwrite",
@@ -389,7 +402,7 @@ def sweep(
     from loadtest.reporters.progress import choose as progress_for
     from loadtest.session import Session
 
-    loaded = _load(scenario, set_ + _workers_override(workers))
+    loaded = _load(scenario, set_ + _workers_override(workers, ray))
     console = make_console()
     try:
         axes = sweeps.parse_axes(batch_sizes, rates, concurrency, param)

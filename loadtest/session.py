@@ -25,7 +25,7 @@ from loadtest.core import atomic, exit_codes, rundir, secrets
 from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError, LoadtestError
 from loadtest.execution.runner import Runner, RunOutcome
-from loadtest.execution.workers import WorkerGroup
+from loadtest.execution.workers import WorkerGroup, process_channels
 from loadtest.results.build import build_result, null_non_finite
 from loadtest.results.model import RunMetrics
 from loadtest.results.runset import Evidence
@@ -126,6 +126,7 @@ class Session:
         self._starting: asyncio.Future | None = None
         self._restore_signals: Callable[[], None] | None = None
         self._name: str | None = None  # what was loaded, for the result
+        self._ray: Any = None  # a RayCluster, connected at the first point that asks for one
 
     async def close(self) -> dict:
         """Stop the backend (if loaded) and restore signal handlers; returns the backend's last facts."""
@@ -133,6 +134,9 @@ class Session:
             self._restore_signals()
             self._restore_signals = None
         await self._close_group()
+        if self._ray is not None:
+            ray, self._ray = self._ray, None
+            await asyncio.to_thread(ray.disconnect)
         return await self._close_backend()
 
     async def _close_group(self) -> None:
@@ -204,14 +208,20 @@ class Session:
         """Backend loaded and warmed, plan built: everything before t0. Returns the plan (None
         where worker processes hold it), how many requests it plans, and the backend's facts."""
         scenario = loaded.scenario
-        if scenario.load.workers > 1:
+        if scenario.load.workers > 1 or scenario.load.ray is not None:
             await self._close_backend()  # an in-process one from an earlier point is not used
-            self._group = WorkerGroup(loaded, self.clock)
+            details: dict = {"workers": scenario.load.workers}
+            if scenario.load.ray is not None:
+                channels = await self._ray_channels(loaded)
+                details["ray"] = self._ray.facts
+            else:
+                channels = process_channels(loaded)
+            self._group = WorkerGroup(loaded, self.clock, channels)
             ready = await self._group.start(scenario.backend.start_timeout / 1e9)
             self._name = ready.name
             for notice in ready.notices:
                 sys.stderr.write(f"loadtest: {secrets.scrub(notice)}\n")
-            return None, ready.planned, {**ready.details, "workers": scenario.load.workers}
+            return None, ready.planned, {**ready.details, **details}
         await self._ensure_backend(loaded)
         assert self.backend is not None and self.info is not None
         self._name = self.info.name
@@ -219,6 +229,21 @@ class Session:
         details = dict(self.info.details)
         details.update(await self.backend.prepare(plan))
         return plan, plan.planned_count, details
+
+    async def _ray_channels(self, loaded: LoadedScenario) -> list:
+        """Actors on the scenario's Ray cluster (connected once a session)."""
+        from loadtest.execution.ray_workers import RayCluster, ray_channels
+
+        address = loaded.scenario.load.ray
+        assert address is not None  # only asked for with load.ray
+        if self._ray is not None and self._ray.address != address:
+            await asyncio.to_thread(self._ray.disconnect)
+            self._ray = None
+        if self._ray is None:
+            cluster = RayCluster(address)
+            await cluster.connect()
+            self._ray = cluster
+        return await ray_channels(self._ray, loaded)
 
     async def run_point(
         self, loaded: LoadedScenario, out_dir, *, overwrite: bool = False, claimed: bool = False

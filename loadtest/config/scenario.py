@@ -6,6 +6,7 @@ the GPU, the network or any file (files a scenario names are checked by ``scenar
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, create_model, model_validator
@@ -315,6 +316,13 @@ class Load(_Model):
         "closed loop: the users), each with its own connections, from one t0: more load than "
         "one process can offer (--workers).",
     )
+    ray: str | None = Field(
+        None,
+        min_length=1,
+        description="Run the workers as actors on this Ray cluster (an address: auto, "
+        "host:6379, ray://host:10001; or local: start Ray on this host), spread over its nodes, "
+        "with each node's clock offset measured (--ray; needs loadtest[distributed]).",
+    )
 
     @model_validator(mode="after")
     def _window(self):
@@ -519,15 +527,16 @@ class Scenario(_Model):
         """Fields valid alone that do not go together: ``[(field_path, message)]``."""
         problems: list[tuple[tuple, str]] = []
         n = self.load.workers
-        if n > 1:
-            where = ("load", "workers")
+        if n > 1 or self.load.ray is not None:
+            where = ("load", "workers") if self.load.ray is None else ("load", "ray")
             refused = self.backend.workers_refused
             if refused:
                 problems.append(
                     (
                         where,
-                        f"{n} worker processes cannot share backend kind {self.backend.kind}: "
-                        f"{refused}. Use workers: 1, or serve the model and drive it with kind: openai",
+                        f"client workers ({n}) cannot share backend kind {self.backend.kind}: "
+                        f"{refused}. Use one process (workers: 1, no ray), or serve the model "
+                        "and drive it with kind: openai",
                     )
                 )
             users = getattr(self.load.arrival, "users", None)
@@ -536,7 +545,11 @@ class Scenario(_Model):
                     (where, f"{n} workers for {users} users: each worker needs one at least")
                 )
             if self.profile is not None:
-                problems.append((where, "a profiler window needs one process (workers: 1)"))
+                problems.append((where, "a profiler window needs one process (workers: 1, no ray)"))
+            if self.load.ray is not None and importlib.util.find_spec("ray") is None:
+                problems.append(
+                    (where, "Ray is not installed: pip install 'loadtest[distributed]'")
+                )
         return problems
 
     def public_dump(self) -> dict:

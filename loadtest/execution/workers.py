@@ -1,15 +1,18 @@
-"""More load than one process can make: worker processes on this host, one plan, one t0.
+"""More load than one process can make: client workers, one plan, one t0, one merged result.
 
-The parent starts ``load.workers`` processes. Each loads its own backend (its own connections),
-builds the same plan from the seeds, takes its share (``Plan.share``) and says it is ready. The
-parent then picks t0 on the host's monotonic clock, which every process reads alike, and each
-worker dispatches its share against it, records into its own histograms, and sends its outcome
-back; the parent merges them losslessly (``recorder.merge``) into one outcome, with each
-worker's own counts and lags beside it.
+The coordinator (this process) opens ``load.workers`` workers through channels: processes on
+this host (``ProcessChannel``, here) or Ray actors on a cluster's nodes
+(``execution.ray_workers``). Each worker loads its own backend (its own connections), builds
+the same plan from the seeds, takes its share (``Plan.share``) and says it is ready, with a
+digest of the plan it built; every worker must have built the same one. The coordinator then
+learns each worker's clock offset (0 on this host: one monotonic clock), picks t0 on its own
+clock, and each worker dispatches its share against it, records into its own histograms and
+sends its outcome back; they are merged losslessly (``recorder.merge``) into one outcome, with
+each worker's own counts, lags and clock beside it.
 
-Every wait is bounded. A worker sends a heartbeat (its live counts) twice a second; one that
-dies, fails, or falls silent for ``SILENT_AFTER_S`` ends the run as failed, the others are
-stopped, and what they measured is kept. A worker whose parent is gone stops by itself.
+Every wait is bounded. A worker is heard from twice a second; one that dies, fails, or falls
+silent for ``SILENT_AFTER_S`` ends the run as failed, the others are stopped, and what they
+measured is kept. A worker whose coordinator is gone stops by itself.
 """
 
 from __future__ import annotations
@@ -17,27 +20,43 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from loadtest.backends import combine_facts, create_backend
-from loadtest.config.loading import LoadedScenario, resolve_path
-from loadtest.core import secrets
-from loadtest.core.clock import Clock, MonotonicClock
+from loadtest.backends import combine_facts
+from loadtest.config.loading import LoadedScenario
+from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
-from loadtest.core.heap import settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution import recorder
-from loadtest.execution.runner import Runner, RunOutcome, SessionCounts
-from loadtest.workload.plan import build_plan
+from loadtest.execution.clock_sync import SAME_CLOCK, ClockOffset
+from loadtest.execution.runner import RunOutcome, SessionCounts
+from loadtest.execution.worker_side import HEARTBEAT_S, STOP_GRACE_S, send, worker_main
 
-HEARTBEAT_S = 0.5
-SILENT_AFTER_S = 15.0  # no message from a running worker for this long: it is stuck
+SILENT_AFTER_S = 15.0  # no word from a running worker for this long: it is stuck
 T0_LEAD_NS = 100_000_000  # t0 this far after "go" is sent: every worker is waiting by then
-STOP_GRACE_S = 10.0  # a worker asked to stop has this long to send what it measured
-EXIT_GRACE_S = 5.0  # and this long to exit after, before it is killed
+EXIT_GRACE_S = 5.0  # a worker asked to close has this long to exit, before it is killed
+
+Post = Callable[[tuple], None]
+
+
+class Channel(Protocol):
+    """The coordinator's line to one worker. Messages from the worker are posted as tuples:
+    ``("ready", info)``, ``("stats", counts)``, ``("done", outcome, facts)``,
+    ``("error", text)`` (it failed) and ``("exited", text)`` (it is gone)."""
+
+    where: dict  # where it runs, for the result: pid, host, node
+
+    async def open(self, post: Post) -> None: ...
+
+    async def sync_clock(self) -> ClockOffset: ...
+
+    def send(self, msg: tuple) -> None: ...
+
+    def kill(self) -> None: ...
+
+    async def close(self, grace_s: float) -> None: ...
 
 
 @dataclass
@@ -63,25 +82,27 @@ class WorkerPart:
     dispatch_lag: LatencyHistogram = field(default_factory=LatencyHistogram)
     loop_lag: LatencyHistogram = field(default_factory=LatencyHistogram)
     failure: str | None = None
+    where: dict = field(default_factory=dict)
+    clock: ClockOffset | None = None  # at t0 (None on this host: one clock)
+    clock_after: ClockOffset | None = None  # measured again after the run: the drift
 
 
 class WorkerGroup:
-    """The parent's side: start the workers, run them from one t0, merge what they measured.
+    """The coordinator's side: open the workers, run them from one t0, merge what they measured.
 
     Quacks like a ``Runner`` where the session and the progress display need it (``stats``,
     ``request_stop``)."""
 
-    def __init__(self, loaded: LoadedScenario, clock: Clock) -> None:
-        self.loaded, self.clock = loaded, clock
-        self.count = loaded.scenario.load.workers
+    def __init__(self, loaded: LoadedScenario, clock: Clock, channels: list[Channel]) -> None:
+        self.loaded, self.clock, self.channels = loaded, clock, channels
+        self.count = len(channels)
         self.gpu_probe: Callable[[], list[float] | None] | None = None
         # heartbeats carry live percentiles only for a display: each costs the worker's loop
         self.live_percentiles = False
-        self._procs: list[Any] = []
-        self._conns: list[Any] = []
         self._inbox: asyncio.Queue[tuple[int, tuple]] = asyncio.Queue()
-        self._last_heard: list[float] = []
-        self._stats: list[dict] = []
+        self._last_heard: list[float] = [0.0] * self.count
+        self._stats: list[dict] = [{} for _ in channels]
+        self._clocks: list[ClockOffset] = [SAME_CLOCK] * self.count
         self._stop: tuple[str, int] | None = None
         self._planned: int | None = None
         self._details: dict = {}
@@ -90,35 +111,37 @@ class WorkerGroup:
     # -- start --------------------------------------------------------------------------------
 
     async def start(self, timeout_s: float) -> WorkerReady:
-        """Spawn the workers and wait, at most ``timeout_s``, until every one is ready."""
-        ctx = multiprocessing.get_context("spawn")  # never fork a process holding threads
+        """Open the workers and wait, at most ``timeout_s``, until every one is ready; then
+        learn their clocks."""
         loop = asyncio.get_running_loop()
-        for i in range(self.count):
-            parent_end, child_end = ctx.Pipe()
-            proc = ctx.Process(
-                target=worker_main,
-                args=(child_end, self.loaded, i, self.count),
-                name=f"loadtest-worker-{i}",
-                daemon=True,
-            )
-            proc.start()
-            child_end.close()
-            self._procs.append(proc)
-            self._conns.append(parent_end)
-            self._last_heard.append(loop.time())
-            self._stats.append({})
-            loop.add_reader(parent_end.fileno(), self._readable, i)
-        ready: dict[int, dict] = {}
         deadline = loop.time() + timeout_s
+        for i, channel in enumerate(self.channels):
+            self._last_heard[i] = loop.time()
+            await asyncio.wait_for(channel.open(self._poster(i)), max(0.0, deadline - loop.time()))
+        ready: dict[int, dict] = {}
         while len(ready) < self.count:
             i, msg = await self._next(deadline, "to start")
             if msg[0] == "ready":
                 ready[i] = msg[1]
             elif msg[0] in ("error", "exited"):
                 raise BackendError(f"worker {i} of {self.count}: {msg[1]}")
+        _same_plans(ready)
+        self._clocks = list(await asyncio.gather(*(c.sync_clock() for c in self.channels)))
         first = ready[0]
         self._planned, self._details = first["planned"], first["details"]
         return WorkerReady(first["name"], first["details"], first["notices"], first["planned"])
+
+    def _poster(self, i: int) -> Post:
+        loop = asyncio.get_running_loop()
+
+        def post(msg: tuple) -> None:
+            self._last_heard[i] = loop.time()
+            if msg[0] == "stats":
+                self._stats[i] = msg[1]
+            else:
+                self._inbox.put_nowait((i, msg))
+
+        return post
 
     # -- run ----------------------------------------------------------------------------------
 
@@ -126,35 +149,29 @@ class WorkerGroup:
         """Run every worker from one t0; the merged outcome and the backends' combined facts."""
         loop = asyncio.get_running_loop()
         self.t0 = self.clock.now_ns() + T0_LEAD_NS
-        for conn in self._conns:
-            _send(conn, ("go", self.t0, self.live_percentiles))
+        for i, channel in enumerate(self.channels):
+            self._last_heard[i] = loop.time()
+            channel.send(("go", self.t0, self.live_percentiles))
         parts: dict[int, tuple[RunOutcome, dict]] = {}
         lost: dict[int, str] = {}
         failure: str | None = None
         stop_deadline: float | None = None
         while len(parts) + len(lost) < self.count:
             now = loop.time()
-            silent = [
-                i
-                for i in range(self.count)
-                if i not in parts and i not in lost and now - self._last_heard[i] > SILENT_AFTER_S
-            ]
-            for i in silent:
-                lost[i] = f"no word for {SILENT_AFTER_S:g} s (stuck; killed)"
-                self._procs[i].kill()
+            for i in range(self.count):
+                if i not in parts and i not in lost and now - self._last_heard[i] > SILENT_AFTER_S:
+                    lost[i] = f"no word for {SILENT_AFTER_S:g} s (stuck; killed)"
+                    self.channels[i].kill()
             if stop_deadline is not None and now > stop_deadline:
                 for i in range(self.count):
                     if i not in parts and i not in lost:
                         lost[i] = f"did not stop within {STOP_GRACE_S:g} s (killed)"
-                        self._procs[i].kill()
+                        self.channels[i].kill()
                 break
             if len(parts) + len(lost) == self.count:
                 break
             if lost and failure is None:
-                i = min(lost)
-                failure = (
-                    f"worker {i} of {self.count} was lost: {lost[i]}; what it measured is lost"
-                )
+                failure = self._lost_failure(lost)
                 self.request_stop("failed")
             if self._stop is not None and stop_deadline is None:
                 stop_deadline = now + STOP_GRACE_S
@@ -162,24 +179,39 @@ class WorkerGroup:
                 i, msg = await self._next(now + HEARTBEAT_S, None)
             except TimeoutError:
                 continue
-            kind = msg[0]
-            if kind == "done":
+            if msg[0] == "done":
                 parts[i] = (msg[1], msg[2])
                 if msg[1].status == "failed" and failure is None:
                     failure = f"worker {i} of {self.count}: {msg[1].failure}"
                     self.request_stop("failed")
-            elif kind in ("error", "exited") and i not in parts:
+            elif msg[0] in ("error", "exited") and i not in parts:
                 lost[i] = msg[1]
         if lost and failure is None:
-            i = min(lost)
-            failure = f"worker {i} of {self.count} was lost: {lost[i]}; what it measured is lost"
+            failure = self._lost_failure(lost)
+        after = await asyncio.gather(
+            *(self._clock_after(i) for i in range(self.count)), return_exceptions=True
+        )
         facts = [parts[i][1] for i in sorted(parts)]
-        return self._merge(parts, lost, failure), combine_facts(
+        return self._merge(parts, lost, failure, after), combine_facts(
             self.loaded.scenario.backend, self._details, facts
         )
 
+    def _lost_failure(self, lost: dict[int, str]) -> str:
+        i = min(lost)
+        return f"worker {i} of {self.count} was lost: {lost[i]}; what it measured is lost"
+
+    async def _clock_after(self, i: int) -> ClockOffset | None:
+        """The clock offset again after the run (a drift check), where there is one to check."""
+        if self._clocks[i] is SAME_CLOCK:
+            return None
+        return await self.channels[i].sync_clock()
+
     def _merge(
-        self, parts: dict[int, tuple[RunOutcome, dict]], lost: dict[int, str], failure: str | None
+        self,
+        parts: dict[int, tuple[RunOutcome, dict]],
+        lost: dict[int, str],
+        failure: str | None,
+        after: list,
     ) -> RunOutcome:
         assert self.t0 is not None
         outcomes = [parts[i][0] for i in sorted(parts)]
@@ -203,26 +235,6 @@ class WorkerGroup:
             if "interrupted" in statuses or (self._stop and self._stop[0] == "interrupted")
             else "ok"
         )
-        workers = []
-        for i in range(self.count):
-            pid = self._procs[i].pid
-            if i in parts:
-                o = parts[i][0]
-                workers.append(
-                    WorkerPart(
-                        i,
-                        pid,
-                        o.status,
-                        o.sent,
-                        o.recorder.completed,
-                        o.recorder.failed,
-                        o.recorder.whole["dispatch_lag"],
-                        o.loop_lag,
-                        o.failure,
-                    )
-                )
-            else:
-                workers.append(WorkerPart(i, pid, "lost", failure=lost.get(i)))
         return RunOutcome(
             rec,
             self.t0,
@@ -235,18 +247,43 @@ class WorkerGroup:
             sum(o.throttled for o in outcomes),
             sessions=_sum_sessions([o.sessions for o in outcomes]),
             stopped_ns=stopped,
-            workers=workers,
+            workers=[self._part(i, parts, lost, after[i]) for i in range(self.count)],
+        )
+
+    def _part(self, i: int, parts: dict, lost: dict, after) -> WorkerPart:
+        where = self.channels[i].where
+        clock = None if self._clocks[i] is SAME_CLOCK else self._clocks[i]
+        clock_after = after if isinstance(after, ClockOffset) else None
+        if i not in parts:
+            return WorkerPart(
+                i, where.get("pid"), "lost", failure=lost.get(i), where=where, clock=clock
+            )
+        o = parts[i][0]
+        return WorkerPart(
+            i,
+            where.get("pid"),
+            o.status,
+            o.sent,
+            o.recorder.completed,
+            o.recorder.failed,
+            o.recorder.whole["dispatch_lag"],
+            o.loop_lag,
+            o.failure,
+            where,
+            clock,
+            clock_after,
         )
 
     # -- the runner's face --------------------------------------------------------------------
 
     def request_stop(self, reason: str = "interrupted") -> None:
-        """Stop every worker now; the stop's time is the parent's, so every part ends alike."""
+        """Stop every worker now; the stop's time is the coordinator's, so every part ends
+        alike (each worker reads the coordinator's timeline)."""
         if self._stop is not None:
             return
         self._stop = (reason, self.clock.now_ns())
-        for conn in self._conns:
-            _send(conn, ("stop", *self._stop))
+        for channel in self.channels:
+            channel.send(("stop", *self._stop))
 
     def stats(self) -> dict:
         """The workers' latest counts, summed; percentiles are the worst worker's."""
@@ -268,22 +305,6 @@ class WorkerGroup:
 
     # -- messages -----------------------------------------------------------------------------
 
-    def _readable(self, i: int) -> None:
-        conn, loop = self._conns[i], asyncio.get_running_loop()
-        try:
-            while conn.poll():
-                msg = conn.recv()
-                self._last_heard[i] = loop.time()
-                if msg[0] == "stats":
-                    self._stats[i] = msg[1]
-                else:
-                    self._inbox.put_nowait((i, msg))
-        except (EOFError, OSError):
-            loop.remove_reader(conn.fileno())
-            self._procs[i].join(1.0)
-            code = self._procs[i].exitcode
-            self._inbox.put_nowait((i, ("exited", f"exited (code {code}) without a result")))
-
     async def _next(self, deadline: float, what: str | None) -> tuple[int, tuple]:
         """The next message from any worker; TimeoutError at ``deadline`` (loop time)."""
         timeout = max(0.0, deadline - asyncio.get_running_loop().time())
@@ -295,26 +316,22 @@ class WorkerGroup:
             raise BackendError(f"the workers did not get ready {what} in time") from None
 
     async def close(self) -> None:
-        """Stop the workers (asked, then killed) and release the pipes; bounded."""
-        loop = asyncio.get_running_loop()
-        for conn in self._conns:
-            _send(conn, ("stop", "closed", None))
-        deadline = loop.time() + EXIT_GRACE_S
-        for proc in self._procs:
-            await asyncio.to_thread(proc.join, max(0.0, deadline - loop.time()))
-            if proc.is_alive():
-                proc.kill()
-                await asyncio.to_thread(proc.join, 1.0)
-        for conn in self._conns:
-            with contextlib.suppress(OSError, ValueError):
-                loop.remove_reader(conn.fileno())
-            conn.close()
-        self._procs, self._conns = [], []
+        """Close every worker (asked, then killed); bounded."""
+        await asyncio.gather(*(c.close(EXIT_GRACE_S) for c in self.channels))
+        self.channels = []
 
 
-def _send(conn, msg: tuple) -> None:
-    with contextlib.suppress(OSError, ValueError):  # a worker already gone: its loss is reported
-        conn.send(msg)
+def _same_plans(ready: dict[int, dict]) -> None:
+    """Every worker built the plan worker 0 built, or none runs: a node whose data file or
+    tokenizer differs would send other prompts, and the merged result would describe neither."""
+    first = ready[0]["fingerprint"]
+    for i in sorted(ready):
+        if ready[i]["fingerprint"] != first:
+            raise BackendError(
+                f"worker {i} built a different plan from worker 0's (digest "
+                f"{ready[i]['fingerprint']} against {first}): its data files or tokenizer "
+                "differ; every worker must read the same ones"
+            )
 
 
 def _sum_sessions(parts: list[SessionCounts | None]) -> SessionCounts | None:
@@ -328,103 +345,68 @@ def _sum_sessions(parts: list[SessionCounts | None]) -> SessionCounts | None:
     return total
 
 
-# -- the worker's side ----------------------------------------------------------------------------
+# -- worker processes on this host -----------------------------------------------------------
 
 
-def worker_main(conn, loaded: LoadedScenario, index: int, count: int) -> None:
-    """A worker process: its backend, its share of the plan, on the parent's t0."""
-    # Ctrl-C reaches the whole process group: only the parent decides, and tells the workers
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    try:
-        asyncio.run(_work(conn, loaded, index, count))
-    except BaseException as exc:  # whatever it is, the parent must hear of it
-        _send(conn, ("error", secrets.scrub(f"{type(exc).__name__}: {exc}")))
-    finally:
-        conn.close()
+class ProcessChannel:
+    """A worker process on this host (spawned, never forked: the coordinator holds threads),
+    spoken to through a pipe; it reads the same monotonic clock."""
 
+    def __init__(self, loaded: LoadedScenario, index: int, count: int) -> None:
+        self.loaded, self.index, self.count = loaded, index, count
+        self.where: dict = {}
+        self._proc: Any = None
+        self._conn: Any = None
 
-class _Inbox:
-    """The parent's messages, read by the event loop; a stop goes straight to the runner."""
-
-    def __init__(self, conn) -> None:
-        self.conn = conn
-        self.queue: asyncio.Queue[tuple] = asyncio.Queue()
-        self.runner: Runner | None = None
-        asyncio.get_running_loop().add_reader(conn.fileno(), self._readable)
-
-    def _readable(self) -> None:
-        try:
-            while self.conn.poll():
-                self._take(self.conn.recv())
-        except (EOFError, OSError):  # the parent is gone: stop, nobody is left to tell
-            asyncio.get_running_loop().remove_reader(self.conn.fileno())
-            self._take(("stop", "interrupted", None))
-
-    def _take(self, msg: tuple) -> None:
-        if msg[0] == "stop" and self.runner is not None:
-            self.runner.request_stop(msg[1], msg[2])
-        self.queue.put_nowait(msg)
-
-
-async def _work(conn, loaded: LoadedScenario, index: int, count: int) -> None:
-    scenario = loaded.scenario
-    secrets.register(*scenario.backend.secret_values())
-    clock = MonotonicClock()
-    inbox = _Inbox(conn)
-    backend = create_backend(scenario.backend, clock, {"base_dir": loaded.base_dir})
-    try:
-        info = await backend.start()
-        plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(loaded, name))
-        share = plan.share(index, count)
-        details = {**info.details, **await backend.prepare(share)}
-        settle_heap()  # before "ready": t0 is near once every worker is
-        ready = {
-            "name": info.name,
-            "details": details,
-            "notices": info.notices,
-            "planned": plan.planned_count,
-        }
-        conn.send(("ready", ready))
-        # the parent answers within its start timeout, or is gone (EOF: a stop)
-        limit = scenario.backend.start_timeout / 1e9 + STOP_GRACE_S
-        msg = await asyncio.wait_for(inbox.queue.get(), limit)
-        if msg[0] != "go":
-            return
-        load = scenario.load
-        if load.max_rate is not None:  # the ceiling is the run's: each worker holds its share
-            load = load.model_copy(update={"max_rate": load.max_rate / count})
-        goodput = scenario.goodput
-        runner = inbox.runner = Runner(
-            share,
-            backend,
-            info.tokenizer,
-            clock,
-            load,
-            scenario.outputs.interval,
-            keep_records=scenario.outputs.requests_jsonl,
-            goodput=None if goodput is None else (goodput.ttft, goodput.tpot, goodput.e2e),
+    async def open(self, post: Post) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent_end, child_end = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=worker_main,
+            args=(child_end, self.loaded, self.index, self.count),
+            name=f"loadtest-worker-{self.index}",
+            daemon=True,
         )
-        while not inbox.queue.empty():  # a stop that came before the runner existed
-            early = inbox.queue.get_nowait()
-            if early[0] == "stop":
-                runner.request_stop(early[1], early[2])
-        beat = asyncio.create_task(_heartbeat(conn, runner, msg[2]))
+        self._proc.start()
+        child_end.close()
+        self._conn = parent_end
+        self.where = {"pid": self._proc.pid}
+        asyncio.get_running_loop().add_reader(parent_end.fileno(), self._readable, post)
+
+    def _readable(self, post: Post) -> None:
+        conn, loop = self._conn, asyncio.get_running_loop()
         try:
-            outcome = await runner.run(t0_ns=msg[1], settle=False)
-        finally:
-            beat.cancel()
-        try:
-            facts = await backend.point_facts()
-        except BackendError as exc:
-            facts = {"error": str(exc)}
-        conn.send(("done", outcome, facts))
-    finally:
-        await backend.stop()
+            while conn.poll():
+                post(conn.recv())
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            self._proc.join(1.0)
+            post(("exited", f"exited (code {self._proc.exitcode}) without a result"))
+
+    async def sync_clock(self) -> ClockOffset:
+        return SAME_CLOCK  # one host, one monotonic clock
+
+    def send(self, msg: tuple) -> None:
+        send(self._conn, msg)
+
+    def kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+
+    async def close(self, grace_s: float) -> None:
+        if self._proc is None:
+            return
+        self.send(("stop", "closed", None))
+        await asyncio.to_thread(self._proc.join, grace_s)
+        if self._proc.is_alive():
+            self._proc.kill()
+            await asyncio.to_thread(self._proc.join, 1.0)
+        with contextlib.suppress(OSError, ValueError):
+            asyncio.get_running_loop().remove_reader(self._conn.fileno())
+        self._conn.close()
+        self._proc = None
 
 
-async def _heartbeat(conn, runner: Runner, percentiles: bool) -> None:
-    """Live counts for the parent's display; also how it knows this worker is alive."""
-    while True:
-        await asyncio.sleep(HEARTBEAT_S)
-        _send(conn, ("stats", runner.stats(percentiles)))
+def process_channels(loaded: LoadedScenario) -> list[Channel]:
+    n = loaded.scenario.load.workers
+    return [ProcessChannel(loaded, i, n) for i in range(n)]

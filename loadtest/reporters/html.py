@@ -301,6 +301,7 @@ def run_sections(m: dict) -> list[tuple[str, str, str]]:
             ("Goodput", insight.goodput_rows(m.get("goodput"))),
             ("Sessions", insight.sessions_rows(m.get("sessions"))),
             ("Server", insight.server_rows(m.get("server"))),
+            ("Client workers", insight.workers_rows(m.get("workers"), m.get("backend"))),
         )
         if rows
     ]
@@ -310,7 +311,7 @@ def run_sections(m: dict) -> list[tuple[str, str, str]]:
         ("latency", "Latency", latency),
         ("time", "Over time", over_time if ts.get("points") or gpu.get("available") else ""),
         ("engine", "GPU & roofline", "".join(engine)),
-        ("traffic", "Goodput, sessions, server", "".join(traffic)),
+        ("traffic", "Goodput, sessions, server, workers", "".join(traffic)),
         (
             "env",
             "Environment",

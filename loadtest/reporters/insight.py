@@ -236,3 +236,41 @@ def profile_rows(p: dict | None) -> tuple[list[tuple[str, str]], list[dict]]:
             )
         )
     return rows, p.get("top_ops") or []
+
+
+def workers_rows(workers: list[dict] | None, backend: dict | None) -> list[tuple[str, str]]:
+    """Label/value rows of the client workers: where they ran, what each sent, how late, and
+    (on other hosts) how well its clock was known."""
+    if not workers:
+        return []
+    ray = (backend or {}).get("ray")
+    nodes = {w.get("node") for w in workers if w.get("node")}
+    n = len(workers)
+    where = (
+        f"{n} Ray actor{'s' * (n > 1)} on {len(nodes)} node(s)"
+        if ray
+        else f"{n} process{'es' * (n > 1)} here"
+    )
+    rows = [("workers", where)]
+    if ray:
+        rows.append(("Ray cluster", f"{ray['address']} (Ray {ray['ray']}, {ray['cpus']} CPUs)"))
+    worst = max(workers, key=lambda w: w["dispatch_lag_ms"].get("p99") or 0.0)
+    p99 = _f(worst["dispatch_lag_ms"].get("p99"))
+    rows.append(("worst dispatch lag p99", f"{p99} ms (worker {worst['index']})"))
+    for w in workers:
+        parts = [w["status"] if w["valid"] else f"{w['status']}, could not keep up"]
+        if w.get("host"):
+            parts.append(f"{w['host']} {w.get('ip') or ''} node {(w.get('node') or '?')[:8]}")
+        parts.append(f"sent {w['sent']}, done {w['completed']}, failed {w['failed']}")
+        parts.append(
+            f"dispatch lag p99 {_f(w['dispatch_lag_ms'].get('p99'))} ms, "
+            f"loop lag p99 {_f(w['loop_lag_ms'].get('p99'))} ms"
+        )
+        c = w.get("clock")
+        if c:
+            drift = "" if c.get("drift_ms") is None else f", drift {c['drift_ms']:+.3f} ms"
+            parts.append(
+                f"clock {c['offset_ms']:+.3f} ± {c['uncertainty_ms']:.3f} ms ({c['method']}){drift}"
+            )
+        rows.append((f"worker {w['index']}", "; ".join(parts)))
+    return rows

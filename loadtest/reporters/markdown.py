@@ -84,6 +84,7 @@ def render(m: dict) -> str:
         ("Goodput", insight.goodput_rows(m.get("goodput"))),
         ("Sessions", insight.sessions_rows(m.get("sessions"))),
         ("Server", insight.server_rows(m.get("server"))),
+        ("Client workers", insight.workers_rows(m.get("workers"), m.get("backend"))),
         ("GPU", insight.gpu_rows(m.get("gpu"))),
         ("Roofline", insight.roofline_rows(m.get("roofline"))),
     ):

@@ -68,6 +68,11 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
     console.print(
         f"harness: dispatch lag p99 {_ms(lag.get('p99'))} ms, event-loop lag p99 {_ms(loop.get('p99'))} ms"
     )
+    workers = dict(insight.workers_rows(metrics.get("workers"), metrics.get("backend")))
+    if workers:
+        console.print(
+            f"workers: {workers['workers']}; worst dispatch lag p99 {workers['worst dispatch lag p99']}"
+        )
     for reason in metrics["validity"]["reasons"]:
         console.print(f"invalid: {reason}", style="yellow")
     for warning in metrics["validity"]["warnings"]:

@@ -27,6 +27,7 @@ from loadtest.results.model import (
     TurnStats,
     Validity,
     Window,
+    WorkerClock,
     WorkerStats,
 )
 from loadtest.results.stability import judge as judge_stability
@@ -244,6 +245,8 @@ def _workers(
                 reasons.append(reason)
         if w.status == "lost":
             reasons.append(w.failure or "lost")
+        clock = _worker_clock(w)
+        reasons += _clock_reasons(clock, v.max_dispatch_lag_p99)
         for reason in reasons:
             validity.reasons.append(f"worker {w.index} of {n}: {reason}")
         out.append(
@@ -259,10 +262,52 @@ def _workers(
                 valid=not reasons,
                 reasons=reasons,
                 failure=w.failure,
+                host=w.where.get("host"),
+                ip=w.where.get("ip"),
+                node=w.where.get("node"),
+                clock=clock,
             )
         )
     validity.valid = not validity.reasons
     return out
+
+
+def _worker_clock(w) -> WorkerClock | None:
+    if w.clock is None:
+        return None
+    after = w.clock_after
+    return WorkerClock(
+        method=w.clock.method,
+        offset_ms=w.clock.offset_ns / 1e6,
+        uncertainty_ms=w.clock.uncertainty_ns / 1e6,
+        drift_ms=None if after is None else (after.offset_ns - w.clock.offset_ns) / 1e6,
+        drift_uncertainty_ms=None
+        if after is None
+        else (after.uncertainty_ns + w.clock.uncertainty_ns) / 1e6,
+    )
+
+
+def _clock_reasons(clock: WorkerClock | None, limit_ns: int) -> list[str]:
+    """A worker on another host sends on time only as well as its clock offset is known: the
+    offset's uncertainty, or its drift over the run, must stay within half the dispatch-lag
+    limit (the precision the run asks for)."""
+    if clock is None:
+        return []
+    half = limit_ns / 2e6
+    reasons = []
+    if clock.uncertainty_ms > half:
+        reasons.append(
+            f"its clock offset is known only to ±{clock.uncertainty_ms:.3f} ms ({clock.method} "
+            f"round trips), more than half the {limit_ns / 1e6:g} ms dispatch-lag limit"
+        )
+    if clock.drift_ms is not None and clock.drift_uncertainty_ms is not None:
+        drift = abs(clock.drift_ms) - clock.drift_uncertainty_ms
+        if drift > half:
+            reasons.append(
+                f"its clock drifted {clock.drift_ms:+.3f} ms against the coordinator's during "
+                f"the run, more than half the {limit_ns / 1e6:g} ms dispatch-lag limit"
+            )
+    return reasons
 
 
 def _sessions(outcome: RunOutcome) -> SessionsResult | None:

@@ -107,8 +107,21 @@ class Harness(_Doc):
     failure: str | None
 
 
+class WorkerClock(_Doc):
+    """A worker on another host: its monotonic clock against the coordinator's, measured by
+    round trips before t0 (it ran on the coordinator's timeline through this offset) and again
+    after the run."""
+
+    method: str  # udp | ray: whose round trips
+    offset_ms: float  # its clock minus the coordinator's
+    uncertainty_ms: float  # the true offset is within this of offset_ms (half the best trip)
+    drift_ms: float | None = None  # the offset after the run minus before (None: not measured)
+    drift_uncertainty_ms: float | None = None
+
+
 class WorkerStats(_Doc):
-    """One client worker process's share of a run: what it sent and how late."""
+    """One client worker's share of a run (a process here or a Ray actor): what it sent and
+    how late."""
 
     index: int
     pid: int | None
@@ -121,6 +134,10 @@ class WorkerStats(_Doc):
     valid: bool  # kept up with its share of the schedule
     reasons: list[str] = Field(default_factory=list)
     failure: str | None = None
+    host: str | None = None  # a Ray actor's node: host name, IP and node id
+    ip: str | None = None
+    node: str | None = None
+    clock: WorkerClock | None = None  # None: on this host, one clock
 
 
 class Validity(_Doc):

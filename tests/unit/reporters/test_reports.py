@@ -183,3 +183,32 @@ def test_a_long_run_plot_stays_small_and_every_series_keeps_its_tooltips():
     # 6 client series of 600 points and one GPU series of 2400: ceil(n / 240) spacing
     assert svg.count("<title>") == 6 * 200 + 240
     assert "<title>585 s: ttft p99 40 ms</title>" in svg  # every 3rd marker; 585 % 5 == 0
+
+
+def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_known():
+    from loadtest.reporters import insight
+
+    lag = lambda p99: {"p50": p99 / 2, "p99": p99}  # noqa: E731
+    clock = {"method": "udp", "offset_ms": 5000.0, "uncertainty_ms": 0.01, "drift_ms": -0.002}
+    workers = [
+        {"index": 0, "status": "ok", "valid": True, "sent": 10, "completed": 9, "failed": 1,
+         "dispatch_lag_ms": lag(0.2), "loop_lag_ms": lag(0.05), "host": "<b>h1</b>",
+         "ip": "10.0.0.1", "node": "abcdef0123456789", "clock": clock},
+        {"index": 1, "status": "ok", "valid": False, "sent": 11, "completed": 11, "failed": 0,
+         "dispatch_lag_ms": lag(7.5), "loop_lag_ms": lag(0.1), "host": "h2",
+         "ip": "10.0.0.2", "node": "99998888", "clock": None},
+    ]  # fmt: skip
+    backend = {"ray": {"ray": "2.60.0", "address": "head:6379", "cpus": 8}}
+    rows = dict(insight.workers_rows(workers, backend))
+    assert rows["workers"] == "2 Ray actors on 2 node(s)"
+    assert rows["Ray cluster"] == "head:6379 (Ray 2.60.0, 8 CPUs)"
+    assert rows["worst dispatch lag p99"] == "7.5 ms (worker 1)"
+    assert rows["worker 0"] == (
+        "ok; <b>h1</b> 10.0.0.1 node abcdef01; sent 10, done 9, failed 1; dispatch lag p99 "
+        "0.2 ms, loop lag p99 0.05 ms; clock +5000.000 ± 0.010 ms (udp), drift -0.002 ms"
+    )
+    assert rows["worker 1"].startswith("ok, could not keep up; h2 10.0.0.2 node 99998888;")
+    assert dict(insight.workers_rows(workers[:1], {}))["workers"] == "1 process here"
+    m = {"name": "w", "status": "ok", "workers": workers, "backend": backend}
+    md = markdown.render(m)
+    assert "## Client workers" in md and "&lt;b&gt;h1&lt;/b&gt;" in md and "<b>h1" not in md
