@@ -7,7 +7,7 @@ import importlib
 
 from loadtest.backends.base import Backend, BackendInfo
 
-# kind -> "module:factory"; the factory takes (spec, clock, context) and returns a Backend.
+# kind -> "module:class"; ``class.create(spec, clock, context)`` returns the Backend.
 REGISTRY: dict[str, str] = {
     "sim": "loadtest.backends.sim:SimBackend",
     "noop": "loadtest.backends.noop:NoopBackend",
@@ -19,8 +19,8 @@ REGISTRY: dict[str, str] = {
 def create_backend(spec, clock, context=None) -> Backend:
     """The backend for a spec (its module imported only now: heavy imports stay lazy)."""
     module_name, _, attr = REGISTRY[spec.kind].partition(":")
-    factory = getattr(importlib.import_module(module_name), attr)
-    return factory(spec, clock, context)
+    cls = getattr(importlib.import_module(module_name), attr)
+    return cls.create(spec, clock, context)
 
 
 def combine_facts(spec, details: dict, parts: list[dict]) -> dict:

@@ -28,7 +28,9 @@ class BackendInfo:
     notices: list[str] = field(default_factory=list)
 
 
-def _combine(parts: list[dict]) -> dict:
+def combine_parts(parts: list[dict]) -> dict:
+    """Several parts' facts as one: numbers summed, dicts merged alike, lists joined (each
+    item once), anything else as the first part said it."""
     out: dict = {}
     for part in parts:
         for key, value in part.items():
@@ -36,7 +38,7 @@ def _combine(parts: list[dict]) -> dict:
             if key not in out:
                 out[key] = dict(value) if isinstance(value, dict) else value
             elif isinstance(value, dict) and isinstance(have, dict):
-                out[key] = _combine([have, value])
+                out[key] = combine_parts([have, value])
             elif isinstance(value, list) and isinstance(have, list):
                 out[key] = have + [v for v in value if v not in have]
             elif _number(value) and _number(have):
@@ -65,6 +67,11 @@ class Backend:
         """Run one request; yield Sent / Admitted / Tokens / Finished or Failed, each stamped."""
         raise NotImplementedError
 
+    @classmethod
+    def create(cls, spec: Any, clock: Any, context: dict | None = None) -> Backend:
+        """The backend for ``spec`` (a kind may return another class's, a router say)."""
+        return cls(spec, clock, context)  # type: ignore[call-arg]
+
     async def stop(self) -> dict:
         """Release everything; return end-of-run facts (``peak_mem_mb``, ...). Bounded."""
         return {}
@@ -85,7 +92,7 @@ class Backend:
     def combine_facts(cls, spec: Any, details: dict, parts: list[dict]) -> dict:
         """Several worker processes' ``point_facts`` as one run's: numbers summed, warnings
         kept once each, anything else as the first worker said it."""
-        return _combine(parts)
+        return combine_parts(parts)
 
     def set_origin(self, t0_ns: int) -> None:
         """The run's t0, before the first request (a simulator keys its timeline to it)."""

@@ -153,6 +153,27 @@ class TransformersSpec(Spec):
     compile: bool = Field(
         False, description="Static KV cache + torch.compile (CUDA graphs) for decode."
     )
+    devices: list[Annotated[str, Field(pattern=r"^(cpu|cuda:\d+)$")]] | None = Field(
+        None,
+        min_length=1,
+        description="Several devices, e.g. [cuda:0, cuda:1]: split into groups of "
+        "tensor_parallel, each group one replica (an engine of its own) behind one queue; "
+        "the harness sends each request to the replica with the fewest outstanding.",
+    )
+    replicas: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Shorthand for devices: this many replicas, each of tensor_parallel "
+        "devices, on cuda:0, cuda:1, ... (or all on cpu with device: cpu).",
+    )
+    tensor_parallel: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Split the model over this many devices (Megatron-style, from the "
+        "model's own plan), a process each, stepping together: static or single mode.",
+    )
     max_batch_size: int = Field(
         8, ge=1, description="static: the largest batch; continuous: most requests per step."
     )
@@ -167,8 +188,84 @@ class TransformersSpec(Spec):
         default_factory=ContinuousSpec, description="continuous mode: manager settings."
     )
 
+    def device_groups(self) -> list[tuple[str, ...]]:
+        """The engines to start: each a tuple of the devices of one tensor-parallel group."""
+        tp = self.tensor_parallel
+        if self.devices:
+            devices = list(self.devices)
+        else:
+            n = (self.replicas or 1) * tp
+            if n == 1:
+                return [(self.device,)]
+            first = int(self.device.split(":")[1]) if self.device.startswith("cuda:") else 0
+            cpu = self.device == "cpu"
+            devices = ["cpu" if cpu else f"cuda:{first + i}" for i in range(n)]
+        return [tuple(devices[i : i + tp]) for i in range(0, len(devices), tp)]
+
+    def layout_problems(self) -> list[tuple[tuple, str]]:
+        """Devices, replicas and tensor parallelism that do not go together."""
+        out: list[tuple[tuple, str]] = []
+        tp = self.tensor_parallel
+        if self.devices:
+            if self.replicas is not None:
+                out.append((("backend", "replicas"), "give devices or replicas, not both"))
+            if self.device != "auto":
+                out.append((("backend", "device"), "give device (one) or devices, not both"))
+            if len(self.devices) % tp:
+                out.append(
+                    (
+                        ("backend", "devices"),
+                        f"{len(self.devices)} devices do not split into tensor-parallel "
+                        f"groups of {tp}",
+                    )
+                )
+            gpus = [d for d in self.devices if d != "cpu"]
+            twice = sorted({d for d in gpus if gpus.count(d) > 1})
+            if twice:
+                out.append((("backend", "devices"), f"{twice[0]} twice: one engine per GPU"))
+        if tp > 1 and self.mode == "continuous":
+            out.append(
+                (
+                    ("backend", "tensor_parallel"),
+                    "continuous batching runs its own loop, which the ranks cannot follow: "
+                    "use mode static or single",
+                )
+            )
+        if tp > 1 and self.compile:
+            out.append(
+                (
+                    ("backend", "compile"),
+                    "compile with tensor_parallel is not supported: the all-reduces between "
+                    "layers are not captured",
+                )
+            )
+        return out
+
+    def _split_problems(self, config: dict, what: str) -> list[tuple[tuple, str]]:
+        tp = self.tensor_parallel
+        if tp == 1:
+            return []
+        for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+            value = config.get(name)
+            if value is None and name == "num_key_value_heads":
+                value = config.get("num_attention_heads")
+            if value is None:
+                continue  # not this kind of model: loading says so
+            if not isinstance(value, int) or value % tp:
+                return [
+                    (
+                        ("backend", "tensor_parallel"),
+                        f"{what}: {name} = {value} does not split over {tp} devices",
+                    )
+                ]
+        return []
+
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
-        """Problems found before loading: an unknown ``dummy:`` architecture, a missing or non-model path."""
+        """Problems found before loading: the device layout, an unknown ``dummy:``
+        architecture, a missing or non-model path, a model that does not split."""
+        return self.layout_problems() + self._model_problems(base_dir)
+
+    def _model_problems(self, base_dir: Path) -> list[tuple[tuple, str]]:
         if self.model.startswith("dummy:"):
             from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
@@ -180,7 +277,7 @@ class TransformersSpec(Spec):
                         f"unknown dummy architecture {arch!r}; known: {', '.join(sorted(DUMMY_ARCHITECTURES))}",
                     )
                 ]
-            return []
+            return self._split_problems(DUMMY_ARCHITECTURES[arch], self.model)
         path = Path(os.path.expanduser(self.model))
         if not path.is_absolute():
             path = base_dir / path
@@ -192,7 +289,7 @@ class TransformersSpec(Spec):
                         f"{path} has no config.json: not a Hugging Face model directory",
                     )
                 ]
-            return []
+            return self._split_problems(_read_config(path / "config.json"), str(path))
         if (
             self.model.count("/") == 1
             and not self.model.startswith((".", "/", "~"))
@@ -308,6 +405,16 @@ class OpenAISpec(Spec):
             if not (p if p.is_absolute() else base_dir / p).is_file():
                 problems.append((("backend", "ca_bundle"), f"file not found: {p}"))
         return problems
+
+
+def _read_config(path: Path) -> dict:
+    import json
+
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # loading says what is wrong with it
+    return config if isinstance(config, dict) else {}
 
 
 def _in_hub_cache(repo_id: str) -> bool:

@@ -72,3 +72,33 @@ def test_a_wedged_worker_on_the_gpu_fails_the_run_and_is_killed(tmp_path, monkey
     r = m["requests"]  # batches 1 and 2 finished (up to 4 requests each), the rest cut off
     assert 2 <= r["completed"] <= 8 and r["completed"] + r["cancelled"] == r["sent"] == 16
     assert read_run(tmp_path / "run" / "metrics.json").status == "failed"
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        {"devices": ["cuda:0", "cuda:1"], "mode": "static", "max_batch_size": 8},
+        {"devices": ["cuda:0", "cuda:1"], "tensor_parallel": 2, "mode": "static",
+         "max_batch_size": 8},
+    ],
+)  # fmt: skip
+def test_two_gpus_as_replicas_or_one_tensor_parallel_group(tmp_path, backend):
+    """Two GPUs (NCCL between them for TP): every token stamped, each replica or rank on its
+    own device, and the per-GPU memory of a split model about half of one GPU's."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    m = _run(
+        tmp_path, {**backend, "device": "auto"}, {"arrival": {"kind": "burst"}, "requests": 16}
+    )
+    assert m["status"] == "ok" and m["requests"]["completed"] == 16
+    assert m["latency_ms"]["itl"]["count"] == 16 * 15
+    b = m["backend"]
+    if "replicas" in b:
+        assert [r["devices"] for r in b["replicas"]] == [["cuda:0"], ["cuda:1"]]
+        assert all(r["requests"] > 0 for r in b["replicas"])
+    else:
+        assert b["tensor_parallel"]["size"] == 2
+        assert b["tensor_parallel"]["nccl_env"].get("NCCL_NVLS_ENABLE") in ("0", None)
+        assert 1000 < m["peak_mem_mb"] < 2400  # half the layers' weights, all of the embeddings
+    assert len(m["gpu"]["devices"]) >= 2  # each GPU sampled

@@ -23,6 +23,7 @@ from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.transformers import messages
+from loadtest.backends.transformers.followers import Followers
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, BackendEvent, Failed, Finished, Tokens
 from loadtest.workload.plan import PlannedRequest
@@ -41,8 +42,26 @@ class TransformersBackend(Backend):
     # Set from Python only; a scenario file cannot name code to run.
     engine_hooks: tuple[str, ...] = ()
 
-    def __init__(self, spec, clock, context=None) -> None:
+    @classmethod
+    def create(cls, spec, clock, context=None) -> Backend:
+        """One engine, or replicas of it behind a router (``replicas``) when the spec lays
+        the model out on several groups of devices."""
+        from loadtest.backends.transformers.replicas import create
+
+        return create(spec, clock, context)
+
+    def __init__(
+        self, spec, clock, context=None, group=None, processes: int = 1, label: str = ""
+    ) -> None:
+        """``group``: the devices of this engine (several: a tensor-parallel group, a process
+        each); default, the spec's one. ``processes``: engine processes of the whole run.
+        ``label`` ends its processes' names (``-replica1``)."""
         self.spec = spec
+        self.label = label
+        self.group: tuple[str, ...] = tuple(group or spec.device_groups()[0])
+        self.processes = max(processes, len(self.group))
+        self._followers = Followers(self._on_follower_exit)
+        self._stopping = False
         self.base_dir = str((context or {}).get("base_dir", Path.cwd()))
         self._queues: dict[int, asyncio.Queue] = {}
         self._start_s = spec.start_timeout / 1e9
@@ -57,9 +76,15 @@ class TransformersBackend(Backend):
         import multiprocessing as mp
 
         from loadtest.backends.hf_tokenizer import load_tokenizer
+        from loadtest.backends.transformers.parallel import Layout
         from loadtest.backends.transformers.worker import main
 
         ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
+        port = _free_port() if len(self.group) > 1 else 0
+        layouts = [
+            Layout(rank, len(self.group), self.group, port, self.processes)
+            for rank in range(len(self.group))
+        ]
         to_worker_r, to_worker = ctx.Pipe(duplex=False)
         threading.Thread(
             target=_send_loop,
@@ -76,17 +101,22 @@ class TransformersBackend(Backend):
                 self.spec.model_dump(),
                 self.base_dir,
                 tuple(self.engine_hooks),
+                layouts[0],
             ),
             daemon=True,
-            name="loadtest-engine",
+            name=f"loadtest-engine{self.label}",
         )
         self._proc.start()
         to_worker_r.close()
         from_worker_w.close()
         self._loop = asyncio.get_running_loop()
+        for layout in layouts[1:]:
+            self._followers.start(
+                ctx, self._loop, self.spec.model_dump(), self.base_dir, layout, self.label
+            )
         self._reply = asyncio.Queue()
         tokenizer = await self._loop.run_in_executor(
-            None, load_tokenizer, self.spec.model, self.base_dir, self.spec.trust_remote_code
+            None, _one_at_a_time, load_tokenizer, self.spec, self.base_dir
         )
         threading.Thread(target=self._read, daemon=True, name="loadtest-engine-reader").start()
         msg = await self._reply_within("loading the model", self._start_s)
@@ -98,9 +128,12 @@ class TransformersBackend(Backend):
         self._info = info
         self._ready = True
         self.tokenizer = tokenizer
-        name = (
-            f"transformers:{self.spec.model} ({self.spec.mode}, {info['device']}, {info['dtype']})"
+        where = (
+            info["device"]
+            if len(self.group) == 1
+            else f"TP{len(self.group)} on " + ",".join(self.group)
         )
+        name = f"transformers:{self.spec.model} ({self.spec.mode}, {where}, {info['dtype']})"
         info["tokenizer"] = getattr(tokenizer, "name", type(tokenizer).__name__)
         return BackendInfo(name, tokenizer, info)
 
@@ -227,6 +260,7 @@ class TransformersBackend(Backend):
 
     async def stop(self) -> dict:
         facts: dict = {}
+        self._stopping = True
         if self._proc is None:
             return facts
         if self._proc.is_alive() and not self._dead and self._ready:
@@ -241,8 +275,19 @@ class TransformersBackend(Backend):
         if self._proc.is_alive():  # wedged, still loading, or slow to exit
             self._proc.kill()
             await asyncio.to_thread(self._proc.join, 5)
+        await self._followers.stop()  # rank 0's stop reached them, unless it died first
         self._outq.put(None)
         return facts
+
+    def _on_follower_exit(self, rank: int, exitcode, words: str | None) -> None:
+        """A rank that leaves before the end takes the group with it: rank 0 is stuck in a
+        collective it will never finish, so it is ended too, and every request fails."""
+        if self._stopping or self._dead:
+            return
+        why = words or f"exit code {exitcode}"
+        self._dead = f"tensor-parallel rank {rank} of {len(self.group)} exited: {why}"
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
 
     def _send(self, message: tuple) -> None:
         """A message to the worker (``messages``): never blocks, the sender thread writes it."""
@@ -318,6 +363,25 @@ class TransformersBackend(Backend):
         for q in self._queues.values():
             q.put_nowait(_DEATH)
         self._reply.put_nowait(_DEATH)
+
+
+_TOKENIZER_LOCK = threading.Lock()
+
+
+def _one_at_a_time(load_tokenizer, spec, base_dir: str):
+    """Replicas load their tokenizers on threads at once; transformers' lazy imports are not
+    safe to run concurrently (an attribute can be missing halfway), so one at a time."""
+    with _TOKENIZER_LOCK:
+        return load_tokenizer(spec.model, base_dir, spec.trust_remote_code)
+
+
+def _free_port() -> int:
+    """A free TCP port on loopback for the group's rendezvous."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _send_loop(conn, outq: queue.SimpleQueue) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from loadtest.backends.transformers import parallel
+from loadtest.backends.transformers.parallel import Layout
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
 
@@ -45,18 +47,22 @@ def choose_sdpa_backends(torch, device, wanted) -> list[str] | None:
     return list(chosen)
 
 
-def load_model(spec: dict, base_dir: str):
-    """The model on its device (or a ``dummy:<arch>`` with random weights), and facts about it."""
+def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
+    """The model on its device (or a ``dummy:<arch>`` with random weights), and facts about it.
+    With a tensor-parallel ``layout``, this rank's part of it, in its group."""
     import torch
     import transformers
 
-    device = resolve_device(spec["device"])
+    layout = layout or Layout(devices=(spec["device"],))
+    device = resolve_device(layout.device)
     dtype = resolve_dtype(spec["dtype"], device)
     if device.type == "cpu":
         # A CPU model would otherwise take every core, and the harness's dispatch would queue
-        # behind it: leave one core to the harness.
-        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    torch.manual_seed(spec["seed"])
+        # behind it: leave one core to the harness, and share the rest among engine processes.
+        torch.set_num_threads(max(1, ((os.cpu_count() or 2) - 1) // layout.processes))
+    if layout.size > 1:
+        parallel.join_group(layout, device)
+    torch.manual_seed(spec["seed"])  # every rank alike: their replicated weights agree
     sdpa = choose_sdpa_backends(torch, device, spec.get("sdpa_backends"))
     attn = (
         {"attn_implementation": spec["attn_implementation"]}
@@ -64,18 +70,18 @@ def load_model(spec: dict, base_dir: str):
         else {}
     )
     name = spec["model"]
-    if name.startswith("dummy:"):
+    split = None
+    if layout.size > 1:
+        model, source, split = _load_split(spec, base_dir, device, dtype, attn, layout)
+    elif name.startswith("dummy:"):
         arch = name.split(":", 1)[1]
-        cfg = dict(DUMMY_ARCHITECTURES[arch])
-        config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
         with torch.device(device):
-            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, **attn)
+            model = transformers.AutoModelForCausalLM.from_config(
+                _dummy_config(arch), dtype=dtype, **attn
+            )
         source = f"dummy weights, {arch} shapes"
     else:
-        path = Path(os.path.expanduser(name))
-        if not path.is_absolute() and (Path(base_dir) / path).is_dir():
-            path = Path(base_dir) / path
-        target = str(path) if path.is_dir() else name
+        target = _checkpoint(name, base_dir)
         model = transformers.AutoModelForCausalLM.from_pretrained(
             target,
             dtype=dtype,
@@ -107,6 +113,7 @@ def load_model(spec: dict, base_dir: str):
         "mode": spec["mode"],
         "compile": spec["compile"],
         "trust_remote_code": spec["trust_remote_code"],
+        "tensor_parallel": split,
         "pad_token_id": pad,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -128,6 +135,48 @@ def load_model(spec: dict, base_dir: str):
         },
     }
     return model, device, info
+
+
+def _dummy_config(arch: str):
+    import transformers
+
+    cfg = dict(DUMMY_ARCHITECTURES[arch])
+    return transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+
+
+def _checkpoint(name: str, base_dir: str) -> str:
+    """A model folder (relative to the scenario's) or a hub id, as from_pretrained takes it."""
+    path = Path(os.path.expanduser(name))
+    if not path.is_absolute() and (Path(base_dir) / path).is_dir():
+        path = Path(base_dir) / path
+    return str(path) if path.is_dir() else name
+
+
+def _load_split(spec: dict, base_dir: str, device, dtype, attn: dict, layout: Layout):
+    """This rank's part of the model, built at its local shape on its device: random weights
+    for a dummy, the checkpoint's slices otherwise (``parallel``)."""
+    import torch
+    import transformers
+
+    name = spec["model"]
+    if name.startswith("dummy:"):
+        arch = name.split(":", 1)[1]
+        config, folder = _dummy_config(arch), None
+        source = f"dummy weights, {arch} shapes, rank {layout.rank} of {layout.size}"
+    else:
+        folder = Path(_checkpoint(name, base_dir))
+        if not folder.is_dir():
+            raise ValueError(f"tensor_parallel needs a local model folder, not {name!r}")
+        config = parallel.checkpoint_config(folder)
+        source = f"{folder}, rank {layout.rank} of {layout.size}"
+    plan = parallel.plan_of(config)
+    local = parallel.local_config(config, layout.size)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(local, dtype=dtype, **attn)
+    if folder is not None:
+        parallel.load_slices(model, folder, layout.rank, layout.size, plan)
+    hooked = parallel.sum_rowwise_outputs(model, plan)
+    return model, source, parallel.describe(local, layout.size, hooked)
 
 
 def _batch_buckets(spec: dict) -> list[int] | None:

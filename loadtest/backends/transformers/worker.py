@@ -39,8 +39,11 @@ from loadtest.backends.transformers.stamping import (
 from loadtest.core.heap import process_gc_pauses, settle_heap
 
 
-def main(inbox_conn, outbox_conn, spec: dict, base_dir: str, hooks: tuple = ()) -> None:
-    """The engine worker process's entry point (spawned by TransformersBackend)."""
+def main(
+    inbox_conn, outbox_conn, spec: dict, base_dir: str, hooks: tuple = (), layout=None
+) -> None:
+    """The engine worker process's entry point (spawned by TransformersBackend); with a
+    tensor-parallel ``layout``, rank 0 of its group (``parallel``)."""
     import sys
 
     # The generate() loop holds the GIL; the pipe reader needs it for every message. At the
@@ -49,7 +52,7 @@ def main(inbox_conn, outbox_conn, spec: dict, base_dir: str, hooks: tuple = ()) 
     sys.setswitchinterval(0.0005)
     out = Outbox(outbox_conn)
     try:
-        _serve(inbox_conn, out, spec, base_dir, hooks)
+        _serve(inbox_conn, out, spec, base_dir, hooks, layout)
     except Exception as exc:
         # Say why before dying: the harness reports this, not only an exit code
         crashed: messages.Crashed = (
@@ -63,9 +66,9 @@ def main(inbox_conn, outbox_conn, spec: dict, base_dir: str, hooks: tuple = ()) 
         out.close()
 
 
-def _serve(inbox_conn, out: Outbox, spec: dict, base_dir: str, hooks: tuple) -> None:
+def _serve(inbox_conn, out: Outbox, spec: dict, base_dir: str, hooks: tuple, layout) -> None:
     try:
-        engine = Engine(spec, base_dir, out)
+        engine = Engine(spec, base_dir, out, layout=layout)
         for hook in hooks:
             resolve_hook(hook)(engine)
     except Exception as exc:  # load failure: say why, then exit
@@ -123,16 +126,24 @@ def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: deque) -> None:
 class Engine:
     """The loaded model, the static batcher and its bookkeeping, in the worker process."""
 
-    def __init__(self, spec: dict, base_dir: str, out, loaded: tuple | None = None) -> None:
+    def __init__(
+        self, spec: dict, base_dir: str, out, loaded: tuple | None = None, layout=None
+    ) -> None:
         """``loaded``: (model, device, info) already loaded (bench/overhead_split.py drives this
-        engine's own generate path on a model it compiled once)."""
+        engine's own generate path on a model it compiled once). ``layout``: this engine is
+        rank 0 of a tensor-parallel group, whose followers run each generate() it announces."""
         import torch
 
         from loadtest.backends.transformers.loading import load_model
 
         self.spec, self.out, self.torch = spec, out, torch
         t = time.monotonic()
-        self.model, self.device, self.info = loaded or load_model(spec, base_dir)
+        self.model, self.device, self.info = loaded or load_model(spec, base_dir, layout)
+        self.lockstep = None
+        if layout is not None and layout.size > 1:
+            from loadtest.backends.transformers.parallel import Lockstep, control_group
+
+            self.lockstep = Lockstep(control_group())
         self.info["load_s"] = round(time.monotonic() - t, 3)
         self.stamp_source = choose_stamp_source(self.device)
         self.info["stamp_source"] = self.stamp_source
@@ -182,6 +193,8 @@ class Engine:
             batch = [r for r in batch if r[1] not in cancelled]
             if batch:
                 self._run_batch(batch, cancelled)
+        if self.lockstep is not None:
+            self.lockstep.finish()
         self.out.send(("stopped", self._facts()))
 
     def handle_control(self, msg) -> bool:
@@ -244,8 +257,18 @@ class Engine:
             self._fail_rest(rids, finished, "CudaOOM", str(exc)[:200])
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
+            self._unless_split()
         except Exception as exc:
             self._fail_rest(rids, finished, type(exc).__name__, str(exc)[:200])
+            self._unless_split()
+
+    def _unless_split(self) -> None:
+        """A step that failed on rank 0 left the other ranks inside a collective: the group
+        cannot go on, so the engine stops here (the run ends with what it measured)."""
+        if self.lockstep is not None:
+            raise RuntimeError(
+                "a batch failed on rank 0 of the tensor-parallel group; the ranks cannot resume"
+            )
 
     def _fail_rest(self, rids, finished: set, error_type: str, message: str) -> None:
         """Fail the rows not yet reported done, after the outbox has processed the batch's steps."""
@@ -299,6 +322,8 @@ class Engine:
         else:
             kwargs["streamer"] = streamer
         label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
+        if self.lockstep is not None:  # every rank runs this generate(), with these inputs
+            self.lockstep.announce(ids, mask, {k: v for k, v in kwargs.items() if k != "streamer"})
         ids, mask = ids.to(self.device), mask.to(self.device)
         with torch.inference_mode(), self.profiler.annotate(label) if label else nothing():
             if hook is not None:

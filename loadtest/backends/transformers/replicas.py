@@ -1,0 +1,173 @@
+"""Several engines behind one queue: data-parallel replicas of a model, one per GPU (or per
+tensor-parallel group of GPUs).
+
+Each replica is a ``TransformersBackend`` of its own (its engine process, or group of them): it
+batches, stamps and keeps its roofline accounting alone. The router sends each request to the
+replica with the fewest outstanding requests, ties taken in turn (an idle pair of replicas
+shares the load rather than one taking all of it), the policy of an inference server's load
+balancer, and the result says so. The replicas load in
+parallel; if one fails to load, or dies during the run, the run ends with everything measured
+(its error names the replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from loadtest.backends.base import Backend, BackendInfo, combine_parts
+from loadtest.backends.transformers.backend import TransformersBackend
+from loadtest.core.errors import BackendError
+from loadtest.core.events import BackendEvent
+from loadtest.workload.plan import PlannedRequest
+
+ROUTING = "least outstanding requests (ties in turn)"
+
+
+def create(spec, clock, context=None) -> Backend:
+    """``kind: transformers``: one engine, or a router over several
+    (``TransformersBackend.create``)."""
+    groups = spec.device_groups()
+    processes = sum(len(g) for g in groups)
+    if len(groups) == 1:
+        return TransformersBackend(spec, clock, context, groups[0], processes)
+    return ReplicaRouter(spec, clock, context, groups)
+
+
+class ReplicaRouter(Backend):
+    """Data-parallel replicas behind one queue, least outstanding first."""
+
+    needs_prompt_ids = True
+    supports_profiling = True  # replica 0's engine
+
+    def __init__(self, spec, clock, context, groups: list[tuple[str, ...]]) -> None:
+        self.spec = spec
+        processes = sum(len(g) for g in groups)
+        self.replicas = [
+            TransformersBackend(spec, clock, context, group, processes, f"-replica{i}")
+            for i, group in enumerate(groups)
+        ]
+        self.outstanding = [0] * len(groups)
+        self._turn = 0  # where the search for the least loaded starts: ties go in turn
+        self.routed = [0] * len(groups)  # requests sent to each since the last point_facts
+
+    @property
+    def engine_hooks(self):
+        return TransformersBackend.engine_hooks
+
+    async def start(self) -> BackendInfo:
+        started = await asyncio.gather(*(r.start() for r in self.replicas), return_exceptions=True)
+        failed = [(i, x) for i, x in enumerate(started) if isinstance(x, BaseException)]
+        if failed:
+            await self.stop()
+            i, exc = failed[0]
+            if not isinstance(exc, Exception):
+                raise exc
+            raise BackendError(f"replica {i} ({self._where(i)}): {exc}")
+        infos: list[BackendInfo] = list(started)  # type: ignore[arg-type]
+        first = infos[0]
+        self.tokenizer = first.tokenizer
+        details = dict(first.details)
+        details["routing"] = ROUTING
+        details["replicas"] = [
+            {
+                "index": i,
+                "devices": list(r.group),
+                "device_name": info.details.get("device_name"),
+                "load_s": info.details.get("load_s"),
+            }
+            for i, (r, info) in enumerate(zip(self.replicas, infos))
+        ]
+        n, tp = len(self.replicas), len(self.replicas[0].group)
+        layout = f"{n} replicas" + (f" of TP{tp}" if tp > 1 else "")
+        name = f"transformers:{self.spec.model} ({self.spec.mode}, {layout}, {details['dtype']})"
+        return BackendInfo(name, first.tokenizer, details, first.notices)
+
+    async def prepare(self, plan) -> dict:
+        warmed = await asyncio.gather(*(r.prepare(plan) for r in self.replicas))
+        return {**warmed[0], "warmup_s": max(w.get("warmup_s", 0.0) for w in warmed)}
+
+    async def submit(
+        self, req: PlannedRequest, prompt_ids: list[int] | None
+    ) -> AsyncIterator[BackendEvent]:
+        i = self.choose()
+        self.outstanding[i] += 1
+        self.routed[i] += 1
+        try:
+            async for ev in self.replicas[i].submit(req, prompt_ids):
+                yield ev
+        except BackendError as exc:
+            raise BackendError(f"replica {i} ({self._where(i)}): {exc}") from None
+        finally:
+            self.outstanding[i] -= 1
+
+    def choose(self) -> int:
+        """The replica with the fewest outstanding requests; of several, the next in turn."""
+        n = len(self.outstanding)
+        order = [(self._turn + k) % n for k in range(n)]
+        i = min(order, key=self.outstanding.__getitem__)  # the first of the least, in turn
+        self._turn = (i + 1) % n
+        return i
+
+    async def reconfigure(self, spec) -> bool:
+        done = await asyncio.gather(*(r.reconfigure(spec) for r in self.replicas))
+        if all(done):
+            self.spec = spec
+        return all(done)
+
+    def window_started(self) -> None:
+        for r in self.replicas:
+            r.window_started()
+
+    async def profile_start(self, options: dict) -> None:
+        await self.replicas[0].profile_start(options)
+
+    async def profile_stop(self, out_dir: str) -> dict:
+        return {**await self.replicas[0].profile_stop(out_dir), "profiled": "replica 0"}
+
+    async def call_in_engine(self, target: str, *args, timeout_s: float = 600.0):
+        return await self.replicas[0].call_in_engine(target, *args, timeout_s=timeout_s)
+
+    async def point_facts(self) -> dict:
+        parts = await asyncio.gather(*(r.point_facts() for r in self.replicas))
+        facts = merge_facts(list(parts))
+        facts["replicas"] = [
+            {"index": i, "devices": list(r.group), "requests": n, **_own(part)}
+            for i, (r, n, part) in enumerate(zip(self.replicas, self.routed, parts))
+        ]
+        self.routed = [0] * len(self.replicas)
+        return facts
+
+    async def stop(self) -> dict:
+        stopped = await asyncio.gather(*(r.stop() for r in self.replicas), return_exceptions=True)
+        return merge_facts([s for s in stopped if isinstance(s, dict)])
+
+    def _where(self, i: int) -> str:
+        return ",".join(self.replicas[i].group)
+
+
+def merge_facts(parts: list[dict]) -> dict:
+    """The replicas' facts as one engine's: counts and step accounting summed (so MBU is the
+    time-weighted mean over the replicas' GPUs), peak memory the largest."""
+    if not parts:
+        return {}
+    out = combine_parts([{k: v for k, v in p.items() if not k.startswith("peak_")} for p in parts])
+    accounts = [p["roofline_acct"] for p in parts if p.get("roofline_acct")]
+    if accounts:
+        out["roofline_acct"] = combine_parts(accounts)
+    for key in ("peak_mem_mb", "peak_rss_mb"):
+        peaks = [p[key] for p in parts if p.get(key) is not None]
+        if peaks:
+            out[key] = max(peaks)
+    return out
+
+
+def _own(part: dict) -> dict[str, Any]:
+    """What the result lists for one replica."""
+    keep = ("batches", "peak_mem_mb", "peak_rss_mb", "recompiles_in_window", "stamp_mismatches")
+    out: dict[str, Any] = {k: part[k] for k in keep if k in part}
+    acct = part.get("roofline_acct") or {}
+    if acct.get("decode_steps"):
+        out["decode_step_ms"] = round(1e3 * acct["decode_s"] / acct["decode_steps"], 3)
+    return out
