@@ -76,15 +76,25 @@ def collect(
         | ({"python -X dev": True} if sys.flags.dev_mode else {}),
     }
     for name in ("torch", "transformers"):
-        module = sys.modules.get(name)
+        module = _imported(name)
         if module is not None:
             env[name] = getattr(module, "__version__", None)
-    torch = sys.modules.get("torch")
+    torch = _imported("torch")
     if torch is not None:
-        env["torch_cuda"] = getattr(torch.version, "cuda", None)
+        env["torch_cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
     if gpus:
         env.update(gpu_manifest())
     return env
+
+
+def _imported(name: str):
+    """A module this process has finished importing, else None: another thread may be halfway
+    through importing it (a backend loading its tokenizer when a start timeout fires), and a
+    half-initialised module has no attributes yet."""
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
 
 
 def gpu_manifest(nvml=None) -> dict:

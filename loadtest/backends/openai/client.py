@@ -16,7 +16,6 @@ read from an environment variable and never written anywhere.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import ssl
@@ -64,11 +63,9 @@ class OpenAIBackend(Backend):
     async def start(self) -> BackendInfo:
         import aiohttp
 
-        # The library is imported here, not in the thread: a thread left behind by start_timeout
-        # mid-import would leave torch half-initialised for every later import of it.
-        with contextlib.suppress(ImportError):  # no transformers: fine for an HTTP client
-            import transformers  # noqa: F401
-        # hub lookups and file reads off the loop: start_timeout bounds them
+        # hub lookups, file reads and the tokenizer library's imports off the loop:
+        # start_timeout bounds them (a thread it leaves importing torch is harmless: the
+        # environment manifest reads only modules whose import has finished)
         tokenizer, tokenizer_source = await asyncio.to_thread(self._load_tokenizer)
         spec = self.spec
         headers = {"Content-Type": "application/json", **spec.headers}
