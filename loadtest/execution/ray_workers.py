@@ -36,8 +36,9 @@ from loadtest.execution.worker_side import HEARTBEAT_S, WorkerSide
 FAKE_SKEW_ENV = "LOADTEST_FAKE_CLOCK_SKEW_NS"
 
 
-class _SkewedOffsetClock(OffsetClock):
-    """``OffsetClock`` over a node clock that reads ``skew_ns`` ahead of the host's."""
+class NodeClock(OffsetClock):
+    """This node's monotonic clock (read ``skew_ns`` ahead in a test that plays another host)
+    on the coordinator's timeline, once its offset is set."""
 
     def __init__(self, skew_ns: int) -> None:
         super().__init__(0)
@@ -54,10 +55,11 @@ class _SkewedOffsetClock(OffsetClock):
 
 
 class RayWorker:
-    """The actor (made remote by ``ray_channels``): a worker on whatever node Ray chose."""
+    """The actor (made remote by ``ray_channels``): a worker on whatever node Ray chose. Every
+    method is a coroutine, so that all of them run on the actor's one event loop, the runner's."""
 
     def __init__(self, loaded: LoadedScenario, index: int, count: int) -> None:
-        self.clock = _SkewedOffsetClock(int(os.environ.get(FAKE_SKEW_ENV, "0")))
+        self.clock = NodeClock(int(os.environ.get(FAKE_SKEW_ENV, "0")))
         self.side = WorkerSide(loaded, index, count, self.clock)
         self.echo: EchoServer | None = None
 
@@ -73,19 +75,19 @@ class RayWorker:
         ready["where"] = {"pid": os.getpid(), "host": socket.gethostname(), "ip": ip, "node": node}
         return ready
 
-    def node_clock_ns(self) -> int:
+    async def node_clock_ns(self) -> int:
         return self.clock.node_ns()
 
-    def set_offset(self, offset_ns: int) -> None:
+    async def set_offset(self, offset_ns: int) -> None:
         self.clock.offset_ns = offset_ns
 
     async def run(self, t0_ns: int):
         return await self.side.run(t0_ns)
 
-    def stop(self, reason: str, at_ns: int | None) -> None:
+    async def stop(self, reason: str, at_ns: int | None) -> None:
         self.side.request_stop(reason, at_ns)
 
-    def stats(self, percentiles: bool) -> dict:
+    async def stats(self, percentiles: bool) -> dict:
         return self.side.stats(percentiles)
 
     async def close(self) -> None:
@@ -219,6 +221,7 @@ class RayChannel:
         self._tasks: list[asyncio.Task] = []
         self._post: Any = None
         self._offset_set = False
+        self._udp = True  # until a measurement finds that UDP does not get through
 
     async def open(self, post) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -249,8 +252,9 @@ class RayChannel:
         import ray
 
         assert self._echo is not None
-        offset = await asyncio.to_thread(measure_udp, *self._echo)
+        offset = await asyncio.to_thread(measure_udp, *self._echo) if self._udp else None
         if offset is None:  # no UDP between the nodes: Ray's round trips, wider
+            self._udp = False
             call = lambda: ray.get(self._actor.node_clock_ns.remote(), timeout=10)  # noqa: E731
             offset = await asyncio.to_thread(measure_calls, call)
         if not self._offset_set:
