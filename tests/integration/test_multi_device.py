@@ -156,3 +156,17 @@ def test_a_lost_rank_or_replica_ends_the_run_with_what_was_measured(
     assert m["status"] == "failed" and said in m["harness"]["failure"], m["harness"]
     assert m["requests"]["completed"] > 0
     assert _engines() == []
+
+
+def test_gpus_asked_for_on_a_machine_without_them_fail_the_start_saying_so(
+    tmp_path, tiny_model_dir
+):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    path = scenario(tmp_path, tiny_model_dir, {"tensor_parallel": 2})  # device auto: GPUs
+    m = run_scenario(load_scenario(path), tmp_path / "run").metrics
+    assert m["status"] == "failed"
+    assert "cuda:0: this machine has 0 CUDA device(s)" in m["backend"]["error"]
+    assert _engines() == []

@@ -20,7 +20,15 @@ def resolve_device(name: str):
 
     if name == "auto":
         name = "cuda:0" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise ValueError(
+                f"{name}: this machine has {count} CUDA device(s) (several devices, replicas "
+                "and tensor_parallel mean GPUs unless device: cpu)"
+            )
+    return device
 
 
 def resolve_dtype(name: str, device):

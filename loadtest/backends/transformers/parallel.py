@@ -266,8 +266,6 @@ def follow(model, device, control) -> None:
 def follower_main(spec: dict, base_dir: str, layout: Layout, says) -> None:
     """A follower rank's process (spawned beside rank 0 by the harness); ``says`` carries its
     last words to the harness if it fails."""
-    import traceback
-
     import torch.distributed as dist
 
     from loadtest.backends.transformers.loading import load_model
@@ -280,7 +278,6 @@ def follower_main(spec: dict, base_dir: str, layout: Layout, says) -> None:
             says.send(f"{type(exc).__name__}: {exc}"[:500])
         except OSError:
             pass
-        traceback.print_exc()
         raise SystemExit(1) from None
     finally:
         says.close()
