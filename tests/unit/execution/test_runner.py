@@ -143,3 +143,35 @@ def test_recording_keeps_clear_of_every_send_and_loses_nothing(monkeypatch):
     for f in during:
         k = bisect.bisect_right(sends, f)  # the next send strictly after this recording
         assert sends[k] - f >= budget, (f, sends[k])
+
+
+def test_live_counts_leave_the_percentiles_out_unless_a_display_asks(monkeypatch):
+    """A worker's heartbeat polls ``stats`` twice a second; the percentiles merge histograms on
+    the worker's loop, so only a display's poll pays for them."""
+    from loadtest.execution.recorder import Recorder
+
+    merged = []
+    original = Recorder.live_percentiles_ms
+    monkeypatch.setattr(
+        Recorder, "live_percentiles_ms", lambda self: merged.append(1) or original(self)
+    )
+    sc = scenario(
+        {"kind": "noop"}, {"arrival": {"kind": "constant", "rate": 100}, "duration": "1s"}
+    )
+    seen = {}
+
+    async def go(clock):
+        backend = create_backend(sc.backend, clock, {})
+        info = await backend.start()
+        plan = build_plan(sc, info.tokenizer, lambda name: name)
+        runner = Runner(plan, backend, info.tokenizer, clock, sc.load, 100 * MS)
+
+        def poll():
+            seen["bare"], seen["shown"] = runner.stats(False), runner.stats()
+
+        asyncio.get_running_loop().call_later(0.5, poll)
+        await runner.run()
+
+    run_virtual(go)
+    assert seen["bare"]["ttft_p50_ms"] is None and seen["bare"]["sent"] == 50
+    assert seen["shown"]["ttft_p50_ms"] == 0.0 and merged == [1]  # noop: no latency at all
