@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cold_cache import run_cold
 
 # name -> (dynamic setting given to transformers' CompileConfig, batch sizes warmed)
 VARIANTS = {
@@ -98,19 +99,7 @@ def main() -> None:
     chosen = [names[int(i) - 1] for i in args.only.split(",")] if args.only else names
     rows = []
     for name in chosen:
-        with tempfile.TemporaryDirectory() as cache:
-            env = {
-                **os.environ,
-                "TORCHINDUCTOR_CACHE_DIR": cache + "/inductor",
-                "TRITON_CACHE_DIR": cache + "/triton",
-            }
-            r = subprocess.run(
-                [sys.executable, __file__, "--child", name, "--model", args.model],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=400,
-            )
+        r = run_cold(__file__, ["--child", name, "--model", args.model])
         if r.returncode:
             rows.append((name, None, r.stderr.strip()[-1500:]))
             print(f"{name}: failed\n{r.stderr.strip()[-1500:]}", flush=True)

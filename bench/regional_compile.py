@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cold_cache import run_cold
 
 VARIANTS = ("whole model (transformers' auto-compile)", "regional, default mode", "eager")
 NEW = 128
@@ -81,19 +82,7 @@ def main() -> None:
     print("|---|---|---|---|")
     chosen = [VARIANTS[int(i) - 1] for i in args.only.split(",")] if args.only else VARIANTS
     for v in chosen:
-        with tempfile.TemporaryDirectory() as cache:
-            env = {
-                **os.environ,
-                "TORCHINDUCTOR_CACHE_DIR": cache + "/inductor",
-                "TRITON_CACHE_DIR": cache + "/triton",
-            }
-            r = subprocess.run(
-                [sys.executable, __file__, "--child", v, "--model", args.model],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=400,
-            )
+        r = run_cold(__file__, ["--child", v, "--model", args.model])
         if r.returncode:
             print(f"| {v} | failed: {r.stderr.strip().splitlines()[-1][:200]} | | |", flush=True)
             continue
