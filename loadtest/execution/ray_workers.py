@@ -194,6 +194,8 @@ class _Placement:
         try:
             await asyncio.wait_for(self.group.ready(), self.timeout_s)
         except asyncio.TimeoutError:
+            self.open_actors = 1
+            self.release()  # the reservation would otherwise outlive the run
             raise BackendError(
                 f"the Ray cluster had no room for {self.count} workers of one CPU each within "
                 f"{self.timeout_s:g} s (it has {cluster.facts.get('cpus')} CPUs in "
@@ -249,6 +251,16 @@ class RayChannel:
 
     async def sync_clock(self) -> ClockOffset:
         """Measure the actor's clock against this one; the first time, it runs on it."""
+        try:
+            return await self._sync_clock()
+        except BackendError:
+            raise
+        except Exception as exc:  # the actor died, or Ray's calls timed out
+            raise BackendError(
+                f"worker {self._args[1]}'s clock could not be measured: {_lost(exc)[1]}"
+            ) from None
+
+    async def _sync_clock(self) -> ClockOffset:
         import ray
 
         assert self._echo is not None

@@ -189,7 +189,8 @@ class WorkerGroup:
         if lost and failure is None:
             failure = self._lost_failure(lost)
         after = await asyncio.gather(
-            *(self._clock_after(i) for i in range(self.count)), return_exceptions=True
+            *(self._clock_after(i, i in parts) for i in range(self.count)),
+            return_exceptions=True,
         )
         facts = [parts[i][1] for i in sorted(parts)]
         return self._merge(parts, lost, failure, after), combine_facts(
@@ -200,9 +201,10 @@ class WorkerGroup:
         i = min(lost)
         return f"worker {i} of {self.count} was lost: {lost[i]}; what it measured is lost"
 
-    async def _clock_after(self, i: int) -> ClockOffset | None:
-        """The clock offset again after the run (a drift check), where there is one to check."""
-        if self._clocks[i] is SAME_CLOCK:
+    async def _clock_after(self, i: int, answered: bool) -> ClockOffset | None:
+        """The clock offset again after the run (a drift check), where there is one to check:
+        another host's clock, of a worker still there."""
+        if self._clocks[i] is SAME_CLOCK or not answered:
             return None
         return await self.channels[i].sync_clock()
 
