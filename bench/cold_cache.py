@@ -3,6 +3,8 @@ first compile on a fresh machine costs (bench/compile_warmup.py, bench/regional_
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import sys
@@ -24,3 +26,19 @@ def run_cold(script: str, args: list[str], timeout_s: float = 400) -> subprocess
             env=env,
             timeout=timeout_s,
         )
+
+
+def variant_args(child, variants) -> tuple[argparse.Namespace, list[str]] | None:
+    """Both sides of a cold-cache bench's command line (``--model``, ``--only``; ``--child``
+    marks the child): in the child, run ``child(variant, model)`` and print its JSON (None
+    back); in the parent, the arguments and the variants chosen, in order."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="llama-3.2-1b")
+    ap.add_argument("--child", default=None)
+    ap.add_argument("--only", default=None, help="comma list of variant numbers (1-based)")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.model)))
+        return None
+    names = list(variants)
+    return args, [names[int(i) - 1] for i in args.only.split(",")] if args.only else names

@@ -12,14 +12,13 @@ graphs built by dynamo, the time torch's own compile phases report, ms per token
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import run_cold
+from cold_cache import run_cold, variant_args
 
 # name -> (dynamic setting given to transformers' CompileConfig, batch sizes warmed)
 VARIANTS = {
@@ -87,16 +86,10 @@ def child(name: str, arch: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="llama-3.2-1b")
-    ap.add_argument("--child", default=None)
-    ap.add_argument("--only", default=None, help="comma list of variant numbers (1-based)")
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(args.child, args.model)))
+    parsed = variant_args(child, VARIANTS)
+    if parsed is None:  # this was the child
         return
-    names = list(VARIANTS)
-    chosen = [names[int(i) - 1] for i in args.only.split(",")] if args.only else names
+    args, chosen = parsed
     rows = []
     for name in chosen:
         r = run_cold(__file__, ["--child", name, "--model", args.model])

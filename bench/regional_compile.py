@@ -10,14 +10,13 @@ static cache: every graph built) and the time per generated token at batch 1 and
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import run_cold
+from cold_cache import run_cold, variant_args
 
 VARIANTS = ("whole model (transformers' auto-compile)", "regional, default mode", "eager")
 NEW = 128
@@ -70,17 +69,12 @@ def child(variant: str, arch: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="llama-3.2-1b")
-    ap.add_argument("--child", default=None)
-    ap.add_argument("--only", default=None, help="comma list of variant numbers (1-based)")
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(args.child, args.model)))
+    parsed = variant_args(child, VARIANTS)
+    if parsed is None:  # this was the child
         return
+    args, chosen = parsed
     print("| variant | warm-up s (batch 1, 4, 16) | ms/token batch 1 | ms/token batch 16 |")
     print("|---|---|---|---|")
-    chosen = [VARIANTS[int(i) - 1] for i in args.only.split(",")] if args.only else VARIANTS
     for v in chosen:
         r = run_cold(__file__, ["--child", v, "--model", args.model])
         if r.returncode:

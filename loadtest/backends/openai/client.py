@@ -544,7 +544,7 @@ class OpenAIBackend(Backend):
             ) as resp:
                 if resp.status >= 400:
                     return f"POST /{name}: HTTP {resp.status}"
-                await resp.read()
+                await resp.read()  # bounded: the ClientTimeout above covers the whole call
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"POST /{name}: {type(exc).__name__}"
         return None
