@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 
 def run_cold(script: str, args: list[str], timeout_s: float = 400) -> subprocess.CompletedProcess:
@@ -42,3 +43,30 @@ def variant_args(child, variants) -> tuple[argparse.Namespace, list[str]] | None
         return None
     names = list(variants)
     return args, [names[int(i) - 1] for i in args.only.split(",")] if args.only else names
+
+
+def dummy_model(arch: str):
+    """``dummy:<arch>`` in bf16 on the GPU, random weights (the engine's own ``dummy:`` build)."""
+    import torch
+    import transformers
+
+    from loadtest.backends.transformers.loading import dummy_config
+
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            dummy_config(arch), dtype=torch.bfloat16
+        )
+    return model.eval()
+
+
+def timed_generate(model, batch: int, prompt: int, **kwargs) -> float:
+    """Seconds for one greedy generate() of ``batch`` random prompts, device synced around it."""
+    import torch
+
+    ids = torch.randint(0, 1000, (batch, prompt), device="cuda")
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t

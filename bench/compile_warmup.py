@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import run_cold, variant_args
+from cold_cache import dummy_model, run_cold, timed_generate, variant_args
 
 # name -> (dynamic setting given to transformers' CompileConfig, batch sizes warmed)
 VARIANTS = {
@@ -34,19 +34,15 @@ def child(name: str, arch: str) -> dict:
     import transformers
     from torch._dynamo.utils import counters
 
-    from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
-
     dynamic, sizes = VARIANTS[name]
-    cfg = dict(DUMMY_ARCHITECTURES[arch])
-    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model.eval()
+    model = dummy_model(arch)
     torch.backends.cuda.enable_cudnn_sdp(False)  # the engine's default SDPA choice
 
     def gen(bs: int, new: int) -> float:
-        ids = torch.randint(0, 1000, (bs, PROMPT), device="cuda")
-        kwargs = dict(
+        return timed_generate(
+            model,
+            bs,
+            PROMPT,
             max_new_tokens=new,
             min_new_tokens=new,
             do_sample=False,
@@ -54,12 +50,6 @@ def child(name: str, arch: str) -> dict:
             cache_implementation="static",
             compile_config=transformers.CompileConfig(dynamic=dynamic),
         )
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        with torch.inference_mode():
-            model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t
 
     t = time.perf_counter()
     for bs in sorted(sizes, reverse=True):  # the largest first: the cache is sized once

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import run_cold, variant_args
+from cold_cache import dummy_model, run_cold, timed_generate, variant_args
 
 VARIANTS = ("whole model (transformers' auto-compile)", "regional, default mode", "eager")
 NEW = 128
@@ -24,15 +24,8 @@ NEW = 128
 
 def child(variant: str, arch: str) -> dict:
     import torch
-    import transformers
 
-    from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
-
-    cfg = dict(DUMMY_ARCHITECTURES[arch])
-    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    with torch.device("cuda"):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    model.eval()
+    model = dummy_model(arch)
     kwargs = dict(
         max_new_tokens=NEW,
         min_new_tokens=NEW,
@@ -52,13 +45,7 @@ def child(variant: str, arch: str) -> dict:
         model.generation_config.disable_compile = True
 
     def gen(bs: int) -> float:
-        ids = torch.randint(0, 1000, (bs, 256), device="cuda")
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        with torch.inference_mode():
-            model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t
+        return timed_generate(model, bs, 256, **kwargs)
 
     t = time.perf_counter()
     for bs in (1, 4, 16):

@@ -85,7 +85,7 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         arch = name.split(":", 1)[1]
         with torch.device(device):
             model = transformers.AutoModelForCausalLM.from_config(
-                _dummy_config(arch), dtype=dtype, **attn
+                dummy_config(arch), dtype=dtype, **attn
             )
         source = f"dummy weights, {arch} shapes"
     else:
@@ -145,7 +145,8 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     return model, device, info
 
 
-def _dummy_config(arch: str):
+def dummy_config(arch: str):
+    """The transformers config of ``dummy:<arch>`` (``config.model_shapes``)."""
     import transformers
 
     cfg = dict(DUMMY_ARCHITECTURES[arch])
@@ -169,7 +170,7 @@ def _load_split(spec: dict, base_dir: str, device, dtype, attn: dict, layout: La
     name = spec["model"]
     if name.startswith("dummy:"):
         arch = name.split(":", 1)[1]
-        config, folder = _dummy_config(arch), None
+        config, folder = dummy_config(arch), None
         source = f"dummy weights, {arch} shapes, rank {layout.rank} of {layout.size}"
     else:
         folder = Path(_checkpoint(name, base_dir))
