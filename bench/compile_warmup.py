@@ -7,7 +7,8 @@ each variant in a fresh process with empty inductor and Triton caches.
 Each variant runs generate (static cache, 256-token prompts, 32 new tokens) at each of its batch
 sizes, as the engine's warm-up does, then times 64 tokens at batch 2 and 16 (best of 3), and runs
 one batch size it never warmed (3) to see whether that builds a new graph. Columns: warm-up s,
-graphs built by dynamo, the time torch's own compile phases report, ms per token.
+graphs built by dynamo, the time torch's own compile phases report, ms per token, and whether
+the greedy tokens for fixed prompts at batch 2 are the first variant's.
 """
 
 from __future__ import annotations
@@ -20,13 +21,28 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cold_cache import dummy_model, run_cold, timed_generate, variant_args
 
-# name -> (dynamic setting given to transformers' CompileConfig, batch sizes warmed)
+# name -> (dynamic setting given to transformers' CompileConfig, batch sizes warmed, the
+# decoder layers marked as one shared nested compile region)
 VARIANTS = {
-    "automatic dynamic (transformers' default), sizes 1,2,4,8,16": (None, (1, 2, 4, 8, 16)),
-    "dynamic batch from the first compile, sizes 2,4,8,16": (True, (2, 4, 8, 16)),
-    "dynamic batch from the first compile, sizes 1,2,4,8,16": (True, (1, 2, 4, 8, 16)),
+    "automatic dynamic (transformers' default), sizes 1,2,4,8,16": (None, (1, 2, 4, 8, 16), False),
+    "dynamic batch from the first compile, sizes 2,4,8,16": (True, (2, 4, 8, 16), False),
+    "dynamic batch from the first compile, sizes 1,2,4,8,16": (True, (1, 2, 4, 8, 16), False),
+    "automatic dynamic, layers compiled once, sizes 1,2,4,8,16": (None, (1, 2, 4, 8, 16), True),
 }
 PROMPT, NEW, TIMED = 256, 32, 64
+
+
+def share_layer_region(model) -> None:
+    """Mark every decoder layer's forward as one nested compile region (torch >= 2.8): dynamo
+    traces one layer and stamps it out for the others, where inductor reuses its code."""
+    import types
+
+    import torch
+
+    layers = model.model.layers
+    region = torch.compiler.nested_compile_region(type(layers[0]).forward)
+    for layer in layers:  # the same wrapped function on every layer: one region
+        layer.forward = types.MethodType(region, layer)
 
 
 def child(name: str, arch: str) -> dict:
@@ -34,8 +50,11 @@ def child(name: str, arch: str) -> dict:
     import transformers
     from torch._dynamo.utils import counters
 
-    dynamic, sizes = VARIANTS[name]
+    dynamic, sizes, layers_once = VARIANTS[name]
+    torch.manual_seed(0)  # the same random weights in every variant's process
     model = dummy_model(arch)
+    if layers_once:
+        share_layer_region(model)
     torch.backends.cuda.enable_cudnn_sdp(False)  # the engine's default SDPA choice
 
     def gen(bs: int, new: int) -> float:
@@ -60,6 +79,19 @@ def child(name: str, arch: str) -> dict:
     t = time.perf_counter()
     gen(3, NEW)
     unseen = time.perf_counter() - t
+    # what it computes: greedy tokens for fixed prompts, to compare between variants
+    ids = torch.arange(2 * PROMPT, device="cuda").reshape(2, PROMPT) % 1000
+    with torch.inference_mode():
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=NEW,
+            do_sample=False,
+            pad_token_id=0,
+            cache_implementation="static",
+            compile_config=transformers.CompileConfig(dynamic=dynamic),
+        )
+    tokens = out[:, PROMPT:].flatten().tolist()
     # torch's own compile phases (dynamo tracing, AOT, inductor codegen, ...), summed
     from torch._dynamo.utils import compilation_time_metrics
 
@@ -72,6 +104,7 @@ def child(name: str, arch: str) -> dict:
         "ms_b2": step[2],
         "ms_b16": step[16],
         "phases": phases,
+        "tokens": tokens,
     }
 
 
@@ -90,15 +123,21 @@ def main() -> None:
         d = json.loads(r.stdout.strip().splitlines()[-1])
         rows.append((name, d, None))
         print(f"{name}: {json.dumps(d)}", flush=True)
-    print("\n| variant | warm-up s | graphs | unseen size 3: s, graphs | ms/token b2 | b16 |")
-    print("|---|---|---|---|---|---|")
+    first = next((d["tokens"] for _, d, _ in rows if d is not None), None)
+    print(
+        "\n| variant | warm-up s | graphs | unseen size 3: s, graphs | ms/token b2 | b16 "
+        "| greedy tokens as the first variant's |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, d, _err in rows:
         if d is None:
-            print(f"| {name} | failed | | | | |")
+            print(f"| {name} | failed | | | | | |")
             continue
+        same = sum(a == b for a, b in zip(d["tokens"], first, strict=True))
         print(
             f"| {name} | {d['warmup_s']} | {d['graphs']} | {d['unseen_s']}, "
-            f"{d['graphs_after_unseen']} | {d['ms_b2']:.2f} | {d['ms_b16']:.2f} |"
+            f"{d['graphs_after_unseen']} | {d['ms_b2']:.2f} | {d['ms_b16']:.2f} "
+            f"| {same}/{len(first)} |"
         )
 
 
