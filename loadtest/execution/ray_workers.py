@@ -87,8 +87,8 @@ class RayWorker:
     async def stop(self, reason: str, at_ns: int | None) -> None:
         self.side.request_stop(reason, at_ns)
 
-    async def stats(self, percentiles: bool) -> dict:
-        return self.side.stats(percentiles)
+    async def stats(self, live: bool) -> dict:
+        return self.side.stats(live)
 
     async def close(self) -> None:
         if self.echo is not None:
@@ -289,11 +289,11 @@ class RayChannel:
             return
         self._post(("done", outcome, facts))
 
-    async def _heartbeat(self, percentiles: bool) -> None:
+    async def _heartbeat(self, live: bool) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             try:
-                stats = await asyncio.wait_for(self._actor.stats.remote(percentiles), 5.0)
+                stats = await asyncio.wait_for(self._actor.stats.remote(live), 5.0)
             except asyncio.TimeoutError:
                 continue  # silence: the coordinator's watch decides
             except Exception:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.core.histogram import merge as merge_histograms
 from loadtest.execution.timeline import Timeline
 from loadtest.workload.plan import PlannedRequest
 
@@ -345,18 +346,32 @@ class Recorder:
         """The whole-run histogram of every metric."""
         return {m: (self.merged[m] if m in self.merged else self.whole[m]) for m in ALL_METRICS}
 
+    def live_histograms(self) -> dict[str, LatencyHistogram]:
+        """TTFT and ITL over the open intervals (the last few seconds), each merged into a copy;
+        the recorded histograms are not touched."""
+        return {
+            metric: merge_histograms(
+                iv.histograms[metric] for iv in self.open.values() if iv.histograms[metric].count
+            )
+            for metric in LIVE_METRICS
+        }
+
     def live_percentiles_ms(self) -> dict[str, float | None]:
-        """For the progress display: TTFT and ITL p50/p99 over the open intervals (the last few
-        seconds), merged into a copy; the recorded histograms are not touched."""
-        out: dict[str, float | None] = {}
-        for metric in ("ttft", "itl"):
-            merged = LatencyHistogram()
-            for iv in self.open.values():
-                if iv.histograms[metric].count:
-                    merged.add(iv.histograms[metric])
-            p50, p99 = merged.percentiles_ms((50, 99)) if merged.count else (None, None)
-            out[f"{metric}_p50_ms"], out[f"{metric}_p99_ms"] = p50, p99
-        return out
+        """For the progress display: TTFT and ITL p50/p99 over the open intervals."""
+        return live_percentiles_ms(self.live_histograms())
+
+
+LIVE_METRICS = ("ttft", "itl")
+
+
+def live_percentiles_ms(histograms: dict[str, LatencyHistogram]) -> dict[str, float | None]:
+    """The progress display's p50/p99 of each live histogram (None where it is empty)."""
+    out: dict[str, float | None] = {}
+    for metric in LIVE_METRICS:
+        h = histograms.get(metric)
+        p50, p99 = h.percentiles_ms((50, 99)) if h is not None and h.count else (None, None)
+        out[f"{metric}_p50_ms"], out[f"{metric}_p99_ms"] = p50, p99
+    return out
 
 
 def _interval_summary(iv: Interval) -> dict[str, Any]:

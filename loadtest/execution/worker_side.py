@@ -105,9 +105,17 @@ class WorkerSide:
         elif self._early_stop is None:
             self._early_stop = (reason, at_ns)
 
-    def stats(self, percentiles: bool) -> dict:
-        """Live counts (and percentiles, for a display); empty before the run."""
-        return {} if self.runner is None else self.runner.stats(percentiles)
+    def stats(self, live: bool) -> dict:
+        """Live counts, and for a display the live TTFT and ITL histograms, encoded (the
+        coordinator pools them over the workers); empty before the run."""
+        runner = self.runner
+        if runner is None:
+            return {}
+        out = runner.stats(percentiles=False)
+        if live and runner.recorder is not None:
+            hists = runner.recorder.live_histograms()
+            out["live"] = {m: h.encode() for m, h in hists.items() if h.count}
+        return out
 
     async def close(self) -> None:
         if self.backend is not None:
@@ -178,8 +186,8 @@ async def _work(conn, loaded: LoadedScenario, index: int, count: int) -> None:
         await side.close()
 
 
-async def _heartbeat(conn, side: WorkerSide, percentiles: bool) -> None:
+async def _heartbeat(conn, side: WorkerSide, live: bool) -> None:
     """Live counts for the parent's display; also how it knows this worker is alive."""
     while True:
         await asyncio.sleep(HEARTBEAT_S)
-        send(conn, ("stats", side.stats(percentiles)))
+        send(conn, ("stats", side.stats(live)))

@@ -31,6 +31,7 @@ from loadtest.core.errors import BackendError
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution import recorder
 from loadtest.execution.clock_sync import SAME_CLOCK, ClockOffset
+from loadtest.execution.recorder import LIVE_METRICS, live_percentiles_ms
 from loadtest.execution.runner import RunOutcome, SessionCounts
 from loadtest.execution.worker_side import HEARTBEAT_S, STOP_GRACE_S, send, worker_main
 
@@ -288,7 +289,8 @@ class WorkerGroup:
             channel.send(("stop", *self._stop))
 
     def stats(self) -> dict:
-        """The workers' latest counts, summed; percentiles are the worst worker's."""
+        """The workers' latest counts, summed, and percentiles of their live histograms pooled
+        (a worst worker's p50 is not the run's)."""
         out: dict[str, Any] = {
             "elapsed_s": 0.0 if self.t0 is None else max(0, self.clock.now_ns() - self.t0) / 1e9,
             "window_end_s": None,
@@ -298,9 +300,11 @@ class WorkerGroup:
         stats = [s for s in self._stats if s]
         for key in ("sent", "in_flight", "completed", "failed"):
             out[key] = sum(s.get(key) or 0 for s in stats)
-        for key in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms"):
-            values = [s[key] for s in stats if s.get(key) is not None]
-            out[key] = max(values) if values else None
+        pooled = {metric: LatencyHistogram() for metric in LIVE_METRICS}
+        for s in stats:
+            for metric, text in (s.get("live") or {}).items():
+                pooled[metric].add(LatencyHistogram.decode(text))
+        out.update(live_percentiles_ms(pooled))
         if stats:
             out["window_end_s"] = stats[0].get("window_end_s")
         return out

@@ -145,15 +145,16 @@ def test_recording_keeps_clear_of_every_send_and_loses_nothing(monkeypatch):
         assert sends[k] - f >= budget, (f, sends[k])
 
 
-def test_live_counts_leave_the_percentiles_out_unless_a_display_asks(monkeypatch):
-    """A worker's heartbeat polls ``stats`` twice a second; the percentiles merge histograms on
-    the worker's loop, so only a display's poll pays for them."""
+def test_live_counts_leave_the_histograms_out_unless_a_display_asks(monkeypatch):
+    """A worker's heartbeat polls ``stats`` twice a second; the live histograms merge (and, in
+    a worker, encode) on the worker's loop, so only a display's poll pays for them."""
     from loadtest.execution.recorder import Recorder
+    from loadtest.execution.worker_side import WorkerSide
 
     merged = []
-    original = Recorder.live_percentiles_ms
+    original = Recorder.live_histograms
     monkeypatch.setattr(
-        Recorder, "live_percentiles_ms", lambda self: merged.append(1) or original(self)
+        Recorder, "live_histograms", lambda self: merged.append(1) or original(self)
     )
     sc = scenario(
         {"kind": "noop"}, {"arrival": {"kind": "constant", "rate": 100}, "duration": "1s"}
@@ -165,13 +166,19 @@ def test_live_counts_leave_the_percentiles_out_unless_a_display_asks(monkeypatch
         info = await backend.start()
         plan = build_plan(sc, info.tokenizer, lambda name: name)
         runner = Runner(plan, backend, info.tokenizer, clock, sc.load, 100 * MS)
+        side = WorkerSide.__new__(WorkerSide)  # a worker's side around this runner
+        side.runner = runner
 
         def poll():
             seen["bare"], seen["shown"] = runner.stats(False), runner.stats()
+            seen["beat"], seen["shown_beat"] = side.stats(live=False), side.stats(live=True)
 
         asyncio.get_running_loop().call_later(0.5, poll)
         await runner.run()
 
     run_virtual(go)
     assert seen["bare"]["ttft_p50_ms"] is None and seen["bare"]["sent"] == 50
-    assert seen["shown"]["ttft_p50_ms"] == 0.0 and merged == [1]  # noop: no latency at all
+    assert seen["shown"]["ttft_p50_ms"] == 0.0  # noop: no latency at all
+    assert "live" not in seen["beat"] and seen["beat"]["sent"] == 50
+    assert set(seen["shown_beat"]["live"]) == {"ttft", "itl"}  # encoded, for the coordinator
+    assert merged == [1, 1]  # the display's poll and the display's heartbeat, no other
