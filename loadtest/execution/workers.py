@@ -137,7 +137,9 @@ class WorkerGroup:
 
         def post(msg: tuple) -> None:
             self._last_heard[i] = loop.time()
-            if msg[0] == "stats":
+            if msg[0] == "stats":  # decoded once here, however often a display polls
+                live = msg[1].get("live") or {}
+                msg[1]["live"] = {m: LatencyHistogram.decode(text) for m, text in live.items()}
                 self._stats[i] = msg[1]
             else:
                 self._inbox.put_nowait((i, msg))
@@ -302,8 +304,8 @@ class WorkerGroup:
             out[key] = sum(s.get(key) or 0 for s in stats)
         pooled = {metric: LatencyHistogram() for metric in LIVE_METRICS}
         for s in stats:
-            for metric, text in (s.get("live") or {}).items():
-                pooled[metric].add(LatencyHistogram.decode(text))
+            for metric, histogram in (s.get("live") or {}).items():
+                pooled[metric].add(histogram)
         out.update(live_percentiles_ms(pooled))
         if stats:
             out["window_end_s"] = stats[0].get("window_end_s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 
 from loadtest.config.scenario import Scenario
@@ -157,9 +158,13 @@ def test_the_live_display_pools_the_workers_histograms():
             "live": {"ttft": h.encode()},
         }
 
-    group = WorkerGroup(None, None, [None, None])  # type: ignore[arg-type]
-    group._stats = [beat(1000, 51), beat(2000, 52)]
-    got = group.stats()
+    async def heard() -> dict:  # the heartbeats as they arrive, then the display's poll
+        group = WorkerGroup(None, None, [None, None])  # type: ignore[arg-type]
+        for i, (ttft_us, sent) in enumerate([(1000, 51), (2000, 52)]):
+            group._poster(i)(("stats", beat(ttft_us, sent)))
+        return group.stats()
+
+    got = asyncio.run(heard())
     assert (got["sent"], got["in_flight"], got["completed"]) == (103, 2, 100)
     assert (got["ttft_p50_ms"], got["ttft_p99_ms"]) == (1.0, 2.0)
     assert got["itl_p50_ms"] is None and got["itl_p99_ms"] is None  # nobody saw a second token
