@@ -138,9 +138,10 @@ class TransformersSpec(Spec):
     )
     batch_buckets: bool | list[Annotated[int, Field(ge=1)]] | None = Field(
         None,
-        description="static mode: pad each fixed-output batch with throw-away rows up to the "
-        "next of these sizes (true: the powers of two; max_batch_size is always one), so only "
-        "they are compiled and warmed (default: on with compile, off in eager mode).",
+        description="static mode: pad each batch with throw-away rows (copies of its first, "
+        "which stop with it) up to the next of these sizes (true: the powers of two, from 2 "
+        "with compile; max_batch_size is always one), so only they are warmed and captured "
+        "(default: on with compile, off in eager mode).",
     )
     prompt_bucket: int | None = Field(
         None,

@@ -149,7 +149,7 @@ class TransformersBackend(Backend):
             "continuous": [self.spec.max_batch_size],
         }[self.spec.mode]
         if self._info.get("batch_buckets"):
-            sizes = self._info["batch_buckets"]  # fixed-output batches run at these sizes only
+            sizes = self._info["batch_buckets"]  # static batches run at these sizes only
         new_tokens = 4
         if self.spec.compile:
             # A static cache is compiled for its length (prompt + new tokens): warm up with the

@@ -189,11 +189,14 @@ def _load_split(spec: dict, base_dir: str, device, dtype, attn: dict, layout: La
 
 
 def _batch_buckets(spec: dict) -> list[int] | None:
-    """The batch sizes static fixed-output batches are padded to, or None (no padding): on by
-    default with compile, where each size is a compiled graph."""
-    from loadtest.backends.transformers.worker import bucket_sizes
+    """The batch sizes static batches are padded to, or None (no padding): on by default with
+    compile, which builds one graph for every size from 2 and one more for a size of 1, so its
+    default sizes start at 2 (``compiling``)."""
+    from loadtest.backends.transformers.compiling import bucket_sizes
 
     wanted = spec.get("batch_buckets")
     if spec["mode"] != "static" or wanted is False or (wanted is None and not spec["compile"]):
         return None
-    return bucket_sizes(spec["max_batch_size"], None if wanted in (True, None) else list(wanted))
+    if wanted in (True, None):
+        return bucket_sizes(spec["max_batch_size"], smallest=2 if spec["compile"] else 1)
+    return bucket_sizes(spec["max_batch_size"], list(wanted))

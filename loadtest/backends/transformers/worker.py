@@ -25,6 +25,12 @@ from collections import deque
 from typing import Any
 
 from loadtest.backends.transformers import messages
+from loadtest.backends.transformers.compiling import (
+    batch_bucket,
+    batch_dynamic_while_warming,
+    compile_cache_counts,
+    compiled_graphs,
+)
 from loadtest.backends.transformers.outbox import Outbox
 from loadtest.backends.transformers.stamping import (
     AFTER_SYNC,
@@ -287,20 +293,19 @@ class Engine:
         bucket = self.info.get("prompt_bucket") or 1
         width = -(-max(len(r[2]) for r in batch) // bucket) * bucket  # up to the bucket
         pad = self.info.get("pad_token_id", 0)
-        rows = len(batch)
         buckets = self.info.get("batch_buckets")
-        if buckets and all(r[4] for r in batch):
-            # Throw-away rows after the real ones, up to the next warmed size: every row runs
-            # to the same fixed length, so they add no steps, and nothing reads their tokens.
-            rows = batch_bucket(len(batch), buckets)
+        rows = batch_bucket(len(batch), buckets) if buckets else len(batch)
         ids = torch.full((rows, width), pad, dtype=torch.long)
         mask = torch.zeros((rows, width), dtype=torch.long)
-        mask[len(batch) :, -1] = 1  # a throw-away row: one pad token of prompt
         for i, r in enumerate(
             batch
         ):  # left padding: every row's next token lands in the last column
             ids[i, width - len(r[2]) :] = torch.tensor(r[2], dtype=torch.long)
             mask[i, width - len(r[2]) :] = 1
+        # Throw-away rows up to the warmed size: copies of the first row, which under greedy
+        # decoding emit its tokens and so stop with it (at its EOS or its length): they add no
+        # steps, and nothing reads their tokens.
+        ids[len(batch) :], mask[len(batch) :] = ids[0], mask[0]
         real = not isinstance(out, NullOut)
         # A step counts for the roofline in the accounting current when it is handed over (the
         # window's, once it opened), and not while a profiler is on: its overhead is not the model's.
@@ -355,6 +360,19 @@ class Engine:
 
     def _warmup(self, shapes: list) -> None:
         t = time.monotonic()
+        with (
+            batch_dynamic_while_warming(self.model)
+            if self.spec.get("compile") and self.spec["mode"] == "static"
+            else nothing()
+        ):
+            self._warm_shapes(shapes)
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+        self.settle()
+        self.out.send(("warmed", round(time.monotonic() - t, 3)))
+
+    def _warm_shapes(self, shapes: list) -> None:
         for batch_size, prompt_len, new_tokens in shapes:
             fake = [
                 messages.req(-1 - i, [65] * prompt_len, new_tokens, True, None)
@@ -367,11 +385,6 @@ class Engine:
                 self.info["stamp_source"] = (
                     f"{STREAMER} (the after-sync hook miscounted in warm-up)"
                 )
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize()
-            self.torch.cuda.reset_peak_memory_stats()
-        self.settle()
-        self.out.send(("warmed", round(time.monotonic() - t, 3)))
 
     def settle(self) -> None:
         """After warm-up: the heap frozen, and the collections so far (that one included) not
@@ -416,46 +429,6 @@ class Engine:
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
             )
         return facts
-
-
-def batch_bucket(n: int, buckets: list[int]) -> int:
-    """The warmed batch size a batch of ``n`` rows runs at: the smallest bucket that holds it
-    (``bucket_sizes`` ends with max_batch_size, so one always does)."""
-    return next(b for b in buckets if b >= n)
-
-
-def bucket_sizes(max_batch_size: int, sizes: list[int] | None = None) -> list[int]:
-    """The batch sizes compiled and warmed: ``sizes`` (default: the powers of two) below the
-    cap, and the cap itself."""
-    if sizes is None:
-        sizes = [1 << k for k in range(max_batch_size.bit_length())]
-    return sorted({s for s in sizes if s < max_batch_size} | {max_batch_size})
-
-
-def compile_cache_counts() -> dict[str, int] | None:
-    """Inductor's on-disk graph cache in this process so far (warm-up included): a warm cache
-    (an earlier run on this machine) cut a compiled warm-up from 53 s to 20 s on the H100 host."""
-    import sys
-
-    if "torch._dynamo" not in sys.modules:
-        return None
-    from torch._dynamo.utils import counters
-
-    c = counters["inductor"]
-    if not (c["fxgraph_cache_hit"] or c["fxgraph_cache_miss"]):
-        return None  # nothing went through inductor
-    return {"hits": c["fxgraph_cache_hit"], "misses": c["fxgraph_cache_miss"]}
-
-
-def compiled_graphs() -> int | None:
-    """How many graphs torch.compile has built in this process (None: it was never used)."""
-    import sys
-
-    if "torch._dynamo" not in sys.modules:
-        return None
-    from torch._dynamo.utils import counters
-
-    return int(counters["stats"]["unique_graphs"])
 
 
 def resolve_hook(target: str):

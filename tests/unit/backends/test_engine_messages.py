@@ -239,7 +239,7 @@ class Inline(Recorder):
         pass
 
 
-def _engine(model_dir):
+def _engine(model_dir, **overrides):
     from loadtest.backends.transformers.loading import load_model
     from loadtest.backends.transformers.worker import Engine
 
@@ -254,19 +254,24 @@ def _engine(model_dir):
         "compile": False,
         "max_batch_size": 8,
         "max_wait_ms": 0,
+        **overrides,
     }
     out = Inline()
     return Engine(spec, ".", out, loaded=load_model(spec, ".")), out
 
 
-def _input_shapes(eng) -> list:
-    """The input_ids shape of every generate() call the engine makes from now on."""
+def _input_shapes(eng, outputs: list | None = None) -> list:
+    """The input_ids shape of every generate() call the engine makes from now on (and, into
+    ``outputs``, the sequences each returned)."""
     shapes: list = []
     generate = eng.model.generate
 
     def spy(**kwargs):
         shapes.append(tuple(kwargs["input_ids"].shape))
-        return generate(**kwargs)
+        sequences = generate(**kwargs)
+        if outputs is not None:
+            outputs.append(sequences)
+        return sequences
 
     eng.model.generate = spy
     return shapes
@@ -600,7 +605,7 @@ def test_prompt_widths_are_padded_up_to_the_bucket_and_every_token_is_still_stam
 
 @pytest.mark.integration
 def test_compiled_graphs_counts_what_torch_compile_builds():
-    from loadtest.backends.transformers.worker import compiled_graphs
+    from loadtest.backends.transformers.compiling import compiled_graphs
 
     torch._dynamo.reset()
     before = compiled_graphs() or 0
@@ -612,10 +617,11 @@ def test_compiled_graphs_counts_what_torch_compile_builds():
 
 
 def test_batch_buckets_are_powers_of_two_up_to_the_cap_or_the_sizes_given():
+    from loadtest.backends.transformers.compiling import batch_bucket, bucket_sizes
     from loadtest.backends.transformers.loading import _batch_buckets
-    from loadtest.backends.transformers.worker import batch_bucket, bucket_sizes
 
     assert bucket_sizes(16) == [1, 2, 4, 8, 16] and bucket_sizes(12) == [1, 2, 4, 8, 12]
+    assert bucket_sizes(16, smallest=2) == [2, 4, 8, 16] and bucket_sizes(1, smallest=2) == [1]
     assert [batch_bucket(n, [1, 2, 4, 8, 16]) for n in (1, 2, 3, 5, 8, 9, 16)] == [
         1, 2, 4, 8, 8, 16, 16,
     ]  # fmt: skip
@@ -624,8 +630,11 @@ def test_batch_buckets_are_powers_of_two_up_to_the_cap_or_the_sizes_given():
     assert bucket_sizes(16, [4, 1, 64]) == [1, 4, 16]
     assert [batch_bucket(n, [1, 4, 16]) for n in (1, 2, 4, 5, 16)] == [1, 4, 4, 16, 16]
     spec = {"mode": "static", "compile": True, "max_batch_size": 16, "batch_buckets": None}
-    assert _batch_buckets(spec) == [1, 2, 4, 8, 16]  # on by default with compile
-    assert _batch_buckets({**spec, "batch_buckets": [1, 4]}) == [1, 4, 16]
+    # on by default with compile, from 2: one dynamic-batch graph serves them all
+    assert _batch_buckets(spec) == [2, 4, 8, 16]
+    assert _batch_buckets({**spec, "batch_buckets": True}) == [2, 4, 8, 16]
+    assert _batch_buckets({**spec, "max_batch_size": 1}) == [1]
+    assert _batch_buckets({**spec, "batch_buckets": [1, 4]}) == [1, 4, 16]  # as given
     assert _batch_buckets({**spec, "batch_buckets": False}) is None
     assert _batch_buckets({**spec, "compile": False}) is None  # off by default in eager mode
     assert _batch_buckets({**spec, "compile": False, "batch_buckets": True}) == [1, 2, 4, 8, 16]
@@ -644,20 +653,69 @@ def test_a_bucketed_batch_runs_with_throw_away_rows_and_reports_only_the_real_on
     dones = sorted((m[2], m[3]) for m in out.msgs if m[0] == "done")
     assert shapes == [(4, 6)] and dones == [(1, 4), (2, 4), (3, 4)]  # 3 rows ran as 4
     assert all(rid > 0 for m in out.msgs if m[0] == "tokens" for rid in m[2])
-    out.msgs.clear()
-    natural = [
-        ("req", 9, [5, 6], 4, False, 2),
-        ("req", 10, [5], 4, False, 2),
-        ("req", 11, [7], 4, True, None),
-    ]
-    eng._generate(natural, set(), out, set())
-    assert shapes[-1][0] == 3  # a batch that may stop at EOS is never padded with rows
+
+
+@pytest.mark.integration
+def test_a_batch_that_may_stop_at_eos_is_padded_with_copies_that_stop_with_it(tiny_model_dir):
+    eng, out = _engine(tiny_model_dir)
+    outputs: list = []
+    shapes = _input_shapes(eng, outputs)
+    first = [5, 6, 7]
+    # the tiny model's greedy continuation of the first prompt; its second token is made the EOS
+    eng._generate([("req", 1, first, 6, True, None)], set(), out, set())
+    eos = outputs[-1][0, len(first) + 1].item()
+    natural = [("req", 9, first, 6, False, eos), ("req", 10, [5], 6, False, eos)]
+    runs = {}
+    for buckets in (None, [1, 4, 8]):
+        eng.info["batch_buckets"] = buckets
+        out.msgs.clear()
+        eng._generate(natural, set(), out, set())
+        dones = sorted((m[2], m[3]) for m in out.msgs if m[0] == "done")
+        runs[buckets is None] = (shapes[-1], outputs[-1].shape[1], dones)
+    (unpadded, steps, dones), (padded, padded_steps, padded_dones) = runs[True], runs[False]
+    assert unpadded == (2, 3) and padded == (4, 3)  # two copies of the first row
+    assert padded_steps == steps  # the copies stopped with their row: no extra steps
+    assert padded_dones == dones and dones[0] == (9, 2)  # the first row ended at its EOS
+    assert outputs[-1][2:, 3:].tolist() == [outputs[-1][0, 3:].tolist()] * 2
+
+
+@pytest.mark.integration
+def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_model_dir):
+    import transformers
+
+    from loadtest.backends.transformers.compiling import compiled_graphs
+
+    def graphs_built(warm) -> int:
+        torch._dynamo.reset()
+        before = compiled_graphs() or 0
+        warm([(2, 8, 4), (4, 8, 4), (8, 8, 4)])
+        return compiled_graphs() - before
+
+    eng, out = _engine(tiny_model_dir, compile=True)
+    # transformers compiles decode steps on CUDA only unless told; the eager backend traces
+    # as inductor would, without a C compiler
+    config = transformers.CompileConfig(backend="eager", mode=None, fullgraph=True)
+    config._compile_all_devices = True
+    eng.model.generation_config.compile_config = config
+    assert graphs_built(eng._warm_shapes) == 2  # unmarked: static at 2, dynamic batch at 4
+    assert graphs_built(eng._warmup) == 1  # marked: dynamic from the first compile
+    outputs: list = []
+    _input_shapes(eng, outputs)
+    batch = [("req", i, [5] * (2 + i), 4, True, None) for i in (1, 2, 3)]
+    graphs = compiled_graphs()
+    eng._generate(batch, set(), out, set())  # 3 rows run as 4, no marks: the same graph
+    assert compiled_graphs() == graphs and outputs[-1].shape[0] == 4
+    compiled_tokens = outputs[-1][:3]
+    eager, _ = _engine(tiny_model_dir)
+    _input_shapes(eager, outputs)
+    eager._generate(batch, set(), Inline(), set())
+    assert torch.equal(compiled_tokens, outputs[-1])  # what it computes is eager's
 
 
 def test_the_compile_cache_counts_come_from_inductors_counters():
     from torch._dynamo.utils import counters
 
-    from loadtest.backends.transformers.worker import compile_cache_counts
+    from loadtest.backends.transformers.compiling import compile_cache_counts
 
     saved = dict(counters["inductor"])
     try:
