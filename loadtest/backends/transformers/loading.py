@@ -99,6 +99,12 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         ).to(device)
         source = str(target)
     model.eval()
+    compile_options = None
+    if spec["compile"]:
+        from loadtest.backends.transformers.compiling import decode_compile_config
+
+        compile_config, compile_options = decode_compile_config(spec.get("compile_options"))
+        model.generation_config.compile_config = compile_config
     config = model.config
     pad = getattr(model.generation_config, "pad_token_id", None)
     eos = getattr(model.generation_config, "eos_token_id", None)
@@ -120,6 +126,7 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         "batch_buckets": _batch_buckets(spec),
         "mode": spec["mode"],
         "compile": spec["compile"],
+        "compile_options": compile_options,
         "trust_remote_code": spec["trust_remote_code"],
         "tensor_parallel": split,
         "pad_token_id": pad,

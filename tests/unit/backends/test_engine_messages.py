@@ -712,6 +712,42 @@ def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_
     assert torch.equal(compiled_tokens, outputs[-1])  # what it computes is eager's
 
 
+def test_the_decode_step_compiles_with_the_fast_passes_by_default_or_the_options_given():
+    from loadtest.backends.transformers.compiling import FAST_COMPILE, decode_compile_config
+
+    config, options = decode_compile_config(None)
+    assert options == {**FAST_COMPILE, "triton.cudagraphs": True}
+    assert options["pattern_matcher"] is False and len(options) == 4
+    # torch.compile takes a mode or options: reduce-overhead's one setting moves to options
+    assert config.mode is None and config.options == options
+    assert decode_compile_config({})[1] == {"triton.cudagraphs": True}  # torch's own passes
+    assert decode_compile_config({"triton.cudagraphs": False, "max_autotune": True})[1] == {
+        "triton.cudagraphs": False,
+        "max_autotune": True,
+    }
+    with pytest.raises(ValueError, match=r"backend.compile_options: 'nope', 'pattern' are not"):
+        decode_compile_config({"pattern": False, "nope": 1})
+
+
+@pytest.mark.integration
+def test_a_compiled_engine_hands_its_inductor_options_to_torch_compile(tiny_model_dir, monkeypatch):
+    eng, out = _engine(tiny_model_dir, compile=True, compile_options={"max_autotune": True})
+    assert eng.info["compile_options"] == {"max_autotune": True, "triton.cudagraphs": True}
+    assert _engine(tiny_model_dir)[0].info["compile_options"] is None  # eager: nothing compiled
+    calls: list = []
+
+    def recorded_compile(fn, **kwargs):
+        calls.append(kwargs)
+        return fn  # eager underneath: what matters is what torch.compile was asked for
+
+    monkeypatch.setattr(torch, "compile", recorded_compile)
+    eng.model.generation_config.compile_config._compile_all_devices = True  # CUDA only otherwise
+    eng._generate([("req", 1, [5, 6, 7], 4, True, None)], set(), out, set())
+    assert [(c["mode"], c["options"]) for c in calls] == [
+        (None, {"max_autotune": True, "triton.cudagraphs": True})
+    ]
+
+
 def test_the_compile_cache_counts_come_from_inductors_counters():
     from torch._dynamo.utils import counters
 
