@@ -158,8 +158,8 @@ class TransformersSpec(Spec):
         None,
         description="With compile: torch inductor options for the decode step, e.g. "
         "{max_autotune: true} (default: the pattern matcher, loop reordering after fusion "
-        "and pointwise autotuning off, a fifth off a cold compile on an H100 with the decode "
-        "step no slower; {} for torch's own). CUDA graphs stay on unless "
+        "and pointwise autotuning off: a tenth to a fifth off a cold compile on an H100, the "
+        "decode step no slower; {} for torch's own). CUDA graphs stay on unless "
         "triton.cudagraphs: false.",
     )
     devices: list[Annotated[str, Field(pattern=r"^(cpu|cuda:\d+)$")]] | None = Field(

@@ -7,8 +7,8 @@ first batch size it sees and a graph with a dynamic batch dimension at the secon
 dynamic): two graphs where one serves. ``batch_dynamic_while_warming`` marks the batch dimension
 dynamic from the first compile, so the warm-up builds one graph for every size from 2 up
 (torch specializes size 1, so a batch of one is padded to two: ``bucket_sizes``), and
-``decode_compile_config`` skips the inductor passes that cost the compile a fifth of its time
-and gave the decode step nothing.
+``decode_compile_config`` skips inductor passes that cost the compile a tenth to a fifth of its
+time and gave the decode step nothing.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-# Inductor passes skipped by default: on an H100 host (bench/compile_warmup.py, llama-3.2-1b) the
-# one decode graph compiled in 28 s without them against 36 s with, the decode step no slower
-# and the greedy tokens the same. The pattern matcher rewrites subgraphs (attention, mm
-# epilogues) the decode step gets from transformers already; loop reordering searches fusions
-# of differently ordered loops; pointwise autotuning benchmarks launch configs per kernel.
+# Inductor passes skipped by default: on H100 hosts (llama-3.2-1b) the one decode graph compiled
+# in 28 s without them against 36 s with (bench/compile_warmup.py), and loadtest's warm-up took
+# 55-58 s against 61-62 s on a slower host (bench/shapes.py), the decode step no slower and the
+# greedy tokens the same. The pattern matcher searches the graph for known subgraphs to rewrite
+# (attention written out by hand, matmul and bias pairs); loop reordering tries fusions of
+# differently ordered loops; pointwise autotuning benchmarks launch configs for each kernel.
 FAST_COMPILE: dict[str, bool | int | float | str] = {
     "pattern_matcher": False,
     "loop_ordering_after_fusion": False,
