@@ -6,7 +6,9 @@ prompt-bucket setting, one after another on one machine, and a table of what eac
 Variants: the defaults (flash/efficient/math SDPA, no prompt padding), cuDNN attention allowed,
 64-token prompt buckets, and both; continuous batching with and without CUDA graphs; static
 mode with ``compile: true`` (its warm-up, and any recompilation inside the window), with the
-default batch buckets (powers of two) and coarser ones; each variant compiles from a cold cache. Columns: offered and delivered req/s, steady or overloaded,
+default batch buckets (powers of two) and coarser ones, with torch's own inductor passes; each
+run compiles from a cold cache (``--only 8,13,8,13`` repeats variants, each run cold) except
+the one that says it reuses another's. Columns: offered and delivered req/s, steady or overloaded,
 TTFT p50/p99, ITL p50, the decode step and MBU from the roofline, GPU kernel-active time.
 """
 
@@ -45,6 +47,19 @@ VARIANTS = {
         "backend.batch_buckets=[4,16]",
     ],
     "static, compile: true, again (compile cache warm)": ["backend.compile=true"],
+    "static, compile: true, batch buckets 1,2,4,8,16 (a graph for size 1 too)": [
+        "backend.compile=true",
+        "backend.batch_buckets=[1,2,4,8,16]",
+    ],
+    "static, compile: true, torch's own inductor passes (compile_options: {})": [
+        "backend.compile=true",
+        "backend.compile_options={}",
+    ],
+    "static, compile: true, as before (batch buckets 1,2,4,8,16, torch's own passes)": [
+        "backend.compile=true",
+        "backend.batch_buckets=[1,2,4,8,16]",
+        "backend.compile_options={}",
+    ],
 }
 # variants that reuse an earlier variant's compile cache (to show what a warm cache saves)
 WARM_FROM = {"static, compile: true, again (compile cache warm)": "static, compile: true"}
@@ -60,6 +75,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900, help="seconds a variant may take")
     args = ap.parse_args()
     rows = []
+    caches: dict[str, Path] = {}  # the compile cache of each variant's latest run
     names = list(VARIANTS)
     chosen = [names[int(i) - 1] for i in args.only.split(",")] if args.only else names
     for i, name in enumerate(chosen):
@@ -78,9 +94,10 @@ def main() -> None:
         ]
         for s in sets:
             cmd += ["--set", s]
-        # a cold compile cache for each variant: a graph another variant compiled must not make
-        # this one's warm-up look cheaper
-        cache = args.out / ("cache-" + str(names.index(WARM_FROM.get(name, name))))
+        # a cold compile cache for each run (a variant listed twice runs cold twice): a graph
+        # another run compiled must not make this one's warm-up look cheaper
+        cache = caches.get(WARM_FROM.get(name, ""), args.out / f"cache-{i}")
+        caches[name] = cache
         env = {
             **os.environ,
             "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
