@@ -245,6 +245,7 @@ def test_an_offline_batch_size_sweep_sizes_each_point_by_full_batches_and_report
             "mode": "static",
             "max_batch_size": 4,
             "max_wait_ms": 50,
+            "batch_buckets": True,  # sizes that follow max_batch_size from point to point
         },
         "workload": {"input_tokens": 8, "output_tokens": 4},
         "load": {"arrival": {"kind": "burst"}, "requests": 256, "warmup_requests": 32},
@@ -272,6 +273,11 @@ def test_an_offline_batch_size_sweep_sizes_each_point_by_full_batches_and_report
         for p in doc["points"]
     ]
     assert got == [(2, 1), (6, 3)]
+    # the engine took the new max_batch_size live: its buckets, warm-up and report followed
+    assert [
+        (p["metrics"]["backend"]["batch_buckets"], p["metrics"]["backend"]["warmup_batch_sizes"])
+        for p in doc["points"]
+    ] == [([1], [1]), ([1, 2, 3], [1, 2, 3])]
     assert "sweep: point 1/2" in r.stderr and "sweep: point 2/2" in r.stderr and "left" in r.stderr
 
 

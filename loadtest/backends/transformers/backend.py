@@ -23,6 +23,7 @@ from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.transformers import messages
+from loadtest.backends.transformers.compiling import batching_details
 from loadtest.backends.transformers.followers import Followers
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, BackendEvent, Failed, Finished, Tokens
@@ -225,6 +226,7 @@ class TransformersBackend(Backend):
         )
         self._send(configure)
         self.spec = spec
+        self._info.update(batching_details(spec.model_dump()))  # the worker's, computed alike
         return True
 
     def window_started(self) -> None:

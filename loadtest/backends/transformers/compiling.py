@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 # Inductor passes skipped by default: on H100 hosts (llama-3.2-1b) the one decode graph compiled
 # in 28 s without them against 36 s with (bench/compile_warmup.py), and loadtest's warm-up took
@@ -51,6 +52,25 @@ def decode_compile_config(options: dict | None) -> tuple[object, dict]:
     # mode None: transformers types it str, but passes it on to torch.compile, which takes None
     config = transformers.CompileConfig(mode=None, options=chosen)  # type: ignore[arg-type]
     return config, chosen
+
+
+def batching_details(spec: Mapping[str, Any]) -> dict:
+    """The result's facts that follow from the fields a sweep changes live (max_batch_size):
+    computed at load and again at every such change, on both sides of the engine's pipe, so a
+    point never batches, warms or reports by an earlier point's sizes."""
+    return {"batch_buckets": batch_buckets_of(spec)}
+
+
+def batch_buckets_of(spec: Mapping[str, Any]) -> list[int] | None:
+    """The batch sizes static batches are padded to, or None (no padding): on by default with
+    compile, which builds one graph for every size from 2 and one more for a size of 1, so its
+    default sizes start at 2."""
+    wanted = spec.get("batch_buckets")
+    if spec["mode"] != "static" or wanted is False or (wanted is None and not spec["compile"]):
+        return None
+    if wanted in (True, None):
+        return bucket_sizes(spec["max_batch_size"], smallest=2 if spec["compile"] else 1)
+    return bucket_sizes(spec["max_batch_size"], list(wanted))
 
 
 def bucket_sizes(

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from loadtest.backends.transformers import parallel
+from loadtest.backends.transformers.compiling import batching_details, decode_compile_config
 from loadtest.backends.transformers.parallel import Layout
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
@@ -101,8 +102,6 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     model.eval()
     compile_options = None
     if spec["compile"]:
-        from loadtest.backends.transformers.compiling import decode_compile_config
-
         compile_config, compile_options = decode_compile_config(spec.get("compile_options"))
         model.generation_config.compile_config = compile_config
     config = model.config
@@ -123,7 +122,7 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         "attn_implementation": getattr(config, "_attn_implementation", None),
         "sdpa_backends": sdpa,
         "prompt_bucket": spec.get("prompt_bucket") or 1,
-        "batch_buckets": _batch_buckets(spec),
+        **batching_details(spec),
         "mode": spec["mode"],
         "compile": spec["compile"],
         "compile_options": compile_options,
@@ -193,17 +192,3 @@ def _load_split(spec: dict, base_dir: str, device, dtype, attn: dict, layout: La
         parallel.load_slices(model, folder, layout.rank, layout.size, plan)
     hooked = parallel.sum_rowwise_outputs(model, plan)
     return model, source, parallel.describe(local, layout.size, hooked)
-
-
-def _batch_buckets(spec: dict) -> list[int] | None:
-    """The batch sizes static batches are padded to, or None (no padding): on by default with
-    compile, which builds one graph for every size from 2 and one more for a size of 1, so its
-    default sizes start at 2 (``compiling``)."""
-    from loadtest.backends.transformers.compiling import bucket_sizes
-
-    wanted = spec.get("batch_buckets")
-    if spec["mode"] != "static" or wanted is False or (wanted is None and not spec["compile"]):
-        return None
-    if wanted in (True, None):
-        return bucket_sizes(spec["max_batch_size"], smallest=2 if spec["compile"] else 1)
-    return bucket_sizes(spec["max_batch_size"], list(wanted))

@@ -18,6 +18,7 @@ from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo, combine_parts
 from loadtest.backends.transformers.backend import TransformersBackend
+from loadtest.backends.transformers.compiling import batching_details
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent
 from loadtest.workload.plan import PlannedRequest
@@ -51,6 +52,7 @@ class ReplicaRouter(Backend):
         self.outstanding = [0] * len(groups)
         self._turn = 0  # where the search for the least loaded starts: ties go in turn
         self.routed = [0] * len(groups)  # requests sent to each since the last point_facts
+        self._details: dict = {}  # the result's backend facts, from start
 
     @property
     def engine_hooks(self):
@@ -68,7 +70,7 @@ class ReplicaRouter(Backend):
         infos: list[BackendInfo] = list(started)  # type: ignore[arg-type]
         first = infos[0]
         self.tokenizer = first.tokenizer
-        details = dict(first.details)
+        details = self._details = dict(first.details)
         details["routing"] = ROUTING
         details["replicas"] = [
             {
@@ -114,6 +116,7 @@ class ReplicaRouter(Backend):
         done = await asyncio.gather(*(r.reconfigure(spec) for r in self.replicas))
         if all(done):
             self.spec = spec
+            self._details.update(batching_details(spec.model_dump()))
         return all(done)
 
     def window_started(self) -> None:

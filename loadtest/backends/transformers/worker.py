@@ -28,6 +28,7 @@ from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.compiling import (
     batch_bucket,
     batch_dynamic_while_warming,
+    batching_details,
     compile_cache_counts,
     compiled_graphs,
 )
@@ -209,6 +210,7 @@ class Engine:
             self._warmup(msg[1])
         elif msg[0] == "configure":
             self.spec = {**self.spec, **msg[1]}
+            self.info.update(batching_details(self.spec))
         elif msg[0] == "facts":
             self.out.send(("facts", self._facts(reset=True)))
         elif msg[0] == "call":

@@ -617,8 +617,11 @@ def test_compiled_graphs_counts_what_torch_compile_builds():
 
 
 def test_batch_buckets_are_powers_of_two_up_to_the_cap_or_the_sizes_given():
-    from loadtest.backends.transformers.compiling import batch_bucket, bucket_sizes
-    from loadtest.backends.transformers.loading import _batch_buckets
+    from loadtest.backends.transformers.compiling import (
+        batch_bucket,
+        batch_buckets_of,
+        bucket_sizes,
+    )
 
     assert bucket_sizes(16) == [1, 2, 4, 8, 16] and bucket_sizes(12) == [1, 2, 4, 8, 12]
     assert bucket_sizes(16, smallest=2) == [2, 4, 8, 16] and bucket_sizes(1, smallest=2) == [1]
@@ -631,14 +634,14 @@ def test_batch_buckets_are_powers_of_two_up_to_the_cap_or_the_sizes_given():
     assert [batch_bucket(n, [1, 4, 16]) for n in (1, 2, 4, 5, 16)] == [1, 4, 4, 16, 16]
     spec = {"mode": "static", "compile": True, "max_batch_size": 16, "batch_buckets": None}
     # on by default with compile, from 2: one dynamic-batch graph serves them all
-    assert _batch_buckets(spec) == [2, 4, 8, 16]
-    assert _batch_buckets({**spec, "batch_buckets": True}) == [2, 4, 8, 16]
-    assert _batch_buckets({**spec, "max_batch_size": 1}) == [1]
-    assert _batch_buckets({**spec, "batch_buckets": [1, 4]}) == [1, 4, 16]  # as given
-    assert _batch_buckets({**spec, "batch_buckets": False}) is None
-    assert _batch_buckets({**spec, "compile": False}) is None  # off by default in eager mode
-    assert _batch_buckets({**spec, "compile": False, "batch_buckets": True}) == [1, 2, 4, 8, 16]
-    assert _batch_buckets({**spec, "mode": "continuous", "batch_buckets": True}) is None
+    assert batch_buckets_of(spec) == [2, 4, 8, 16]
+    assert batch_buckets_of({**spec, "batch_buckets": True}) == [2, 4, 8, 16]
+    assert batch_buckets_of({**spec, "max_batch_size": 1}) == [1]
+    assert batch_buckets_of({**spec, "batch_buckets": [1, 4]}) == [1, 4, 16]  # as given
+    assert batch_buckets_of({**spec, "batch_buckets": False}) is None
+    assert batch_buckets_of({**spec, "compile": False}) is None  # off by default in eager mode
+    assert batch_buckets_of({**spec, "compile": False, "batch_buckets": True}) == [1, 2, 4, 8, 16]
+    assert batch_buckets_of({**spec, "mode": "continuous", "batch_buckets": True}) is None
 
 
 @pytest.mark.integration
