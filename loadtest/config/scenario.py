@@ -265,6 +265,15 @@ class Validity(_Model):
     max_loop_lag_p99: Duration = Field(
         as_written("20ms"), description="Event-loop lag p99 over this: run invalid."
     )
+    max_burst_send_share: float = Field(
+        0.01,
+        gt=0,
+        le=1,
+        description="A burst (every request due at t0) is sent one request after another, so "
+        "its per-request lag grows with its size whatever the client: it is judged instead by "
+        "its last send's lateness as a share of the measured window, the span its throughput "
+        "divides by. Over this share, the client set the throughput: run invalid.",
+    )
     min_completed: int = Field(
         1, ge=0, description="Fewer completed measured requests: run invalid."
     )

@@ -1,5 +1,5 @@
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.results.build import _judge_lag
+from loadtest.results.build import _judge_dispatch, _judge_lag
 
 
 def hist(values_us):
@@ -22,6 +22,35 @@ def test_more_than_one_percent_late_invalidates():
 def test_under_one_percent_late_is_valid_with_a_warning():
     reason, warning = _judge_lag("dispatch lag", hist([10] * 995 + [9000] * 5), 5_000_000)
     assert reason is None and "5 of 1000" in warning
+
+
+def _load(arrival: dict, **validity):
+    from loadtest.config.scenario import Scenario
+
+    return Scenario.model_validate(
+        {
+            "name": "s",
+            "backend": {"kind": "sim"},
+            "load": {"arrival": arrival, "requests": 512, "validity": validity},
+        }
+    )
+
+
+def test_a_burst_is_judged_by_its_last_send_against_the_window_not_per_request():
+    # 512 requests due at t0, sent 30 us apart: the last 15.33 ms late, most over 5 ms
+    lags = hist([30 * i for i in range(512)])
+    burst = _load({"kind": "burst"})
+    assert _judge_dispatch(burst, lags, window_s=5.0) == (None, None)  # 0.31% of 5 s
+    reason, _ = _judge_dispatch(burst, lags, window_s=1.0)  # 1.53% of 1 s, over 1%
+    assert reason is not None and "15.3 ms late, 1.5% of the 1 s window (over 1.0%)" in reason
+    looser = _load({"kind": "burst"}, max_burst_send_share=0.02)
+    assert _judge_dispatch(looser, lags, window_s=1.0) == (None, None)
+    # the same sends on a schedule that meant them apart: late per request, invalid
+    poisson = _load({"kind": "poisson", "rate": 100})
+    reason, _ = _judge_dispatch(poisson, lags, window_s=5.0)
+    assert reason is not None and "345 of 512 late" in reason
+    # a burst whose window is unknown falls back to the per-request rule
+    assert "345 of 512 late" in _judge_dispatch(burst, lags, window_s=None)[0]
 
 
 def _minimal_result(**fields):
