@@ -270,9 +270,10 @@ class Validity(_Model):
         gt=0,
         le=1,
         description="A burst (every request due at t0) is sent one request after another, so "
-        "its per-request lag grows with its size whatever the client: it is judged instead by "
-        "its last send's lateness as a share of the measured window, the span its throughput "
-        "divides by. Over this share, the client set the throughput: run invalid.",
+        "its per-request lag grows with its size whatever the client: a burst late by "
+        "max_dispatch_lag_p99 is judged instead by its last send's lateness as a share of the "
+        "measured window, the span its throughput divides by. Over this share, the client set "
+        "the throughput: run invalid.",
     )
     min_completed: int = Field(
         1, ge=0, description="Fewer completed measured requests: run invalid."
