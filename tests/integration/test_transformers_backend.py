@@ -64,6 +64,8 @@ def test_single_mode_stamps_every_token(tmp_path, tiny_model_dir):
     assert m["status"] == "ok" and m["requests"]["completed"] == 6
     assert m["stability"]["steady"] is True  # one closed-loop user: nothing to fall behind on
     assert m["backend"]["architecture"] == "LlamaForCausalLM" and m["backend"]["warmup_s"] >= 0
+    assert m["backend"]["warmup_compile_s"] == 0  # eager: nothing compiled
+    assert 0 <= m["backend"]["warmup_gc_s"] <= m["backend"]["warmup_s"]
     for r in rows:
         assert r["output_tokens"] == 6 and len(r["token_ns"]) == 6  # fixed output: EOS ignored
         assert r["token_ns"] == sorted(r["token_ns"])

@@ -163,7 +163,13 @@ class TransformersBackend(Backend):
         msg = await self._reply_within("warm-up", self._start_s)
         if msg is _DEATH:
             raise BackendError(f"engine worker died during warm-up: {self._dead}")
-        return {"warmup_s": msg[1], "warmup_batch_sizes": sizes}
+        details = msg[2]
+        return {
+            "warmup_s": msg[1],
+            "warmup_compile_s": details["compile_s"],
+            "warmup_gc_s": details["gc_s"],
+            "warmup_batch_sizes": sizes,
+        }
 
     async def call_in_engine(self, target: str, *args, timeout_s: float = 600.0):
         """``function(engine, *args)`` in the worker, for ``target = "module:function"``, and its

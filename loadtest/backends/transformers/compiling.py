@@ -147,6 +147,16 @@ def compile_cache_counts() -> dict[str, int] | None:
     return {"hits": c["fxgraph_cache_hit"], "misses": c["fxgraph_cache_miss"]}
 
 
+def compile_seconds() -> float:
+    """Seconds torch.compile has spent building graphs in this process so far: dynamo's
+    tracing, AOT autograd and inductor's code generation (0: it was never used)."""
+    if "torch._dynamo" not in sys.modules:
+        return 0.0
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return float(sum(compilation_time_metrics.get("_compile.compile_inner", ())))
+
+
 def compiled_graphs() -> int | None:
     """How many graphs torch.compile has built in this process (None: it was never used)."""
     if "torch._dynamo" not in sys.modules:

@@ -168,7 +168,7 @@ class ContinuousEngine:
             self.live.pop(r.request_id)
 
     def _warmup(self, shapes: list) -> None:
-        t = time.monotonic()
+        begun = self.base.begin_warmup()
         n = max(bs for bs, _, _ in shapes)
         length = max(pl for _, pl, _ in shapes)
         keys = [f"warmup-{i}" for i in range(n)]
@@ -180,5 +180,4 @@ class ContinuousEngine:
             r = self.manager.get_result(timeout=0.1)
             if r is not None and r.is_finished():
                 pending.discard(r.request_id)
-        self.base.settle()
-        self.out.send(("warmed", round(time.monotonic() - t, 3)))
+        self.base.end_warmup(begun)

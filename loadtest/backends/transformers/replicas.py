@@ -88,7 +88,8 @@ class ReplicaRouter(Backend):
 
     async def prepare(self, plan) -> dict:
         warmed = await asyncio.gather(*(r.prepare(plan) for r in self.replicas))
-        return {**warmed[0], "warmup_s": max(w.get("warmup_s", 0.0) for w in warmed)}
+        # the slowest replica's warm-up (with its compile and gc shares) is the run's
+        return max(warmed, key=lambda w: w.get("warmup_s", 0.0))
 
     async def submit(
         self, req: PlannedRequest, prompt_ids: list[int] | None

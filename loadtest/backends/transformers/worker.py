@@ -30,6 +30,7 @@ from loadtest.backends.transformers.compiling import (
     batch_dynamic_while_warming,
     batching_details,
     compile_cache_counts,
+    compile_seconds,
     compiled_graphs,
 )
 from loadtest.backends.transformers.outbox import Outbox
@@ -361,18 +362,35 @@ class Engine:
         return kwargs
 
     def _warmup(self, shapes: list) -> None:
-        t = time.monotonic()
+        begun = self.begin_warmup()
         with (
             batch_dynamic_while_warming(self.model)
             if self.spec.get("compile") and self.spec["mode"] == "static"
             else nothing()
         ):
             self._warm_shapes(shapes)
+        self.end_warmup(begun)
+
+    def begin_warmup(self) -> tuple[float, float]:
+        """The clock and torch's compile time at the warm-up's start; the model load's garbage
+        collections are not the warm-up's."""
+        self.gc.summary(reset=True)
+        return time.monotonic(), compile_seconds()
+
+    def end_warmup(self, begun: tuple[float, float]) -> None:
+        """Settle the heap and say how long the warm-up took, and what of it went to compiling
+        graphs and to garbage collection (a cold compile is most of a compiled warm-up)."""
+        t, compiled = begun
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
             self.torch.cuda.reset_peak_memory_stats()
+        gc_ms = self.gc.summary(reset=True)["total_ms"]
         self.settle()
-        self.out.send(("warmed", round(time.monotonic() - t, 3)))
+        details = {
+            "compile_s": round(compile_seconds() - compiled, 3),
+            "gc_s": round(gc_ms / 1e3, 3),
+        }
+        self.out.send(("warmed", round(time.monotonic() - t, 3), details))
 
     def _warm_shapes(self, shapes: list) -> None:
         for batch_size, prompt_len, new_tokens in shapes:

@@ -203,7 +203,7 @@ def test_parent_unpacks_coalesced_messages_in_order():
                     ("done", 100, 1, 1),
                     ("tokens", (200,), [2]),
                     ("done", 200, 2, 2),
-                    ("warmed", 1.5),
+                    ("warmed", 1.5, {"compile_s": 0.0, "gc_s": 0.0}),
                 ],
             )
         )
@@ -213,7 +213,7 @@ def test_parent_unpacks_coalesced_messages_in_order():
     got, reply = asyncio.run(go())
     assert got[1] == [Tokens((100,)), Finished(100, 1)]
     assert got[2] == [Tokens((100,)), Tokens((200,)), Finished(200, 2)]
-    assert reply == ("warmed", 1.5)
+    assert reply == ("warmed", 1.5, {"compile_s": 0.0, "gc_s": 0.0})
 
 
 @pytest.mark.parametrize("n", [1, 3])
@@ -702,6 +702,9 @@ def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_
     eng.model.generation_config.compile_config = config
     assert graphs_built(eng._warm_shapes) == 2  # unmarked: static at 2, dynamic batch at 4
     assert graphs_built(eng._warmup) == 1  # marked: dynamic from the first compile
+    kind, warmup_s, details = out.msgs[-1]  # the warm-up's compile and gc shares, of its time
+    assert kind == "warmed" and 0 < details["compile_s"] <= warmup_s
+    assert 0 <= details["gc_s"] <= warmup_s
     outputs: list = []
     _input_shapes(eng, outputs)
     batch = [("req", i, [5] * (2 + i), 4, True, None) for i in (1, 2, 3)]
