@@ -718,6 +718,46 @@ def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_
     assert torch.equal(compiled_tokens, outputs[-1])  # what it computes is eager's
 
 
+@pytest.mark.integration
+def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_steps(
+    tiny_model_dir,
+):
+    import transformers
+
+    from loadtest.backends.transformers.compiling import compiled_graphs
+    from loadtest.backends.transformers.worker import WARM_STEPS
+
+    eng, out = _engine(tiny_model_dir, compile=True)
+    config = transformers.CompileConfig(backend="eager", mode=None, fullgraph=True)
+    config._compile_all_devices = True
+    eng.model.generation_config.compile_config = config
+    calls: list = []
+    generate = eng.model.generate
+
+    def spy(**kwargs):
+        sequences = generate(**kwargs)
+        calls.append((kwargs["max_new_tokens"], sequences.shape[1] - kwargs["input_ids"].shape[1]))
+        return sequences
+
+    eng.model.generate = spy
+    new_tokens = WARM_STEPS + 12
+    torch._dynamo.reset()
+    eng._warmup([(2, 8, new_tokens), (4, 8, new_tokens)])
+    # a static cache for 8 + 20 tokens, generated to 8 of them
+    assert calls == [(new_tokens, WARM_STEPS)] * 2
+    graphs = compiled_graphs()
+    batch = [("req", i, [5] * 8, new_tokens, True, None) for i in (1, 2, 3)]
+    out.msgs.clear()
+    eng._generate(batch, set(), out, set())  # the run's longest output: the graph warmed
+    assert compiled_graphs() == graphs and calls[-1] == (new_tokens, new_tokens)
+    assert sorted((m[2], m[3]) for m in out.msgs if m[0] == "done") == [
+        (i, new_tokens) for i in (1, 2, 3)
+    ]
+    # a longer cache is another graph: what sizing it for the run's longest output avoids
+    eng._generate([("req", 9, [5] * 8, new_tokens + 8, True, None)] * 2, set(), out, set())
+    assert compiled_graphs() > graphs
+
+
 def test_the_decode_step_compiles_with_the_fast_passes_by_default_or_the_options_given():
     from loadtest.backends.transformers.compiling import FAST_COMPILE, decode_compile_config
 
