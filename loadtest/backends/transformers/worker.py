@@ -50,9 +50,9 @@ from loadtest.core.heap import process_gc_pauses, settle_heap
 # is sized for the run's longest output (shorter outputs reuse a static cache; a longer one is a
 # new cache, and a new graph inside the window), but after the first few steps the rest only
 # repeat them: the first decode step compiles, CUDA graph trees warm it up and record it over
-# the next, and every later step replays the recording. On an H100 host the whole output cost a
-# compiled warm-up ~0.45 s per batch size against 0.06 s for four steps, and the first full
-# generate() after either warm-up was as fast as the second.
+# the next, and every later step replays the recording. On an H100 host the whole output (96
+# tokens) cost a compiled warm-up ~0.5 s per batch size against 0.1 s for 8, and after either
+# warm-up the first full generate() was as fast as the second (bench/warmup_steps.py).
 WARM_STEPS = 8
 
 
@@ -402,8 +402,8 @@ class Engine:
     def begin_warmup(self) -> tuple[float, float]:
         """The clock and torch's compile time at the warm-up's start. The heap is settled first
         (counted in the warm-up): the model load's objects out of the collector's reach, so the
-        collections a compile triggers scan only its own (on an H100 host 2.0 s of them against
-        2.6-3.0 s, and 0.3 s less to settle after), and the load's are not the warm-up's."""
+        collections a compile triggers scan only its own (2.1-2.2 s of them against 2.8-3.0 s on
+        an H100 host, bench/warmup_steps.py), and the load's are not the warm-up's."""
         t = time.monotonic()
         settle_heap()
         self.gc.summary(reset=True)
