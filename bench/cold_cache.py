@@ -45,6 +45,22 @@ def variant_args(child, variants) -> tuple[argparse.Namespace, list[str]] | None
     return args, [names[int(i) - 1] for i in args.only.split(",")] if args.only else names
 
 
+def run_variants(script: str, chosen: list[str], model: str) -> list[tuple[str, dict | None]]:
+    """Each variant's child of ``script`` in turn, cold (``run_cold``): its JSON result, or None
+    where it failed; each printed as it finishes, so a call cut short still shows the rest."""
+    rows: list[tuple[str, dict | None]] = []
+    for name in chosen:
+        r = run_cold(script, ["--child", name, "--model", model])
+        if r.returncode:
+            print(f"{name}: failed\n{r.stderr.strip()[-1500:]}", flush=True)
+            rows.append((name, None))
+            continue
+        d = json.loads(r.stdout.strip().splitlines()[-1])
+        print(f"{name}: {json.dumps(d)}", flush=True)
+        rows.append((name, d))
+    return rows
+
+
 def dummy_model(arch: str):
     """``dummy:<arch>`` in bf16 on the GPU, random weights (the engine's own ``dummy:`` build)."""
     import torch

@@ -15,14 +15,13 @@ the greedy tokens for fixed prompts at batch 2 are the first variant's.
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import dummy_model, run_cold, timed_generate, variant_args
+from cold_cache import dummy_model, run_variants, timed_generate, variant_args
 
 from loadtest.backends.transformers.compiling import FAST_COMPILE
 
@@ -156,23 +155,14 @@ def main() -> None:
     if parsed is None:  # this was the child
         return
     args, chosen = parsed
-    rows = []
-    for name in chosen:
-        r = run_cold(__file__, ["--child", name, "--model", args.model])
-        if r.returncode:
-            rows.append((name, None, r.stderr.strip()[-1500:]))
-            print(f"{name}: failed\n{r.stderr.strip()[-1500:]}", flush=True)
-            continue
-        d = json.loads(r.stdout.strip().splitlines()[-1])
-        rows.append((name, d, None))
-        print(f"{name}: {json.dumps(d)}", flush=True)
-    first = next((d["tokens"] for _, d, _ in rows if d is not None), None)
+    rows = run_variants(__file__, chosen, args.model)
+    first = next((d["tokens"] for _, d in rows if d is not None), None)
     print(
         "\n| variant | warm-up s | s per size | graphs | unseen size 3: s, graphs | ms/token b2 "
         "| b16 | greedy tokens as the first variant's |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for name, d, _err in rows:
+    for name, d in rows:
         if d is None:
             print(f"| {name} | failed | | | | | | |")
             continue

@@ -14,13 +14,12 @@ seconds per size (the first includes the compile); graphs built; the two full ca
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import dummy_model, run_cold, variant_args
+from cold_cache import dummy_model, run_variants, variant_args
 
 VARIANTS = {
     "whole output (96 tokens) per size": False,
@@ -100,16 +99,7 @@ def main() -> None:
     if parsed is None:  # this was the child
         return
     args, chosen = parsed
-    rows = []
-    for name in chosen:
-        r = run_cold(__file__, ["--child", name, "--model", args.model])
-        if r.returncode:
-            print(f"{name}: failed\n{r.stderr.strip()[-1500:]}", flush=True)
-            rows.append((name, None))
-            continue
-        d = json.loads(r.stdout.strip().splitlines()[-1])
-        print(f"{name}: {json.dumps(d)}", flush=True)
-        rows.append((name, d))
+    rows = run_variants(__file__, chosen, args.model)
     print(
         "\n| variant | warm-up s (compile, gc) | s per size | graphs (after the full calls) "
         "| full call 1 / 2 at batch 2, s | at batch 16, s |"
