@@ -313,8 +313,8 @@ class Engine:
     def _generate(
         self, batch: list, cancelled: set, out, finished: set, steps: int | None = None
     ) -> int:
-        """One padded generate() for the batch (at most ``steps`` decode steps, its cache sized
-        for the batch's whole output all the same); returns 1 if the number of step stamps
+        """One padded generate() for the batch (at most ``steps`` tokens, its cache sized for the
+        batch's whole output all the same); returns 1 if the number of step stamps
         differed from the number of tokens generate() returned, else 0."""
         torch = self.torch
         bucket = self.info.get("prompt_bucket") or 1

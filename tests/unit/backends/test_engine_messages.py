@@ -725,6 +725,7 @@ def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_
     import transformers
 
     from loadtest.backends.transformers.compiling import compiled_graphs
+    from loadtest.backends.transformers.stamping import AFTER_SYNC
     from loadtest.backends.transformers.worker import WARM_STEPS
 
     eng, out = _engine(tiny_model_dir, compile=True)
@@ -743,8 +744,9 @@ def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_
     new_tokens = WARM_STEPS + 12
     torch._dynamo.reset()
     eng._warmup([(2, 8, new_tokens), (4, 8, new_tokens)])
-    # a static cache for 8 + 20 tokens, generated to 8 of them
+    # a static cache for 8 + 20 tokens, generated to 8 of them, one stamp per token still
     assert calls == [(new_tokens, WARM_STEPS)] * 2
+    assert eng.stamp_source == AFTER_SYNC
     graphs = compiled_graphs()
     batch = [("req", i, [5] * 8, new_tokens, True, None) for i in (1, 2, 3)]
     out.msgs.clear()
