@@ -150,7 +150,10 @@ def test_chat_with_a_dataset_of_messages(server, model_dir, tmp_path):
     assert m["status"] == "ok", m["validity"]
     rows = records(tmp_path / "run")
     assert all(r["output_tokens"] == 6 and r["error"] is None for r in rows)
-    assert m["latency_ms"]["ttft"]["p99"] < m["latency_ms"]["e2e"]["p99"]
+    # no first token after its request's end; equal where a busy server sent every token in one
+    # chunk (p99 of nine requests is the largest, both then in one histogram bucket)
+    assert all(r["ttft_ms"] <= r["e2e_ms"] for r in rows)
+    assert m["latency_ms"]["ttft"]["p99"] <= m["latency_ms"]["e2e"]["p99"]
 
 
 def test_multi_turn_sessions_against_transformers_serve(server, model_dir, tmp_path):
