@@ -45,12 +45,18 @@ def variant_args(child, variants) -> tuple[argparse.Namespace, list[str]] | None
     return args, [names[int(i) - 1] for i in args.only.split(",")] if args.only else names
 
 
-def run_variants(script: str, chosen: list[str], model: str) -> list[tuple[str, dict | None]]:
-    """Each variant's child of ``script`` in turn, cold (``run_cold``): its JSON result, or None
-    where it failed; each printed as it finishes, so a call cut short still shows the rest."""
+def run_variants(child, variants, script: str) -> list[tuple[str, dict | None]] | None:
+    """A cold-cache bench's parent side (``variant_args``; None in the child, which has run):
+    each chosen variant's child of ``script`` in turn, cold (``run_cold``), and its JSON result,
+    or None where it failed; each printed as it finishes, so a call cut short still shows the
+    rest."""
+    parsed = variant_args(child, variants)
+    if parsed is None:
+        return None
+    args, chosen = parsed
     rows: list[tuple[str, dict | None]] = []
     for name in chosen:
-        r = run_cold(script, ["--child", name, "--model", model])
+        r = run_cold(script, ["--child", name, "--model", args.model])
         if r.returncode:
             print(f"{name}: failed\n{r.stderr.strip()[-1500:]}", flush=True)
             rows.append((name, None))

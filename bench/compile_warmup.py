@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import dummy_model, run_variants, timed_generate, variant_args
+from cold_cache import dummy_model, run_variants, timed_generate
 
 from loadtest.backends.transformers.compiling import FAST_COMPILE
 
@@ -151,11 +151,9 @@ def child(name: str, arch: str) -> dict:
 
 
 def main() -> None:
-    parsed = variant_args(child, VARIANTS)
-    if parsed is None:  # this was the child
+    rows = run_variants(child, VARIANTS, __file__)
+    if rows is None:  # this was the child
         return
-    args, chosen = parsed
-    rows = run_variants(__file__, chosen, args.model)
     first = next((d["tokens"] for _, d in rows if d is not None), None)
     print(
         "\n| variant | warm-up s | s per size | graphs | unseen size 3: s, graphs | ms/token b2 "

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import dummy_model, run_variants, variant_args
+from cold_cache import dummy_model, run_variants
 
 VARIANTS = {
     "whole output (96 tokens) per size": False,
@@ -95,11 +95,9 @@ def child(name: str, arch: str) -> dict:
 
 
 def main() -> None:
-    parsed = variant_args(child, VARIANTS)
-    if parsed is None:  # this was the child
+    rows = run_variants(child, VARIANTS, __file__)
+    if rows is None:  # this was the child
         return
-    args, chosen = parsed
-    rows = run_variants(__file__, chosen, args.model)
     print(
         "\n| variant | warm-up s (compile, gc) | s per size | graphs (after the full calls) "
         "| full call 1 / 2 at batch 2, s | at batch 16, s |"

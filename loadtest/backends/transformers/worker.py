@@ -405,8 +405,7 @@ class Engine:
         collections a compile triggers scan only its own (2.1-2.2 s of them against 2.8-3.0 s on
         an H100 host, bench/warmup_steps.py), and the load's are not the warm-up's."""
         t = time.monotonic()
-        settle_heap()
-        self.gc.summary(reset=True)
+        self.settle()
         return t, compile_seconds()
 
     def end_warmup(self, begun: tuple[float, float]) -> None:
