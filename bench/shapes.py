@@ -6,9 +6,9 @@ prompt-bucket setting, one after another on one machine, and a table of what eac
 Variants: the defaults (flash/efficient/math SDPA, no prompt padding), cuDNN attention allowed,
 64-token prompt buckets, and both; continuous batching with and without CUDA graphs; static
 mode with ``compile: true`` (its warm-up, and any recompilation inside the window), with the
-default batch buckets (powers of two) and coarser ones, with torch's own inductor passes; each
-run compiles from a cold cache (``--only 8,13,8,13`` repeats variants, each run cold) except
-the one that says it reuses another's. Columns: offered and delivered req/s, steady or overloaded,
+default batch buckets (powers of two), coarser ones and one size (a static graph), with
+torch's own inductor passes; each run compiles from a cold cache (``--only 8,13,8,13`` repeats
+variants, each run cold) except the one that says it reuses another's. Columns: offered and delivered req/s, steady or overloaded,
 TTFT p50/p99, ITL p50, the decode step and MBU from the roofline, GPU kernel-active time.
 """
 
@@ -66,6 +66,11 @@ VARIANTS = {
         "backend.compile=true",
         "backend.batch_buckets=false",
         "backend.compile_options={}",
+    ],
+    # one static graph: every batch padded to 16 rows, so the warm-up compiles one size, unmarked
+    "static, compile: true, one static graph (batch buckets [16])": [
+        "backend.compile=true",
+        "backend.batch_buckets=[16]",
     ],
 }
 # variants that reuse an earlier variant's compile cache (to show what a warm cache saves)

@@ -32,6 +32,7 @@ from loadtest.backends.transformers.compiling import (
     compile_cache_counts,
     compile_seconds,
     compiled_graphs,
+    shares_a_graph,
 )
 from loadtest.backends.transformers.outbox import Outbox
 from loadtest.backends.transformers.stamping import (
@@ -393,7 +394,9 @@ class Engine:
         begun = self.begin_warmup()
         with (
             batch_dynamic_while_warming(self.model)
-            if self.spec.get("compile") and self.spec["mode"] == "static"
+            if self.spec.get("compile")
+            and self.spec["mode"] == "static"
+            and shares_a_graph(b for b, _, _ in shapes)
             else nothing()
         ):
             self._warm_shapes(shapes)

@@ -718,6 +718,38 @@ def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_
     assert torch.equal(compiled_tokens, outputs[-1])  # what it computes is eager's
 
 
+def test_the_warm_up_marks_the_batch_dynamic_only_where_two_sizes_share_the_graph():
+    from loadtest.backends.transformers.compiling import shares_a_graph
+
+    assert shares_a_graph([2, 4, 8, 16]) and shares_a_graph([1, 2, 3])
+    assert not shares_a_graph([16])  # one size: a static graph, the cheaper compile
+    assert not shares_a_graph([1, 16])  # size 1 is a static graph of its own whatever is marked
+    assert not shares_a_graph([]) and not shares_a_graph([4, 4])
+
+
+@pytest.mark.integration
+def test_a_compiled_warm_up_of_one_batch_size_builds_one_static_graph(tiny_model_dir):
+    import transformers
+
+    from loadtest.backends.transformers.compiling import compiled_graphs
+
+    eng, out = _engine(tiny_model_dir, compile=True)
+    config = transformers.CompileConfig(backend="eager", mode=None, fullgraph=True)
+    config._compile_all_devices = True
+    eng.model.generation_config.compile_config = config
+    torch._dynamo.reset()
+    before = compiled_graphs() or 0
+    eng._warmup([(4, 8, 4)])
+    assert compiled_graphs() - before == 1
+    eng.info["batch_buckets"] = [4]
+    eng._generate([("req", 1, [5] * 8, 4, True, None)] * 3, set(), out, set())  # runs as 4
+    assert compiled_graphs() - before == 1
+    # static: another size is another graph (a graph marked dynamic would have served it)
+    eng.info["batch_buckets"] = None
+    eng._generate([("req", 2, [5] * 8, 4, True, None)] * 3, set(), out, set())
+    assert compiled_graphs() - before == 2
+
+
 @pytest.mark.integration
 def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_steps(
     tiny_model_dir,
