@@ -51,6 +51,25 @@ def test_mode_on_gpu(tmp_path, backend):
     assert m["peak_mem_mb"] > 2000  # 1.24 B bf16 parameters alone are ~2.4 GB
 
 
+@pytest.mark.parametrize(
+    ("buckets", "sizes"),
+    [(None, [2, 4, 8]), ([8], [8])],  # one graph marked dynamic; one static graph
+)
+def test_compiled_static_mode_on_gpu(tmp_path, buckets, sizes):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    backend = {"mode": "static", "max_batch_size": 8, "max_wait_ms": 20, "compile": True}
+    if buckets is not None:
+        backend["batch_buckets"] = buckets
+    m = _run(tmp_path, backend, {"arrival": {"kind": "burst"}, "requests": 16})
+    assert m["status"] == "ok" and m["requests"]["completed"] == 16
+    b = m["backend"]
+    assert b["batch_buckets"] == sizes and b["warmup_batch_sizes"] == sizes
+    assert b["recompiles_in_window"] == 0 and 0 < b["warmup_compile_s"] < b["warmup_s"]
+    assert m["latency_ms"]["itl"]["count"] == 16 * 15
+
+
 def test_a_wedged_worker_on_the_gpu_fails_the_run_and_is_killed(tmp_path, monkeypatch):
     """``kill -STOP`` of a CUDA engine worker mid-run (through the engine hook): the run ends
     failed at the stall timeout with what it measured, and the result reads back typed."""

@@ -7,16 +7,17 @@ first batch size it sees and a graph with a dynamic batch dimension at the secon
 dynamic): two graphs where one serves. ``batch_dynamic_while_warming`` marks the batch dimension
 dynamic from the first compile, so the warm-up builds one graph for every size from 2 up
 (torch specializes size 1, so a batch of one is padded to two: ``bucket_sizes``); with one
-batch size (``batch_buckets: [16]``) the graph is static, a shorter compile (``shares_a_graph``);
-``decode_compile_config`` skips inductor passes that cost the compile a tenth to a fifth of its
-time and gave the decode step nothing.
+batch size (``batch_buckets: [16]``) the graph is static, a shorter compile
+(``marks_batch_dynamic``). ``decode_compile_config`` skips inductor passes that cost the compile
+a tenth to a fifth of its time and gave the decode step nothing, and ``never_silently_eager``
+keeps torch from running the step eagerly after too many graphs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 # Inductor passes skipped by default: on H100 hosts (llama-3.2-1b) the one decode graph compiled
@@ -90,11 +91,31 @@ def batch_bucket(n: int, buckets: list[int]) -> int:
     return next(b for b in buckets if b >= n)
 
 
-def shares_a_graph(batch_sizes: Iterable[int]) -> bool:
-    """Whether the warm-up's batch sizes share one graph with a dynamic batch dimension: two or
-    more sizes from 2 (torch specializes 1). A single size gets a static graph, unmarked: on an
-    H100 host it compiled in 18-22 s against 27-31 s for the dynamic one (bench/shapes.py)."""
-    return len({b for b in batch_sizes if b >= 2}) >= 2
+def marks_batch_dynamic(spec: Mapping[str, Any], buckets: list[int] | None) -> bool:
+    """Whether the compiled warm-up marks the batch dimension dynamic: yes, so one graph serves
+    every size from 2 (in a sweep, every point's), unless the sizes listed in ``batch_buckets``
+    leave one such size (``buckets``, the sizes now): the choice of one static graph, which
+    compiled in 18-22 s against 27-31 s for the dynamic one on an H100 host (bench/shapes.py),
+    every batch then running at that size."""
+    listed = isinstance(spec.get("batch_buckets"), list)
+    return not (listed and buckets and len({b for b in buckets if b >= 2}) <= 1)
+
+
+# Graphs one compiled decode step may build before torch gives up on it (its default is 8): a
+# sweep of single-size points builds one a point.
+RECOMPILE_LIMIT = 32
+
+
+def never_silently_eager() -> None:
+    """At its recompile limit torch.compile would run the step eagerly from then on, with only
+    a log line: a compiled run measuring an eager model. Raise the limit, and make reaching it
+    an error that fails the batch and says so."""
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = max(
+        torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT
+    )
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
 
 
 @contextlib.contextmanager

@@ -10,7 +10,11 @@ import os
 from pathlib import Path
 
 from loadtest.backends.transformers import parallel
-from loadtest.backends.transformers.compiling import batching_details, decode_compile_config
+from loadtest.backends.transformers.compiling import (
+    batching_details,
+    decode_compile_config,
+    never_silently_eager,
+)
 from loadtest.backends.transformers.parallel import Layout
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
@@ -104,6 +108,7 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     if spec["compile"]:
         compile_config, compile_options = decode_compile_config(spec.get("compile_options"))
         model.generation_config.compile_config = compile_config
+        never_silently_eager()
     config = model.config
     pad = getattr(model.generation_config, "pad_token_id", None)
     eos = getattr(model.generation_config, "eos_token_id", None)

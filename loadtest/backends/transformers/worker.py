@@ -32,7 +32,7 @@ from loadtest.backends.transformers.compiling import (
     compile_cache_counts,
     compile_seconds,
     compiled_graphs,
-    shares_a_graph,
+    marks_batch_dynamic,
 )
 from loadtest.backends.transformers.outbox import Outbox
 from loadtest.backends.transformers.stamping import (
@@ -396,7 +396,7 @@ class Engine:
             batch_dynamic_while_warming(self.model)
             if self.spec.get("compile")
             and self.spec["mode"] == "static"
-            and shares_a_graph(b for b, _, _ in shapes)
+            and marks_batch_dynamic(self.spec, self.info.get("batch_buckets"))
             else nothing()
         ):
             self._warm_shapes(shapes)

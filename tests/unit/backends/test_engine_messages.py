@@ -718,13 +718,21 @@ def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_
     assert torch.equal(compiled_tokens, outputs[-1])  # what it computes is eager's
 
 
-def test_the_warm_up_marks_the_batch_dynamic_only_where_two_sizes_share_the_graph():
-    from loadtest.backends.transformers.compiling import shares_a_graph
+def test_the_warm_up_marks_the_batch_dynamic_unless_the_sizes_listed_leave_one():
+    from loadtest.backends.transformers.compiling import batch_buckets_of, marks_batch_dynamic
 
-    assert shares_a_graph([2, 4, 8, 16]) and shares_a_graph([1, 2, 3])
-    assert not shares_a_graph([16])  # one size: a static graph, the cheaper compile
-    assert not shares_a_graph([1, 16])  # size 1 is a static graph of its own whatever is marked
-    assert not shares_a_graph([]) and not shares_a_graph([4, 4])
+    def marks(**spec) -> bool:
+        spec = {"mode": "static", "compile": True, "max_batch_size": 16, **spec}
+        return marks_batch_dynamic(spec, batch_buckets_of(spec))
+
+    # one graph for every size from 2; in a sweep the default buckets of a point of 2 are [2],
+    # and the points after it reuse its graph
+    assert marks() and marks(batch_buckets=True) and marks(max_batch_size=2)
+    assert marks(batch_buckets=False) and marks(batch_buckets=[4])  # 4 and 16: two sizes
+    assert not marks(batch_buckets=[16])  # one size listed: one static graph
+    assert not marks(batch_buckets=[1, 16])  # size 1 is a static graph of its own anyway
+    assert not marks(batch_buckets=[16], max_batch_size=8)  # the cap, 8, is the one size
+    assert marks(batch_buckets=[16], max_batch_size=32)  # 16 and 32
 
 
 @pytest.mark.integration
@@ -733,7 +741,8 @@ def test_a_compiled_warm_up_of_one_batch_size_builds_one_static_graph(tiny_model
 
     from loadtest.backends.transformers.compiling import compiled_graphs
 
-    eng, out = _engine(tiny_model_dir, compile=True)
+    eng, out = _engine(tiny_model_dir, compile=True, batch_buckets=[4], max_batch_size=4)
+    assert eng.info["batch_buckets"] == [4]
     config = transformers.CompileConfig(backend="eager", mode=None, fullgraph=True)
     config._compile_all_devices = True
     eng.model.generation_config.compile_config = config
@@ -741,13 +750,34 @@ def test_a_compiled_warm_up_of_one_batch_size_builds_one_static_graph(tiny_model
     before = compiled_graphs() or 0
     eng._warmup([(4, 8, 4)])
     assert compiled_graphs() - before == 1
-    eng.info["batch_buckets"] = [4]
     eng._generate([("req", 1, [5] * 8, 4, True, None)] * 3, set(), out, set())  # runs as 4
     assert compiled_graphs() - before == 1
     # static: another size is another graph (a graph marked dynamic would have served it)
     eng.info["batch_buckets"] = None
     eng._generate([("req", 2, [5] * 8, 4, True, None)] * 3, set(), out, set())
     assert compiled_graphs() - before == 2
+
+
+@pytest.mark.integration
+def test_a_compiled_step_past_torchs_recompile_limit_fails_instead_of_running_eagerly(
+    tiny_model_dir,
+):
+    import transformers
+
+    from loadtest.backends.transformers.compiling import RECOMPILE_LIMIT
+
+    eng, out = _engine(tiny_model_dir, compile=True)  # loading sets torch's limits
+    assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
+    # the engine's settings but static graphs and the eager backend, with not full graphs (as
+    # transformers' default), where torch would fall back to eager at the limit
+    config = transformers.CompileConfig(backend="eager", mode=None, dynamic=False)
+    config._compile_all_devices = True
+    eng.model.generation_config.compile_config = config
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=1):
+        eng._generate([("req", 1, [5] * 8, 4, True, None)] * 2, set(), out, set())
+        with pytest.raises(Exception, match="recompile_limit"):  # a second size: a second graph
+            eng._generate([("req", 2, [5] * 8, 4, True, None)] * 3, set(), out, set())
 
 
 @pytest.mark.integration
