@@ -61,17 +61,25 @@ VARIANTS = {
         "backend.compile_options={}",
     ],
     # issue 14's "today": every batch size 1..16 warmed (two graphs: size 1, then the rest),
-    # torch's own passes
+    # torch's own passes, transformers' own SDPA
     "static, compile: true, as filed (every batch size 1..16, torch's own passes)": [
         "backend.compile=true",
         "backend.batch_buckets=false",
         "backend.compile_options={}",
+        "backend.attn_implementation=sdpa",
     ],
     # one static graph: every batch padded to 16 rows, so the warm-up compiles one size, unmarked
     "static, compile: true, one static graph (batch buckets [16])": [
         "backend.compile=true",
         "backend.batch_buckets=[16]",
     ],
+    # transformers' own SDPA, which copies the KV cache per query head, where loadtest packs
+    # a decode step's query heads onto their key/value heads
+    "static, compile: true, transformers' SDPA": [
+        "backend.compile=true",
+        "backend.attn_implementation=sdpa",
+    ],
+    "defaults, transformers' SDPA": ["backend.attn_implementation=sdpa"],
 }
 # variants that reuse an earlier variant's compile cache (to show what a warm cache saves)
 WARM_FROM = {"static, compile: true, again (compile cache warm)": "static, compile: true"}

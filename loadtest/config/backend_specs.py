@@ -128,7 +128,11 @@ class TransformersSpec(Spec):
         "auto", description="auto: bfloat16 on CUDA, float32 on CPU."
     )
     attn_implementation: str | None = Field(
-        None, description="eager, sdpa, flash_attention_2, ... (default: transformers' choice)."
+        None,
+        description="eager, sdpa, sdpa_packed_gqa, flash_attention_2, ... (default: "
+        "transformers' choice, except that a grouped-query model given sdpa outside continuous "
+        "mode runs sdpa_packed_gqa: SDPA with a decode step's query heads packed onto their "
+        "key/value heads, not a copy of the KV cache per query head).",
     )
     sdpa_backends: tuple[Literal["flash", "efficient", "cudnn", "math"], ...] | None = Field(
         None,

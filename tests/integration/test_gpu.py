@@ -67,7 +67,36 @@ def test_compiled_static_mode_on_gpu(tmp_path, buckets, sizes):
     b = m["backend"]
     assert b["batch_buckets"] == sizes and b["warmup_batch_sizes"] == sizes
     assert b["recompiles_in_window"] == 0 and 0 < b["warmup_compile_s"] < b["warmup_s"]
+    assert b["attn_implementation"] == "sdpa_packed_gqa"  # 32 query heads on 8
     assert m["latency_ms"]["itl"]["count"] == 16 * 15
+
+
+def test_packed_decode_attention_is_transformers_sdpa_on_the_gpu_eager_and_compiled():
+    """llama-3.2-1b's decode attention (32 query heads on 8 key/value heads, batch 16, a 608-token
+    cache, rows left-padded to different lengths) in bf16, through SDPA's CUDA kernels and
+    through inductor: the packed heads give transformers' repeated-heads result."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from loadtest.backends.transformers.attention import packed_gqa_sdpa
+
+    class Module:
+        num_key_value_groups, is_causal, training = 4, True, False
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=g)
+
+    q, k, v = randn(16, 32, 1, 64), randn(16, 8, 608, 64), randn(16, 8, 608, 64)
+    filled = torch.arange(16, device="cuda") * 30 + 100  # row i: its last 100 + 30 i positions
+    mask = (torch.arange(608, device="cuda")[None] >= 608 - filled[:, None])[:, None, None, :]
+    theirs = sdpa_attention_forward(Module(), q, k, v, mask)[0].float()
+    for attend in (packed_gqa_sdpa, torch.compile(packed_gqa_sdpa, fullgraph=True)):
+        ours = attend(Module(), q, k, v, mask)[0].float()
+        torch.testing.assert_close(ours, theirs, atol=1e-2, rtol=1e-2)
 
 
 def test_a_wedged_worker_on_the_gpu_fails_the_run_and_is_killed(tmp_path, monkeypatch):

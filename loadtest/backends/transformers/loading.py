@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loadtest.backends.transformers import parallel
+from loadtest.backends.transformers import attention, parallel
 from loadtest.backends.transformers.compiling import (
     batching_details,
     decode_compile_config,
@@ -77,6 +77,7 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         parallel.join_group(layout, device)
     torch.manual_seed(spec["seed"])  # every rank alike: their replicated weights agree
     sdpa = choose_sdpa_backends(torch, device, spec.get("sdpa_backends"))
+    attention.register()  # a scenario may name it
     attn = (
         {"attn_implementation": spec["attn_implementation"]}
         if spec.get("attn_implementation")
@@ -104,6 +105,7 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         ).to(device)
         source = str(target)
     model.eval()
+    attention.pack_decode_attention(model, spec)
     compile_options = None
     if spec["compile"]:
         compile_config, compile_options = decode_compile_config(spec.get("compile_options"))
