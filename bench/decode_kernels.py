@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_cache import dummy_model, run_variants
+from cold_cache import dummy_model, run_variants, timed_generate
 
 # (batch sizes warmed, batch marked dynamic, inductor options over loadtest's, attention)
 VARIANTS = {
@@ -62,24 +62,19 @@ def child(name: str, arch: str) -> dict:
     torch.backends.cuda.enable_cudnn_sdp(False)  # the engine's default SDPA choice
     config, _ = decode_compile_config({**FAST_COMPILE, **extra})
 
+    greedy = dict(
+        max_new_tokens=NEW,
+        min_new_tokens=NEW,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=None,
+        cache_implementation="static",
+        compile_config=config,
+    )
+
     def gen(bs: int, steps: int) -> float:
-        ids = torch.full((bs, PROMPT), 65, device="cuda")
-        kwargs = dict(
-            max_new_tokens=NEW,
-            min_new_tokens=NEW,
-            do_sample=False,
-            pad_token_id=0,
-            eos_token_id=None,
-            cache_implementation="static",
-            compile_config=config,
-            stopping_criteria=transformers.StoppingCriteriaList([StopAfterSteps(steps)]),
-        )
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs)
-        torch.cuda.synchronize()
-        return time.perf_counter() - t
+        stop = transformers.StoppingCriteriaList([StopAfterSteps(steps)])
+        return timed_generate(model, bs, PROMPT, stopping_criteria=stop, **greedy)
 
     t0 = time.perf_counter()
     with batch_dynamic_while_warming(model) if marked else contextlib.nullcontext():
@@ -113,17 +108,7 @@ def child(name: str, arch: str) -> dict:
     ids = (torch.arange(sizes[0] * PROMPT, device="cuda").reshape(sizes[0], PROMPT) % 1000)[:2]
     ids = ids.repeat(sizes[0] // 2, 1)
     with torch.inference_mode():
-        seq = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=NEW,
-            min_new_tokens=NEW,
-            do_sample=False,
-            pad_token_id=0,
-            eos_token_id=None,
-            cache_implementation="static",
-            compile_config=config,
-        )
+        seq = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **greedy)
     tokens = seq[:2, PROMPT : PROMPT + 32].flatten().tolist()
     return {"warmup_s": round(warmup_s, 1), "sizes": out, "tokens": tokens}
 
