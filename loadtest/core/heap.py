@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
+from collections.abc import Iterator
 
 
 def settle_heap() -> None:
@@ -13,6 +15,21 @@ def settle_heap() -> None:
     dispatcher for as long as walking the whole heap takes (``gc.freeze``)."""
     gc.collect()
     gc.freeze()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic collection inside it (explicit ``gc.collect()`` calls still run): for a
+    one-time phase that allocates much and keeps little, a compile above all, whose garbage is
+    then collected once at its end (``settle_heap``) rather than in hundreds of passes that each
+    walk what the phase has built so far. The collector is on again after it, however it ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class GcPauses:

@@ -168,7 +168,10 @@ class ContinuousEngine:
             self.live.pop(r.request_id)
 
     def _warmup(self, shapes: list) -> None:
-        begun = self.base.begin_warmup()
+        with self.base.warming():
+            self._warm_requests(shapes)
+
+    def _warm_requests(self, shapes: list) -> None:
         n = max(bs for bs, _, _ in shapes)
         length = max(pl for _, pl, _ in shapes)
         keys = [f"warmup-{i}" for i in range(n)]
@@ -180,4 +183,3 @@ class ContinuousEngine:
             r = self.manager.get_result(timeout=0.1)
             if r is not None and r.is_finished():
                 pending.discard(r.request_id)
-        self.base.end_warmup(begun)

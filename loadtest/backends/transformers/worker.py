@@ -17,11 +17,13 @@ generate() loop on the loaded model this way).
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 from loadtest.backends.transformers import messages
@@ -45,7 +47,7 @@ from loadtest.backends.transformers.stamping import (
     new_accounting,
     nothing,
 )
-from loadtest.core.heap import process_gc_pauses, settle_heap
+from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
 
 # Steps a warm-up generate() runs, one token each (the prefill's, then decode steps). Its cache
 # is sized for the run's longest output (shorter outputs reuse a static cache; a longer one is a
@@ -391,38 +393,37 @@ class Engine:
         return kwargs
 
     def _warmup(self, shapes: list) -> None:
-        begun = self.begin_warmup()
         with (
+            self.warming(),
             batch_dynamic_while_warming(self.model)
             if self.spec.get("compile")
             and self.spec["mode"] == "static"
             and marks_batch_dynamic(self.spec, self.info.get("batch_buckets"))
-            else nothing()
+            else nothing(),
         ):
             self._warm_shapes(shapes)
-        self.end_warmup(begun)
 
-    def begin_warmup(self) -> tuple[float, float]:
-        """The clock and torch's compile time at the warm-up's start. The heap is settled first
-        (counted in the warm-up): the model load's objects out of the collector's reach, so the
-        collections a compile triggers scan only its own (2.1-2.2 s of them against 2.8-3.0 s on
-        an H100 host, bench/warmup_steps.py), and the load's are not the warm-up's."""
+    @contextlib.contextmanager
+    def warming(self) -> Iterator[None]:
+        """The warm-up inside it: timed, and told to the harness with what of it went to
+        compiling graphs and to garbage collection (a cold compile is most of a compiled
+        warm-up). The heap is settled first (counted in the warm-up): the model load's objects
+        out of the collector's reach, and the load's collections not the warm-up's. Inside, the
+        collector is paused and the warm-up's garbage collected once at its end: on an H100
+        host a cold compile's own collections took 2.7-3.0 s of it, against 1.3-1.5 s so
+        (bench/warmup_parts.py). Nothing is told if the warm-up raises."""
         t = time.monotonic()
         self.settle()
-        return t, compile_seconds()
-
-    def end_warmup(self, begun: tuple[float, float]) -> None:
-        """Settle the heap and say how long the warm-up took, and what of it went to compiling
-        graphs and to garbage collection (a cold compile is most of a compiled warm-up)."""
-        t, compiled = begun
+        compiled = compile_seconds()
+        with collector_paused():
+            yield
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
             self.torch.cuda.reset_peak_memory_stats()
-        gc_ms = self.gc.summary(reset=True)["total_ms"]
-        self.settle()
+        settle_heap()  # the one collection of the warm-up's garbage, counted in its gc_s
         details = {
             "compile_s": round(compile_seconds() - compiled, 3),
-            "gc_s": round(gc_ms / 1e3, 3),
+            "gc_s": round(self.gc.summary(reset=True)["total_ms"] / 1e3, 3),
         }
         self.out.send(("warmed", round(time.monotonic() - t, 3), details))
 

@@ -587,6 +587,65 @@ def test_gc_pauses_are_timed_and_the_warm_heap_is_frozen():
         gc.enable()
 
 
+def test_the_collector_is_paused_inside_and_on_again_after_however_the_phase_ends():
+    import gc
+
+    from loadtest.core.heap import collector_paused
+
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(KeyError), collector_paused():
+        raise KeyError("the phase failed")
+    assert gc.isenabled()
+    gc.disable()  # paused by someone else already: left as found
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.integration
+def test_the_warm_up_runs_with_the_collector_paused_and_counts_its_one_collection(
+    tiny_model_dir, monkeypatch
+):
+    import gc
+    import weakref
+
+    eng, out = _engine(tiny_model_dir)
+    seen, garbage = [], []
+
+    class Node:
+        pass
+
+    def warm(shapes):
+        seen.append(gc.isenabled())
+        for _ in range(1000):  # cyclic garbage, as a compile leaves
+            n = Node()
+            n.me = n
+            garbage.append(weakref.ref(n))
+
+    monkeypatch.setattr(eng, "_warm_shapes", warm)
+    eng._warmup([(2, 4, 3)])
+    assert seen == [False] and gc.isenabled()
+    assert all(r() is None for r in garbage)  # collected at the warm-up's end
+    kind, warmup_s, details = out.msgs[-1]
+    assert kind == "warmed" and 0 <= details["gc_s"] <= warmup_s
+    assert eng.gc.summary(reset=False)["collections"] == 0  # none of it charged to the run
+
+    def fail(shapes):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(eng, "_warm_shapes", fail)
+    sent = len(out.msgs)
+    with pytest.raises(RuntimeError):
+        eng._warmup([(2, 4, 3)])
+    assert gc.isenabled() and len(out.msgs) == sent  # on again; no warm-up told
+
+
 @pytest.mark.integration
 def test_prompt_widths_are_padded_up_to_the_bucket_and_every_token_is_still_stamped(
     tiny_model_dir,
