@@ -1,4 +1,4 @@
-"""Where a cold compiled warm-up's time goes besides code generation, and two levers on it. GPU
+"""Where a cold compiled warm-up's time goes besides code generation, and levers on it. GPU
 machine; each variant in a fresh process with empty inductor and Triton caches.
 
     PYTHONPATH=. python bench/warmup_parts.py [--model llama-3.2-1b] [--only 1,2,3,1,2,3]
@@ -13,7 +13,11 @@ and how many of the torch modules the process imported had no bytecode cache to 
 then compiles their source). The profiled variant adds the share of the compile's profiled time
 spent rebuilding fake tensors from the fake-tensor cache (``_output_from_cache_entry``: their
 sizes and strides worked out symbolically, for the dynamic batch dimension) and in the matmul
-decomposition (reshapes of a symbolic batch).
+decomposition (reshapes of a symbolic batch). The last two variants start from a settled heap
+(``settle_heap``) as the engine's warm-up does, one with the collector paused throughout and the
+garbage collected once after (``collector_paused``, what the engine does now): their warm-up
+column is what the engine times (settling, the generate() calls, the final collection), gc the
+collector's pauses within it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ VARIANTS = {
     "the compiler imported on a thread during the load": "thread",
     "fake-tensor cache off": "no_fake_cache",
     "the engine's sequence, compile profiled": "profiled",
+    "the heap settled first, as the engine does": "settled",
+    "the heap settled first, the collector paused, one collection after": "paused",
 }
 PROMPT, NEW, SIZES = 512, 8, (4, 8, 16)
 PHASES = {
@@ -41,6 +47,7 @@ PHASES = {
 
 
 def child(name: str, arch: str) -> dict:
+    import contextlib
     import threading
 
     import torch
@@ -93,20 +100,36 @@ def child(name: str, arch: str) -> dict:
         torch.cuda.synchronize()
         return time.perf_counter() - t
 
-    parts["first_generate"] = gen(2, 1)  # no decode step, so nothing compiled yet
+    from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
+
+    pauses = process_gc_pauses()
+    if how in ("settled", "paused"):  # the engine's warm-up starts from a settled heap
+        t = time.perf_counter()
+        settle_heap()
+        parts["settle"] = time.perf_counter() - t
+    pauses.summary(reset=True)
     profiler = None
     if how == "profiled":
         import cProfile
 
         profiler = cProfile.Profile()
-    with batch_dynamic_while_warming(model):
-        if profiler is not None:
-            profiler.enable()
-        parts["compiled_batch_2"] = gen(2, NEW)
-        if profiler is not None:
-            profiler.disable()
-        parts["batches_4_8_16"] = sum(gen(bs, NEW) for bs in SIZES)
+    with collector_paused() if how == "paused" else contextlib.nullcontext():
+        parts["first_generate"] = gen(2, 1)  # no decode step, so nothing compiled yet
+        with batch_dynamic_while_warming(model):
+            if profiler is not None:
+                profiler.enable()
+            parts["compiled_batch_2"] = gen(2, NEW)
+            if profiler is not None:
+                profiler.disable()
+            parts["batches_4_8_16"] = sum(gen(bs, NEW) for bs in SIZES)
+    if how in ("settled", "paused"):  # the warm-up's garbage, collected once (the engine's end)
+        t = time.perf_counter()
+        settle_heap()
+        parts["final_collect"] = time.perf_counter() - t
+    parts["gc"] = pauses.summary(reset=True)["total_ms"] / 1e3
     parts["all"] = time.perf_counter() - begun
+    warm = ("settle", "first_generate", "compiled_batch_2", "batches_4_8_16", "final_collect")
+    parts["warm_up"] = sum(parts.get(k, 0.0) for k in warm)  # what the engine times as its warm-up
     from torch._dynamo.utils import compilation_time_metrics
 
     row = {k: round(v, 2) for k, v in parts.items()}
@@ -156,18 +179,19 @@ def main() -> None:
         return
     print(
         "\n| variant | load s | first generate s | compiled batch 2 s | batches 4, 8, 16 s "
-        "| all s | compile s (tracing, AOT metadata, inductor) | torch modules without bytecode "
-        "cache | profiled shares |"
+        "| all s | warm-up s (gc s) | compile s (tracing, AOT metadata, inductor) | torch modules "
+        "without bytecode cache | profiled shares |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, d in rows:
         if d is None:
-            print(f"| {name} | failed | | | | | | | |")
+            print(f"| {name} | failed | | | | | | | | |")
             continue
         load = f"{d['load']} (+{d['import_wait']} waiting)" if "import_wait" in d else d["load"]
         print(
             f"| {name} | {load} | {d['first_generate']} | {d['compiled_batch_2']} "
-            f"| {d['batches_4_8_16']} | {d['all']} | {d['compile']} ({d['tracing']}, "
+            f"| {d['batches_4_8_16']} | {d['all']} | {d['warm_up']} ({d['gc']}) "
+            f"| {d['compile']} ({d['tracing']}, "
             f"{d['aot_metadata']}, {d['inductor']}) | {d['uncached_modules']} "
             f"| {d.get('profile_shares', '')} |"
         )
