@@ -12,21 +12,7 @@ import torch
 from loadtest.backends.transformers.outbox import Outbox
 from loadtest.backends.transformers.stamping import StepStreamer
 from loadtest.core.events import Finished, Tokens
-
-
-class Recorder:
-    """An outbox that runs deferred work at once, in the caller's thread."""
-
-    def __init__(self) -> None:
-        self.msgs: list = []
-
-    def send(self, msg) -> None:
-        self.msgs.append(msg)
-
-    def defer(self, fn, *args) -> None:
-        self.msgs.extend(fn(*args) or ())
-
-    call = defer
+from tests.engine_helpers import Inline, Recorder, compile_eagerly, input_shapes, make_engine
 
 
 def _last_stamp(msg):
@@ -234,49 +220,6 @@ def test_close_flushes_everything(n):
 # -- stamp sources: after generate()'s own sync (default) and the streamer (fallback) ------------
 
 
-class Inline(Recorder):
-    def flush(self) -> None:
-        pass
-
-
-def _engine(model_dir, **overrides):
-    from loadtest.backends.transformers.loading import load_model
-    from loadtest.backends.transformers.worker import Engine
-
-    spec = {
-        "model": str(model_dir),
-        "device": "cpu",
-        "dtype": "float32",
-        "seed": 0,
-        "attn_implementation": None,
-        "trust_remote_code": False,
-        "mode": "static",
-        "compile": False,
-        "max_batch_size": 8,
-        "max_wait_ms": 0,
-        **overrides,
-    }
-    out = Inline()
-    return Engine(spec, ".", out, loaded=load_model(spec, ".")), out
-
-
-def _input_shapes(eng, outputs: list | None = None) -> list:
-    """The input_ids shape of every generate() call the engine makes from now on (and, into
-    ``outputs``, the sequences each returned)."""
-    shapes: list = []
-    generate = eng.model.generate
-
-    def spy(**kwargs):
-        shapes.append(tuple(kwargs["input_ids"].shape))
-        sequences = generate(**kwargs)
-        if outputs is not None:
-            outputs.append(sequences)
-        return sequences
-
-    eng.model.generate = spy
-    return shapes
-
-
 def _shape(msgs):
     return [(m[0], *m[2:]) for m in msgs]
 
@@ -285,7 +228,7 @@ def _shape(msgs):
 def test_both_stamp_sources_report_the_same_tokens_and_ends(tiny_model_dir):
     from loadtest.backends.transformers.stamping import AFTER_SYNC, STREAMER
 
-    eng, out = _engine(tiny_model_dir)
+    eng, out = make_engine(tiny_model_dir)
     assert eng.stamp_source == AFTER_SYNC  # this transformers synchronises in its stop check
     ids = torch.tensor([[5, 6, 7, 8]])
     seq = eng.model.generate(
@@ -338,10 +281,10 @@ def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted
         monkeypatch.setattr(
             gu.DeferredStopCheck, "is_supported", staticmethod(lambda *a, **k: True)
         )
-        eng, _ = _engine(tiny_model_dir)
+        eng, _ = make_engine(tiny_model_dir)
         assert eng.stamp_source == ew.STREAMER
         monkeypatch.undo()
-    eng, out = _engine(tiny_model_dir)
+    eng, out = make_engine(tiny_model_dir)
     original = gu.StopCheck
     monkeypatch.setattr(ew.AfterSyncStamps, "stamp", lambda self, row: None)  # miscounts: no stamps
     eng._warmup([(2, 4, 3)])
@@ -530,7 +473,7 @@ def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
 def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
     """Like batches and the roofline accounting: a sweep's later points do not repeat an earlier
     point's count (each point's facts are read with reset)."""
-    eng, _ = _engine(tiny_model_dir)
+    eng, _ = make_engine(tiny_model_dir)
     eng.stamp_mismatches = 2
     assert eng._facts(reset=True)["stamp_mismatches"] == 2
     assert eng._facts(reset=True)["stamp_mismatches"] == 0
@@ -540,7 +483,7 @@ def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
 def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_a_profiler(
     tiny_model_dir,
 ):
-    eng, out = _engine(tiny_model_dir)
+    eng, out = make_engine(tiny_model_dir)
     batch = lambda rid: [("req", rid, [5, 6, 7], 4, True, None)]  # noqa: E731
     eng._generate(batch(1), set(), out, set())  # before the window: not counted
     eng.urgent.append(("window_start",))
@@ -615,7 +558,7 @@ def test_the_warm_up_runs_with_the_collector_paused_and_counts_its_one_collectio
     import gc
     import weakref
 
-    eng, out = _engine(tiny_model_dir)
+    eng, out = make_engine(tiny_model_dir)
     seen, garbage = [], []
 
     class Node:
@@ -650,8 +593,8 @@ def test_the_warm_up_runs_with_the_collector_paused_and_counts_its_one_collectio
 def test_prompt_widths_are_padded_up_to_the_bucket_and_every_token_is_still_stamped(
     tiny_model_dir,
 ):
-    eng, out = _engine(tiny_model_dir)
-    widths = _input_shapes(eng)
+    eng, out = make_engine(tiny_model_dir)
+    widths = input_shapes(eng)
     eng.info["prompt_bucket"] = 16
     batch = [("req", 1, [5] * 5, 4, True, None), ("req", 2, [6] * 9, 4, True, None)]
     assert eng._generate(batch, set(), out, set()) == 0  # one stamp per token
@@ -707,8 +650,8 @@ def test_batch_buckets_are_powers_of_two_up_to_the_cap_or_the_sizes_given():
 def test_a_bucketed_batch_runs_with_throw_away_rows_and_reports_only_the_real_ones(
     tiny_model_dir,
 ):
-    eng, out = _engine(tiny_model_dir)
-    shapes = _input_shapes(eng)
+    eng, out = make_engine(tiny_model_dir)
+    shapes = input_shapes(eng)
     eng.info["batch_buckets"] = [1, 2, 4, 8]
     fixed = [("req", i, [5] * (3 + i), 4, True, None) for i in (1, 2, 3)]
     assert eng._generate(fixed, set(), out, set()) == 0  # one stamp per token
@@ -719,9 +662,9 @@ def test_a_bucketed_batch_runs_with_throw_away_rows_and_reports_only_the_real_on
 
 @pytest.mark.integration
 def test_a_batch_that_may_stop_at_eos_is_padded_with_copies_that_stop_with_it(tiny_model_dir):
-    eng, out = _engine(tiny_model_dir)
+    eng, out = make_engine(tiny_model_dir)
     outputs: list = []
-    shapes = _input_shapes(eng, outputs)
+    shapes = input_shapes(eng, outputs)
     first = [5, 6, 7]
     # the tiny model's greedy continuation of the first prompt; its second token is made the EOS
     eng._generate([("req", 1, first, 6, True, None)], set(), out, set())
@@ -743,7 +686,6 @@ def test_a_batch_that_may_stop_at_eos_is_padded_with_copies_that_stop_with_it(ti
 
 @pytest.mark.integration
 def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_model_dir):
-    import transformers
 
     from loadtest.backends.transformers.compiling import compiled_graphs
 
@@ -753,26 +695,22 @@ def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_
         warm([(2, 8, 4), (4, 8, 4), (8, 8, 4)])
         return compiled_graphs() - before
 
-    eng, out = _engine(tiny_model_dir, compile=True)
-    # transformers compiles decode steps on CUDA only unless told; the eager backend traces
-    # as inductor would, without a C compiler
-    config = transformers.CompileConfig(backend="eager", mode=None, fullgraph=True)
-    config._compile_all_devices = True
-    eng.model.generation_config.compile_config = config
+    eng, out = make_engine(tiny_model_dir, compile=True, pad_decode=False)
+    compile_eagerly(eng.model)
     assert graphs_built(eng._warm_shapes) == 2  # unmarked: static at 2, dynamic batch at 4
     assert graphs_built(eng._warmup) == 1  # marked: dynamic from the first compile
     kind, warmup_s, details = out.msgs[-1]  # the warm-up's compile and gc shares, of its time
     assert kind == "warmed" and 0 < details["compile_s"] <= warmup_s
     assert 0 <= details["gc_s"] <= warmup_s
     outputs: list = []
-    _input_shapes(eng, outputs)
+    input_shapes(eng, outputs)
     batch = [("req", i, [5] * (2 + i), 4, True, None) for i in (1, 2, 3)]
     graphs = compiled_graphs()
     eng._generate(batch, set(), out, set())  # 3 rows run as 4, no marks: the same graph
     assert compiled_graphs() == graphs and outputs[-1].shape[0] == 4
     compiled_tokens = outputs[-1][:3]
-    eager, _ = _engine(tiny_model_dir)
-    _input_shapes(eager, outputs)
+    eager, _ = make_engine(tiny_model_dir)
+    input_shapes(eager, outputs)
     eager._generate(batch, set(), Inline(), set())
     assert torch.equal(compiled_tokens, outputs[-1])  # what it computes is eager's
 
@@ -796,15 +734,14 @@ def test_the_warm_up_marks_the_batch_dynamic_unless_the_sizes_listed_leave_one()
 
 @pytest.mark.integration
 def test_a_compiled_warm_up_of_one_batch_size_builds_one_static_graph(tiny_model_dir):
-    import transformers
 
     from loadtest.backends.transformers.compiling import compiled_graphs
 
-    eng, out = _engine(tiny_model_dir, compile=True, batch_buckets=[4], max_batch_size=4)
+    eng, out = make_engine(
+        tiny_model_dir, compile=True, pad_decode=False, batch_buckets=[4], max_batch_size=4
+    )
     assert eng.info["batch_buckets"] == [4]
-    config = transformers.CompileConfig(backend="eager", mode=None, fullgraph=True)
-    config._compile_all_devices = True
-    eng.model.generation_config.compile_config = config
+    compile_eagerly(eng.model)
     torch._dynamo.reset()
     before = compiled_graphs() or 0
     eng._warmup([(4, 8, 4)])
@@ -826,7 +763,8 @@ def test_a_compiled_step_past_torchs_recompile_limit_fails_instead_of_running_ea
 
     from loadtest.backends.transformers.compiling import RECOMPILE_LIMIT
 
-    eng, out = _engine(tiny_model_dir, compile=True)  # loading sets torch's limits
+    # loading sets torch's limits; unpadded decode steps, so two batch sizes are two graphs
+    eng, out = make_engine(tiny_model_dir, compile=True, pad_decode=False)
     assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
     # the engine's settings but static graphs and the eager backend, with not full graphs (as
     # transformers' default), where torch would fall back to eager at the limit
@@ -844,16 +782,13 @@ def test_a_compiled_step_past_torchs_recompile_limit_fails_instead_of_running_ea
 def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_steps(
     tiny_model_dir,
 ):
-    import transformers
 
     from loadtest.backends.transformers.compiling import compiled_graphs
     from loadtest.backends.transformers.stamping import AFTER_SYNC
     from loadtest.backends.transformers.worker import WARM_STEPS
 
-    eng, out = _engine(tiny_model_dir, compile=True)
-    config = transformers.CompileConfig(backend="eager", mode=None, fullgraph=True)
-    config._compile_all_devices = True
-    eng.model.generation_config.compile_config = config
+    eng, out = make_engine(tiny_model_dir, compile=True)
+    compile_eagerly(eng.model)
     calls: list = []
     generate = eng.model.generate
 
@@ -901,9 +836,9 @@ def test_the_decode_step_compiles_with_the_fast_passes_by_default_or_the_options
 
 @pytest.mark.integration
 def test_a_compiled_engine_hands_its_inductor_options_to_torch_compile(tiny_model_dir, monkeypatch):
-    eng, out = _engine(tiny_model_dir, compile=True, compile_options={"max_autotune": True})
+    eng, out = make_engine(tiny_model_dir, compile=True, compile_options={"max_autotune": True})
     assert eng.info["compile_options"] == {"max_autotune": True, "triton.cudagraphs": True}
-    assert _engine(tiny_model_dir)[0].info["compile_options"] is None  # eager: nothing compiled
+    assert make_engine(tiny_model_dir)[0].info["compile_options"] is None  # eager: nothing compiled
     calls: list = []
 
     def recorded_compile(fn, **kwargs):
