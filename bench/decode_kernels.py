@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cold_cache import dummy_model, run_variants, timed_generate
 
-# (batch sizes warmed, batch marked dynamic, inductor options over loadtest's, attention)
+# (batch sizes warmed, batch marked dynamic, inductor options over loadtest's, attention: "sdpa",
+# "packed", or "padded": packed with the decode steps at the largest size)
 VARIANTS = {
     "one dynamic graph, transformers' SDPA, sizes 2, 4, 8, 16": ((2, 4, 8, 16), True, {}, "sdpa"),
     "one static graph, transformers' SDPA, size 16": ((16,), False, {}, "sdpa"),
@@ -35,6 +36,13 @@ VARIANTS = {
     ),
     "one dynamic graph, packed GQA SDPA, sizes 2, 4, 8, 16": ((2, 4, 8, 16), True, {}, "packed"),
     "one static graph, packed GQA SDPA, size 16": ((16,), False, {}, "packed"),
+    # the prefill at the batch's rows, every decode step at 16 (pad_decode, the engine's default)
+    "decode steps padded to 16, packed GQA SDPA, sizes 2, 4, 8, 16": (
+        (2, 4, 8, 16),
+        False,
+        {},
+        "padded",
+    ),
 }
 PROMPT, NEW, SHORT = 512, 96, 16
 
@@ -52,13 +60,15 @@ def child(name: str, arch: str) -> dict:
         batch_dynamic_while_warming,
         decode_compile_config,
     )
+    from loadtest.backends.transformers.padded_decode import PaddedDecode
     from loadtest.backends.transformers.worker import WARM_STEPS, StopAfterSteps
 
     sizes, marked, extra, attn = VARIANTS[name]
     torch.manual_seed(0)
     model = dummy_model(arch)
-    if attn == "packed":  # as the engine chooses it
+    if attn in ("packed", "padded"):  # as the engine chooses it
         pack_decode_attention(model, {"mode": "static", "attn_implementation": None})
+    padded = PaddedDecode(model) if attn == "padded" else None
     torch.backends.cuda.enable_cudnn_sdp(False)  # the engine's default SDPA choice
     config, _ = decode_compile_config({**FAST_COMPILE, **extra})
 
@@ -74,7 +84,8 @@ def child(name: str, arch: str) -> dict:
 
     def gen(bs: int, steps: int) -> float:
         stop = transformers.StoppingCriteriaList([StopAfterSteps(steps)])
-        return timed_generate(model, bs, PROMPT, stopping_criteria=stop, **greedy)
+        cache = {} if padded is None else padded.generate_kwargs(max(sizes), PROMPT + NEW)
+        return timed_generate(model, bs, PROMPT, stopping_criteria=stop, **{**greedy, **cache})
 
     t0 = time.perf_counter()
     with batch_dynamic_while_warming(model) if marked else contextlib.nullcontext():
@@ -107,8 +118,11 @@ def child(name: str, arch: str) -> dict:
     # what it computes: greedy tokens for fixed prompts at the first size, to compare variants
     ids = (torch.arange(sizes[0] * PROMPT, device="cuda").reshape(sizes[0], PROMPT) % 1000)[:2]
     ids = ids.repeat(sizes[0] // 2, 1)
+    cache = {} if padded is None else padded.generate_kwargs(max(sizes), PROMPT + NEW)
     with torch.inference_mode():
-        seq = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **greedy)
+        seq = model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), **{**greedy, **cache}
+        )
     tokens = seq[:2, PROMPT : PROMPT + 32].flatten().tolist()
     return {"warmup_s": round(warmup_s, 1), "sizes": out, "tokens": tokens}
 

@@ -64,6 +64,7 @@ VARIANTS = {
     # torch's own passes, transformers' own SDPA
     "static, compile: true, as filed (every batch size 1..16, torch's own passes)": [
         "backend.compile=true",
+        "backend.pad_decode=false",
         "backend.batch_buckets=false",
         "backend.compile_options={}",
         "backend.attn_implementation=sdpa",
@@ -80,6 +81,11 @@ VARIANTS = {
         "backend.attn_implementation=sdpa",
     ],
     "defaults, transformers' SDPA": ["backend.attn_implementation=sdpa"],
+    # each decode step at its batch's bucket, one graph with a dynamic batch dimension
+    "static, compile: true, decode steps unpadded (one dynamic graph)": [
+        "backend.compile=true",
+        "backend.pad_decode=false",
+    ],
 }
 # variants that reuse an earlier variant's compile cache (to show what a warm cache saves)
 WARM_FROM = {"static, compile: true, again (compile cache warm)": "static, compile: true"}

@@ -158,6 +158,14 @@ class TransformersSpec(Spec):
     compile: bool = Field(
         False, description="Static KV cache + torch.compile (CUDA graphs) for decode."
     )
+    pad_decode: bool | None = Field(
+        None,
+        description="static mode with compile: run every decode step at max_batch_size rows "
+        "(copies of the batch's first row fill it; the prefill runs at the batch's own rows), "
+        "so one static graph serves every batch, where false gives one graph with a dynamic "
+        "batch dimension, a longer compile (default: on, unless the model's cache has layers "
+        "other than attention's, e.g. linear attention).",
+    )
     compile_options: dict[str, bool | int | float | str] | None = Field(
         None,
         description="With compile: torch inductor options for the decode step, e.g. "

@@ -52,20 +52,23 @@ def test_mode_on_gpu(tmp_path, backend):
 
 
 @pytest.mark.parametrize(
-    ("buckets", "sizes"),
-    [(None, [2, 4, 8]), ([8], [8])],  # one graph marked dynamic; one static graph
+    ("fields", "sizes", "decode_rows"),
+    [
+        ({}, [1, 2, 4, 8], 8),  # every decode step at 8 rows: one static graph
+        ({"pad_decode": False}, [2, 4, 8], None),  # one graph marked dynamic
+        ({"pad_decode": False, "batch_buckets": [8]}, [8], None),  # one static graph
+    ],
 )
-def test_compiled_static_mode_on_gpu(tmp_path, buckets, sizes):
+def test_compiled_static_mode_on_gpu(tmp_path, fields, sizes, decode_rows):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     backend = {"mode": "static", "max_batch_size": 8, "max_wait_ms": 20, "compile": True}
-    if buckets is not None:
-        backend["batch_buckets"] = buckets
-    m = _run(tmp_path, backend, {"arrival": {"kind": "burst"}, "requests": 16})
+    m = _run(tmp_path, {**backend, **fields}, {"arrival": {"kind": "burst"}, "requests": 16})
     assert m["status"] == "ok" and m["requests"]["completed"] == 16
     b = m["backend"]
     assert b["batch_buckets"] == sizes and b["warmup_batch_sizes"] == sizes
+    assert b["pad_decode"] is (decode_rows is not None) and b["decode_batch_size"] == decode_rows
     assert b["recompiles_in_window"] == 0 and 0 < b["warmup_compile_s"] < b["warmup_s"]
     assert b["attn_implementation"] == "sdpa_packed_gqa"  # 32 query heads on 8
     assert m["latency_ms"]["itl"]["count"] == 16 * 15

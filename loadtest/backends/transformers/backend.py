@@ -232,7 +232,8 @@ class TransformersBackend(Backend):
         )
         self._send(configure)
         self.spec = spec
-        self._info.update(batching_details(spec.model_dump()))  # the worker's, computed alike
+        # the worker's, computed alike
+        self._info.update(batching_details(spec.model_dump(), self._info["pad_decode"]))
         return True
 
     def window_started(self) -> None:

@@ -2,15 +2,16 @@
 graph that serves them all, and torch's counters of graphs and cache hits.
 
 A graph costs 15-40 s to build from a cold cache on an H100 host (bench/compile_warmup.py), so
-the warm-up builds as few as it can. Left alone, torch.compile builds a static graph for the
-first batch size it sees and a graph with a dynamic batch dimension at the second (automatic
-dynamic): two graphs where one serves. ``batch_dynamic_while_warming`` marks the batch dimension
-dynamic from the first compile, so the warm-up builds one graph for every size from 2 up
-(torch specializes size 1, so a batch of one is padded to two: ``bucket_sizes``); with one
-batch size (``batch_buckets: [16]``) the graph is static, a shorter compile
-(``marks_batch_dynamic``). ``decode_compile_config`` skips inductor passes that cost the compile
-a tenth to a fifth of its time and gave the decode step nothing, and ``never_silently_eager``
-keeps torch from running the step eagerly after too many graphs.
+the warm-up builds as few as it can. By default every decode step runs at max_batch_size rows,
+one static graph (``pads_decode``, padded_decode.py). Otherwise, left alone, torch.compile would
+build a static graph for the first batch size it sees and a graph with a dynamic batch
+dimension at the second (automatic dynamic): two graphs where one serves.
+``batch_dynamic_while_warming`` marks the batch dimension dynamic from the first compile, so
+the warm-up builds one graph for every size from 2 (torch specializes size 1, so a batch of one
+is padded to two: ``bucket_sizes``); with one batch size (``batch_buckets: [16]``) the graph is
+static (``marks_batch_dynamic``). ``decode_compile_config`` skips inductor passes that cost the
+compile a tenth to a fifth of its time and gave the decode step nothing, and
+``never_silently_eager`` keeps torch from running the step eagerly after too many graphs.
 """
 
 from __future__ import annotations
@@ -56,22 +57,36 @@ def decode_compile_config(options: dict | None) -> tuple[object, dict]:
     return config, chosen
 
 
-def batching_details(spec: Mapping[str, Any]) -> dict:
-    """The result's facts that follow from the fields a sweep changes live (max_batch_size):
-    computed at load and again at every such change, on both sides of the engine's pipe, so a
-    point never batches, warms or reports by an earlier point's sizes."""
-    return {"batch_buckets": batch_buckets_of(spec)}
+def pads_decode(spec: Mapping[str, Any]) -> bool:
+    """Whether the scenario asks for every compiled decode step at max_batch_size rows
+    (``pad_decode``, padded_decode.py): on by default in static mode with compile."""
+    return (
+        spec["mode"] == "static" and bool(spec["compile"]) and spec.get("pad_decode") is not False
+    )
 
 
-def batch_buckets_of(spec: Mapping[str, Any]) -> list[int] | None:
+def batching_details(spec: Mapping[str, Any], pad_decode: bool) -> dict:
+    """The result's facts that follow from the fields a sweep changes live (max_batch_size),
+    given whether the engine pads its decode steps (decided at load): computed at load and
+    again at every such change, on both sides of the engine's pipe, so a point never batches,
+    warms or reports by an earlier point's sizes."""
+    return {
+        "batch_buckets": batch_buckets_of(spec, pad_decode),
+        "decode_batch_size": spec["max_batch_size"] if pad_decode else None,
+    }
+
+
+def batch_buckets_of(spec: Mapping[str, Any], pad_decode: bool = False) -> list[int] | None:
     """The batch sizes static batches are padded to, or None (no padding): on by default with
-    compile, which builds one graph for every size from 2 and one more for a size of 1, so its
-    default sizes start at 2."""
+    compile. Unpadded decode steps build one graph for every size from 2 and one more for a
+    size of 1, so their default sizes start at 2; padded ones run at max rows whatever the
+    batch, so a batch of one prefills as one."""
     wanted = spec.get("batch_buckets")
     if spec["mode"] != "static" or wanted is False or (wanted is None and not spec["compile"]):
         return None
     if wanted in (True, None):
-        return bucket_sizes(spec["max_batch_size"], smallest=2 if spec["compile"] else 1)
+        smallest = 2 if spec["compile"] and not pad_decode else 1
+        return bucket_sizes(spec["max_batch_size"], smallest=smallest)
     return bucket_sizes(spec["max_batch_size"], list(wanted))
 
 
@@ -92,7 +107,8 @@ def batch_bucket(n: int, buckets: list[int]) -> int:
 
 
 def marks_batch_dynamic(spec: Mapping[str, Any], buckets: list[int] | None) -> bool:
-    """Whether the compiled warm-up marks the batch dimension dynamic: yes, so one graph serves
+    """Whether a compiled warm-up of unpadded decode steps marks the batch dimension dynamic
+    (padded ones run at one size, static): yes, so one graph serves
     every size from 2 (in a sweep, every point's), unless the sizes listed in ``batch_buckets``
     leave one such size (``buckets``, the sizes now): the choice of one static graph, which
     compiled in 18-22 s against 27-31 s for the dynamic one on an H100 host (bench/shapes.py),

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loadtest.backends.transformers import attention, parallel
+from loadtest.backends.transformers import attention, padded_decode, parallel
 from loadtest.backends.transformers.compiling import (
     batching_details,
     decode_compile_config,
     never_silently_eager,
+    pads_decode,
 )
 from loadtest.backends.transformers.parallel import Layout
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
@@ -106,6 +107,13 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         source = str(target)
     model.eval()
     attention.pack_decode_attention(model, spec)
+    pad_decode, unpadded_why = pads_decode(spec), None
+    if pad_decode and (unpadded_why := padded_decode.layer_problem(model)):
+        if spec.get("pad_decode"):
+            raise ValueError(
+                f"backend.pad_decode: {name} cannot pad its decode steps: {unpadded_why}"
+            )
+        pad_decode = False  # by default, the graph with a dynamic batch dimension instead
     compile_options = None
     if spec["compile"]:
         compile_config, compile_options = decode_compile_config(spec.get("compile_options"))
@@ -129,7 +137,9 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         "attn_implementation": getattr(config, "_attn_implementation", None),
         "sdpa_backends": sdpa,
         "prompt_bucket": spec.get("prompt_bucket") or 1,
-        **batching_details(spec),
+        "pad_decode": pad_decode,
+        **({"pad_decode_off": unpadded_why} if unpadded_why else {}),
+        **batching_details(spec, pad_decode),
         "mode": spec["mode"],
         "compile": spec["compile"],
         "compile_options": compile_options,

@@ -37,6 +37,7 @@ from loadtest.backends.transformers.compiling import (
     marks_batch_dynamic,
 )
 from loadtest.backends.transformers.outbox import Outbox
+from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.stamping import (
     AFTER_SYNC,
     STREAMER,
@@ -171,6 +172,7 @@ class Engine:
         self.spec, self.out, self.torch = spec, out, torch
         t = time.monotonic()
         self.model, self.device, self.info = loaded or load_model(spec, base_dir, layout)
+        self.padded = PaddedDecode(self.model) if self.info.get("pad_decode") else None
         self.lockstep = None
         if layout is not None and layout.size > 1:
             from loadtest.backends.transformers.parallel import Lockstep, control_group
@@ -235,7 +237,7 @@ class Engine:
             self._warmup(msg[1])
         elif msg[0] == "configure":
             self.spec = {**self.spec, **msg[1]}
-            self.info.update(batching_details(self.spec))
+            self.info.update(batching_details(self.spec, self.padded is not None))
         elif msg[0] == "facts":
             self.out.send(("facts", self._facts(reset=True)))
         elif msg[0] == "call":
@@ -348,9 +350,12 @@ class Engine:
             self._after_step if real else None,
             accounting=(lambda: self.acct if self.profiler is None else None) if real else None,
         )
-        kwargs = self._generate_kwargs(
-            max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5]
-        )
+        max_new = max(r[3] for r in batch)
+        kwargs = self._generate_kwargs(max_new, all(r[4] for r in batch), batch[0][5])
+        if self.padded is not None:  # its own cache, at the decode steps' rows
+            kwargs.update(
+                self.padded.generate_kwargs(self.info["decode_batch_size"], width + max_new)
+            )
         if steps is not None:
             from transformers import StoppingCriteriaList
 
@@ -398,6 +403,7 @@ class Engine:
             batch_dynamic_while_warming(self.model)
             if self.spec.get("compile")
             and self.spec["mode"] == "static"
+            and self.padded is None
             and marks_batch_dynamic(self.spec, self.info.get("batch_buckets"))
             else nothing(),
         ):
