@@ -14,7 +14,7 @@ def bare_generate(engine, batch_size: int, prompt_len: int, new_tokens: int, rep
     torch = engine.torch
     ids = torch.full((batch_size, prompt_len), 65, dtype=torch.long).to(engine.device)
     mask = torch.ones_like(ids)
-    kwargs = engine._generate_kwargs(new_tokens, True, None)
+    kwargs = engine._generate_kwargs(prompt_len, new_tokens, True, None)
     cuda = engine.device.type == "cuda"
     seconds = []
     with torch.inference_mode():

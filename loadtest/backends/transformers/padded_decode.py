@@ -118,11 +118,12 @@ class PaddedDecode:
         return cache
 
     def _step(self, compiled, *args, **kwargs):
-        """One compiled decode step at ``rows`` rows, its logits the batch's."""
+        """One compiled decode step at ``rows`` rows, its logits the batch's (a generate() not
+        given this cache is left as transformers runs it)."""
         first = kwargs.get("input_ids")
         first = kwargs.get("inputs_embeds") if first is None else first
         batch = first.shape[0]
-        if batch == self.rows:
+        if batch == self.rows or kwargs.get("past_key_values") is not self._cache:
             return compiled(*args, **kwargs)
         padded = {k: v if k in NOT_ROWS else _pad(v, batch, self.rows) for k, v in kwargs.items()}
         out = compiled(*args, **padded)

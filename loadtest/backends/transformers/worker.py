@@ -350,12 +350,9 @@ class Engine:
             self._after_step if real else None,
             accounting=(lambda: self.acct if self.profiler is None else None) if real else None,
         )
-        max_new = max(r[3] for r in batch)
-        kwargs = self._generate_kwargs(max_new, all(r[4] for r in batch), batch[0][5])
-        if self.padded is not None:  # its own cache, at the decode steps' rows
-            kwargs.update(
-                self.padded.generate_kwargs(self.info["decode_batch_size"], width + max_new)
-            )
+        kwargs = self._generate_kwargs(
+            width, max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5]
+        )
         if steps is not None:
             from transformers import StoppingCriteriaList
 
@@ -384,7 +381,8 @@ class Engine:
         generated = sequences.shape[-1] - width
         return 0 if hook is None or hook.stamps == generated else 1
 
-    def _generate_kwargs(self, max_new: int, ignore_eos: bool, eos) -> dict:
+    def _generate_kwargs(self, width: int, max_new: int, ignore_eos: bool, eos) -> dict:
+        """generate()'s settings for a batch of prompts ``width`` tokens wide."""
         kwargs = dict(
             max_new_tokens=max_new,
             do_sample=False,
@@ -393,7 +391,10 @@ class Engine:
         )
         if ignore_eos:
             kwargs["min_new_tokens"] = max_new
-        if self.spec.get("compile"):
+        if self.padded is not None:  # its own cache, at the decode steps' rows
+            rows = self.info["decode_batch_size"]
+            kwargs.update(self.padded.generate_kwargs(rows, width + max_new))
+        elif self.spec.get("compile"):
             kwargs["cache_implementation"] = "static"
         return kwargs
 

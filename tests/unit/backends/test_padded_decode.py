@@ -142,6 +142,17 @@ def test_padded_decode_steps_run_at_max_rows_through_one_graph_and_give_the_batc
     step_rows.clear()
     eng._generate(batch[:1], set(), out, set())
     assert step_rows == [4] * 3 and eng.padded._cache.layers[0].keys.shape[0] == 4
+    # a generate() not given the engine's cache (a user's own loop on the model) runs unpadded
+    ids = torch.full((3, 5), 5)
+    with torch.inference_mode():
+        seq = eng.model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=3,
+            do_sample=False,
+            cache_implementation="static",
+        )
+    assert seq.shape == (3, 8) and step_rows[-2:] == [3, 3]
 
 
 @pytest.mark.integration
