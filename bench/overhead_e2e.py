@@ -67,6 +67,7 @@ async def main_async(args) -> list:
         dtype=args.dtype,
         mode="static",
         compile=args.compile,
+        pad_decode=False if args.unpadded else None,
         max_batch_size=max(sizes),
         max_wait_ms=60_000,
     )
@@ -155,6 +156,11 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument(
         "--compile", action="store_true", help="static cache + torch.compile, as compile: true"
+    )
+    ap.add_argument(
+        "--unpadded",
+        action="store_true",
+        help="with --compile: decode steps at the batch's rows (pad_decode: false)",
     )
     ap.add_argument("--json", type=Path, help="write every round's figures here")
     args = ap.parse_args()
