@@ -144,8 +144,8 @@ class TransformersSpec(Spec):
         None,
         description="static mode: pad each batch with throw-away rows (copies of its first, "
         "which stop with it) up to the next of these sizes (true: the powers of two, from 2 "
-        "with compile; max_batch_size is always one), so only they are warmed and captured "
-        "(default: on with compile, off in eager mode).",
+        "with compile and pad_decode false; max_batch_size is always one), so only they are "
+        "warmed and captured (default: on with compile, off in eager mode).",
     )
     prompt_bucket: int | None = Field(
         None,
