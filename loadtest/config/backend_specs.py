@@ -282,9 +282,21 @@ class TransformersSpec(Spec):
         return []
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
-        """Problems found before loading: the device layout, an unknown ``dummy:``
-        architecture, a missing or non-model path, a model that does not split."""
-        return self.layout_problems() + self._model_problems(base_dir)
+        """Problems found before loading: the device layout, padded decode steps without
+        compiled static batches, an unknown ``dummy:`` architecture, a missing or non-model
+        path, a model that does not split."""
+        return self.layout_problems() + self._decode_problems() + self._model_problems(base_dir)
+
+    def _decode_problems(self) -> list[tuple[tuple, str]]:
+        if self.pad_decode and not (self.compile and self.mode == "static"):
+            return [
+                (
+                    ("backend", "pad_decode"),
+                    "pads the compiled decode steps of static batches: it needs compile: true "
+                    "and mode: static",
+                )
+            ]
+        return []
 
     def _model_problems(self, base_dir: Path) -> list[tuple[tuple, str]]:
         if self.model.startswith("dummy:"):

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from loadtest.backends.transformers.padded_decode import rows_layer
+from loadtest.cli import app
+from loadtest.core import exit_codes
+from tests.conftest import write_scenario
 from tests.engine_helpers import Inline, compile_eagerly, input_shapes, make_engine
 
 
@@ -155,17 +159,49 @@ def test_padded_decode_steps_run_at_max_rows_through_one_graph_and_give_the_batc
     assert seq.shape == (3, 8) and step_rows[-2:] == [3, 3]
 
 
+def _no_static_cache(*args, **kwargs):
+    raise ValueError("no layer types")
+
+
 @pytest.mark.integration
+@pytest.mark.parametrize("why", ["linear-attention layers", "no static cache"])
 def test_a_cache_a_prefill_cannot_fill_in_part_decodes_unpadded_or_fails_naming_the_field(
-    tiny_model_dir, monkeypatch
+    tiny_model_dir, monkeypatch, why
 ):
+    import transformers
+
     from loadtest.backends.transformers import padded_decode
 
-    # as if the model's cache had linear-attention layers, which keep state besides keys
-    monkeypatch.setattr(padded_decode, "_fillable_layers", lambda: ())
+    if why == "linear-attention layers":  # layers that keep state besides keys and values
+        monkeypatch.setattr(padded_decode, "_fillable_layers", lambda: ())
+        said = "its static cache has StaticLayer layers"
+    else:  # a config transformers' static cache does not take
+        monkeypatch.setattr(transformers, "StaticCache", _no_static_cache)
+        said = "transformers builds no static cache for it (ValueError: no layer types)"
     eng, _ = make_engine(tiny_model_dir, compile=True)
     assert eng.padded is None and eng.info["pad_decode"] is False
-    assert eng.info["pad_decode_off"] == "its static cache has StaticLayer layers"
+    assert eng.info["pad_decode_off"] == said
     assert eng.info["batch_buckets"] == [2, 4, 8] and eng.info["decode_batch_size"] is None
     with pytest.raises(ValueError, match=r"backend\.pad_decode: .* cannot pad its decode steps"):
         make_engine(tiny_model_dir, compile=True, pad_decode=True)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [{"pad_decode": True}, {"pad_decode": True, "compile": True, "mode": "continuous"}],
+)
+def test_padded_decode_asked_for_without_compiled_static_batches_is_refused_by_field(
+    tmp_path, backend
+):
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "padded",
+            "backend": {"kind": "transformers", "model": "dummy:tiny-llama", **backend},
+            "load": {"arrival": {"kind": "burst"}, "requests": 4},
+        },
+    )
+    r = CliRunner().invoke(app, ["validate", str(path)])
+    assert r.exit_code == exit_codes.USAGE, r.output
+    assert "scenario.yml:" in r.output and "backend.pad_decode" in r.output, r.output
+    assert "needs compile: true and mode: static" in r.output
