@@ -57,6 +57,27 @@ def write_scenario(tmp_path: Path, data: dict, name: str = "scenario.yml") -> Pa
     return path
 
 
+def refused_backend_output(tmp_path: Path, backend: dict) -> str:
+    """``loadtest validate`` of a dummy:tiny-llama scenario with these backend fields, which it
+    must refuse as a usage error naming the file: its output."""
+    from typer.testing import CliRunner
+
+    from loadtest.cli import app
+    from loadtest.core import exit_codes
+
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "refused",
+            "backend": {"kind": "transformers", "model": "dummy:tiny-llama", **backend},
+            "load": {"arrival": {"kind": "burst"}, "requests": 4},
+        },
+    )
+    r = CliRunner().invoke(app, ["validate", str(path)])
+    assert r.exit_code == exit_codes.USAGE and "scenario.yml:" in r.output, r.output
+    return r.output
+
+
 def run_virtual_scenario(tmp_path: Path, data: dict, overrides=()) -> dict:
     """Run on a virtual-time loop: exact timings, a simulated minute in well under a second."""
     loaded = load_scenario(write_scenario(tmp_path, data), list(overrides))

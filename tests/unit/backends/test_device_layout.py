@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
 
 from loadtest.backends.transformers.replicas import ReplicaRouter, merge_facts
-from loadtest.cli import app
 from loadtest.config.backend_specs import TransformersSpec
-from loadtest.core import exit_codes
-from tests.conftest import write_scenario
+from tests.conftest import refused_backend_output
 
 
 def spec(**fields) -> TransformersSpec:
@@ -55,17 +52,8 @@ def test_a_spec_lays_its_engines_out_in_groups_of_tensor_parallel(fields, groups
 def test_layouts_that_do_not_go_together_are_refused_by_file_line_and_field(
     tmp_path, backend, field, said
 ):
-    path = write_scenario(
-        tmp_path,
-        {
-            "name": "layout",
-            "backend": {"kind": "transformers", "model": "dummy:tiny-llama", **backend},
-            "load": {"arrival": {"kind": "burst"}, "requests": 4},
-        },
-    )
-    r = CliRunner().invoke(app, ["validate", str(path)])
-    assert r.exit_code == exit_codes.USAGE, r.output
-    assert "scenario.yml:" in r.output and field in r.output and said in r.output, r.output
+    output = refused_backend_output(tmp_path, backend)
+    assert field in output and said in output, output
 
 
 def test_a_model_folder_that_does_not_split_is_refused_before_loading(tmp_path):
