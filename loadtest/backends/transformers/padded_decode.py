@@ -17,6 +17,7 @@ what it would unpadded. A grouped-query decode step at 16 rows cost about what o
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 # Arguments of a decode step whose first dimension is not the batch (remote-code models only).
@@ -88,6 +89,10 @@ class PaddedDecode:
         self.rows = 0
         self._cache: Any = None
         self._length = 0
+        # what the model calls its cache argument: ``cache`` from transformers 5.24 (which
+        # still takes the old name, deprecated), ``past_key_values`` before
+        forward = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         get_compiled_call = model.get_compiled_call  # transformers' auto-compile of decode steps
 
         def padded_call(compile_config):
@@ -109,7 +114,7 @@ class PaddedDecode:
 
             with torch.inference_mode():  # where generate() allocated its tensors
                 self._cache.reset()
-        return {"past_key_values": self._cache, "cache_implementation": None}
+        return {self._cache_arg: self._cache, "cache_implementation": None}
 
     def _new_cache(self):
         from transformers import StaticCache
@@ -127,7 +132,7 @@ class PaddedDecode:
         first = kwargs.get("input_ids")
         first = kwargs.get("inputs_embeds") if first is None else first
         batch = first.shape[0]
-        if batch == self.rows or kwargs.get("past_key_values") is not self._cache:
+        if batch == self.rows or kwargs.get(self._cache_arg) is not self._cache:
             return compiled(*args, **kwargs)
         padded = {k: v if k in NOT_ROWS else _pad(v, batch, self.rows) for k, v in kwargs.items()}
         out = compiled(*args, **padded)
