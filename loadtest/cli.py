@@ -95,6 +95,7 @@ def _scenario_source(
         raise typer.Exit(EXIT_USAGE)
     from loadtest.backends.openai.discovery import list_models
     from loadtest.config import quick
+    from loadtest.config.loading import apply_overrides, parse_scenario
     from loadtest.core import atomic
     from loadtest.core.errors import BackendError, ScenarioError
 
@@ -112,6 +113,11 @@ def _scenario_source(
         )
     try:
         data = quick.scenario_from_flags(url=url, model=model, **given)
+        # the saved file holds what runs, overrides included: `loadtest run FILE` repeats it
+        # (the run itself loads the flags' scenario with the overrides on top, so that a bad
+        # --set is named as such)
+        parse_scenario(quick.to_yaml(data, ""), Path("--url"), overrides)
+        apply_overrides(data, overrides, Path("--set"))
     except ScenarioError as exc:
         _error(*exc.problems)
         raise typer.Exit(EXIT_USAGE) from None
@@ -122,10 +128,10 @@ def _scenario_source(
             raise typer.Exit(EXIT_USAGE)
         atomic.write_text(save_to, text)
         typer.echo(f"scenario: {save_to}", err=True)
-        return save_to, overrides
+        return save_to, []
     path = Path(tempfile.mkdtemp(prefix="loadtest-")) / "scenario.yml"
     atomic.write_text(path, text)
-    return path, overrides
+    return path, []
 
 
 def _claim(out: Path | None, loaded, overwrite: bool, suffix: str = "") -> Path:
@@ -245,7 +251,7 @@ def run(
     from_flags = scenario is None
     scenario, set_ = _scenario_source(
         scenario,
-        set_,
+        set_ + _workers_override(workers, ray),
         url,
         model,
         dict(
@@ -261,7 +267,7 @@ def run(
         save_scenario,
         overwrite,
     )
-    loaded = _load(scenario, set_ + _workers_override(workers, ray))
+    loaded = _load(scenario, set_)
     from loadtest.core.clock import MonotonicClock
     from loadtest.repeat import run_repeats
     from loadtest.reporters import terminal

@@ -510,21 +510,42 @@ def _add_server_section(result: RunMetrics, outcome, server, out: Path) -> None:
     rec = outcome.recorder
     span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
     summary = server.summary(outcome.t0_ns, span)
-    ttft = summary.get("metrics", {}).get("server_ttft_mean_s")
-    client = (result.latency_ms or {}).get("ttft_service")
-    if ttft is not None and client is not None and client.mean is not None:
-        summary["ttft_compared"] = {
-            "server_mean_ms": ttft["window"] * 1e3,
-            "client_service_mean_ms": client.mean,
-            "difference_ms": client.mean - ttft["window"] * 1e3,
-            "note": "client TTFT from the actual send; the difference is the network and the "
-            "server's work before it starts its own clock",
-        }
+    compared = _ttft_compared(summary, rec.first_tokens, outcome.t0_ns)
+    if compared is not None:
+        summary["ttft_compared"] = compared
     result.server = summary
     if server.rows:
-        from loadtest.telemetry.server_metrics import GAUGES
+        from loadtest.telemetry.server_metrics import CSV_COLUMNS
 
-        atomic.write_csv(out / "server.csv", server.csv_rows(outcome.t0_ns), ["t_s", *GAUGES])
+        atomic.write_csv(out / "server.csv", server.csv_rows(outcome.t0_ns), CSV_COLUMNS)
+
+
+def _ttft_compared(summary: dict, first_tokens: list[tuple[int, int]], t0_ns: int) -> dict | None:
+    """The server's mean TTFT against the client's over the same requests: every request whose
+    first token came between the two samples the server's figure is taken from (warm-up and
+    profiled ones included, as the server's histogram has them)."""
+    ttft = summary.get("metrics", {}).get("ttft_s")
+    if not ttft or not ttft.get("window_count") or not first_tokens:
+        return None
+    start, end = (t0_ns + round(s * 1e9) for s in summary["sampled_s"])
+    mine = [service for first, service in first_tokens if start < first <= end]
+    if not mine:
+        return None
+    server_ms = ttft["window_mean"] * 1e3
+    client_ms = sum(mine) / len(mine) / 1e6
+    return {
+        "server_mean_ms": server_ms,
+        "server_requests": int(ttft["window_count"]),
+        "client_service_mean_ms": client_ms,
+        "client_requests": len(mine),
+        "difference_ms": client_ms - server_ms,
+        "note": "the same requests: those whose first token came between the two samples "
+        "(warm-up and profiled ones included). The client's TTFT runs from its request's "
+        "bytes leaving to the first token's chunk arriving; the server's (vLLM) from the "
+        "request reaching its engine, after the HTTP server parsed it, to the first token "
+        "leaving the engine, before it is framed and streamed. The difference is the network, "
+        "HTTP parsing and the stream's delivery.",
+    }
 
 
 def _sampler(scenario):

@@ -6,9 +6,14 @@ import random
 import re
 from collections.abc import Sequence
 
+FIT_TRIES = 12  # re-encode rounds before a prompt's text is taken as the nearest found
+
 
 class HFTokenizer:
     """A Hugging Face tokenizer behind loadtest's Tokenizer protocol."""
+
+    # tokens a server adds to a prompt of text: its BOS, a chat template (set by the client)
+    prompt_overhead = 0
 
     def __init__(self, tok) -> None:
         self._tok = tok
@@ -30,9 +35,28 @@ class HFTokenizer:
             return None
         return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
-        """``n`` seeded random token ids drawn from the ordinary (non-special) vocabulary."""
-        return rng.choices(self._ordinary, k=n)
+    def special_tokens_added(self) -> int:
+        """Tokens the tokenizer adds around a text when asked to (a BOS, say): what a
+        server's completions API counts beyond the text's own."""
+        return len(self._tok.encode("a", add_special_tokens=True)) - len(self.encode("a"))
+
+    def random_prompt_ids(self, rng: random.Random, n: int, keep: Sequence[int] = ()) -> list[int]:
+        """``n`` seeded token ids from the ordinary (non-special) vocabulary, starting with
+        ``keep``, that are exactly what their text tokenizes to: a prompt sent as text is then
+        ``n`` tokens to the server too, and a shared prefix the same tokens in every prompt.
+
+        Random ids decode to text that re-tokenizes differently (neighbours merge, a byte
+        sequence splits), so the ids are re-encoded and trimmed or extended until they are a
+        fixed point, as vLLM's benchmark does; a few ids that never settle are redrawn."""
+        ids = list(keep) + rng.choices(self._ordinary, k=max(0, n - len(keep)))
+        for _ in range(FIT_TRIES):
+            again = self.encode(self.decode(ids))
+            if again == ids:
+                return ids
+            if list(again[: len(keep)]) != list(keep):  # the prefix merged into what follows
+                again = list(keep) + rng.choices(self._ordinary, k=max(0, n - len(keep)))
+            ids = again[:n] + rng.choices(self._ordinary, k=max(0, n - len(again)))
+        return self.encode(self.decode(ids))  # the nearest: its length is reported by the server
 
 
 def load_tokenizer(model: str, base_dir, trust_remote_code: bool, download: bool = False):

@@ -56,11 +56,7 @@ def parse_scenario(text: str, path: Path, overrides: list[str]) -> LoadedScenari
         raise ScenarioError(
             [f"{path}:1: the scenario must be a mapping (name:, backend:, load:, ...)"]
         )
-    origins: dict[tuple, str] = {}
-    for item in overrides:
-        key, value = _parse_override(item, path)
-        _set_dotted(data, key, value, path, item)
-        origins[key] = item
+    origins = apply_overrides(data, overrides, path)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
@@ -74,6 +70,17 @@ def parse_scenario(text: str, path: Path, overrides: list[str]) -> LoadedScenari
         raise ScenarioError(problems)
     digest = hashlib.sha256(text.encode() + "\0".join(overrides).encode()).hexdigest()
     return LoadedScenario(scenario, path.resolve(), digest)
+
+
+def apply_overrides(data: dict, overrides: Sequence[str], path: Path) -> dict[tuple, str]:
+    """Apply ``--set dotted.key=value`` items to a scenario mapping, in order; returns each
+    key's override (so an error can name the ``--set`` it came from)."""
+    origins: dict[tuple, str] = {}
+    for item in overrides:
+        key, value = _parse_override(item, path)
+        _set_dotted(data, key, value, path, item)
+        origins[key] = item
+    return origins
 
 
 def resolve_path(loaded: LoadedScenario, name: str) -> Path:

@@ -6,6 +6,7 @@ scenario exactly (``--save-scenario``): a first try becomes a reproducible scena
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,7 +56,10 @@ def scenario_from_flags(
         "output_tokens": _length(output_tokens, DEFAULT_OUTPUT_TOKENS, "--output-tokens")
     }
     if dataset is not None:
-        workload["dataset"] = dataset
+        # the scenario is written elsewhere (a temp folder, --save-scenario): a local file is
+        # named absolutely, so it is the one meant here
+        local = not dataset.startswith("hf:")
+        workload["dataset"] = str(Path(dataset).expanduser().absolute()) if local else dataset
     else:
         workload["input_tokens"] = _length(input_tokens, DEFAULT_INPUT_TOKENS, "--input-tokens")
     host = urlsplit(url).hostname or "server"

@@ -143,3 +143,14 @@ def run_virtual(coro_fn, *args, **kwargs):
         return loop.run_until_complete(coro_fn(clock, *args, **kwargs))
     finally:
         loop.close()
+
+
+def cpu_wait_ns() -> int | None:
+    """How long the calling thread has waited, runnable, for a CPU since it started (Linux's
+    scheduler statistics, ``/proc/thread-self/schedstat``), or None where the kernel does not
+    say. The difference across a late send is time the machine, not the program, cost it."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

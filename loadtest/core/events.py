@@ -15,9 +15,18 @@ from dataclasses import dataclass
 class Sent:
     """The request left the client: its bytes were handed to the socket (after any wait for a
     connection). Backends that can see this stamp it; the runner's hand-over stamp stands
-    otherwise. Dispatch lag counts to here, so the client's own waits are never the server's."""
+    otherwise. Dispatch lag counts to here, so the client's own waits are never the server's.
+
+    An HTTP client also says where its part of that time went (ns, from the request's start in
+    the client): waiting for a pooled connection, opening a new one, and time this process
+    was off the CPU while it had work to do (another process held the core); the rest was the
+    client's own work on the event loop."""
 
     t_ns: int
+    client_ns: int = 0
+    pool_ns: int = 0
+    connect_ns: int = 0
+    off_cpu_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)

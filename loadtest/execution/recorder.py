@@ -16,8 +16,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from loadtest.core.events import Sent
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.histogram import merge as merge_histograms
 from loadtest.execution.timeline import Timeline
@@ -27,6 +28,40 @@ INTERVAL_METRICS = ("ttft", "itl", "e2e")
 WHOLE_ONLY_METRICS = ("ttft_service", "tpot", "e2e_service", "queue", "dispatch_lag")
 TURN_BUCKETS = 16  # multi-turn TTFT is kept per turn up to here; later turns share the last
 ALL_METRICS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
+
+
+LATE_FLOOR_NS = 1_000_000  # sends this late or later keep where their lateness went
+LATE_KEPT = 100_000  # at most this many
+
+
+class Lateness(NamedTuple):
+    """Where one send's dispatch lag went (ns): the dispatcher (from the plan's time to the
+    hand-over: the event loop, or this process waiting for a CPU), then, inside an HTTP
+    client, a pooled connection's wait, a new connection, this process off the CPU, and the
+    client's own work."""
+
+    lag: int
+    dispatcher: int
+    pool: int
+    connect: int
+    off_cpu: int
+    client_work: int
+
+
+def _lateness(st: RequestState, lag: int) -> Lateness:
+    """Split a late send's lag: the time its thread waited for a CPU first (the scheduler's
+    own count, or the HTTP client's estimate where the kernel gives none), then the client's
+    waits for a pooled and a new connection, then the dispatcher's part, and the rest was the
+    client's own work."""
+    w = st.wire
+    estimate = 0 if w is None else w.off_cpu_ns
+    off_cpu = min(lag, st.cpu_wait_ns if st.cpu_wait_ns >= 0 else estimate)
+    rest = lag - off_cpu
+    pool = min(rest, 0 if w is None else w.pool_ns)
+    connect = min(rest - pool, 0 if w is None else w.connect_ns)
+    handed = max(0, st.handed_ns - (st.lag_from_ns or st.intended_ns))
+    dispatcher = min(rest - pool - connect, handed)
+    return Lateness(lag, dispatcher, pool, connect, off_cpu, rest - pool - connect - dispatcher)
 
 
 @dataclass(slots=True)
@@ -50,6 +85,10 @@ class RequestState:
     good: int = -1  # goodput: 1 met every objective, 0 did not, -1 not judged
     reply: str | None = None  # a session turn's reply text (its next turn's history); never stored
     prompt_tokens: int | None = None  # the server's count of the prompt, where it reports one
+    handed_ns: int = 0  # when the runner handed it to the backend (sent_ns may move later)
+    # of a late send: the loop thread's wait for a CPU up to it (-1: the kernel does not say)
+    cpu_wait_ns: int = -1
+    wire: Sent | None = None  # the backend's own stamp of the send, with its parts
 
     @property
     def input_tokens(self) -> int:
@@ -104,6 +143,10 @@ class Recorder:
         self.before_start: list[tuple[RequestState, int | None]] = []  # (request, start it met)
         self.records: list[dict] | None = None
         self.timeline = Timeline()  # every finished request's times: the stability judgement
+        # every request's (first token ns, first token - sent ns), warm-up and profiled ones
+        # too: a server's own TTFT histogram counts all of them, and is compared with these
+        self.first_tokens: list[tuple[int, int]] = []
+        self.late_sends: list[Lateness] = []  # measured sends LATE_FLOOR_NS or more late
         # goodput objectives in ns (ttft, tpot, e2e; None = not set), or None: not judged
         self.goodput: tuple[int | None, int | None, int | None] | None = None
         self.profile = (
@@ -125,6 +168,8 @@ class Recorder:
     def finish(self, st: RequestState) -> None:
         """Record a finished request: its latencies, or its failure, and its tokens in the window."""
         self._count_window(st)
+        if st.stamps:
+            self.first_tokens.append((st.stamps[0], st.stamps[0] - st.sent_ns))
         if self.goodput is not None and not st.req.warmup:
             st.good = self._is_good(st)  # once: the timeline and the exported record share it
         self.timeline.add(
@@ -209,7 +254,10 @@ class Recorder:
             self.single_token += 1
         h["e2e"].record_ns(st.done - intended)
         self.whole["e2e_service"].record_ns(st.done - sent)
-        self.whole["dispatch_lag"].record_ns(sent - (st.lag_from_ns or intended))
+        lag = sent - (st.lag_from_ns or intended)
+        self.whole["dispatch_lag"].record_ns(lag)
+        if lag >= LATE_FLOOR_NS and len(self.late_sends) < LATE_KEPT:
+            self.late_sends.append(_lateness(st, lag))
         if st.admitted_ns is not None:
             self.whole["queue"].record_ns(max(0, st.admitted_ns - intended))
 

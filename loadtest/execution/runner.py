@@ -12,18 +12,19 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadtest.config.scenario import Load
-from loadtest.core.clock import Clock
+from loadtest.core.clock import Clock, cpu_wait_ns
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, Failed, Finished, Sent, Tokens
 from loadtest.core.heap import settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.rate_ceiling import RateCeiling
-from loadtest.execution.recorder import Recorder, RequestState
+from loadtest.execution.recorder import LATE_FLOOR_NS, Recorder, RequestState
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.sessions import Conversation
 
@@ -101,6 +102,8 @@ class Runner:
         self.recorder: Recorder | None = None
         # the progress display's view of the GPUs: each device's latest kernel-active %
         self.gpu_probe: Callable[[], list[float] | None] | None = None
+        # the loop thread's time waiting for a CPU, (ns, wait ns) at each of the last probes
+        self._cpu_wait_marks: deque[tuple[int, int]] = deque(maxlen=16)
         self.t0: int | None = None
         self.sent = self.in_flight = self.cancelled = self.throttled = 0
         self._tasks: set[asyncio.Task] = set()
@@ -402,7 +405,10 @@ class Runner:
         # backend that sees its bytes leave moves it later still (Sent).
         sent = self.clock.now_ns()
         self._unstarted -= 1
-        st = RequestState(req, intended, sent, lag_from_ns=max(intended, held_until))
+        lag_from = max(intended, held_until)
+        st = RequestState(req, intended, sent, lag_from_ns=lag_from, handed_ns=sent)
+        if sent - lag_from > LATE_FLOOR_NS:
+            st.cpu_wait_ns = self._cpu_wait_since(lag_from)
         self.sent += 1
         if not self.in_flight:  # silence is timed from the first send after an idle spell
             self._progress_ns = sent
@@ -485,7 +491,9 @@ class Runner:
             if kind is Tokens:
                 st.stamps.extend(ev.t_ns)
             elif kind is Sent:  # the backend saw the bytes leave: later than the hand-over
-                st.sent_ns = max(st.sent_ns, ev.t_ns)
+                st.sent_ns, st.wire = max(st.sent_ns, ev.t_ns), ev
+                if st.sent_ns - (st.lag_from_ns or st.intended_ns) > LATE_FLOOR_NS:
+                    st.cpu_wait_ns = self._cpu_wait_since(st.lag_from_ns or st.intended_ns)
             elif kind is Admitted:
                 st.admitted_ns = ev.t_ns
             elif kind is Finished:
@@ -496,6 +504,14 @@ class Runner:
                 st.done_ns, st.error = ev.t_ns, ev.error_type
         if st.done_ns is None:
             self._fail(st, "NoFinishEvent")
+
+    def _cpu_wait_since(self, t_ns: int) -> int:
+        """How long the loop's thread waited, runnable, for a CPU since the last probe mark
+        before ``t_ns`` (an over-estimate by what it waited in the probe period before it).
+        Read only for late sends: a /proc read costs ~10 µs."""
+        mark = next((w for t, w in reversed(self._cpu_wait_marks) if t <= t_ns), None)
+        wait = cpu_wait_ns()
+        return -1 if mark is None or wait is None else max(0, wait - mark)
 
     def _fail(self, st: RequestState, error_type: str) -> None:
         st.error = error_type
@@ -551,11 +567,15 @@ class Runner:
             await self.clock.sleep_until(max(deadline, self.clock.now_ns() + limit // 4))
 
     async def _probe_loop(self, hist: LatencyHistogram) -> None:
-        """Event-loop lag: how long a callback made ready now waits before it runs."""
+        """Event-loop lag: how long a callback made ready now waits before it runs. Also marks
+        the loop thread's time waiting for a CPU, so a late send can tell it apart."""
         loop = asyncio.get_running_loop()
         now = self.clock.now_ns
         while True:
             await asyncio.sleep(LOOP_PROBE_NS / 1e9)
+            wait = cpu_wait_ns()
+            if wait is not None:
+                self._cpu_wait_marks.append((now(), wait))
             loop.call_soon(_record_since, hist, now, now())
 
 

@@ -9,25 +9,34 @@ def _f(x, fmt="{:.3g}"):
 
 
 def server_rows(server: dict | None) -> list[tuple[str, str]]:
-    """Label/value rows of the server's own /metrics over the window."""
+    """Label/value rows of the server's own /metrics over the window, each with its unit."""
     if not server:
         return []
     if not server.get("available"):
         return [("server /metrics", f"unavailable: {server.get('reason')}")]
     rows = [("source", f"{server['source']} ({server['samples']} samples)")]
+    units = server.get("units") or {}
     for name, m in server["metrics"].items():
-        shown = (
-            f"{m['window']:.4g} over the window"
-            if "window" in m
-            else f"mean {m['mean']:.4g}, max {m['max']:.4g}"
-        )
+        unit = units.get(name, "")
+        if "window_mean" in m:
+            shown = (
+                f"mean {_f(m['window_mean'] and m['window_mean'] * 1e3, '{:.4g}')} ms over "
+                f"{m['window_count']:.0f} requests in the window"
+            )
+        elif "run_change" in m:
+            shown = f"{m['run_change']:.0f} {unit} over the run"
+        elif "window" in m:
+            shown = f"{_f(m['window'], '{:.4g}')} over the window ({unit})"
+        else:
+            shown = f"mean {m['mean']:.4g}, max {m['max']:.4g} ({unit})"
         rows.append((f"{name} ({server['server_names'].get(name, '?')})", shown))
     cmp = server.get("ttft_compared")
     if cmp:
         rows.append(
             (
-                "TTFT: client (from send) vs server",
-                f"{cmp['client_service_mean_ms']:.4g} vs {cmp['server_mean_ms']:.4g} ms mean",
+                "TTFT, the same requests: client (from its send) vs server",
+                f"{cmp['client_service_mean_ms']:.4g} vs {cmp['server_mean_ms']:.4g} ms mean "
+                f"({cmp['client_requests']} and {cmp['server_requests']} requests)",
             )
         )
     return rows

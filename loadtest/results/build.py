@@ -59,7 +59,7 @@ def judge_validity(
     reasons, warnings = [], list(backend_warnings)
     rec = outcome.recorder
     for reason, warning in (
-        _judge_dispatch(scenario, hists["dispatch_lag"], _window_s(rec)),
+        _judge_dispatch(scenario, hists["dispatch_lag"], _window_s(rec), rec.late_sends),
         _judge_lag("event-loop lag", outcome.loop_lag, v.max_loop_lag_p99),
     ):
         if reason:
@@ -116,8 +116,50 @@ def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | 
     return None, None
 
 
+LATE_PARTS = {  # a Lateness field: what it was, and what to change when it dominates
+    "dispatcher": (
+        "the dispatcher (this event loop busy, or this process waiting for a CPU)",
+        "give the client a core of its own or more workers (load.workers)",
+    ),
+    "pool": (
+        "waiting for a pooled connection",
+        "raise backend.max_connections",
+    ),
+    "connect": (
+        "opening new connections",
+        "connections opened at send time (the server closed idle ones: its keep-alive "
+        "timeout), or a server slow to accept them",
+    ),
+    "off_cpu": (
+        "this process waiting for a CPU (another process held the core: the machine)",
+        "run the server and the client on separate cores (taskset) or machines",
+    ),
+    "client_work": (
+        "the HTTP client's own work on the event loop (other requests' streams)",
+        "more workers (load.workers)",
+    ),
+}
+
+
+def describe_lateness(late: Sequence[Any], limit_ns: int) -> str:
+    """Where the lateness of the sends over ``limit_ns`` went, part by part, largest first,
+    and what to change for the largest; empty when no send kept its parts."""
+    over = [x for x in late if x.lag > limit_ns]
+    if not over:
+        return ""
+    total = sum(x.lag for x in over)
+    parts = sorted(((sum(getattr(x, f) for x in over), f) for f in LATE_PARTS), reverse=True)
+    shown = ", ".join(
+        f"{LATE_PARTS[f][0]} {ns / 1e6:.1f} ms ({ns / total:.0%})" for ns, f in parts if ns
+    )
+    return f"; where the {total / 1e6:.1f} ms of lateness went: {shown}; to change: {LATE_PARTS[parts[0][1]][1]}"
+
+
 def _judge_dispatch(
-    scenario: Scenario, hist: LatencyHistogram, window_s: float | None
+    scenario: Scenario,
+    hist: LatencyHistogram,
+    window_s: float | None,
+    late: Sequence[Any] = (),
 ) -> tuple[str | None, str | None]:
     """Dispatch lag judged per request (``_judge_lag``), with one allowance for a burst: every
     request due at t0 cannot all leave at t0, so the n-th waits for the n-1 before it (about
@@ -127,6 +169,8 @@ def _judge_dispatch(
     from t0)."""
     v = scenario.load.validity
     reason, warning = _judge_lag("dispatch lag", hist, v.max_dispatch_lag_p99)
+    where = describe_lateness(late, v.max_dispatch_lag_p99)
+    reason, warning = (reason and reason + where), (warning and warning + where)
     if reason is None or scenario.load.arrival.kind != "burst" or not window_s:
         return reason, warning
     last_ms = hist.hdr.get_max_value() / 1000

@@ -1,10 +1,21 @@
 """The server's own view: its Prometheus ``/metrics``, sampled during the run.
 
 vLLM, SGLang and TGI each expose their state under their own names; they are mapped to common
-ones (requests running and waiting, KV-cache usage, prefix-cache hit rate, server-side TTFT).
+ones. The names are those the servers expose today (vLLM V1, read off a running vLLM 0.32; SGLang
+and TGI from their documentation), each followed by older names kept as fallbacks. Three kinds:
+
+- gauges (requests running and waiting, KV-cache usage as a fraction of the cache), summed over
+  label sets: mean, max and last over the window, and a column per sample in ``server.csv``;
+- histograms (TTFT, ITL, TPOT, end to end, queue, prefill and decode time), whose ``_sum`` and
+  ``_count`` give the mean over the window and over each sample interval;
+- counters (prompt and generation tokens, preemptions, prefix-cache hits and queries), whose
+  change over the window is reported, and whose ratios (the prefix-cache hit rate) are taken
+  over the window and over each sample interval.
+
 Samples are taken on a thread (an HTTP GET must not run on the dispatching event loop), stamped
-with ``time.monotonic_ns()``: the clock the latencies are measured on, so ``server.csv`` lines
-up with the run's intervals.
+with ``time.monotonic_ns()``: the clock the latencies are measured on, so ``server.csv`` lines up
+with the run's intervals. A last sample is taken when sampling stops, so counter changes cover
+every request the run sent.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ import urllib.request
 
 from loadtest.backends.openai.discovery import server_root
 
-# common name -> the names servers use for it (gauges; summed over label sets)
+# common name -> the names servers use for it (gauges; summed over label sets), newest first
 GAUGES: dict[str, tuple[str, ...]] = {
     "requests_running": (
         "vllm:num_requests_running",
@@ -25,33 +36,83 @@ GAUGES: dict[str, tuple[str, ...]] = {
         "tgi_batch_current_size",
     ),
     "requests_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size"),
+    # a fraction of the KV cache in use, 0..1 (vLLM's "perc" is a fraction too)
     "kv_cache_usage": (
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",
         "sglang:token_usage",
     ),
-    "prefix_cache_hit_rate": ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"),
 }
-# common name -> (numerator, denominator) counters: a rate over the window from their changes
+# common name -> (numerator, denominator) counters; a gauge of the same common name is the
+# fallback of servers that publish the ratio itself (vLLM before V1, SGLang)
 RATIOS: dict[str, tuple[tuple[str, str], ...]] = {
-    "prefix_cache_hit_rate": (("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),),
-    "server_ttft_mean_s": (
-        ("vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"),
-        ("sglang:time_to_first_token_seconds_sum", "sglang:time_to_first_token_seconds_count"),
+    "prefix_cache_hit_rate": (
+        ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+        ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
     ),
 }
+RATIO_GAUGES: dict[str, tuple[str, ...]] = {
+    "prefix_cache_hit_rate": ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"),
+}
+# common name -> histogram base names (``_sum``/``_count`` are read), in seconds
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "ttft_s": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+    "itl_s": (
+        "vllm:inter_token_latency_seconds",
+        "sglang:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",  # vLLM before 0.11: the ITL under TPOT's name
+    ),
+    "tpot_s": (
+        "vllm:request_time_per_output_token_seconds",
+        "sglang:time_per_output_token_seconds",
+        "tgi_request_mean_time_per_token_duration",
+    ),
+    "e2e_s": (
+        "vllm:e2e_request_latency_seconds",
+        "sglang:e2e_request_latency_seconds",
+        "tgi_request_duration",
+    ),
+    "queue_s": (
+        "vllm:request_queue_time_seconds",
+        "sglang:queue_time_seconds",
+        "tgi_request_queue_duration",
+    ),
+    "prefill_s": ("vllm:request_prefill_time_seconds",),
+    "decode_s": ("vllm:request_decode_time_seconds",),
+}
+# common name -> counter names; the change over the run is reported
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
+    "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
+    "preemptions": ("vllm:num_preemptions_total",),
+    "requests_finished": ("vllm:request_success_total", "sglang:num_requests_total"),
+}
+UNITS = {
+    "requests_running": "requests",
+    "requests_waiting": "requests",
+    "kv_cache_usage": "fraction of the KV cache (0-1)",
+    "prefix_cache_hit_rate": "fraction of prompt tokens found in the cache (0-1)",
+    **{name: "seconds" for name in HISTOGRAMS},
+    "prompt_tokens": "tokens",
+    "generation_tokens": "tokens",
+    "preemptions": "requests preempted",
+    "requests_finished": "requests",
+}
+# the columns server.csv holds per sample: gauges, then per-interval ratios and means
+CSV_COLUMNS = ["t_s", *GAUGES, "prefix_cache_hit_rate", *(f"{h}_mean" for h in HISTOGRAMS)]
 MAX_BODY = 8 << 20  # a metrics page larger than this is not read whole
 
 
 def parse(text: str) -> dict[str, float]:
-    """Prometheus text exposition -> ``{metric name: value}``, summed over label sets."""
+    """Prometheus text exposition -> ``{metric name: value}``, summed over label sets (a
+    histogram's ``_bucket`` lines are left out: their sum over ``le`` means nothing)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
         head, _, rest = line.partition(" ") if "{" not in line else _split_labels(line)
         fields = rest.split()
-        if not head or not fields:
+        if not head or not fields or head.endswith("_bucket"):
             continue
         try:
             value = float(fields[0])
@@ -66,6 +127,37 @@ def _split_labels(line: str) -> tuple[str, str, str]:
     name, _, after = line.partition("{")
     _labels, _, rest = after.rpartition("}")
     return name, "", rest
+
+
+def _first(names: tuple[str, ...], values: dict[str, float], suffix: str = "") -> str | None:
+    return next((n for n in names if n + suffix in values), None)
+
+
+def _delta(first: dict[str, float], last: dict[str, float], name: str) -> float:
+    return last.get(name, 0.0) - first.get(name, 0.0)
+
+
+def _ratio(first: dict, last: dict, common: str) -> tuple[float | None, str | None]:
+    """A counter ratio's value between two samples (None when its denominator did not move),
+    or the server's own gauge of it at the later one; and the name it came from."""
+    for num, den in RATIOS.get(common, ()):
+        if num in last and den in last:
+            moved = _delta(first, last, den)
+            return (_delta(first, last, num) / moved if moved > 0 else None), num.removesuffix(
+                "_total"
+            )
+    gauge = _first(RATIO_GAUGES.get(common, ()), last)
+    return (None, None) if gauge is None else (last[gauge], gauge)
+
+
+def _hist_mean(first: dict, last: dict, common: str) -> tuple[float | None, float, str | None]:
+    """A histogram's mean and count between two samples, and its name."""
+    name = _first(HISTOGRAMS[common], last, "_count")
+    if name is None:
+        return None, 0.0, None
+    count = _delta(first, last, name + "_count")
+    mean = _delta(first, last, name + "_sum") / count if count > 0 else None
+    return mean, count, name
 
 
 class ServerSampler:
@@ -83,24 +175,31 @@ class ServerSampler:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop polling and take one last sample (bounded by ``timeout_s``)."""
         self._stop.set()
         self._thread.join(self.timeout_s + self.interval_s + 1)
+        if not self._thread.is_alive():
+            self._sample()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            t = time.monotonic_ns()
-            try:
-                with urllib.request.urlopen(self.url, timeout=self.timeout_s) as r:
-                    body = r.read(MAX_BODY).decode("utf-8", "replace")
-                self.rows.append((t, parse(body)))
-            except (urllib.error.URLError, OSError, ValueError) as exc:
-                self.errors += 1
-                self.last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:200]
+            self._sample()
             self._stop.wait(self.interval_s)
 
+    def _sample(self) -> None:
+        t = time.monotonic_ns()
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as r:
+                body = r.read(MAX_BODY).decode("utf-8", "replace")
+            self.rows.append((t, parse(body)))
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:200]
+
     def summary(self, t0_ns: int, span: tuple[int, int] | None) -> dict:
-        """Per common metric over the window: mean, max and last of gauges; rates from the
-        counters' change across it. ``available: false`` with the reason when nothing came."""
+        """Per common metric over the window: mean, max and last of gauges; means of
+        histograms and ratios of counters from their change across it; the change of each
+        counter over the whole run. ``available: false`` with the reason when nothing came."""
         rows = [r for r in self.rows if span is None or span[0] <= r[0] <= span[1]] or self.rows
         if not rows:
             return {
@@ -111,7 +210,7 @@ class ServerSampler:
         metrics: dict[str, dict] = {}
         found: dict[str, str] = {}
         for common, names in GAUGES.items():
-            name = next((n for n in names if n in rows[-1][1]), None)
+            name = _first(names, rows[-1][1])
             if name is None:
                 continue
             values = [r[1][name] for r in rows if name in r[1]]
@@ -122,34 +221,58 @@ class ServerSampler:
             }
             found[common] = name
         first, last = rows[0][1], rows[-1][1]
-        for common, pairs in RATIOS.items():
-            for num, den in pairs:
-                if num in last and den in last:
-                    d_den = last[den] - first.get(den, 0.0)
-                    if d_den > 0:
-                        metrics[common] = {"window": (last[num] - first.get(num, 0.0)) / d_den}
-                        found[common] = num.rsplit("_", 1)[0]
-                    break
+        for common in RATIOS:
+            value, name = _ratio(first, last, common)
+            if name is not None:
+                metrics[common] = {"window": value}
+                found[common] = name
+        for common in HISTOGRAMS:
+            mean, count, name = _hist_mean(first, last, common)
+            if name is not None:
+                metrics[common] = {"window_mean": mean, "window_count": count}
+                found[common] = name
+        run_first, run_last = self.rows[0][1], self.rows[-1][1]
+        for common, names in COUNTERS.items():
+            name = _first(names, run_last)
+            if name is not None:
+                metrics[common] = {"run_change": _delta(run_first, run_last, name)}
+                found[common] = name
         return {
             "available": True,
             "source": self.url,
             "samples": len(rows),
+            # the window's metrics are changes between these two samples (s from t0)
+            "sampled_s": [
+                round((rows[0][0] - t0_ns) / 1e9, 6),
+                round((rows[-1][0] - t0_ns) / 1e9, 6),
+            ],
             "errors": self.errors,
             "server_names": found,
+            "units": {k: UNITS[k] for k in metrics},
             "metrics": metrics,
             # the gauges over the whole run, for the report's plots beside the client's figures
             "series": _series(self.csv_rows(t0_ns)),
         }
 
     def csv_rows(self, t0_ns: int) -> list[dict]:
-        """One row a sample: seconds from t0 and each common gauge found."""
+        """One row a sample: seconds from t0, each common gauge found, and the prefix-cache hit
+        rate and each histogram's mean over the interval since the sample before."""
         out = []
+        previous: dict[str, float] = {}
         for t, values in self.rows:
             row: dict = {"t_s": round((t - t0_ns) / 1e9, 3)}
             for common, names in GAUGES.items():
-                name = next((n for n in names if n in values), None)
+                name = _first(names, values)
                 row[common] = None if name is None else values[name]
+            row["prefix_cache_hit_rate"] = (
+                _ratio(previous, values, "prefix_cache_hit_rate")[0] if previous else None
+            )
+            for common in HISTOGRAMS:
+                row[f"{common}_mean"] = (
+                    _hist_mean(previous, values, common)[0] if previous else None
+                )
             out.append(row)
+            previous = values
         return out
 
 

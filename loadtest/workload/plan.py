@@ -206,7 +206,7 @@ class Plan:
             assert self.dataset is not None
             row = self.dataset[req.dataset_row]
             return row.turns[req.turn] if row.turns else row.text
-        return tokenizer.decode(self.prompt_ids(req, tokenizer))
+        return tokenizer.decode(self.prompt_ids(req, tokenizer, whole_prompt=False))
 
     def system_messages(self, req: PlannedRequest) -> list[dict]:
         """What a session's history starts with: its dataset row's system messages, if any."""
@@ -218,19 +218,24 @@ class Plan:
         """The plan as JSON lines (to compare two plans byte for byte)."""
         return "".join(json.dumps(asdict(r), separators=(",", ":")) + "\n" for r in self.requests)
 
-    def prompt_ids(self, req: PlannedRequest, tokenizer: Tokenizer) -> list[int]:
-        """A request's prompt token ids: its dataset row, or its seeded random prompt."""
+    def prompt_ids(
+        self, req: PlannedRequest, tokenizer: Tokenizer, whole_prompt: bool = True
+    ) -> list[int]:
+        """A request's prompt token ids: its dataset row, or its seeded random prompt. With
+        ``whole_prompt`` the tokens a server adds around the text (``prompt_overhead``: a BOS,
+        a chat template) are counted in ``input_tokens``, so the server's prompt is that long."""
         if req.dataset_row is not None:
             assert self.dataset is not None  # a dataset row only exists with a dataset
             return list(self.dataset[req.dataset_row].token_ids)
+        n = req.input_tokens
+        if whole_prompt:
+            n = max(1, n - getattr(tokenizer, "prompt_overhead", 0))
+        rng = random.Random(req.prompt_seed)
         if req.prefix_group is not None and self.prefix is not None:
             tokens, seed = self.prefix
             shared = tokenizer.random_prompt_ids(random.Random(seed + req.prefix_group), tokens)
-            own = tokenizer.random_prompt_ids(
-                random.Random(req.prompt_seed), req.input_tokens - tokens
-            )
-            return shared + own
-        return tokenizer.random_prompt_ids(random.Random(req.prompt_seed), req.input_tokens)
+            return tokenizer.random_prompt_ids(rng, max(n, tokens), keep=shared)
+        return tokenizer.random_prompt_ids(rng, n)
 
     def share(self, worker: int, workers: int) -> Plan:
         """Worker ``worker`` of ``workers``' part of this plan; the parts together are the plan.

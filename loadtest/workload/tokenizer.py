@@ -25,8 +25,9 @@ class Tokenizer(Protocol):
     def render_chat(self, messages: list[dict]) -> str | None:
         """The prompt text for a chat, or None when there is no chat template."""
 
-    def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
-        """``n`` ids of ordinary (non-special) tokens."""
+    def random_prompt_ids(self, rng: random.Random, n: int, keep: Sequence[int] = ()) -> list[int]:
+        """``n`` ids of ordinary (non-special) tokens, the first of them ``keep`` (a shared
+        prefix), whose text tokenizes back to the same ids."""
 
 
 _PRINTABLE = range(32, 127)
@@ -49,9 +50,14 @@ class ByteTokenizer:
     def render_chat(self, messages: list[dict]) -> str | None:
         return None
 
-    def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
+    prompt_overhead = 0  # tokens a server adds around a prompt's text (none known here)
+
+    def random_prompt_ids(self, rng: random.Random, n: int, keep: Sequence[int] = ()) -> list[int]:
         # Printable ASCII: a synthetic prompt that reads as text when logged.
-        return rng.choices(_PRINTABLE, k=n)
+        return list(keep) + rng.choices(_PRINTABLE, k=max(0, self._bytes(n) - len(keep)))
+
+    def _bytes(self, n: int) -> int:
+        return n
 
 
 class ScaledByteTokenizer(ByteTokenizer):
@@ -63,8 +69,8 @@ class ScaledByteTokenizer(ByteTokenizer):
         self.bytes_per_token = bytes_per_token
         self.name = f"loadtest-bytes scaled by the server ({bytes_per_token:.3g} bytes a token)"
 
-    def random_prompt_ids(self, rng: random.Random, n: int) -> list[int]:
-        return rng.choices(_PRINTABLE, k=max(1, round(n * self.bytes_per_token)))
+    def _bytes(self, n: int) -> int:
+        return max(1, round(n * self.bytes_per_token))
 
 
 def render_messages_plainly(messages: list[dict]) -> str:

@@ -253,33 +253,6 @@ def test_sse_events_split_across_reads():
     assert p.feed(b"ta: [DONE]\n\n") == ["[DONE]"]
 
 
-def test_reconcile_to_the_servers_count():
-    from loadtest.backends.openai.client import OpenAIBackend
-    from loadtest.config.backend_specs import OpenAISpec
-    from loadtest.core.clock import MonotonicClock
-
-    b = OpenAIBackend(OpenAISpec(base_url="http://x/v1", model="m"), MonotonicClock())
-    chunks = [(10, 1), (20, 2), (30, 1)]  # the client counted 4 tokens in 3 chunks
-    chars = 12  # characters streamed: without a tokenizer, the most tokens a server can claim + 4
-    assert b._reconcile(chunks, {"completion_tokens": 4}, chars) == [10, 20, 20, 30]
-    assert b._reconcile(chunks, {"completion_tokens": 3}, chars) == [10, 20, 30]  # one a chunk
-    assert b._reconcile(chunks, {"completion_tokens": 6}, chars) == [
-        10,
-        20,
-        20,
-        30,
-        30,
-        30,
-    ]  # unstreamed: at the end
-    assert b._reconcile([(10, 3), (20, 3)], {"completion_tokens": 5}, chars) == [10, 10, 10, 20, 20]
-    assert b._reconcile(chunks, None, chars) == [10, 20, 20, 30]
-    assert b.facts["usage_disagreements"] == 3
-    # Not plausible: 1000 tokens claimed for 12 characters, or fewer tokens than chunks with text.
-    assert b._reconcile(chunks, {"completion_tokens": 1000}, chars) == [10, 20, 20, 30]
-    assert b._reconcile(chunks, {"completion_tokens": 2}, chars) == [10, 20, 20, 30]
-    assert b.facts["usage_implausible"] == 2 and b.facts["usage_disagreements"] == 3
-
-
 def test_secret_fields_are_masked_in_the_saved_scenario(tmp_path):
     path = tmp_path / "s.yml"
     path.write_text(

@@ -19,12 +19,13 @@ import asyncio
 import json
 import os
 import ssl
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
-from loadtest.backends.openai.discovery import server_root
+from loadtest.backends.openai.discovery import model_root, server_root
 from loadtest.backends.openai.sse import SseParser
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed, Finished, Sent, Tokens
@@ -91,6 +92,13 @@ class OpenAIBackend(Backend):
             await self.stop()
             raise
         sizing = "the model's tokenizer"
+        if self._count_tokens:
+            tokenizer.prompt_overhead = self._prompt_overhead(tokenizer)
+            sizing = (
+                f"the model's tokenizer: each prompt is input_tokens as the server counts it, "
+                f"{tokenizer.prompt_overhead} of them added by the server "
+                + ("(the chat template)" if spec.api == "chat" else "(special tokens)")
+            )
         if not self._count_tokens:
             per_token = await self._server_bytes_per_token()
             if per_token is None:
@@ -162,8 +170,12 @@ class OpenAIBackend(Backend):
         import aiohttp
 
         now = self.clock.now_ns
-        body = self._body(req, prompt_ids)
-        chunks: list[tuple[int, int]] = []  # (arrival ns, tokens in it)
+        # warm-up requests are not the run's: what they show is not reported
+        facts = self.facts if not req.warmup else Counter()
+        body = self._body(req, prompt_ids, facts)
+        # (arrival ns, tokens by its text): a chunk with no text counts 0 here; it may still
+        # carry a token (a special token, part of a character), given it by _reconcile
+        chunks: list[tuple[int, int]] = []
         wire = _Wire()
         chars = 0  # characters of text streamed: bounds what the server's usage may claim
         # a session's turn keeps the reply: the next turn's history holds it
@@ -177,9 +189,9 @@ class OpenAIBackend(Backend):
             ) as resp:
                 self._connect_errors_in_a_row = 0
                 if wire.sent_ns:
-                    yield Sent(wire.sent_ns)
+                    yield wire.sent()
                 if resp.status >= 400:
-                    self.facts[f"http_{resp.status}"] += 1
+                    facts[f"http_{resp.status}"] += 1
                     yield Failed(now(), f"http_{resp.status}", await _error_text(resp))
                     return
                 parser = SseParser()
@@ -195,7 +207,7 @@ class OpenAIBackend(Backend):
                             yield Failed(t, "server_error", str(event["error"])[:300])
                             return
                         n, nchars, reason, content = self._tokens_in(event)
-                        if n:
+                        if n is not None:
                             chunks.append((t, n))
                             chars += nchars
                         if reply is not None and content:
@@ -250,20 +262,21 @@ class OpenAIBackend(Backend):
             yield Failed(now(), type(exc).__name__, str(exc)[:300])
             return
         except BadResponse as exc:
-            self.facts["bad_response"] += 1
+            facts["bad_response"] += 1
             yield Tokens(tuple(_stamps(chunks)))
             yield Failed(now(), "bad_response", str(exc)[:300])
             return
         finally:
             if wire.queued_ns:
-                self.facts["connection_waits"] += 1
-                self.facts["connection_wait_ns"] += wire.queued_ns
-        stamps = self._reconcile(chunks, usage, chars)
+                facts["connection_waits"] += 1
+                facts["connection_wait_ns"] += wire.queued_ns
+        stamps = self._reconcile(chunks, usage, chars, facts)
         if req.ignore_eos and len(stamps) < req.output_tokens and self._fixed_via != "none":
-            self.facts["short_outputs"] += 1
+            facts["short_outputs"] += 1
         prompt_tokens = _count(usage, "prompt_tokens")
         if self._count_tokens and prompt_tokens is not None and prompt_tokens != req.input_tokens:
-            self.facts["prompt_token_mismatch"] += 1
+            facts["prompt_token_mismatch"] += 1
+            facts["prompt_tokens_off"] += abs(prompt_tokens - req.input_tokens)
         yield Tokens(tuple(stamps))
         yield Finished(
             stamps[-1] if stamps else now(),
@@ -274,14 +287,18 @@ class OpenAIBackend(Backend):
             None if reply is None else "".join(reply),
         )
 
-    def _tokens_in(self, obj: dict) -> tuple[int, int, str | None, str | None]:
+    def _tokens_in(self, obj: dict) -> tuple[int | None, int, str | None, str | None]:
         """Output tokens and characters in one streamed event, its finish_reason and its content
-        (not reasoning) text (``BadResponse`` when the event is not shaped like an OpenAI chunk)."""
+        (not reasoning) text (``BadResponse`` when the event is not shaped like an OpenAI chunk).
+
+        Tokens are None for an event that carries no token (usage only; chat's opening chunk,
+        which names the role before any text), and 0 for a choice with no text: a token whose
+        text is empty (a special token, the first bytes of a character) arrives in it."""
         choices = obj.get("choices") or []
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise BadResponse(f"choices: expected a list of objects, got {str(choices)[:80]}")
         if not choices:
-            return 0, 0, None, None
+            return None, 0, None, None
         choice = choices[0]
         if self.server_model is None and isinstance(obj.get("model"), str):
             self.server_model = obj["model"]
@@ -298,52 +315,65 @@ class OpenAIBackend(Backend):
         reason = choice.get("finish_reason")
         reason = reason if isinstance(reason, str) else None
         if not text:
-            return 0, 0, reason, None
+            opening = self.spec.api == "chat" and "role" in (choice.get("delta") or {})
+            return (None if opening else 0), 0, reason, None
         n = max(1, len(self._count_tokens(text))) if self._count_tokens else 1
         return n, len(text), reason, parts[0]
 
     def _reconcile(
-        self, chunks: list[tuple[int, int]], usage: dict | None, chars: int
+        self, chunks: list[tuple[int, int]], usage: dict | None, chars: int, facts: Counter
     ) -> list[int]:
-        """One stamp per token, agreeing with the server's count when it gives one."""
-        counted = sum(n for _, n in chunks)
+        """One stamp per token, agreeing with the server's count when it gives one.
+
+        A server that streams a chunk per token (vLLM, TGI) has as many chunks as tokens: each
+        chunk is then one token, stamped at its arrival, whatever the client's tokenizer makes
+        of its text (a word piece alone may tokenize into two). Otherwise tokens the text does
+        not account for go first to the chunks that came with no text, at their own arrival,
+        then to the last chunk; an over-count is taken from multi-token chunks, latest first.
+        Without ``usage``, a chunk with no text is taken as one token."""
         served = _count(usage, "completion_tokens")
-        if served is None or served == counted:
-            return _stamps(chunks)
-        if not self._plausible(served, counted, len(chunks), chars):
-            self.facts["usage_implausible"] += 1
-            self.facts["usage_implausible_reported"] += served
-            self.facts["usage_implausible_streamed"] += counted
-            return _stamps(chunks)
-        self.facts["usage_disagreements"] += 1
-        self.facts["client_tokens"] += counted
-        self.facts["usage_tokens"] += served
-        if served == len(
-            chunks
-        ):  # one token a chunk: the client's tokenizer split some chunk texts
+        if served is None:
+            return _stamps([(t, n or 1) for t, n in chunks])
+        if served == len(chunks):
             return [t for t, _ in chunks]
-        if served > counted:  # generated, not streamed as text (partial characters, special tokens)
-            return _stamps(chunks) + [chunks[-1][0] if chunks else self.clock.now_ns()] * (
-                served - counted
-            )
-        counts = [
-            n for _, n in chunks
-        ]  # over-counted: take the excess from multi-token chunks, latest first
-        excess = counted - served
+        counted = sum(n for _, n in chunks)
+        if served == counted:
+            return _stamps(chunks)
+        if not self._plausible(served, counted, chunks, chars):
+            facts["usage_implausible"] += 1
+            facts["usage_implausible_reported"] += served
+            facts["usage_implausible_streamed"] += counted
+            return _stamps([(t, n or 1) for t, n in chunks])
+        facts["usage_reconciled"] += 1
+        counts = [n for _, n in chunks]
+        missing = served - counted
+        for i, n in enumerate(counts):
+            if missing <= 0:
+                break
+            if n == 0:
+                counts[i], missing = 1, missing - 1
+        if missing > 0:
+            last = [(chunks[-1][0] if chunks else self.clock.now_ns(), missing)]
+            return _stamps([(t, n) for (t, _), n in zip(chunks, counts)] + last)
+        excess = -missing
         for i in range(len(counts) - 1, -1, -1):
             take = min(excess, counts[i] - 1)
-            counts[i] -= take
-            excess -= take
+            if take > 0:
+                counts[i] -= take
+                excess -= take
         return _stamps([(t, n) for (t, _), n in zip(chunks, counts)])
 
-    def _plausible(self, served: int, counted: int, chunks: int, chars: int) -> bool:
+    def _plausible(
+        self, served: int, counted: int, chunks: list[tuple[int, int]], chars: int
+    ) -> bool:
         """Could the server really have generated ``served`` tokens for what it streamed? Each
-        chunk with text holds at least one token; a token is at least one character, give or
-        take a few that stream as no text (partial characters, special tokens); with the
+        chunk with text holds at least one token; a token is at least one character, but for
+        the chunks with no text (special tokens, parts of characters) and a few more; with the
         model's tokenizer the count is close, within a quarter. Past that the server's count
         is not trusted (1000 reported against 8 streamed would multiply tok/s by 125)."""
-        slack = 4
-        if served < chunks:
+        empty = sum(1 for _, n in chunks if not n)
+        slack = 4 + empty
+        if served < len(chunks) - empty:
             return False
         if self._count_tokens is not None:
             return served <= counted + max(slack, counted // 4)
@@ -367,8 +397,15 @@ class OpenAIBackend(Backend):
         now = self.clock.now_ns
         trace = aiohttp.TraceConfig()
 
+        cpu = time.thread_time_ns  # this thread's CPU time: what it ran, not what it waited
+
+        async def started(session, ctx, params) -> None:
+            w = ctx.trace_request_ctx
+            w.start_ns, w.cpu_start_ns = now(), cpu()
+
         async def headers_sent(session, ctx, params) -> None:
-            ctx.trace_request_ctx.sent_ns = now()
+            w = ctx.trace_request_ctx
+            w.sent_ns, w.cpu_sent_ns = now(), cpu()
 
         async def queued(session, ctx, params) -> None:
             ctx.trace_request_ctx.queue_start_ns = now()
@@ -377,14 +414,24 @@ class OpenAIBackend(Backend):
             w = ctx.trace_request_ctx
             w.queued_ns += now() - w.queue_start_ns
 
+        async def connecting(session, ctx, params) -> None:
+            ctx.trace_request_ctx.connect_start_ns = now()
+
+        async def connected(session, ctx, params) -> None:
+            w = ctx.trace_request_ctx
+            w.connect_ns += now() - w.connect_start_ns
+
+        trace.on_request_start.append(started)
         trace.on_request_headers_sent.append(headers_sent)
         trace.on_connection_queued_start.append(queued)
         trace.on_connection_queued_end.append(dequeued)
+        trace.on_connection_create_start.append(connecting)
+        trace.on_connection_create_end.append(connected)
         return trace
 
     # -- request bodies -----------------------------------------------------------------------
 
-    def _body(self, req, prompt_ids) -> dict:
+    def _body(self, req, prompt_ids, facts: Counter) -> dict:
         if req.history is not None:  # a session's turn: the conversation so far
             history = list(req.history)
             text = (
@@ -393,7 +440,11 @@ class OpenAIBackend(Backend):
                 else self._tokenizer.render_chat(history) or render_messages_plainly(history)
             )
             return self._request(
-                text, req.history, req.output_tokens, self._fixed_via if req.ignore_eos else None
+                text,
+                req.history,
+                req.output_tokens,
+                self._fixed_via if req.ignore_eos else None,
+                facts,
             )
         row = (
             self._plan.dataset[req.dataset_row]
@@ -406,9 +457,12 @@ class OpenAIBackend(Backend):
             row.messages if row else None,
             req.output_tokens,
             self._fixed_via if req.ignore_eos else None,
+            facts,
         )
 
-    def _request(self, text: str, messages, n: int, fixed_via: str | None) -> dict:
+    def _request(
+        self, text: str, messages, n: int, fixed_via: str | None, facts: Counter | None = None
+    ) -> dict:
         """A streaming request for ``n`` tokens; ``fixed_via``: how to ask for exactly ``n``."""
         body = {
             "model": self.spec.model,
@@ -421,11 +475,11 @@ class OpenAIBackend(Backend):
         else:
             body["prompt"] = text
         if fixed_via is not None:
-            self._ask_fixed(body, n, fixed_via)
+            self._ask_fixed(body, n, fixed_via, self.facts if facts is None else facts)
         body.update(self.spec.extra_body)
         return body
 
-    def _ask_fixed(self, body: dict, n: int, via: str) -> None:
+    def _ask_fixed(self, body: dict, n: int, via: str, facts: Counter) -> None:
         if via == "ignore_eos":
             body.update(ignore_eos=True, min_tokens=n)
         elif via == "generation_config":  # transformers serve: its GenerationConfig, as JSON text
@@ -434,7 +488,7 @@ class OpenAIBackend(Backend):
                 config["eos_token_id"] = self._tokenizer.eos_token_id
             body["generation_config"] = json.dumps(config)
         else:
-            self.facts["fixed_unsupported"] += 1
+            facts["fixed_unsupported"] += 1
 
     async def _probe(self) -> str:
         """Reach the server (a 2-token request) and find how it takes fixed output lengths."""
@@ -494,13 +548,16 @@ class OpenAIBackend(Backend):
     # -- set-up -------------------------------------------------------------------------------
 
     def _load_tokenizer(self):
+        """``backend.tokenizer``; else the served name; else where the server says it loaded
+        the model from (``/v1/models``' ``root``: a served name is often not a folder or a hub
+        id, ``--served-model-name tiny`` for ``/models/llama``)."""
         name = self.spec.tokenizer or self.spec.model
-        try:
-            from loadtest.backends.hf_tokenizer import load_tokenizer
-
-            tok = load_tokenizer(name, self.base_dir, trust_remote_code=False, download=True)
-        except ImportError:  # no transformers installed: fine for an HTTP client
-            tok = ByteTokenizer()
+        tok = self._tokenizer_at(name)
+        if isinstance(tok, ByteTokenizer) and not self.spec.tokenizer:
+            root = model_root(self.spec.base_url, self.spec.model, self._api_key())
+            if root is not None:
+                tok = self._tokenizer_at(root)
+                name = root if not isinstance(tok, ByteTokenizer) else name
         if isinstance(tok, ByteTokenizer):
             if self.spec.tokenizer:
                 raise BackendError(
@@ -511,6 +568,30 @@ class OpenAIBackend(Backend):
             return tok, f"none found for {name!r}: built-in bytes for prompts, one token per chunk"
         self._tokenizer, self._count_tokens = tok, tok.encode
         return tok, getattr(tok, "name", name)
+
+    def _prompt_overhead(self, tokenizer) -> int:
+        """Tokens the server adds to a prompt's text: the special tokens its tokenizer adds
+        (completions), or what the chat template wraps a user message in (chat)."""
+        import random
+
+        if self.spec.api != "chat":
+            return max(0, tokenizer.special_tokens_added())
+        sample = tokenizer.decode(tokenizer.random_prompt_ids(random.Random(0), 16))
+        rendered = tokenizer.render_chat([{"role": "user", "content": sample}])
+        if rendered is None:  # no template here: the server's own, unknown to the client
+            return 0
+        return max(0, len(tokenizer.encode(rendered)) - len(tokenizer.encode(sample)))
+
+    def _tokenizer_at(self, name: str):
+        try:
+            from loadtest.backends.hf_tokenizer import load_tokenizer
+
+            return load_tokenizer(name, self.base_dir, trust_remote_code=False, download=True)
+        except ImportError:  # no transformers installed: fine for an HTTP client
+            return ByteTokenizer()
+
+    def _api_key(self) -> str | None:
+        return os.environ.get(self.spec.api_key_env) or None
 
     # -- the server's profiler -------------------------------------------------------------
 
@@ -595,14 +676,33 @@ class BadResponse(Exception):
 
 
 class _Wire:
-    """Per-request stamps from the tracing hooks."""
+    """Per-request stamps from the tracing hooks: when the request started in the client and
+    when its bytes left (with the thread's CPU time at both), and its waits on the way: for a
+    pooled connection (``queued_ns``) and for a new one (``connect_ns``)."""
 
-    __slots__ = ("queue_start_ns", "queued_ns", "sent_ns")
+    __slots__ = (
+        "connect_ns",
+        "connect_start_ns",
+        "cpu_sent_ns",
+        "cpu_start_ns",
+        "queue_start_ns",
+        "queued_ns",
+        "sent_ns",
+        "start_ns",
+    )
 
     def __init__(self) -> None:
-        self.sent_ns = 0
-        self.queue_start_ns = 0
-        self.queued_ns = 0
+        self.sent_ns = self.start_ns = self.cpu_start_ns = self.cpu_sent_ns = 0
+        self.queue_start_ns = self.queued_ns = 0
+        self.connect_start_ns = self.connect_ns = 0
+
+    def sent(self) -> Sent:
+        """The send, and where the client's part of its lateness went: the thread was off the
+        CPU for whatever of the elapsed time it neither ran nor waited on the network for."""
+        elapsed = max(0, self.sent_ns - self.start_ns)
+        waited = self.queued_ns + self.connect_ns
+        off_cpu = elapsed - (self.cpu_sent_ns - self.cpu_start_ns) - waited
+        return Sent(self.sent_ns, elapsed, self.queued_ns, self.connect_ns, max(0, off_cpu))
 
 
 def _event(data: str) -> dict:
@@ -642,12 +742,6 @@ def _report(facts: Counter, max_connections, fixed_via: str | None) -> dict:
     """What the client saw, for the result: the counters and a warning for each problem."""
     out: dict = {"http": dict(facts)}
     warnings = []
-    if facts["usage_disagreements"]:
-        warnings.append(
-            f"{facts['usage_disagreements']} requests: the streamed chunks held "
-            f"{facts['client_tokens']} tokens by the client's count, the server's usage says "
-            f"{facts['usage_tokens']} (stamps reconciled to the server's count)"
-        )
     if facts["usage_implausible"]:
         warnings.append(
             f"{facts['usage_implausible']} requests: the server's usage claimed "
@@ -678,8 +772,10 @@ def _report(facts: Counter, max_connections, fixed_via: str | None) -> dict:
         )
     if facts["prompt_token_mismatch"]:
         warnings.append(
-            f"{facts['prompt_token_mismatch']} requests: the server counted a different prompt length "
-            "than planned (its tokenizer or chat template differs)"
+            f"{facts['prompt_token_mismatch']} requests: the server counted a different prompt "
+            f"length than planned, {facts['prompt_tokens_off']} tokens off in all (its tokenizer "
+            "or chat template differs from the client's; requests.jsonl has each request's "
+            "input_tokens beside planned_input_tokens)"
         )
     if warnings:
         out["warnings"] = warnings

@@ -21,6 +21,26 @@ def list_models(base_url: str, api_key: str | None = None, timeout_s: float = 10
 
     A server that does not answer within ``timeout_s``, answers with an error, or answers
     something that is not a model list raises BackendError with the reason."""
+    return [str(m["id"]) for m in _model_list(base_url, api_key, timeout_s)]
+
+
+def model_root(
+    base_url: str, model: str, api_key: str | None = None, timeout_s: float = 10.0
+) -> str | None:
+    """Where the server loaded ``model`` from, as its ``/v1/models`` entry says (vLLM and SGLang:
+    ``root``, the folder or hub id behind a ``--served-model-name``), or None."""
+    try:
+        entries = _model_list(base_url, api_key, timeout_s)
+    except BackendError:
+        return None
+    for entry in entries:
+        root = entry.get("root")
+        if str(entry["id"]) == model and isinstance(root, str) and 0 < len(root) <= 4096:
+            return root if root != model else None
+    return None
+
+
+def _model_list(base_url: str, api_key: str | None, timeout_s: float) -> list[dict]:
     url = base_url.rstrip("/") + "/models"
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if api_key:
@@ -35,12 +55,13 @@ def list_models(base_url: str, api_key: str | None = None, timeout_s: float = 10
         reason = getattr(exc, "reason", exc)
         raise BackendError(f"{secrets.redact_url(url)}: no answer ({reason})") from None
     try:
-        data = json.loads(body)
-        ids = [str(m["id"]) for m in data["data"]]
+        entries = json.loads(body)["data"]
+        if not all(isinstance(m, dict) and "id" in m for m in entries):
+            raise TypeError
     except (ValueError, KeyError, TypeError):
         raise BackendError(
             f"{secrets.redact_url(url)}: not an OpenAI model list; give --model"
         ) from None
-    if not ids:
+    if not entries:
         raise BackendError(f"{secrets.redact_url(url)}: the server lists no model; give --model")
-    return ids
+    return entries

@@ -32,9 +32,11 @@ def test_the_summary_maps_names_and_takes_counter_changes_over_the_window():
     assert m["requests_running"] == {"mean": 5.0, "max": 6.0, "last": 6.0}
     assert m["requests_waiting"]["last"] == 7.0 and m["kv_cache_usage"]["mean"] == 0.5
     # 6 more first tokens took 1.5 s more: 0.25 s each, over the window
-    assert m["server_ttft_mean_s"] == {"window": 0.25}
+    assert m["ttft_s"] == {"window_mean": 0.25, "window_count": 6.0}
     assert out["server_names"]["requests_running"] == "sglang:num_running_reqs"
+    assert out["units"]["kv_cache_usage"].startswith("fraction")
     # the gauges over the run, seconds from t0, for the report's time plot
+    assert out["sampled_s"] == [1.0, 2.5]
     assert out["series"] == {
         "t_s": [1.0, 2.5],
         "requests_running": [4.0, 6.0],
@@ -57,3 +59,73 @@ def test_the_metrics_page_sits_beside_the_api():
     assert metrics_url("http://h:8000/v1") == "http://h:8000/metrics"
     assert metrics_url("http://h:8000/v1/") == "http://h:8000/metrics"
     assert metrics_url("http://h:8000") == "http://h:8000/metrics"
+
+
+# A vLLM V1 page as vLLM 0.32 serves it (names read off a running server; values made up).
+VLLM_V1 = """vllm:num_requests_running{engine="0",model_name="tiny"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 1.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.125
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} 1000.0
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} 200.0
+vllm:request_queue_time_seconds_sum{engine="0",model_name="tiny"} 0.5
+vllm:request_queue_time_seconds_count{engine="0",model_name="tiny"} 10.0
+vllm:request_queue_time_seconds_bucket{engine="0",le="0.3",model_name="tiny"} 10.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="tiny"} 1.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="tiny"} 100.0
+vllm:generation_tokens_total{engine="0",model_name="tiny"} 110.0
+vllm:prompt_tokens_total{engine="0",model_name="tiny"} 1280.0
+vllm:num_preemptions_total{engine="0",model_name="tiny"} 0.0
+"""
+
+
+def test_vllm_v1_names_give_every_column_with_per_interval_ratios():
+    s = ServerSampler("http://x/metrics", 1.0)
+    later = (
+        VLLM_V1.replace(
+            'queries_total{engine="0",model_name="tiny"} 1000.0',
+            'queries_total{engine="0",model_name="tiny"} 1600.0',
+        )
+        .replace(
+            'hits_total{engine="0",model_name="tiny"} 200.0',
+            'hits_total{engine="0",model_name="tiny"} 650.0',
+        )
+        .replace(
+            'time_seconds_sum{engine="0",model_name="tiny"} 0.5',
+            'time_seconds_sum{engine="0",model_name="tiny"} 0.9',
+        )
+        .replace(
+            'time_seconds_count{engine="0",model_name="tiny"} 10.0',
+            'time_seconds_count{engine="0",model_name="tiny"} 18.0',
+        )
+        .replace("} 110.0", "} 366.0")
+    )
+    assert parse(later)["vllm:prefix_cache_queries_total"] == 1600.0
+    # a histogram's buckets are not summed into anything
+    assert not any(k.endswith("_bucket") for k in parse(VLLM_V1))
+    s.rows = [(1_000_000_000, parse(VLLM_V1)), (3_000_000_000, parse(later))]
+    out = s.summary(0, None)
+    m = out["metrics"]
+    # 450 hits of 600 queries between the samples
+    assert m["prefix_cache_hit_rate"] == {"window": 0.75}
+    assert out["server_names"]["prefix_cache_hit_rate"] == "vllm:prefix_cache_hits"
+    # 8 more requests queued 0.4 s more: 50 ms each
+    assert m["queue_s"]["window_count"] == 8.0
+    assert abs(m["queue_s"]["window_mean"] - 0.05) < 1e-12
+    assert m["itl_s"] == {"window_mean": None, "window_count": 0.0}  # no token in between
+    assert m["generation_tokens"] == {"run_change": 256.0}
+    assert m["kv_cache_usage"]["last"] == 0.125
+    rows = s.csv_rows(0)
+    assert rows[0]["prefix_cache_hit_rate"] is None  # no interval before the first sample
+    assert rows[1]["prefix_cache_hit_rate"] == 0.75
+    assert abs(rows[1]["queue_s_mean"] - 0.05) < 1e-12
+
+
+def test_older_servers_fall_back_to_their_own_hit_rate_gauge():
+    s = ServerSampler("http://x/metrics", 1.0)
+    s.rows = [
+        (0, {"vllm:gpu_prefix_cache_hit_rate": 0.3}),
+        (1, {"vllm:gpu_prefix_cache_hit_rate": 0.4}),
+    ]
+    out = s.summary(0, None)
+    assert out["metrics"]["prefix_cache_hit_rate"] == {"window": 0.4}
+    assert out["server_names"]["prefix_cache_hit_rate"] == "vllm:gpu_prefix_cache_hit_rate"
