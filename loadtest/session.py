@@ -443,6 +443,7 @@ def _add_inside_sections(
     if window is not None:
         result.profile = {**window.summary(outcome.t0_ns, rec.profiled), **profile_export}
         result.requests.profiled = rec.profiled
+        result.validity.warnings += window.warnings
     result.roofline = _roofline(result.view(), env)
 
 

@@ -97,3 +97,33 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from tests.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """vLLM's interpreter (its own venv: ``python -m tests.real_servers install``). Outside CI
+    a missing vLLM skips its tests; in CI (``CI=true``) it fails them: CI installs it."""
+    import os
+
+    from tests import real_servers
+
+    python = real_servers.vllm_python()
+    if python is None:
+        how = f"vLLM is not installed in {real_servers.vllm_venv()}: python -m tests.real_servers install"
+        if os.environ.get("CI"):
+            pytest.fail(how)
+        pytest.skip(how)
+    return python
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_python, tmp_path_factory):
+    """One vLLM for the session, serving the tiny model as ``tiny``, its torch profiler on
+    call (without Python stacks: vLLM's default stack tracing stalls its engine here)."""
+    from tests import real_servers
+
+    work = tmp_path_factory.mktemp("vllm")
+    model = real_servers.build_vllm_model(work / "model")
+    server = real_servers.start_vllm(vllm_python, model, work, {"torch_profiler_with_stack": False})
+    yield server
+    server.stop()

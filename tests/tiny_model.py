@@ -13,7 +13,11 @@ CORPUS = [
 ] * 50
 
 
-def build_tiny_model(out: Path) -> Path:
+def build_tiny_model(
+    out: Path, hidden_size: int = 32, heads: int = 4, kv_heads: int = 2, max_positions: int = 512
+) -> Path:
+    """A 2-layer Llama of ``hidden_size`` with ``heads`` attention heads (head size
+    ``hidden_size // heads``: vLLM's CPU attention takes 32 and up) and its tokenizer."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -35,12 +39,12 @@ def build_tiny_model(out: Path) -> Path:
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(fast),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.eos_token_id,

@@ -100,8 +100,10 @@ class Backend:
     def window_started(self) -> None:
         """The measurement window opened (a backend's own accounting starts over)."""
 
-    async def profile_start(self, options: dict) -> None:
-        """Open the profiler window (``supports_profiling`` backends)."""
+    async def profile_start(self, options: dict) -> str | None:
+        """Turn the profiler on (``supports_profiling`` backends): None when it is on, else why
+        it is not (the window then flags no request)."""
+        return "this backend has no profiler"
 
     async def profile_stop(self, out_dir: str) -> dict:
         """Close the profiler window; what it exported."""

@@ -53,6 +53,8 @@ class HFTokenizer:
             again = self.encode(self.decode(ids))
             if again == ids:
                 return ids
+            # text that spells a special token ("<s>") is read as it by a server: redrawn
+            again = [i if i not in self._special else rng.choice(self._ordinary) for i in again]
             if list(again[: len(keep)]) != list(keep):  # the prefix merged into what follows
                 again = list(keep) + rng.choices(self._ordinary, k=max(0, n - len(keep)))
             ids = again[:n] + rng.choices(self._ordinary, k=max(0, n - len(again)))

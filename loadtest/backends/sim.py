@@ -73,6 +73,18 @@ class SimBackend(Backend):
     async def stop(self) -> dict:
         return {}
 
+    supports_profiling = True  # a simulated one: records nothing, or fails as the spec says
+
+    async def profile_start(self, options: dict) -> str | None:
+        if self.spec.profiler == "absent":
+            return "POST /start_profile: HTTP 404 (simulated: no profiler)"
+        return None
+
+    async def profile_stop(self, out_dir: str) -> dict:
+        if self.spec.profiler == "hangs":
+            await asyncio.Event().wait()  # never answers: the window's call_timeout bounds it
+        return {"profiler": "the simulated server's (records nothing)"}
+
     async def submit(self, req, prompt_ids):
         self._submitted += 1
         if self.spec.fail_every and self._submitted % self.spec.fail_every == 0:

@@ -73,6 +73,11 @@ class SimSpec(Spec):
         description="KV memory: a request whose tokens would overflow it "
         "among those in flight fails with CudaOOM (simulates batches too big to fit).",
     )
+    profiler: Literal["records", "absent", "hangs"] = Field(
+        "records",
+        description="The simulated server's profiler: starts and stops at once (records), "
+        "has none (absent: its start is refused), or never answers its stop (hangs).",
+    )
 
 
 class NoopSpec(Spec):

@@ -494,6 +494,12 @@ class Profile(_Model):
         description="Keep requests that overlap the window out of the latency "
         "histograms and SLA (profiling perturbs them); they are flagged either way.",
     )
+    call_timeout: PositiveDuration = Field(
+        as_written("60s"),
+        description="The longest a profiler's start or stop may take (a server writes its "
+        "traces before its stop answers); past it the window closes, saying so, and the run "
+        "goes on.",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self):

@@ -200,8 +200,8 @@ class Runner:
             *([window_opens] if window_opens else []),
             return_exceptions=True,
         )
-        if self.profile is not None:
-            await self.profile.finish()
+        if self.profile is not None:  # an interrupted run waits for no profiler
+            await self.profile.finish(wait=self._cancel_reason != "interrupted")
         if self._flush_handle is not None:
             self._flush_handle.cancel()
         self._next_due_ns = None  # nothing more to dispatch: record everything

@@ -6,6 +6,11 @@ backend (the engine worker runs torch.profiler); the window counts from just bef
 command to the moment the close is confirmed, so stopping the profiler, which takes time, is
 inside it. A request is *profiled* when its [sent, done] overlaps the window; profiling perturbs
 it, so by default its latencies are kept out of the statistics (it is still counted and flagged).
+
+A profile window never costs the run: each call to the profiler is bounded (``call_timeout``),
+the stop is sent once, a profiler that did not start (a server without one answers 404) flags
+and excludes nothing and says why, and a stop that does not answer closes the window at its
+deadline, saying so. An interrupted run does not wait for the profiler.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ class ProfileWindow:
         self.start_ns: int | None = None
         self.end_ns: int | None = None
         self.result: dict = {}
+        self.warnings: list[str] = []
         self._task: asyncio.Task | None = None
+        self._closing = False  # the stop is sent once, whatever asks for it
         self.supported = backend.supports_profiling
+        self.ran = False  # the profiler started: only then are requests flagged
 
     # -- triggers (called by the runner) --------------------------------------------------------
 
@@ -44,14 +52,18 @@ class ProfileWindow:
         if self.spec.requests and index == self.spec.requests[1] and self._task is not None:
             self._task = asyncio.create_task(self._close_after(self._task))
 
-    async def finish(self) -> None:
-        """At the end of the run: a window still open closes now."""
-        if self._task is not None:
-            if not self._task.done() and self.spec.start is not None:
+    async def finish(self, wait: bool = True) -> None:
+        """At the end of the run: a window still open closes now (its stop bounded as ever);
+        without ``wait`` (an interrupted run) nothing is waited for."""
+        if self._task is not None and not self._task.done():
+            if not wait or (self.spec.start is not None and not self._closing):
                 self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self.start_ns is not None and self.end_ns is None:
-            await self._close()
+            if wait:
+                await self._close()
+            else:
+                self._give_up("the run was interrupted before the profiler's stop answered")
 
     # -- the window ---------------------------------------------------------------------------
 
@@ -63,23 +75,56 @@ class ProfileWindow:
 
     async def _open(self) -> None:
         self.start_ns = self.clock.now_ns()
-        if self.supported:
-            await self.backend.profile_start(self.spec.model_dump())
+        if not self.supported:
+            return
+        why = await self._bounded("start", self.backend.profile_start(self.spec.model_dump()))
+        if why is None:
+            self.ran = True
+            return
+        self.result["profiler"] = f"none: it did not start ({why})"
+        self.warnings.append(
+            f"profile window: the profiler did not start ({why}); no request was flagged or "
+            "left out of the figures"
+        )
 
     async def _close_after(self, opening: asyncio.Task) -> None:
         await opening
         await self._close()
 
     async def _close(self) -> None:
-        if self.end_ns is not None:
+        if self._closing or self.end_ns is not None:
             return
-        if self.supported:
-            self.result = await self.backend.profile_stop(str(self.out_dir))
+        self._closing = True
+        if self.supported and self.ran:
+            answer = await self._bounded("stop", self.backend.profile_stop(str(self.out_dir)))
+            if isinstance(answer, str):
+                self._give_up(answer)
+                return
+            self.result.update(answer)
         self.end_ns = self.clock.now_ns()
 
+    def _give_up(self, why: str) -> None:
+        """Close the window now: the profiler's stop did not answer (it may still record)."""
+        self.end_ns = self.clock.now_ns()
+        self.result["profiler"] = f"stopping failed: {why}"
+        self.warnings.append(
+            f"profile window: {why}; the window was closed then, and requests after it are "
+            "not flagged (the server's profiler may still be recording, and its engine may "
+            "not answer)"
+        )
+
+    async def _bounded(self, what: str, call):
+        """The profiler's answer, or why there was none within ``call_timeout``."""
+        limit = self.spec.call_timeout / 1e9
+        try:
+            return await asyncio.wait_for(call, limit)
+        except asyncio.TimeoutError:
+            return f"the profiler's {what} did not answer within {limit:g} s (profile.call_timeout)"
+
     def overlaps(self, sent_ns: int, done_ns: int) -> bool:
-        """Whether a request sent at ``sent_ns`` and done at ``done_ns`` overlapped the capture."""
-        if self.start_ns is None or done_ns < self.start_ns:
+        """Whether a request sent at ``sent_ns`` and done at ``done_ns`` overlapped the capture
+        of a profiler that ran."""
+        if not self.ran or self.start_ns is None or done_ns < self.start_ns:
             return False
         return self.end_ns is None or sent_ns <= self.end_ns
 
@@ -89,11 +134,11 @@ class ProfileWindow:
         out = {
             "window": {"start_s": rel(self.start_ns), "end_s": rel(self.end_ns)},
             "requests_flagged": flagged,
-            "excluded_from_stats": self.spec.exclude_from_stats,
+            "excluded_from_stats": self.spec.exclude_from_stats and self.ran,
         }
         if not self.supported:
             out["profiler"] = (
-                "none: this backend has no in-process profiler (requests are still flagged)"
+                "none: this backend has no profiler (no request was flagged or left out)"
             )
         out.update(self.result)
         return out

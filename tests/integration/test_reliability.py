@@ -390,6 +390,8 @@ def test_malformed_sse_is_a_bad_response(tmp_path):
     calls = {"n": 0}
 
     def reply(seen: bytes) -> bytes:
+        if seen.rfind(b"GET ") > seen.rfind(b"POST "):  # /v1/models: where's the tokenizer
+            return b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
         calls["n"] += 1
         body = ok_probe if calls["n"] == 1 else stream
         return (

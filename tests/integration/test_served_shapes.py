@@ -95,9 +95,14 @@ def test_a_server_without_profiler_endpoints_is_said_so(tmp_path):
         )
         run = run_scenario(load_scenario(write_scenario(tmp_path, data), []), tmp_path / "run")
     assert run.metrics["status"] == "ok"
-    assert run.metrics["profile"]["profiler"] == (
-        "none: the server did not start one (POST /start_profile: HTTP 404)"
+    p = run.metrics["profile"]
+    assert p["profiler"] == (
+        "none: it did not start (POST /start_profile: HTTP 404 (vLLM serves it when started "
+        "with --profiler-config))"
     )
+    # no profiler ran: nothing is flagged or left out, and the result says so
+    assert p["requests_flagged"] == run.metrics["requests"]["profiled"] == 0
+    assert any("did not start" in w for w in run.metrics["validity"]["warnings"])
 
 
 def test_t0_on_the_hosts_clock_joins_the_servers_own_stamps(tmp_path):

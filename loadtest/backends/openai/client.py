@@ -32,8 +32,8 @@ from loadtest.core.events import Failed, Finished, Sent, Tokens
 from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer, render_messages_plainly
 
 PROBE_TOKENS = 2
-PROFILER_CALL_S = 300.0  # a server writes its traces before it answers /stop_profile
 TOKENIZE_SAMPLE_BYTES = 4096  # text whose server token count sets bytes per token
+FIT_TRIES = 8  # rounds to fit a synthetic chat message to its planned length in the template
 
 
 class OpenAIBackend(Backend):
@@ -452,6 +452,8 @@ class OpenAIBackend(Backend):
             else None
         )
         text = row.text if row else self._tokenizer.decode(prompt_ids)
+        if row is None and self.spec.api == "chat" and self._count_tokens:
+            text = self._fit_in_template(text, req.input_tokens)
         return self._request(
             text,
             row.messages if row else None,
@@ -569,6 +571,29 @@ class OpenAIBackend(Backend):
         self._tokenizer, self._count_tokens = tok, tok.encode
         return tok, getattr(tok, "name", name)
 
+    def _fit_in_template(self, text: str, n: int) -> str:
+        """A synthetic chat message whose rendered prompt is ``n`` tokens: inside the template
+        its first and last tokens may merge with the template's text (``user: `` + ``hello``),
+        so its length is checked there and trimmed or extended by the difference."""
+        import random
+
+        tok = self._tokenizer
+        for extra in range(FIT_TRIES):
+            rendered = tok.render_chat([{"role": "user", "content": text}])
+            if rendered is None:
+                return text
+            off = len(tok.encode(rendered)) - n
+            if off == 0:
+                return text
+            ids = tok.encode(text)
+            ids = (
+                ids[: max(1, len(ids) - off)]
+                if off > 0
+                else ids + tok.random_prompt_ids(random.Random(n * FIT_TRIES + extra), -off)
+            )
+            text = tok.decode(ids)
+        return text  # the nearest found: the server's count is reported beside the plan's
+
     def _prompt_overhead(self, tokenizer) -> int:
         """Tokens the server adds to a prompt's text: the special tokens its tokenizer adds
         (completions), or what the chat template wraps a user message in (chat)."""
@@ -595,37 +620,40 @@ class OpenAIBackend(Backend):
 
     # -- the server's profiler -------------------------------------------------------------
 
-    async def profile_start(self, options: dict) -> None:
-        """The server's own profiler on (vLLM's ``POST /start_profile``), where it has one."""
-        self._profiler = await self._profiler_call("start_profile")
+    async def profile_start(self, options: dict) -> str | None:
+        """The server's own profiler on (vLLM's ``POST /start_profile``, which it serves when
+        started with ``--profiler-config``): None when it answered, else why not."""
+        return await self._profiler_call("start_profile")
 
     async def profile_stop(self, out_dir: str) -> dict:
-        """The server's profiler off; where its traces are is the server's business (vLLM:
-        ``VLLM_TORCH_PROFILER_DIR`` on the server's host)."""
-        started = getattr(self, "_profiler", None)
-        if started is not None:
-            return {"profiler": f"none: the server did not start one ({started})"}
+        """The server's profiler off (the profile window bounds the wait: a server writes its
+        traces before it answers); where its traces are is the server's business."""
         stopped = await self._profiler_call("stop_profile")
         if stopped is not None:
             return {"profiler": f"the server's: started, but stopping failed ({stopped})"}
         return {
             "profiler": "the server's (POST /start_profile, /stop_profile): its traces are "
-            "written on the server's host (vLLM: VLLM_TORCH_PROFILER_DIR)"
+            "written on the server's host (vLLM: where --profiler-config's torch_profiler_dir "
+            "says)"
         }
 
     async def _profiler_call(self, name: str) -> str | None:
-        """POST ``/<name>`` at the server's root; None on success, else why not."""
+        """POST ``/<name>`` at the server's root; None on success, else why not (the caller
+        bounds how long it may take)."""
         import aiohttp
 
         try:
             async with self._session.post(
                 f"{server_root(self.spec.base_url)}/{name}",
-                timeout=aiohttp.ClientTimeout(total=PROFILER_CALL_S),
+                timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
                 trace_request_ctx=_Wire(),
             ) as resp:
                 if resp.status >= 400:
-                    return f"POST /{name}: HTTP {resp.status}"
-                await resp.read()  # bounded: the ClientTimeout above covers the whole call
+                    hint = " (vLLM serves it when started with --profiler-config)"
+                    return f"POST /{name}: HTTP {resp.status}" + (
+                        hint if resp.status == 404 else ""
+                    )
+                await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"POST /{name}: {type(exc).__name__}"
         return None

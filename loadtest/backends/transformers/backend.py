@@ -241,13 +241,14 @@ class TransformersBackend(Backend):
         if not self._dead:
             self._send(messages.WINDOW_START)
 
-    async def profile_start(self, options: dict) -> None:
+    async def profile_start(self, options: dict) -> str | None:
         """torch.profiler on in the worker, at its next decode step (or at once when idle)."""
         if self._dead:
-            return
+            return "the engine worker died"
         start: messages.ProfileStart = ("profile_start", options)
         self._send(start)
-        await self._reply_within("profile start", REPLY_TIMEOUT_S)
+        msg = await self._reply_within("profile start", REPLY_TIMEOUT_S)
+        return "the engine worker died" if msg is _DEATH else None
 
     async def profile_stop(self, out_dir: str) -> dict:
         """Profiler off (at the next decode step); the worker exports trace.json.gz there and the

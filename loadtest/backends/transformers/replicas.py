@@ -124,8 +124,8 @@ class ReplicaRouter(Backend):
         for r in self.replicas:
             r.window_started()
 
-    async def profile_start(self, options: dict) -> None:
-        await self.replicas[0].profile_start(options)
+    async def profile_start(self, options: dict) -> str | None:
+        return await self.replicas[0].profile_start(options)
 
     async def profile_stop(self, out_dir: str) -> dict:
         return {**await self.replicas[0].profile_stop(out_dir), "profiled": "replica 0"}

