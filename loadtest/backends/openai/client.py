@@ -173,9 +173,10 @@ class OpenAIBackend(Backend):
         # warm-up requests are not the run's: what they show is not reported
         facts = self.facts if not req.warmup else Counter()
         body = self._body(req, prompt_ids, facts)
-        # (arrival ns, tokens by its text): a chunk with no text counts 0 here; it may still
-        # carry a token (a special token, part of a character), given it by _reconcile
-        chunks: list[tuple[int, int]] = []
+        # (arrival ns, its text): tokens are counted when the stream is done, off the token
+        # path; a chunk with no text may still carry a token (a special token, part of a
+        # character), given it by _reconcile
+        chunks: list[tuple[int, str]] = []
         wire = _Wire()
         chars = 0  # characters of text streamed: bounds what the server's usage may claim
         # a session's turn keeps the reply: the next turn's history holds it
@@ -206,10 +207,10 @@ class OpenAIBackend(Backend):
                         if "error" in event:
                             yield Failed(t, "server_error", str(event["error"])[:300])
                             return
-                        n, nchars, reason, content = self._tokens_in(event)
-                        if n is not None:
-                            chunks.append((t, n))
-                            chars += nchars
+                        text, reason, content = self._tokens_in(event)
+                        if text is not None:
+                            chunks.append((t, text))
+                            chars += len(text)
                         if reply is not None and content:
                             reply.append(content)
                         finish_reason = reason or finish_reason
@@ -219,7 +220,7 @@ class OpenAIBackend(Backend):
                     if done:
                         break
                 if not done and finish_reason is None:
-                    yield Tokens(tuple(_stamps(chunks)))
+                    yield Tokens(tuple(_stamps(self._counted(chunks))))
                     yield Failed(
                         now(),
                         "incomplete_stream",
@@ -240,37 +241,42 @@ class OpenAIBackend(Backend):
             yield Failed(now(), "connect_timeout", str(exc)[:300])
             return
         except aiohttp.SocketTimeoutError as exc:  # silent past read_timeout
-            yield Tokens(tuple(_stamps(chunks)))
+            yield Tokens(tuple(_stamps(self._counted(chunks))))
             yield Failed(now(), "read_timeout", str(exc)[:300])
             return
         except aiohttp.ServerDisconnectedError as exc:
-            yield Tokens(tuple(_stamps(chunks)))
+            yield Tokens(tuple(_stamps(self._counted(chunks))))
             yield Failed(now(), "server_disconnected", str(exc)[:300])
             return
         except (
             aiohttp.ClientPayloadError
         ) as exc:  # a chunked body cut short: the server died mid-stream
-            yield Tokens(tuple(_stamps(chunks)))
+            yield Tokens(tuple(_stamps(self._counted(chunks))))
             yield Failed(now(), "stream_cut", str(exc)[:300])
             return
         except aiohttp.ClientOSError as exc:  # reset by the peer, mid-request
-            yield Tokens(tuple(_stamps(chunks)))
+            yield Tokens(tuple(_stamps(self._counted(chunks))))
             yield Failed(now(), "connection_reset", str(exc)[:300])
             return
         except aiohttp.ClientError as exc:
-            yield Tokens(tuple(_stamps(chunks)))
+            yield Tokens(tuple(_stamps(self._counted(chunks))))
             yield Failed(now(), type(exc).__name__, str(exc)[:300])
             return
         except BadResponse as exc:
             facts["bad_response"] += 1
-            yield Tokens(tuple(_stamps(chunks)))
+            yield Tokens(tuple(_stamps(self._counted(chunks))))
             yield Failed(now(), "bad_response", str(exc)[:300])
             return
         finally:
             if wire.queued_ns:
                 facts["connection_waits"] += 1
                 facts["connection_wait_ns"] += wire.queued_ns
-        stamps = self._reconcile(chunks, usage, chars, facts)
+        served = _count(usage, "completion_tokens")
+        stamps = (
+            [t for t, _ in chunks]  # a chunk a token, as the server says: nothing to count
+            if served is not None and served == len(chunks)
+            else self._reconcile(self._counted(chunks), usage, chars, facts)
+        )
         if req.ignore_eos and len(stamps) < req.output_tokens and self._fixed_via != "none":
             facts["short_outputs"] += 1
         prompt_tokens = _count(usage, "prompt_tokens")
@@ -287,18 +293,18 @@ class OpenAIBackend(Backend):
             None if reply is None else "".join(reply),
         )
 
-    def _tokens_in(self, obj: dict) -> tuple[int | None, int, str | None, str | None]:
-        """Output tokens and characters in one streamed event, its finish_reason and its content
-        (not reasoning) text (``BadResponse`` when the event is not shaped like an OpenAI chunk).
+    def _tokens_in(self, obj: dict) -> tuple[str | None, str | None, str | None]:
+        """One streamed event's output text, its finish_reason and its content (not reasoning)
+        text (``BadResponse`` when the event is not shaped like an OpenAI chunk).
 
-        Tokens are None for an event that carries no token (usage only; chat's opening chunk,
-        which names the role before any text), and 0 for a choice with no text: a token whose
-        text is empty (a special token, the first bytes of a character) arrives in it."""
+        The text is None for an event that carries no token (usage only; chat's opening chunk,
+        which names the role before any text), and empty for a choice with no text: a token
+        whose text is empty (a special token, the first bytes of a character) arrives in it."""
         choices = obj.get("choices") or []
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise BadResponse(f"choices: expected a list of objects, got {str(choices)[:80]}")
         if not choices:
-            return None, 0, None, None
+            return None, None, None
         choice = choices[0]
         if self.server_model is None and isinstance(obj.get("model"), str):
             self.server_model = obj["model"]
@@ -316,9 +322,16 @@ class OpenAIBackend(Backend):
         reason = reason if isinstance(reason, str) else None
         if not text:
             opening = self.spec.api == "chat" and "role" in (choice.get("delta") or {})
-            return (None if opening else 0), 0, reason, None
-        n = max(1, len(self._count_tokens(text))) if self._count_tokens else 1
-        return n, len(text), reason, parts[0]
+            return (None if opening else ""), reason, None
+        return text, reason, parts[0]
+
+    def _counted(self, chunks: list[tuple[int, str]]) -> list[tuple[int, int]]:
+        """Each chunk's tokens by its text: the model's tokenizer where there is one (a chunk
+        may hold several), else one a chunk with text; 0 for a chunk with no text."""
+        count = self._count_tokens
+        if count is None:
+            return [(t, 1 if text else 0) for t, text in chunks]
+        return [(t, max(1, len(count(text))) if text else 0) for t, text in chunks]
 
     def _reconcile(
         self, chunks: list[tuple[int, int]], usage: dict | None, chars: int, facts: Counter

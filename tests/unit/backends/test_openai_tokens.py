@@ -64,8 +64,10 @@ def test_which_events_carry_a_token():
     text = {"choices": [{"delta": {"content": "hi"}, "finish_reason": None}]}
     usage = {"choices": [], "usage": {"completion_tokens": 3}}
     assert chat._tokens_in(role)[0] is None  # chat's opening chunk: the role, no token yet
-    assert chat._tokens_in(empty)[0] == 0  # a token with no text
-    assert chat._tokens_in(text)[:2] == (1, 2)
+    assert chat._tokens_in(empty)[0] == ""  # a token with no text
+    assert chat._tokens_in(text) == ("hi", None, "hi")
     assert chat._tokens_in(usage)[0] is None
     done = {"choices": [{"text": "", "finish_reason": "stop"}]}
-    assert cmpl._tokens_in(done) == (0, 0, "stop", None)
+    assert cmpl._tokens_in(done) == ("", "stop", None)
+    # without a tokenizer a chunk with text is one token, one with none is counted 0 (for now)
+    assert cmpl._counted([(1, "ab"), (2, ""), (3, "c")]) == [(1, 1), (2, 0), (3, 1)]
