@@ -81,6 +81,7 @@ def run_loadtest(args, url: str, model: str, tokenizer: str, out: Path) -> dict:
     subprocess.run(
         [sys.executable, "-m", "loadtest", "run", str(path), "-o", str(out), "-q", "--no-report"],
         check=False,
+        stdout=subprocess.DEVNULL,
     )
     return json.loads((out / "metrics.json").read_text())
 

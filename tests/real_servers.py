@@ -88,6 +88,12 @@ class Server:
     def log_tail(self, n: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-n:]
 
+    def kill(self) -> None:
+        """SIGKILL to the server's process group: a server that dies."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)

@@ -4,11 +4,7 @@ with a tiny model built here. No mock server stands in for it."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +19,7 @@ pytest.importorskip("fastapi")  # transformers[serving]
 from loadtest.backends.openai.sse import SseParser
 from loadtest.config.loading import load_scenario
 from loadtest.session import run_scenario
+from tests.real_servers import start_transformers_serve
 from tests.tiny_model import CORPUS, build_tiny_model
 
 LOOSE = {
@@ -36,58 +33,11 @@ def model_dir(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("served-llama"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(model_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # leave the client a core
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "transformers.cli.transformers",
-            "serve",
-            str(model_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--device",
-            "cpu",
-        ],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"transformers serve exited: {log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc, f"http://127.0.0.1:{port}/v1"
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("transformers serve did not start in 180 s")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-
-
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    proc, url = start_server(model_dir, tmp_path_factory.mktemp("server") / "serve.log")
-    yield url
-    stop_server(proc)
+    srv = start_transformers_serve(model_dir, tmp_path_factory.mktemp("server") / "serve.log")
+    yield srv.url
+    srv.kill()
 
 
 def scenario(tmp_path: Path, backend: dict, load: dict, workload=None) -> Path:
@@ -207,6 +157,26 @@ def test_the_api_key_is_sent_but_never_written(server, model_dir, tmp_path, monk
         assert "sk-do-not-write-7f3a" not in text
 
 
+def test_a_server_without_a_profiler_flags_nothing_and_says_so(server, model_dir, tmp_path):
+    """transformers serve has no /start_profile: the window says so, and no request is left
+    out of the figures (they were, before, with no warning)."""
+    path = scenario(
+        tmp_path,
+        {"base_url": server, "model": str(model_dir), "api": "completions"},
+        {"arrival": {"kind": "concurrency", "users": 1}, "requests": 6},
+    )
+    data = yaml.safe_load(path.read_text())
+    data["profile"] = {"requests": [1, 3]}
+    path.write_text(yaml.safe_dump(data))
+    m = run_scenario(load_scenario(path), tmp_path / "run").metrics
+    assert m["status"] == "ok"
+    p = m["profile"]
+    assert p["profiler"].startswith("none: it did not start (POST /start_profile: HTTP 404")
+    assert p["requests_flagged"] == m["requests"]["profiled"] == 0
+    assert m["latency_ms"]["e2e"]["count"] == 6
+    assert any("the profiler did not start" in w for w in m["validity"]["warnings"])
+
+
 def test_a_wrong_endpoint_fails_the_start_with_the_reason(server, model_dir, tmp_path):
     path = scenario(
         tmp_path,
@@ -218,19 +188,19 @@ def test_a_wrong_endpoint_fails_the_start_with_the_reason(server, model_dir, tmp
 
 
 def test_server_death_mid_run_ends_with_partial_results(model_dir, tmp_path):
-    proc, url = start_server(model_dir, tmp_path / "serve.log")
+    srv = start_transformers_serve(model_dir, tmp_path / "serve.log")
     try:
         path = scenario(
             tmp_path,
-            {"base_url": url, "model": str(model_dir), "api": "completions"},
+            {"base_url": srv.url, "model": str(model_dir), "api": "completions"},
             {"arrival": {"kind": "poisson", "rate": 10}, "duration": "60s"},
         )
         run = start_run(path, tmp_path / "run", stderr=subprocess.STDOUT)
         time.sleep(8)  # the probe, then a few seconds of traffic
-        stop_server(proc)
+        srv.kill()  # the server dies
         out, _ = run.communicate(timeout=120)
     finally:
-        stop_server(proc)
+        srv.kill()
     assert run.returncode == 4, out  # run failed: the backend is gone
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["status"] == "failed"

@@ -100,14 +100,19 @@ def test_chat_prompts_count_the_chat_template(vllm, tmp_path):
                 "validity": LENIENT,
             },
             "outputs": {"requests_jsonl": True},
+            # goodput against the real server: every request meets a 30 s TTFT, none 1 µs
+            "goodput": {"ttft": "30s", "e2e": "1us"},
         },
     )
     r = cli("run", path, "-o", tmp_path / "run", "-q")
     assert r.returncode == 0, r.stderr
     m = metrics(tmp_path / "run")
     assert "(the chat template)" in m["backend"]["prompt_sizing"]
-    assert {row["input_tokens"] for row in records(tmp_path / "run")} == {100}
-    assert all(len(row["token_ns"]) == 16 for row in records(tmp_path / "run"))
+    rows = records(tmp_path / "run")
+    assert {row["input_tokens"] for row in rows} == {100}
+    assert all(len(row["token_ns"]) == 16 for row in rows)
+    assert m["goodput"]["judged"] == 16 and m["goodput"]["good"] == 0
+    assert {row["good"] for row in rows} == {0}
 
 
 def test_server_metrics_are_mapped_and_the_prefix_cache_hits_with_shared_prefixes(vllm, tmp_path):
@@ -267,3 +272,45 @@ def test_a_profiler_stop_that_hangs_costs_nothing_and_a_sigterm_keeps_the_result
         assert m["requests"]["completed"] > 0
     finally:
         server.stop()
+
+
+def test_late_sends_say_the_machine_held_the_core(vllm, tmp_path):
+    """The client pinned to one core, and a real-time process taking that core for 30 ms every
+    100 ms: sends fall late, the loop-lag probe barely sees it, and the verdict says the time
+    went to this process waiting for a CPU."""
+    import shutil
+
+    if not shutil.which("chrt") or subprocess.run(["chrt", "-f", "1", "true"]).returncode:
+        pytest.skip("no real-time scheduling here (chrt)")
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "late",
+            "backend": served(vllm),
+            "workload": {"input_tokens": 16, "output_tokens": 4},
+            "load": {"arrival": {"kind": "constant", "rate": 20}, "duration": "6s"},
+            "telemetry": {"server": False, "gpu": False},
+        },
+    )
+    hog = subprocess.Popen(
+        [
+            "chrt", "-f", "1", "taskset", "-c", "0", sys.executable, "-c",
+            "import time\nend = time.monotonic() + 40\nwhile time.monotonic() < end:\n"
+            "    t = time.monotonic() + 0.03\n    while time.monotonic() < t: pass\n"
+            "    time.sleep(0.07)\n",
+        ]
+    )  # fmt: skip
+    try:
+        r = subprocess.run(
+            ["taskset", "-c", "0", sys.executable, "-m", "loadtest", "run", str(path),
+             "-o", str(tmp_path / "run"), "-q", "--no-report"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        hog.kill()
+        hog.wait()
+    m = metrics(tmp_path / "run")
+    said = " ".join(m["validity"]["reasons"] + m["validity"]["warnings"])
+    assert r.returncode == 3 and "dispatch lag" in said, (r.returncode, said)
+    where = said[said.index("where the") :]
+    assert where.split(": ", 1)[1].startswith("this process waiting for a CPU"), where
