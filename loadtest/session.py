@@ -328,14 +328,13 @@ class Session:
         if scenario.sla is not None:
             result.sla = evaluate(scenario.sla, Evidence.of_run(result))
         result = null_non_finite(result)
+        _write_result(out, result)  # first: whatever fails after it, the result is there
         if outcome.recorder.records is not None:
-            records = outcome.recorder.records
-            atomic.write_jsonl(out / "requests.jsonl", records)
-            columns = [k for k in records[0] if k != "token_ns"] if records else []
-            atomic.write_csv(out / "requests.csv", records, columns)
-            if records:
-                atomic.write_parquet(out / "requests.parquet", records)
-        _write_result(out, result)
+            problem = _write_exports(out, outcome.recorder.records)
+            if problem:
+                sys.stderr.write(f"loadtest: {secrets.scrub(problem)}\n")
+                result.validity.warnings.append(problem)
+                _write_result(out, result)
         return RunResult(out, result)
 
     async def _run_workers(self, gpu_sampler=None) -> tuple[RunOutcome, dict]:
@@ -426,7 +425,11 @@ def _add_inside_sections(
                 else "this host (the engine's)"
             )
         if sampler.rows:
-            atomic.write_text(out / "gpu.csv", sampler.csv_text(outcome.t0_ns))
+            _side_file(
+                result,
+                out / "gpu.csv",
+                lambda p: atomic.write_text(p, sampler.csv_text(outcome.t0_ns)),
+            )
     else:
         result.gpu = {"available": False, "reason": _gpu_off_reason(scenario) or "not sampled"}
     result.validity.warnings += environment.warnings(env, result.gpu)
@@ -497,10 +500,12 @@ def _server_sampler(scenario):
     wanted = scenario.telemetry.server
     if wanted is False or scenario.backend.kind != "openai":
         return None
+    from loadtest.backends.openai.discovery import without_credentials
     from loadtest.telemetry.server_metrics import ServerSampler, metrics_url
 
     sampler = ServerSampler(
-        metrics_url(scenario.backend.base_url), scenario.telemetry.server_interval / 1e9
+        metrics_url(without_credentials(scenario.backend.base_url)),
+        scenario.telemetry.server_interval / 1e9,
     )
     sampler.start()
     return sampler
@@ -518,7 +523,8 @@ def _add_server_section(result: RunMetrics, outcome, server, out: Path) -> None:
     if server.rows:
         from loadtest.telemetry.server_metrics import CSV_COLUMNS
 
-        atomic.write_csv(out / "server.csv", server.csv_rows(outcome.t0_ns), CSV_COLUMNS)
+        rows = server.csv_rows(outcome.t0_ns)
+        _side_file(result, out / "server.csv", lambda p: atomic.write_csv(p, rows, CSV_COLUMNS))
 
 
 def _ttft_compared(summary: dict, first_tokens: list[tuple[int, int]], t0_ns: int) -> dict | None:
@@ -558,6 +564,36 @@ def _sampler(scenario):
     sampler = GpuSampler(scenario.telemetry.interval / 1e9, devices=scenario.telemetry.devices)
     sampler.start()
     return sampler
+
+
+def _side_file(result: RunMetrics, path: Path, write: Callable[[Path], object]) -> None:
+    """A file beside metrics.json, written before it: one that cannot be written (a full disk)
+    is a warning in the result, never a lost result."""
+    try:
+        write(path)
+    except OSError as exc:
+        result.validity.warnings.append(f"{path.name} could not be written: {exc.strerror or exc}")
+
+
+def _write_exports(out: Path, records: list[dict]) -> str | None:
+    """requests.jsonl, .csv and .parquet; why not, when a file cannot be written (a full disk):
+    the others are still tried, and metrics.json, written before, says so."""
+    columns = [k for k in records[0] if k != "token_ns"] if records else []
+    writes: list[tuple[str, Callable[[Path], object]]] = [
+        ("requests.jsonl", lambda p: atomic.write_jsonl(p, records)),
+        ("requests.csv", lambda p: atomic.write_csv(p, records, columns)),
+    ]
+    if records:
+        writes.append(("requests.parquet", lambda p: atomic.write_parquet(p, records)))
+    failed = []
+    for name, write in writes:
+        try:
+            write(out / name)
+        except OSError as exc:
+            failed.append(f"{name} ({exc.strerror or exc})")
+    if not failed:
+        return None
+    return "the per-request exports could not all be written: " + ", ".join(failed)
 
 
 class ResultWriteError(LoadtestError):

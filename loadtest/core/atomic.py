@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from loadtest.core import secrets
+from loadtest.core import rundir, secrets
 
 
 def _umask() -> int:
@@ -37,6 +37,7 @@ def write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        rundir.record(path)  # in a run directory: the run wrote it (--overwrite removes it)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -4,11 +4,17 @@ A run directory is claimed by creating it (or its marker file, when it exists an
 exclusively, so two runs can never write into one directory and a second run can never replace a
 first run's result. Default names are made from the scenario name, made safe for a file system,
 plus the UTC time, with a counter when two runs start in the same second.
+
+The marker is the run's own record: every file a run writes there (and every run directory it
+makes inside, a sweep's points) is added to it, a name a line, and the run holds a lock on it
+while it runs. ``--overwrite`` removes exactly what the marker lists, and only from a directory
+that has one and that no live run holds: a user's own files beside a result are never touched.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import os
 import re
 import shutil
@@ -17,7 +23,6 @@ from pathlib import Path
 from loadtest.core.errors import OutputError
 
 MARKER = ".loadtest-run"
-RESULT_FILES = ("metrics.json", "sweep.json", "repeat.json", MARKER)
 _MAX_NAME = 80
 
 
@@ -44,22 +49,28 @@ def default_dir(name: str, parent: Path = Path("reports")) -> Path:
 def claim(path: Path, overwrite: bool = False) -> Path:
     """Create ``path`` for one run's results, or refuse with a clear reason (``OutputError``).
 
-    An existing empty directory is taken; one that holds an earlier loadtest result is replaced
-    only with ``overwrite``; any other existing content is never touched.
+    An existing empty directory is taken; one that holds an earlier loadtest run's result has
+    what that run wrote removed, only with ``overwrite`` and only when no run is writing there
+    now; any other existing content is never touched.
     """
     path = Path(path)
     try:
+        if path.exists() and not path.is_dir():
+            raise OutputError(
+                f"{path}: is a file, not a directory; choose another output directory"
+            )
         if path.is_dir() and any(path.iterdir()):
-            if not any((path / f).exists() for f in RESULT_FILES):
+            if not (path / MARKER).is_file():
                 raise OutputError(
-                    f"{path}: exists and holds other files; choose another output directory"
+                    f"{path}: exists and holds files no loadtest run wrote; choose another "
+                    "output directory"
                 )
             if not overwrite:
                 raise OutputError(
                     f"{path}: holds an earlier result; choose another output directory "
                     "or pass --overwrite to replace it"
                 )
-            shutil.rmtree(path)
+            _remove_run(path)
         if path.is_dir():
             _mark(path)
         else:
@@ -74,6 +85,32 @@ def claim(path: Path, overwrite: bool = False) -> Path:
     return path
 
 
+def record(path: Path) -> None:
+    """Note, in the marker of the run directory ``path`` is in, that a run wrote it (nothing
+    where the folder is no run directory)."""
+    name = Path(path).name
+    if not name or "\n" in name or name == MARKER:
+        return
+    try:
+        fd = os.open(Path(path).parent / MARKER, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        return
+    try:
+        os.write(fd, (name + "\n").encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+def _release(path: Path) -> None:
+    """The run is done with ``path``: its lock goes (a later run may overwrite it)."""
+    fd = _held.pop(Path(path).resolve(), None)
+    if fd is not None:
+        os.close(fd)
+
+
+_held: dict[Path, int] = {}  # run directories this process is writing: their locked markers
+
+
 def _make(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.mkdir()  # exclusive: FileExistsError when another run got there first
@@ -82,4 +119,51 @@ def _make(path: Path) -> None:
 
 def _mark(path: Path) -> None:
     fd = os.open(path / MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-    os.close(fd)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held while this process writes the run: never taken over
+    _held[path.resolve()] = fd
+    record(path)  # a run directory made inside another (a sweep's point) is that run's
+
+
+def _remove_run(path: Path) -> None:
+    """Remove what the run in ``path`` wrote, as its marker lists it, then the marker."""
+    marker = path / MARKER
+    if path.resolve() in _held:
+        _release(path)  # this process's own earlier run, finished
+    fd = os.open(marker, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(
+                f"{path}: a loadtest run is writing there now; choose another output directory"
+            ) from None
+        names = set(marker.read_text(encoding="utf-8", errors="surrogateescape").splitlines())
+        others = {p.name for p in path.iterdir()} - names - {MARKER}
+        if not names and others:
+            raise OutputError(
+                f"{path}: its marker lists nothing it wrote (an older loadtest made it): "
+                "remove what you do not want, then run again"
+            )
+        for name in sorted(names - {"", ".", "..", MARKER}):
+            if "/" not in name:  # a name in this folder, never a path out of it
+                _remove_written(path / name)
+        marker.unlink()
+    finally:
+        os.close(fd)
+
+
+def _remove_written(p: Path) -> None:
+    """Remove one thing a marker lists: a file, a folder the run made, a run directory."""
+    if p.is_symlink():
+        p.unlink()
+    elif p.is_dir():
+        if (p / MARKER).is_file():
+            _remove_run(p)
+            try:
+                p.rmdir()  # emptied, unless a user's files are in it
+            except OSError:
+                pass
+        else:  # a folder the run made for its own files (the profiler's tb/)
+            shutil.rmtree(p)
+    elif p.exists():
+        p.unlink()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -76,3 +78,34 @@ def test_a_backend_that_cannot_start_gives_a_failed_result_of_the_same_type(tmp_
     assert saved.validity.valid is False and "backend failed to start" in saved.validity.reasons[0]
     assert saved.requests.planned == 40 and saved.requests.never_sent == 40
     assert saved.latency_ms is None and saved.sla is None
+
+
+def test_a_full_disk_for_the_exports_keeps_metrics_json(run_virtual_fn, tmp_path, monkeypatch):
+    """metrics.json is written first; an export that cannot be written (ENOSPC) is a warning
+    in it, and the other exports are still tried."""
+    import errno
+
+    from loadtest.core import atomic
+
+    def full(path, rows):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "write_jsonl", full)
+    m = run_virtual_fn(
+        {
+            "name": "full",
+            "backend": {"kind": "noop"},
+            "workload": {"input_tokens": 4, "output_tokens": 2},
+            "load": {"arrival": {"kind": "constant", "rate": 10}, "requests": 5},
+            "outputs": {"requests_jsonl": True},
+        }
+    )
+    assert m["status"] == "ok" and m["requests"]["completed"] == 5
+    assert (
+        "the per-request exports could not all be written: requests.jsonl (No space left on "
+        "device)" in m["validity"]["warnings"]
+    )
+    run = tmp_path / "run"
+    saved = json.loads((run / "metrics.json").read_text())
+    assert saved["validity"]["warnings"] == m["validity"]["warnings"]
+    assert (run / "requests.csv").is_file() and not (run / "requests.jsonl").exists()

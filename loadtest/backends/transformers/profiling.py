@@ -20,6 +20,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from loadtest.core import rundir
+
 
 class WorkerProfiler:
     """A torch profiler capture inside the worker, bounded by a window."""
@@ -99,6 +101,7 @@ class WorkerProfiler:
         with raw.open("rb") as src, gzip.open(out / "trace.json.gz", "wb", compresslevel=1) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         raw.unlink()
+        rundir.record(out / "trace.json.gz")
         result = {
             "profiler": f"torch.profiler ({'CPU+CUDA' if self.cuda else 'CPU'})",
             "trace": "trace.json.gz",
@@ -106,6 +109,7 @@ class WorkerProfiler:
         }
         if self.options.get("tensorboard"):
             torch.profiler.tensorboard_trace_handler(str(out / "tb"))(self.prof)
+            rundir.record(out / "tb")
             result["tensorboard"] = "tb/"
         result["export_s"] = round(time.monotonic() - t, 3)
         t = time.monotonic()

@@ -1,0 +1,79 @@
+"""Run directories: --overwrite removes only what a loadtest run wrote, only from a run
+directory, never from one a live run holds; a user's own files are never touched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from loadtest.core import atomic, rundir
+from loadtest.core.errors import OutputError
+
+
+def test_a_folder_that_merely_holds_a_metrics_file_is_never_emptied(tmp_path):
+    (tmp_path / "metrics.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("keep")
+    with pytest.raises(OutputError, match="holds files no loadtest run wrote"):
+        rundir.claim(tmp_path, overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "keep"
+    assert (tmp_path / "metrics.json").read_text() == "{}"
+
+
+def test_overwrite_removes_what_the_run_wrote_and_nothing_else(tmp_path):
+    run = rundir.claim(tmp_path / "run")
+    atomic.write_text(run / "metrics.json", "{}")
+    atomic.write_text(run / "report.md", "# r")
+    point = rundir.claim(run / "point-00")  # a run directory inside (a sweep's point)
+    atomic.write_text(point / "metrics.json", "{}")
+    (run / "notes.txt").write_text("mine")  # the user's, beside the result
+    (point / "mine.txt").write_text("mine too")
+    with pytest.raises(OutputError, match="pass --overwrite"):
+        rundir.claim(run)
+    assert rundir.claim(run, overwrite=True) == run
+    left = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+    assert left == [".loadtest-run", "notes.txt", "point-00", "point-00/mine.txt"]
+    # the fresh marker lists nothing yet: the next run's files are added as it writes them
+    assert (run / ".loadtest-run").read_text() == ""
+
+
+def test_a_live_runs_directory_is_never_taken(tmp_path):
+    run = tmp_path / "live"
+    holder = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "import sys, time\nfrom loadtest.core import rundir, atomic\n"
+            f"rundir.claim({str(run)!r})\natomic.write_text(rundir.Path({str(run)!r}) / 'metrics.json', '{{}}')\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(OutputError, match="a loadtest run is writing there now"):
+            rundir.claim(run, overwrite=True)
+        assert (run / "metrics.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rundir.claim(run, overwrite=True) == run  # its process gone, the lock went with it
+    assert not (run / "metrics.json").exists()
+
+
+def test_a_marker_never_names_anything_outside_its_folder(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    run = rundir.claim(tmp_path / "run")
+    atomic.write_text(run / "metrics.json", "{}")
+    with (run / ".loadtest-run").open("a") as f:
+        f.write("../victim.txt\n..\n.\n")
+    rundir.claim(run, overwrite=True)
+    assert victim.read_text() == "keep" and not (run / "metrics.json").exists()
+
+
+def test_a_plain_file_as_the_output_is_refused_as_such(tmp_path):
+    (tmp_path / "out").write_text("x")
+    with pytest.raises(OutputError, match="is a file, not a directory"):
+        rundir.claim(tmp_path / "out", overwrite=True)
