@@ -96,7 +96,7 @@ def _scenario_source(
     from loadtest.backends.openai.discovery import list_models
     from loadtest.config import quick
     from loadtest.config.loading import apply_overrides, parse_scenario
-    from loadtest.core import atomic
+    from loadtest.core import atomic, secrets
     from loadtest.core.errors import BackendError, ScenarioError
 
     if model is None:
@@ -121,6 +121,12 @@ def _scenario_source(
     except ScenarioError as exc:
         _error(*exc.problems)
         raise typer.Exit(EXIT_USAGE) from None
+    # URL credentials are never written (the file, the run's copy, a temp file): the file
+    # names the server without them, and they reach the run as an override held in memory
+    secret_url = secrets.redact_url(url) != url
+    data["backend"]["base_url"] = secrets.redact_url(url)
+    keep_url = [f"backend.base_url={url}"] if secret_url else []
+    secrets.register(*secrets.url_credentials(url))  # the command line below is scrubbed
     text = quick.to_yaml(data, "loadtest " + shlex.join(sys.argv[1:]))
     if save_to is not None:
         if save_to.exists() and not overwrite:
@@ -128,10 +134,10 @@ def _scenario_source(
             raise typer.Exit(EXIT_USAGE)
         atomic.write_text(save_to, text)
         typer.echo(f"scenario: {save_to}", err=True)
-        return save_to, []
+        return save_to, keep_url
     path = Path(tempfile.mkdtemp(prefix="loadtest-")) / "scenario.yml"
     atomic.write_text(path, text)
-    return path, []
+    return path, keep_url
 
 
 def _claim(out: Path | None, loaded, overwrite: bool, suffix: str = "") -> Path:
@@ -932,6 +938,10 @@ def main() -> None:
     import sys
     import traceback
 
+    from loadtest.core import secrets
+
+    # every channel out of the process passes the one scrubber: echoes, --json, tables, errors
+    sys.stdout, sys.stderr = secrets.scrubbed(sys.stdout), secrets.scrubbed(sys.stderr)
     try:
         app()
     except SystemExit:
@@ -939,9 +949,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
     except Exception:
-        from loadtest.core import secrets
-
-        sys.stderr.write(secrets.scrub(traceback.format_exc()))
+        sys.stderr.write(traceback.format_exc())
         sys.stderr.write(
             "loadtest: internal error (a bug in loadtest): please report it with the "
             "traceback above\n"

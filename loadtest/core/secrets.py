@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import IO
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
@@ -83,12 +84,17 @@ def is_sensitive_name(name: str) -> bool:
 
 
 def url_credentials(url: str) -> list[str]:
-    """The user name and password written into a URL, if any."""
+    """The secrets written into a URL: its password and its whole ``user:password`` part (or
+    a user name alone, which is then the credential). A user name beside a password is not
+    masked alone: a short one ("user", "admin") would mask ordinary words everywhere."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return []
-    return [v for v in (parts.username, parts.password) if v]
+    if "@" not in parts.netloc:
+        return []
+    userinfo = parts.netloc.rsplit("@", 1)[0]
+    return [v for v in (parts.password, userinfo) if v]
 
 
 def redact_url(url: str) -> str:
@@ -127,3 +133,23 @@ def sensitive_values(mapping: dict) -> list[str]:
             if " " in value.strip():  # "Bearer sk-...": the token alone too
                 found.append(value.strip().split()[-1])
     return found
+
+
+class ScrubbedStream:
+    """A text stream that masks registered secrets in everything written to it: the CLI puts
+    its stdout and stderr behind one each, so every channel (echo, rich, JSON, tracebacks)
+    passes through this one scrubber."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(scrub(text))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def scrubbed(stream: IO[str]) -> IO[str]:
+    """``stream`` behind the scrubber (once: a stream already behind it is returned as it is)."""
+    return stream if isinstance(stream, ScrubbedStream) else ScrubbedStream(stream)  # type: ignore[return-value]

@@ -238,7 +238,7 @@ def test_secret_fields_are_masked_in_the_saved_scenario(tmp_path):
     assert backend["headers"] == {" Authorization ": "***", "X-Trace": "t1", "x_api_key": "***"}
     assert backend["extra_body"] == {"temperature": 0, "session_token": "***"}
     assert set(loaded.scenario.backend.secret_values()) >= {
-        "user",
+        "user:pw-1234",
         "pw-1234",
         "Bearer sk-12345",
         "sk-12345",

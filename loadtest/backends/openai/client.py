@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
-from loadtest.backends.openai.discovery import model_root, server_root
+from loadtest.backends.openai.discovery import (
+    authorization,
+    model_root,
+    server_root,
+    without_credentials,
+)
 from loadtest.backends.openai.sse import SseParser
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed, Finished, Sent, Tokens
@@ -47,7 +52,9 @@ class OpenAIBackend(Backend):
     def __init__(self, spec, clock, context=None) -> None:
         self.spec, self.clock = spec, clock
         self.base_dir = Path((context or {}).get("base_dir", "."))
-        self.url = spec.base_url.rstrip("/") + (
+        # requests go to the URL without its credentials; they travel as a header (start())
+        self._base = without_credentials(spec.base_url)
+        self.url = self._base.rstrip("/") + (
             "/chat/completions" if spec.api == "chat" else "/completions"
         )
         self._session: Any = None
@@ -71,8 +78,9 @@ class OpenAIBackend(Backend):
         spec = self.spec
         headers = {"Content-Type": "application/json", **spec.headers}
         key = os.environ.get(spec.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        _, auth = authorization(spec.base_url, key)
+        if auth:
+            headers["Authorization"] = auth
         connector = aiohttp.TCPConnector(
             limit=spec.max_connections, limit_per_host=0, ssl=self._ssl_context(), ttl_dns_cache=300
         )
@@ -657,7 +665,7 @@ class OpenAIBackend(Backend):
 
         try:
             async with self._session.post(
-                f"{server_root(self.spec.base_url)}/{name}",
+                f"{server_root(self._base)}/{name}",
                 timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
                 trace_request_ctx=_Wire(),
             ) as resp:
@@ -680,7 +688,7 @@ class OpenAIBackend(Backend):
         text = bytes(sample).decode("ascii")
         try:
             async with self._session.post(
-                f"{server_root(self.spec.base_url)}/tokenize",
+                f"{server_root(self._base)}/tokenize",
                 data=json.dumps({"model": self.spec.model, "prompt": text}),
                 trace_request_ctx=_Wire(),
             ) as resp:

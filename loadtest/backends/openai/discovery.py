@@ -16,6 +16,46 @@ def server_root(base_url: str) -> str:
     return base_url.rstrip("/").removesuffix("/v1")
 
 
+def authorization(base_url: str, api_key: str | None) -> tuple[str, str | None]:
+    """The URL to send to (without credentials) and the Authorization header to send with it:
+    the URL's own credentials (``http://user:pw@host/v1``) as Basic auth, else the API key as
+    a Bearer token. Credentials in the URL are the explicit choice for that server, so an API
+    key from the environment is not sent beside them (one header can hold one)."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(base_url)
+    if parts.username is None and parts.password is None:
+        return base_url, (f"Bearer {api_key}" if api_key else None)
+    host = parts.netloc.rsplit("@", 1)[1]
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    secrets.register(pair, base64.b64encode(pair.encode()).decode())
+    token = base64.b64encode(pair.encode()).decode()
+    return urlunsplit(parts._replace(netloc=host)), f"Basic {token}"
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with any ``user:password@`` taken out."""
+    return authorization(url, None)[0]
+
+
+class _SameOriginAuth(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect, but never carries credentials to another origin."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
 def list_models(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
     """The model ids the server lists at ``{base_url}/models`` (OpenAI's format), in its order.
 
@@ -41,13 +81,15 @@ def model_root(
 
 
 def _model_list(base_url: str, api_key: str | None, timeout_s: float) -> list[dict]:
-    url = base_url.rstrip("/") + "/models"
+    secrets.register(api_key)
+    plain, auth = authorization(base_url, api_key)
+    url = plain.rstrip("/") + "/models"
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if api_key:
-        secrets.register(api_key)
-        request.add_header("Authorization", f"Bearer {api_key}")
+    if auth:
+        request.add_header("Authorization", auth)
+    opener = urllib.request.build_opener(_SameOriginAuth)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with opener.open(request, timeout=timeout_s) as response:
             body = response.read(1 << 20)
     except urllib.error.HTTPError as exc:
         raise BackendError(f"{secrets.redact_url(url)}: HTTP {exc.code} {exc.reason}") from None

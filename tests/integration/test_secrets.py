@@ -1,0 +1,117 @@
+"""Secrets through every channel: a URL's password and the API key never reach stdout (--json
+included), stderr, the run directory, a saved scenario or a temp file; credentials never follow
+a redirect to another origin; URL credentials and an API key together run."""
+
+from __future__ import annotations
+
+import glob
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD, KEY = "pw-s3cret-5678", "sk-verysecret-1234"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fast_server():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "fast_openai_server.py"), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:  # bounded: up within seconds or the test fails
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).read()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "stub server did not start"
+            time.sleep(0.2)
+    yield port
+    proc.kill()
+    proc.wait()
+
+
+def test_url_credentials_and_a_key_run_and_are_never_shown_or_stored(fast_server, tmp_path):
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "loadtest-*")))
+    env = {**os.environ, "OPENAI_API_KEY": KEY}
+    saved = tmp_path / "saved.yml"
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "loadtest", "run",
+            "--url", f"http://user:{PASSWORD}@127.0.0.1:{fast_server}/v1",
+            "--requests", "3", "--json", "-o", str(tmp_path / "run"),
+            "--save-scenario", str(saved),
+            "--set", "load.validity.max_dispatch_lag_p99=2s",
+        ],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr  # the two together once crashed the HTTP client
+    assert '"status": "ok"' in r.stdout
+    created = set(glob.glob(os.path.join(tempfile.gettempdir(), "loadtest-*"))) - before
+    files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    files += [saved] + [p for d in created for p in Path(d).rglob("*") if p.is_file()]
+    for text in [r.stdout, r.stderr] + [p.read_text(errors="replace") for p in files]:
+        assert PASSWORD not in text and KEY not in text
+    assert "http://***@127.0.0.1" in saved.read_text()
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: list[str | None] = []
+    target = ""
+
+    def do_GET(self):
+        if self.target:
+            self.send_response(301)
+            self.send_header("Location", self.target + self.path)
+            self.end_headers()
+            return
+        type(self).seen.append(self.headers.get("Authorization"))
+        body = b'{"data": [{"id": "m"}]}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve(handler, host: str) -> tuple[http.server.HTTPServer, str]:
+    server = http.server.HTTPServer((host, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://{host}:{server.server_address[1]}"
+
+
+def test_credentials_never_follow_a_redirect_to_another_origin():
+    from loadtest.backends.openai.discovery import list_models
+
+    other = type("Other", (_Recorder,), {"seen": [], "target": ""})
+    elsewhere, elsewhere_url = _serve(other, "127.0.0.2")
+    redirect = type("Redirect", (_Recorder,), {"seen": [], "target": elsewhere_url})
+    origin, origin_url = _serve(redirect, "127.0.0.1")
+    try:
+        assert list_models(origin_url + "/v1", KEY) == ["m"]
+        assert other.seen == [None]  # the key stayed with the origin it was meant for
+    finally:
+        origin.shutdown()
+        elsewhere.shutdown()
