@@ -108,8 +108,8 @@ class Session:
 
     With ``handle_signals``, SIGINT, SIGTERM and SIGHUP stop whatever is under way (loading,
     warm-up or the run), the partial result is written with ``status: interrupted`` and the
-    process exits 128 + the signal's number; a second signal exits at once, and a stop that
-    cannot finish within ``grace_s`` exits anyway.
+    process exits 128 + the signal's number; later signals change nothing (the result is
+    written however many come), and a stop that cannot finish within ``grace_s`` exits anyway.
     """
 
     def __init__(
@@ -167,6 +167,10 @@ class Session:
         def restore() -> None:
             for sig in installed:
                 loop.remove_signal_handler(sig)
+                if self.interrupted_by is not None:
+                    # the process is on its way out with the result written: a late signal
+                    # (a second from `timeout`) must not kill it mid-report with another code
+                    signal.signal(sig, signal.SIG_IGN)
 
         self._restore_signals = restore
 
@@ -174,12 +178,16 @@ class Session:
         name = signal.Signals(sig).name
         code = exit_codes.SIGNALS.get(name, exit_codes.INTERRUPTED)
         if self.interrupted_by is not None:
-            os._exit(code)  # the second signal: at once
+            # already stopping: however many signals come (coreutils `timeout` sends two, to
+            # the process and to its group), the partial result is written first; the grace
+            # timer bounds the wait
+            sys.stderr.write(
+                f"\nloadtest: {name}: already stopping; writing the partial result "
+                f"(at most {self.grace_s:g} s)\n"
+            )
+            return
         self.interrupted_by = name
-        sys.stderr.write(
-            f"\nloadtest: {name}: stopping and writing the partial result "
-            "(send it again to exit at once)\n"
-        )
+        sys.stderr.write(f"\nloadtest: {name}: stopping and writing the partial result\n")
         if self._runner is not None:
             self._runner.request_stop("interrupted")
         if self._starting is not None:

@@ -168,6 +168,30 @@ def test_a_signal_writes_the_partial_result_and_exits_by_convention(tmp_path, si
     assert m["throughput"]["requests_per_s"] == pytest.approx(20, rel=0.3)
 
 
+def test_two_sigterms_in_a_row_still_write_the_partial_result(tmp_path):
+    """coreutils `timeout` sends SIGTERM to the process and to its group: two at once. The
+    second changes nothing; the partial result is written (it was lost before)."""
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "long",
+            "load": SIM_LOAD,
+            "telemetry": {"gpu": False},
+            "backend": {"kind": "sim", "max_concurrency": 8, "decode_ms_per_token": 1},
+            "workload": {"input_tokens": 8, "output_tokens": 8},
+        },
+    )
+    proc = start_run(path, tmp_path / "run")
+    time.sleep(4)
+    for _ in range(3):  # apart enough for each to be delivered (pending ones merge)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err  # killed by the second, it was -15 with no result
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["status"] == "interrupted" and m["requests"]["completed"] > 0
+
+
 def test_sigterm_ends_a_run_stuck_on_a_silent_server_within_seconds(tmp_path):
     server = SilentServer()
     try:
