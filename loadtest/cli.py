@@ -93,6 +93,11 @@ def _scenario_source(
     if url is None:
         _error("give a scenario file, or --url for a served model (loadtest run --help)")
         raise typer.Exit(EXIT_USAGE)
+    from loadtest.config.backend_specs import url_problem
+
+    if problem := url_problem(url):  # before any request: no other scheme is ever opened
+        _error(f"--url {problem}")
+        raise typer.Exit(EXIT_USAGE)
     from loadtest.backends.openai.discovery import list_models
     from loadtest.config import quick
     from loadtest.config.loading import apply_overrides, parse_scenario
@@ -512,16 +517,23 @@ def report(
     """Re-render a saved run (report.md, report.html), repeat (repeat.html and each replicate's)
     or sweep (sweep.md, sweep.html) from its JSON alone."""
     from loadtest.reporters import exports, html, markdown, sweep_report, terminal
+    from loadtest.results.model import ResultReadError, read_repeat, read_run, read_sweep
 
-    if (run_dir / "sweep.json").exists():
-        doc = json.loads((run_dir / "sweep.json").read_text())
+    try:  # through the typed readers: a broken or hostile file is refused, never half-read
+        sweep = read_sweep(run_dir / "sweep.json") if (run_dir / "sweep.json").exists() else None
+        repeat = (
+            read_repeat(run_dir / "repeat.json") if (run_dir / "repeat.json").exists() else None
+        )
+    except ResultReadError as exc:
+        _error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
+    if sweep is not None:
+        doc = sweep.view()
         sweep_report.render_terminal(doc, make_console())
         typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(doc, run_dir)))
         raise typer.Exit(EXIT_OK)
-    from loadtest.results.model import ResultReadError, read_run
-
-    if (run_dir / "repeat.json").exists():
-        doc = json.loads((run_dir / "repeat.json").read_text())
+    if repeat is not None:
+        doc = repeat.view()
         written = [p for d in doc["runs"] for p in _write_reports(run_dir / d)]
         written += _write_repeat_report(run_dir, doc)
         terminal.render_repeat(doc, make_console())

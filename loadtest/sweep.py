@@ -64,7 +64,10 @@ def parse_axes(
 
 
 def _values(text: str, flag: str) -> list:
-    values = [yaml.safe_load(v) for v in text.split(",") if v.strip()]
+    try:
+        values = [yaml.safe_load(v) for v in text.split(",") if v.strip()]
+    except yaml.YAMLError as exc:
+        raise ScenarioError([f"{flag}={text}: not a list of values ({exc.problem})"]) from None
     if not values:
         raise ScenarioError([f"{flag}: no values"])
     return values

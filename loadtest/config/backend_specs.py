@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from loadtest.config.types import Duration, PositiveDuration, StrictModel, as_written
 from loadtest.core import secrets
@@ -359,9 +359,16 @@ class OpenAISpec(Spec):
         "with read_timeout (a server that stops answering altogether ends the run: "
         "load.stall_timeout).",
     )
-    base_url: str = Field(
-        pattern=r"^https?://", description="The API root, e.g. http://127.0.0.1:8000/v1."
-    )
+    base_url: str = Field(description="The API root, e.g. http://127.0.0.1:8000/v1.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _an_http_url(cls, v: str) -> str:
+        problem = url_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
     model: str = Field(description="The model name the server expects in each request.")
     api: Literal["chat", "completions"] = Field(
         "chat", description="/chat/completions (messages) or /completions (prompt)."
@@ -466,3 +473,23 @@ def _in_hub_cache(repo_id: str) -> bool:
 BackendSpec = Annotated[
     SimSpec | NoopSpec | TransformersSpec | OpenAISpec, Field(discriminator="kind")
 ]
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a served model's API root (an http(s) URL with a host), or None:
+    checked before anything is asked of it, so no other scheme (``file://``) is ever opened."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        return f"not a URL ({exc}): {secrets.redact_url(url)!r}"
+    if parts.scheme not in ("http", "https"):
+        return (
+            f"{secrets.redact_url(url)!r}: give an http:// or https:// URL, such as "
+            "http://127.0.0.1:8000/v1"
+        )
+    if not parts.hostname:
+        return f"{secrets.redact_url(url)!r}: no host in the URL"
+    return None

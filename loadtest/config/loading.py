@@ -95,11 +95,12 @@ def _preflight(scenario: Scenario, base_dir: Path) -> list[tuple[tuple, str]]:
     if scenario.load.arrival.kind == "trace":
         named.append((("load", "arrival", "file"), scenario.load.arrival.file))
     for loc, name in named:
-        if name is not None:
-            p = Path(name).expanduser()
-            p = p if p.is_absolute() else base_dir / p
-            if not p.is_file():
-                problems.append((loc, f"file not found: {p}"))
+        if name is None or name.startswith("hf:"):
+            continue  # a Hugging Face dataset: a hub id, or a save_to_disk folder, read later
+        p = Path(name).expanduser()
+        p = p if p.is_absolute() else base_dir / p
+        if not p.is_file():
+            problems.append((loc, f"file not found: {p}"))
     return problems
 
 

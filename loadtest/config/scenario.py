@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, create_model, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
 from loadtest.config.backend_specs import BackendSpec, SimSpec
 from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel, as_written
@@ -448,7 +448,19 @@ class Outputs(_Model):
         "tokens streamed and reported, status, the server's response id, token stamps) and "
         "requests.csv (the same without the stamps).",
     )
-    interval: PositiveDuration = Field(as_written("1s"), description="Time-series bucket width.")
+    interval: PositiveDuration = Field(
+        as_written("1s"),
+        description="Time-series bucket width (10ms at least: each bucket holds histograms).",
+    )
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_holds_requests(cls, v: int) -> int:
+        if v < 10_000_000:
+            raise ValueError(
+                f"{v} ns is too short: 10ms at least (each interval keeps its own histograms)"
+            )
+        return v
 
 
 class Telemetry(_Model):

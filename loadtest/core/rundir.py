@@ -43,6 +43,11 @@ def default_dir(name: str, parent: Path = Path("reports")) -> Path:
             return path
         except FileExistsError:
             continue
+        except OSError as exc:  # a read-only folder, a full disk: said, not a traceback
+            raise OutputError(
+                f"{path}: cannot create the run directory: {exc.strerror or exc} "
+                "(give --out DIR somewhere writable)"
+            ) from None
     raise OutputError(f"{parent}: could not find a free run directory name for {base}")
 
 

@@ -51,10 +51,9 @@ def _duration_from_seconds(seconds: float, written: object) -> int:
         raise ValueError(f"duration must be a finite number, got {written!r}")
     if seconds < 0:
         raise ValueError(f"duration must not be negative, got {written!r}")
-    ns = round(seconds * 1_000_000_000)
-    if ns > MAX_DURATION_NS:
+    if seconds * 1e9 > MAX_DURATION_NS:  # before rounding: 1e308 s would overflow it
         raise ValueError(f"duration {written!r} is over a year")
-    return ns
+    return round(seconds * 1_000_000_000)
 
 
 def parse_rate_per_s(value: object) -> float:

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from loadtest.core import outside
+
 RUN_SCHEMA = "loadtest/metrics/v1"
 REPEAT_SCHEMA = "loadtest/repeat/v1"
 SWEEP_SCHEMA = "loadtest/sweep/v1"
@@ -422,15 +424,16 @@ def read_sweep(path: Path) -> SweepDoc:
 
 
 def _read(path: Path, model: type[Any], schema: str) -> Any:
-    import json
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ResultReadError(f"{path}: {exc}") from None
+        text = outside.read_text(Path(path))
+    except OSError as exc:
+        raise ResultReadError(f"{path}: {exc.strerror or exc}") from None
+    except outside.OutsideTextError as exc:
+        raise ResultReadError(f"{path}:{exc.line}: {exc}") from None
     try:
-        head = json.loads(text)
-    except ValueError as exc:
+        head = outside.loads(text)
+    except ValueError as exc:  # not JSON, NaN, nested too deeply
         raise ResultReadError(f"{path}: not JSON: {exc}") from None
     found = head.get("schema") if isinstance(head, dict) else None
     if found != schema:

@@ -9,7 +9,7 @@ request is done; what it fixes before t0 is the sequence of think times.
 from __future__ import annotations
 
 import itertools
-import json
+import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ from loadtest.config.scenario import (
     PoissonArrival,
     TraceArrival,
 )
+from loadtest.core import outside
 from loadtest.core.clock import NS_PER_S
 from loadtest.core.errors import ScenarioError
 
@@ -118,16 +119,27 @@ class ClosedLoop:
         return ThinkTime(self.think_ns, self.exponential).times_ns(rng)
 
 
+MAX_TRACE_S = 366 * 86400  # a trace longer than a year is no load test: refused by line
+
+
 def read_trace(path: Path, time_scale: float) -> tuple[int, ...]:
     """One offset in seconds a line, or JSONL objects with ``offset`` (s); ``#`` comments allowed."""
     offsets, previous = [], 0
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = outside.read_text(path)
+    except OSError as exc:
+        raise ScenarioError([f"{path}:1: cannot read the trace: {exc.strerror}"]) from None
+    except outside.OutsideTextError as exc:
+        raise ScenarioError([f"{path}:{exc.line}: {exc}"]) from None
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         try:
-            value = json.loads(line)
+            value = outside.loads(line)
             seconds = float(value["offset"] if isinstance(value, dict) else value)
+            if not math.isfinite(seconds) or seconds * time_scale > MAX_TRACE_S:
+                raise ValueError
         except (ValueError, KeyError, TypeError):
             raise ScenarioError(
                 [

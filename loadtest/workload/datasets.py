@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtest.core import outside
 from loadtest.core.errors import ScenarioError
 from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
 
@@ -69,23 +70,29 @@ def read_dataset(
 def _file_rows(path: Path) -> Iterator[tuple[str, object]]:
     """A JSON array (ShareGPT's usual shape) or JSON lines, each with where it was read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = outside.read_text(path)
     except OSError as exc:
         raise ScenarioError([f"{path}:1: cannot read the dataset: {exc.strerror}"]) from None
+    except outside.OutsideTextError as exc:
+        raise ScenarioError([f"{path}:{exc.line}: {exc}"]) from None
     if text.lstrip().startswith("["):
         try:
-            items = json.loads(text)
+            items = outside.loads(text)
         except json.JSONDecodeError as exc:
             raise ScenarioError([f"{path}:{exc.lineno}: not JSON: {exc.msg}"]) from None
+        except outside.OutsideTextError as exc:
+            raise ScenarioError([f"{path}:1: {exc}"]) from None
         yield from ((f"[{i}]", item) for i, item in enumerate(items))
         return
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            yield str(lineno), json.loads(line)
+            yield str(lineno), outside.loads(line)
         except json.JSONDecodeError as exc:
             raise ScenarioError([f"{path}:{lineno}: not JSON: {exc.msg}"]) from None
+        except outside.OutsideTextError as exc:
+            raise ScenarioError([f"{path}:{lineno}: {exc}"]) from None
 
 
 def _hf_rows(

@@ -1,0 +1,57 @@
+"""Files that come from outside (datasets, traces, results handed back): read without trusting.
+
+Any of them may be binary, huge, nested a hundred thousand levels deep, or hold ``NaN`` and
+``1e400``. Each of those is refused here with where it is (the line), as a ``ValueError`` the
+caller turns into its own clear error, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class OutsideTextError(ValueError):
+    """Why an outside file cannot be read, and the line where it goes wrong (1-based)."""
+
+    def __init__(self, message: str, line: int = 1) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def read_text(path: Path, limit: int | None = None) -> str:
+    """The file as UTF-8 text; ``OutsideTextError`` for a binary file or one over ``limit``
+    bytes (``OSError`` as it comes, for the caller to name)."""
+    with Path(path).open("rb") as f:
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise OutsideTextError(f"larger than {limit / 2**20:g} MiB; not read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise OutsideTextError(
+            f"not UTF-8 text at byte {exc.start} (a binary file?)", line
+        ) from None
+
+
+def loads(text: str) -> Any:
+    """JSON, refusing what JSON's grammar does not hold (NaN, Infinity, numbers that overflow)
+    and nesting too deep to follow (``OutsideTextError``; ``json.JSONDecodeError`` as usual)."""
+    try:
+        return json.loads(text, parse_constant=_refused, parse_float=_finite)
+    except RecursionError:
+        raise OutsideTextError("JSON nested too deeply to read") from None
+
+
+def _refused(name: str) -> float:
+    raise OutsideTextError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise OutsideTextError(f"{text} is out of range")
+    return value

@@ -1,0 +1,114 @@
+"""Bad input from outside is a clear error naming the file and line (exit 2), never a traceback:
+binary files, JSON nested past any sane depth, NaN and 1e400 in a trace, durations that would
+overflow, malformed values for a sweep, URLs that are not http(s); and a Hugging Face dataset
+saved to disk goes through the CLI as the README says."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from loadtest.cli import app
+from loadtest.core import exit_codes
+from tests.conftest import write_scenario
+
+SIM = {
+    "name": "inputs",
+    "backend": {"kind": "sim"},
+    "workload": {"output_tokens": 4},
+    "load": {"arrival": {"kind": "constant", "rate": 50}, "requests": 10},
+    "telemetry": {"gpu": False},
+}
+
+
+def cli(*args):
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "says"),
+    [
+        ("bin.jsonl", b"\x89PNG\x00\x01\xff\xfe", "bin.jsonl:1: not UTF-8 text at byte 0"),
+        ("deep.jsonl", b"[" * 100_000 + b"]" * 100_000, "deep.jsonl:1: JSON nested too deeply"),
+        (
+            "nan.jsonl",
+            b'{"prompt": "a"}\n{"prompt": NaN}\n',
+            "nan.jsonl:2: NaN is not a JSON number",
+        ),
+    ],
+)
+def test_a_hostile_dataset_is_a_clear_error(tmp_path, name, content, says):
+    (tmp_path / name).write_bytes(content)
+    path = write_scenario(tmp_path, {**SIM, "workload": {"output_tokens": 4, "dataset": name}})
+    r = cli("validate", path)
+    assert r.exit_code == exit_codes.USAGE and says in r.output, r.output
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"0\nNaN\n", "trace.txt:2: offset"),
+        (b"0\n1e400\n", "trace.txt:2: offset"),
+        (b"0\n\xff\xfe\x00\n", "trace.txt:2: not UTF-8 text"),
+    ],
+)
+def test_a_hostile_trace_is_a_clear_error(tmp_path, content, says):
+    (tmp_path / "trace.txt").write_bytes(content)
+    data = {**SIM, "load": {"arrival": {"kind": "trace", "file": "trace.txt"}, "requests": 2}}
+    r = cli("validate", write_scenario(tmp_path, data))
+    assert r.exit_code == exit_codes.USAGE and says in r.output, r.output
+
+
+def test_numbers_past_any_range_are_refused_by_field(tmp_path):
+    path = write_scenario(tmp_path, SIM)
+    r = cli("validate", path, "--set", "load.duration=1.0e+308")
+    assert (
+        r.exit_code == exit_codes.USAGE
+        and "load.duration: duration 1e+308 is over a year" in r.output
+    )
+    r = cli("validate", path, "--set", "outputs.interval=1ns")
+    assert r.exit_code == exit_codes.USAGE and "10ms at least" in r.output
+    r = cli("sweep", path, "--param", "load.arrival.rate=[1,2", "-o", tmp_path / "sw")
+    assert r.exit_code == exit_codes.USAGE and "not a list of values" in r.output
+    assert not (tmp_path / "sw").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://[::1/v1", "not a URL (Invalid IPv6 URL)"),
+        ("localhost:8000/v1", "give an http:// or https:// URL"),
+        ("file:///etc/passwd", "give an http:// or https:// URL"),
+        ("ftp://host/v1", "give an http:// or https:// URL"),
+    ],
+)
+def test_a_url_that_is_not_http_is_refused_before_anything_is_opened(tmp_path, url, says):
+    r = cli("run", "--url", url, "-q", "-o", tmp_path / "run")
+    assert r.exit_code == exit_codes.USAGE and says in r.output, r.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_nested_result_given_back_is_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
+    for command in (["report", run], ["compare", run, run]):
+        r = cli(*command)
+        assert r.exit_code == exit_codes.USAGE and "nested too deeply" in r.output, r.output
+
+
+def test_a_hugging_face_dataset_saved_to_disk_runs_through_the_cli(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict(
+        {"prompt": ["hello there", "general kenobi", "a third"]}
+    ).save_to_disk(str(tmp_path / "ds"))
+    path = write_scenario(tmp_path, {**SIM, "workload": {"output_tokens": 4, "dataset": "hf:ds"}})
+    assert cli("validate", path).exit_code == 0
+    r = cli("run", path, "-q", "-o", tmp_path / "run", "--no-report")
+    assert r.exit_code == 0, r.output
+    import json
+
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["requests"]["completed"] == 10
