@@ -38,9 +38,10 @@ def exit_code(metrics: dict) -> int:
 def _error(*lines: str) -> None:
     """Error lines on stderr; outside text in them is scrubbed of secrets, never parsed."""
     from loadtest.core import secrets
+    from loadtest.core.text import visible
 
     for line in lines:
-        typer.echo(f"error: {secrets.scrub(str(line))}", err=True)
+        typer.echo(f"error: {visible(secrets.scrub(str(line)))}", err=True)
 
 
 def _load(path: Path, overrides: list[str]):

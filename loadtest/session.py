@@ -24,6 +24,7 @@ from loadtest.config.loading import LoadedScenario, resolve_path
 from loadtest.core import atomic, exit_codes, rundir, secrets
 from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError, LoadtestError
+from loadtest.core.text import visible
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.execution.workers import WorkerGroup, process_channels
 from loadtest.results.build import build_result, null_non_finite
@@ -210,7 +211,7 @@ class Session:
             self.info = await self.backend.start()  # BackendError propagates: nothing loaded
             self.spec = spec
             for notice in self.info.notices:  # before t0: the user reads it before the numbers
-                sys.stderr.write(f"loadtest: {secrets.scrub(notice)}\n")
+                sys.stderr.write(f"loadtest: {visible(secrets.scrub(notice))}\n")
 
     async def _start(self, loaded: LoadedScenario) -> tuple[Plan | None, int | None, dict]:
         """Backend loaded and warmed, plan built: everything before t0. Returns the plan (None
@@ -228,7 +229,7 @@ class Session:
             ready = await self._group.start(scenario.backend.start_timeout / 1e9)
             self._name = ready.name
             for notice in ready.notices:
-                sys.stderr.write(f"loadtest: {secrets.scrub(notice)}\n")
+                sys.stderr.write(f"loadtest: {visible(secrets.scrub(notice))}\n")
             return None, ready.planned, {**ready.details, **details}
         await self._ensure_backend(loaded)
         assert self.backend is not None and self.info is not None
@@ -340,7 +341,7 @@ class Session:
         if outcome.recorder.records is not None:
             problem = _write_exports(out, outcome.recorder.records)
             if problem:
-                sys.stderr.write(f"loadtest: {secrets.scrub(problem)}\n")
+                sys.stderr.write(f"loadtest: {visible(secrets.scrub(problem))}\n")
                 result.validity.warnings.append(problem)
                 _write_result(out, result)
         return RunResult(out, result)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.core import atomic
+from loadtest.core.text import visible_tree
 from loadtest.reporters import insight
 
 ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
@@ -29,6 +30,7 @@ def _esc(text: str) -> str:
 
 def render(m: dict) -> str:
     """report.md's text from a saved metrics.json."""
+    m = visible_tree(m)  # outside text in it is shown, never obeyed
     lines = [
         f"# {_esc(m['name'])}",
         "",

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loadtest.core import atomic
+from loadtest.core.text import visible_tree
 from loadtest.reporters import html
 
 COLS = (
@@ -71,6 +72,7 @@ def point_done_printer(console: Console):
 
 def render_terminal(doc: dict, console: Console) -> None:
     """A sweep's curve, knee and frontier (and the max-rate search's verdict) on the terminal."""
+    doc = visible_tree(doc)  # outside text in it is shown, never obeyed
     table = Table(
         title=f"sweep over {doc['axis']} ({doc['status']}; latencies in ms)",
         title_justify="left",
@@ -103,6 +105,7 @@ def render_terminal(doc: dict, console: Console) -> None:
 
 def markdown(doc: dict) -> str:
     """sweep.md: the curve table, the knee and frontier, the max-rate verdict."""
+    doc = visible_tree(doc)  # outside text in it is shown, never obeyed
     lines = [
         f"# Sweep over `{doc['axis']}`",
         "",

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from loadtest.core.text import visible_tree
 from loadtest.reporters import insight
 from loadtest.reporters.console import make_console, styled
 
@@ -23,6 +24,7 @@ def _ms(x) -> str:
 
 def render(metrics: dict, console: Console | None = None, sla: bool = True) -> None:
     """A run's summary on the terminal: latency table, counts, throughput, harness health, SLA."""
+    metrics = visible_tree(metrics)  # outside text in it is shown, never obeyed
     console = console or make_console()
     status = metrics["status"]
     style = {"ok": "green", "invalid": "yellow", "interrupted": "yellow", "failed": "red"}.get(
@@ -83,6 +85,7 @@ def render(metrics: dict, console: Console | None = None, sla: bool = True) -> N
 
 def render_sla(sla: dict | None, console: Console) -> None:
     """The SLA verdict and its checks as a table."""
+    sla = visible_tree(sla)  # outside text in it is shown, never obeyed
     if not sla:
         return
     table = Table(
@@ -114,6 +117,7 @@ def _num(x) -> str:
 
 def render_regression(reg: dict | None, console: Console) -> None:
     """The regression checks against a baseline, when there are any."""
+    reg = visible_tree(reg)  # outside text in it is shown, never obeyed
     if not reg:
         return
     from loadtest.analysis.sla import overall
@@ -146,6 +150,7 @@ def render_regression(reg: dict | None, console: Console) -> None:
 
 def render_repeat(doc: dict, console: Console, sla: bool = True) -> None:
     """A replicate set: each headline metric's median and spread, and the pooled SLA verdict."""
+    doc = visible_tree(doc)  # outside text in it is shown, never obeyed
     table = Table(
         title=f"{doc['name']}: {len(doc['runs'])} of {doc['repeats']} replicates, status {doc['status']} "
         f"(schedule seeds {', '.join(map(str, doc['schedule_seeds']))})",
@@ -171,6 +176,7 @@ def render_repeat(doc: dict, console: Console, sla: bool = True) -> None:
 
 def render_compare(checks: list[dict], a: str, b: str, confidence: float, console: Console) -> None:
     """Two runs side by side: each metric, the change and its interval."""
+    checks = visible_tree(checks)  # outside text in it is shown, never obeyed
     table = Table(title=f"{a} -> {b}", title_justify="left")
     for col in ("metric", a, b, "change", f"{confidence:.0%} interval*", "significant"):
         table.add_column(col, justify="left" if col == "metric" else "right")

@@ -112,3 +112,24 @@ def test_a_hugging_face_dataset_saved_to_disk_runs_through_the_cli(tmp_path):
 
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert m["requests"]["completed"] == 10
+
+
+def test_escape_sequences_in_outside_text_are_shown_never_obeyed(tmp_path):
+    """A clipboard-write sequence in a scenario's name (as in a server's model id or error
+    body): the terminal, stderr and report.md show it written out, never the raw bytes."""
+    import subprocess
+    import sys
+
+    evil = "evil\x1b]52;c;aGVsbG8=\x07name\x9b31m"
+    path = write_scenario(
+        tmp_path, {**SIM, "name": evil, "workload": {"input_tokens": 4, "output_tokens": 2}}
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "loadtest", "run", str(path), "-o", str(tmp_path / "run")],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    report = (tmp_path / "run" / "report.md").read_bytes()
+    for shown in (r.stdout, r.stderr, report):
+        assert b"\x1b" not in shown and b"\x07" not in shown and "\x9b".encode() not in shown
+    assert b"evil\\x1b]52;c;aGVsbG8=\\x07name" in report

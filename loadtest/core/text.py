@@ -1,0 +1,30 @@
+"""Outside text made visible: control characters shown, never obeyed.
+
+A server's model id or error body, a dataset's prompt or a scenario's name can hold terminal
+escape sequences (a colour, a cursor move, a clipboard write). Wherever loadtest shows text it
+did not write (the terminal, report.md, stderr) it goes through ``visible``: each control
+character (but newline and tab) is written out as ``\\x1b``, so what is shown is what was sent.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character but newline and tab written out (``\\x1b``)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def visible_tree(node: Any) -> Any:
+    """A copy of a JSON-like tree with every string (keys too) made ``visible``."""
+    if isinstance(node, str):
+        return visible(node)
+    if isinstance(node, dict):
+        return {visible_tree(k): visible_tree(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [visible_tree(v) for v in node]
+    return node
