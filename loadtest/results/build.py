@@ -219,6 +219,16 @@ def build_result(
     rec = outcome.recorder
     hists = rec.histograms()
     validity = judge_validity(scenario, outcome, hists, backend.get("warnings", []))
+    if outcome.status == "failed":  # the server died, the engine was killed: said first
+        validity = Validity(
+            valid=False,
+            reasons=[
+                "the run failed before its end: "
+                + (outcome.failure or "the system under test stopped answering")
+            ]
+            + validity.reasons,
+            warnings=validity.warnings,
+        )
     workers = _workers(scenario, outcome, validity)
     stability = judge_stability(
         rec.timeline,

@@ -206,6 +206,11 @@ def test_server_death_mid_run_ends_with_partial_results(model_dir, tmp_path):
     assert m["status"] == "failed"
     assert "the server is down" in m["harness"]["failure"]
     assert m["requests"]["completed"] > 0  # what it measured before the death is kept
+    # said where a user looks: invalid, with why, on the terminal and in the report
+    assert m["validity"]["valid"] is False
+    assert m["validity"]["reasons"][0].startswith("the run failed before its end: ")
+    assert "the run failed before its end" in " ".join(out.split())
+    assert "the run failed before its end" in (tmp_path / "run" / "report.md").read_text()
     errors = m["requests"]["errors_by_type"]
     assert errors.get("connect_error", 0) + errors.get("BackendError", 0) >= 1, errors
 
