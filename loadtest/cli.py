@@ -6,6 +6,7 @@ Exit codes are defined once, in ``loadtest.core.exit_codes`` (the README lists t
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -54,10 +55,19 @@ def _load(path: Path, overrides: list[str]):
     try:
         loaded = load_scenario(path, overrides)
         check_plan(loaded.scenario, lambda name: resolve_path(loaded, name))
-        return loaded
     except ScenarioError as exc:
         _error(*exc.problems)
         raise typer.Exit(EXIT_USAGE) from None
+    load = loaded.scenario.load
+    cores = os.cpu_count() or 1
+    if load.ray is None and load.workers > cores:  # the machine's limit, not the file's
+        _error(
+            f"load.workers: {load.workers} worker processes on this machine's {cores} cores: "
+            f"at most {cores} (each needs a core of its own to keep its schedule; load.ray "
+            "spreads them over a cluster)"
+        )
+        raise typer.Exit(EXIT_USAGE)
+    return loaded
 
 
 def _workers_override(workers: int | None, ray: str | None = None) -> list[str]:

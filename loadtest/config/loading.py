@@ -211,6 +211,9 @@ _BRANCH_TAGS = {
 
 
 def _where(root, path: Path, loc: tuple, origins: dict) -> str:
+    """Where a problem at ``loc`` comes from: the ``--set`` that wrote it (or a field above
+    it), else the file's line, naming any ``--set`` inside the field the problem is about
+    (``workload: give input_tokens or dataset`` after ``--set workload.dataset=...``)."""
     for n in range(len(loc), 0, -1):
         if loc[:n] in origins:
             return f"--set {origins[loc[:n]]}"
@@ -220,7 +223,8 @@ def _where(root, path: Path, loc: tuple, origins: dict) -> str:
         if node is None:
             break
         line = node.start_mark.line + 1
-    return f"{path}:{line}"
+    inside = [item for key, item in origins.items() if key[: len(loc)] == tuple(loc)]
+    return f"{path}:{line}" + (f" (with --set {', --set '.join(inside)})" if inside else "")
 
 
 def _child(node, part):

@@ -133,3 +133,21 @@ def test_escape_sequences_in_outside_text_are_shown_never_obeyed(tmp_path):
     for shown in (r.stdout, r.stderr, report):
         assert b"\x1b" not in shown and b"\x07" not in shown and "\x9b".encode() not in shown
     assert b"evil\\x1b]52;c;aGVsbG8=\\x07name" in report
+
+
+def test_more_workers_than_cores_is_refused_before_anything_starts(tmp_path):
+    import os
+
+    data = {**SIM, "backend": {"kind": "noop"}, "workload": {"input_tokens": 4, "output_tokens": 2}}
+    path = write_scenario(tmp_path, data)
+    r = cli("run", path, "--workers", (os.cpu_count() or 1) + 1, "-q", "-o", tmp_path / "run")
+    assert r.exit_code == exit_codes.USAGE and "load.workers:" in r.output
+    assert "cores" in r.output and not (tmp_path / "run").exists()
+
+
+def test_a_combination_problem_names_the_set_that_made_it(tmp_path):
+    (tmp_path / "p.jsonl").write_text('{"prompt": "a"}\n')
+    data = {**SIM, "workload": {"input_tokens": 4, "output_tokens": 2}}
+    r = cli("validate", write_scenario(tmp_path, data), "--set", "workload.dataset=p.jsonl")
+    assert r.exit_code == exit_codes.USAGE
+    assert "(with --set workload.dataset=p.jsonl): workload: give either" in r.output
