@@ -101,6 +101,22 @@ UNITS = {
 # the columns server.csv holds per sample: gauges, then per-interval ratios and means
 CSV_COLUMNS = ["t_s", *GAUGES, "prefix_cache_hit_rate", *(f"{h}_mean" for h in HISTOGRAMS)]
 MAX_BODY = 8 << 20  # a metrics page larger than this is not read whole
+# the names a sample keeps: a line of any other metric is skipped unread (pages of tens of
+# MB exist; read line by line, no single step holds the interpreter long enough to delay the
+# dispatching loop)
+_WANTED = tuple(
+    {
+        n.encode()
+        for names in (
+            *GAUGES.values(),
+            *RATIO_GAUGES.values(),
+            *HISTOGRAMS.values(),
+            *COUNTERS.values(),
+        )
+        for n in names
+    }
+    | {n.encode() for pairs in RATIOS.values() for pair in pairs for n in pair}
+)
 
 
 def parse(text: str) -> dict[str, float]:
@@ -121,6 +137,20 @@ def parse(text: str) -> dict[str, float]:
         if math.isfinite(value):
             out[head] = out.get(head, 0.0) + value
     return out
+
+
+def read_page(stream, limit: int) -> tuple[dict[str, float], bool]:
+    """The mapped metrics of a page read line by line from ``stream`` (up to ``limit`` bytes),
+    and whether the page was longer: lines of other metrics are skipped without decoding."""
+    kept: list[str] = []
+    read = 0
+    for raw in stream:
+        read += len(raw)
+        if read > limit:
+            return parse("".join(kept)), True
+        if raw.startswith(_WANTED):
+            kept.append(raw.decode("utf-8", "replace"))
+    return parse("".join(kept)), False
 
 
 def _split_labels(line: str) -> tuple[str, str, str]:
@@ -167,6 +197,7 @@ class ServerSampler:
         self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
         self.rows: list[tuple[int, dict[str, float]]] = []
         self.errors = 0
+        self.cut = 0  # samples whose page ran past MAX_BODY (read up to it)
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="loadtest-server")
@@ -190,8 +221,9 @@ class ServerSampler:
         t = time.monotonic_ns()
         try:
             with urllib.request.urlopen(self.url, timeout=self.timeout_s) as r:
-                body = r.read(MAX_BODY).decode("utf-8", "replace")
-            self.rows.append((t, parse(body)))
+                values, cut = read_page(r, MAX_BODY)
+            self.rows.append((t, values))
+            self.cut += cut
         except (urllib.error.URLError, OSError, ValueError) as exc:
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:200]
@@ -241,6 +273,7 @@ class ServerSampler:
             "available": True,
             "source": self.url,
             "samples": len(rows),
+            "pages_cut": self.cut,
             # the window's metrics are changes between these two samples (s from t0)
             "sampled_s": [
                 round((rows[0][0] - t0_ns) / 1e9, 6),

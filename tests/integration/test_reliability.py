@@ -491,3 +491,53 @@ def test_every_extra_the_dockerfile_installs_exists():
         named |= set(group.split(","))
     assert named and named <= extras, named - extras
     assert "http" in named  # the image can drive a served model
+
+
+def test_a_stream_that_never_ends_fails_its_request_with_bounded_memory(tmp_path):
+    """A server that keeps streaming past the tokens asked for: the request fails as a bad
+    response once the stream holds more than the asked tokens could (memory stays bounded),
+    and the run goes on."""
+    chunk = b'data: {"choices": [{"text": "x", "finish_reason": null}]}\n\n'
+    probe = b'data: {"choices": [{"text": "hi", "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    stop = threading.Event()
+
+    def serve():
+        first = True
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            request = conn.recv(65536)
+            head = (
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+            )
+            try:
+                if request.startswith(b"GET "):  # /v1/models: where the tokenizer is
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    conn.close()
+                    continue
+                if first:  # the probe: a proper two-token answer
+                    conn.sendall(head + probe)
+                else:
+                    conn.sendall(head)
+                    deadline = time.monotonic() + 20  # bounded: the client hangs up first
+                    while time.monotonic() < deadline and not stop.is_set():
+                        conn.sendall(chunk * 64)
+            except OSError:
+                pass
+            first = False
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        path = openai_scenario(tmp_path, sock.getsockname()[1], api="completions")
+        r = cli("run", path, "--out", tmp_path / "run", "-q")
+    finally:
+        stop.set()
+        sock.close()
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert set(m["requests"]["errors_by_type"]) == {"bad_response"}, (r.stderr, m["requests"])

@@ -31,7 +31,8 @@ from loadtest.backends.openai.discovery import (
     server_root,
     without_credentials,
 )
-from loadtest.backends.openai.sse import SseParser
+from loadtest.backends.openai.sse import EventTooLarge, SseParser
+from loadtest.core import outside
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed, Finished, Sent, Tokens
 from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer, render_messages_plainly
@@ -39,6 +40,10 @@ from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer, rend
 PROBE_TOKENS = 2
 TOKENIZE_SAMPLE_BYTES = 4096  # text whose server token count sets bytes per token
 FIT_TRIES = 8  # rounds to fit a synthetic chat message to its planned length in the template
+# A stream may bring this many chunks a token asked for (reasoning, tool calls and empty chunks
+# included), plus a few, and this many characters a chunk; past it the server does not stop.
+MAX_CHUNKS_PER_TOKEN, MAX_CHUNKS_SLACK, MAX_CHARS_PER_TOKEN = 4, 64, 256
+MAX_REPLY_CHARS = 1 << 20  # of a session turn's reply kept for its history (the rest is cut)
 
 
 class OpenAIBackend(Backend):
@@ -189,6 +194,7 @@ class OpenAIBackend(Backend):
         chars = 0  # characters of text streamed: bounds what the server's usage may claim
         # a session's turn keeps the reply: the next turn's history holds it
         reply: list[str] | None = [] if req.history is not None else None
+        reply_chars = 0  # of the reply: past MAX_REPLY_CHARS the history keeps its start only
         usage = None
         finish_reason = None
         response_id = None  # the server's id: per-request exports join on it
@@ -205,9 +211,16 @@ class OpenAIBackend(Backend):
                     return
                 parser = SseParser()
                 done = False
+                # what a stream may bring: more chunks or text than the tokens asked for could
+                # hold is a server that does not stop (memory would grow with it)
+                max_chunks = MAX_CHUNKS_PER_TOKEN * req.output_tokens + MAX_CHUNKS_SLACK
                 async for raw in resp.content.iter_any():
                     t = now()
-                    for data in parser.feed(raw):
+                    try:
+                        events = parser.feed(raw)
+                    except EventTooLarge as exc:
+                        raise BadResponse(str(exc)) from None
+                    for data in events:
                         if data == "[DONE]":
                             done = True
                             break
@@ -219,8 +232,15 @@ class OpenAIBackend(Backend):
                         if text is not None:
                             chunks.append((t, text))
                             chars += len(text)
+                            if len(chunks) > max_chunks or chars > MAX_CHARS_PER_TOKEN * max_chunks:
+                                raise BadResponse(
+                                    f"the stream ran past {len(chunks)} chunks, {chars} "
+                                    f"characters, for {req.output_tokens} tokens asked"
+                                )
                         if reply is not None and content:
-                            reply.append(content)
+                            reply_chars += len(content)
+                            if reply_chars <= MAX_REPLY_CHARS:
+                                reply.append(content)
                         finish_reason = reason or finish_reason
                         usage = event.get("usage") or usage
                         if response_id is None:
@@ -285,6 +305,8 @@ class OpenAIBackend(Backend):
             if served is not None and served == len(chunks)
             else self._reconcile(self._counted(chunks), usage, chars, facts)
         )
+        if reply_chars > MAX_REPLY_CHARS:
+            facts["replies_cut"] += 1
         if req.ignore_eos and len(stamps) < req.output_tokens and self._fixed_via != "none":
             facts["short_outputs"] += 1
         prompt_tokens = _count(usage, "prompt_tokens")
@@ -674,7 +696,7 @@ class OpenAIBackend(Backend):
                     return f"POST /{name}: HTTP {resp.status}" + (
                         hint if resp.status == 404 else ""
                     )
-                await resp.read()
+                await resp.content.read(1 << 16)  # an answer, not a body worth keeping
         except (aiohttp.ClientError, TimeoutError) as exc:
             return f"POST /{name}: {type(exc).__name__}"
         return None
@@ -694,7 +716,8 @@ class OpenAIBackend(Backend):
             ) as resp:
                 if resp.status >= 400:
                     return None
-                answer = await resp.json(content_type=None)
+                body = await resp.content.read(1 << 16)  # a count is a few bytes: bounded
+            answer = outside.loads(body.decode("utf-8", "replace"))
         except Exception:  # no such endpoint, or not JSON: the server has no /tokenize
             return None
         count = answer.get("count") if isinstance(answer, dict) else None
@@ -797,6 +820,11 @@ def _report(facts: Counter, max_connections, fixed_via: str | None) -> dict:
             f"{facts['usage_implausible_reported']} output tokens where "
             f"{facts['usage_implausible_streamed']} were streamed; not plausible, so the "
             "streamed count was used"
+        )
+    if facts["replies_cut"]:
+        warnings.append(
+            f"{facts['replies_cut']} session replies were longer than {MAX_REPLY_CHARS >> 20} MiB: "
+            "the history of their next turns holds the start of each only"
         )
     if facts["bad_response"]:
         warnings.append(

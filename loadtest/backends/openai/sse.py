@@ -15,6 +15,13 @@ _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE = re.compile(rb"\r\n|\n|\r")
 
 
+MAX_EVENT_BYTES = 4 << 20  # one event past this is no chunk of a stream: refused
+
+
+class EventTooLarge(ValueError):
+    """An event that does not end within ``MAX_EVENT_BYTES``."""
+
+
 class SseParser:
     """Server-sent events from a byte stream, as the spec frames them."""
 
@@ -24,7 +31,8 @@ class SseParser:
         self._buf = b""
 
     def feed(self, chunk: bytes) -> list[str]:
-        """The data of every event completed by ``chunk`` (events without data are skipped)."""
+        """The data of every event completed by ``chunk`` (events without data are skipped);
+        ``EventTooLarge`` when an event runs past ``MAX_EVENT_BYTES`` without ending."""
         buf = self._buf + chunk
         out = []
         start = 0
@@ -34,6 +42,8 @@ class SseParser:
                 out.append(data)
             start = m.end()
         self._buf = buf[start:]
+        if len(self._buf) > MAX_EVENT_BYTES:
+            raise EventTooLarge(f"an event ran past {MAX_EVENT_BYTES >> 20} MiB without ending")
         return out
 
     @property

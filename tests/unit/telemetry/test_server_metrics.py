@@ -129,3 +129,17 @@ def test_older_servers_fall_back_to_their_own_hit_rate_gauge():
     out = s.summary(0, None)
     assert out["metrics"]["prefix_cache_hit_rate"] == {"window": 0.4}
     assert out["server_names"]["prefix_cache_hit_rate"] == "vllm:gpu_prefix_cache_hit_rate"
+
+
+def test_a_huge_page_is_read_line_by_line_keeping_only_mapped_names_up_to_a_limit():
+    import io
+
+    from loadtest.telemetry.server_metrics import read_page
+
+    noise = b"".join(b'other_metric{i="%d"} 1\n' % i for i in range(50_000))
+    page = b"vllm:num_requests_running 3\n" + noise + b"vllm:num_requests_waiting 2\n"
+    values, cut = read_page(io.BytesIO(page), 8 << 20)
+    assert values == {"vllm:num_requests_running": 3.0, "vllm:num_requests_waiting": 2.0}
+    assert not cut
+    values, cut = read_page(io.BytesIO(page), 1 << 16)  # past the limit: what came before it
+    assert values == {"vllm:num_requests_running": 3.0} and cut
