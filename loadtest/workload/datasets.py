@@ -10,7 +10,8 @@ turns in order. Chats are rendered with the model's template where the tokenizer
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ class DatasetPrompt:
     """One dataset row, tokenized."""
 
     text: str  # a chat row: rendered with the model's template
-    token_ids: tuple[int, ...]
+    token_ids: Sequence[int]  # an array of 32-bit ids: 4 bytes a token, not a tuple's ~36
     messages: tuple[dict, ...] | None = None  # a chat row as written (an HTTP chat API takes it)
     # multi_turn: the conversation's user messages in order, what comes before the first one
     # (system messages), and each user message's token count
@@ -152,7 +153,7 @@ def _prompt(row: object, tokenizer: Tokenizer, where: str, sessions: bool) -> Da
         single = [first_user]
     elif isinstance(row, dict) and isinstance(row.get("prompt"), str):
         text = row["prompt"]
-        ids = tuple(tokenizer.encode(text))
+        ids = _ids(tokenizer.encode(text))
         return DatasetPrompt(text, ids, None, (text,), (), (len(ids),))
     elif isinstance(row, dict) and isinstance(row.get("messages"), list):
         messages = row["messages"]
@@ -173,7 +174,7 @@ def _prompt(row: object, tokenizer: Tokenizer, where: str, sessions: bool) -> Da
     system = tuple(messages[: users[0]]) if users else ()
     return DatasetPrompt(
         text,
-        tuple(tokenizer.encode(text)),
+        _ids(tokenizer.encode(text)),
         tuple(single),
         turns,
         system,
@@ -194,3 +195,8 @@ def _sharegpt_messages(turns: object, where: str) -> list[dict]:
         role = "user" if who in _SHAREGPT_USER else "system" if who == "system" else "assistant"
         out.append({"role": role, "content": value})
     return out
+
+
+def _ids(ids: list[int]) -> array:
+    """Token ids kept compactly: a dataset of N tokens costs 4N bytes, not a tuple's ~36N."""
+    return array("I", ids)
