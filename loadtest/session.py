@@ -456,7 +456,48 @@ def _add_inside_sections(
         result.profile = {**window.summary(outcome.t0_ns, rec.profiled), **profile_export}
         result.requests.profiled = rec.profiled
         result.validity.warnings += window.warnings
+        _judge_around_profiler(result, scenario, rec, window)
     result.roofline = _roofline(result.view(), env)
+
+
+def _judge_around_profiler(result: RunMetrics, scenario, rec, window) -> None:
+    """A profiler slows the engine while it records; near capacity the backlog that forms may
+    take long to drain, or never does. That is the profiler's cost, not an overloaded system:
+    the run is judged steady or not on its window outside the capture and the backlog's drain,
+    and the result says what the capture cost."""
+    cost = window.perturbation(rec.t0)
+    if cost is None or result.stability is None or result.stability.steady:
+        return
+    from loadtest.results.stability import judge as judge_stability
+
+    open_loop = scenario.load.arrival.kind != "concurrency"
+    spans = [(rec.window_start, window.start_ns)]
+    if window.drained_ns is not None:
+        spans.append((window.drained_ns, rec.window_end))
+    verdicts = [
+        judge_stability(rec.timeline, a, b, rec.interval_ns, open_loop=open_loop)
+        for a, b in spans
+        if a is not None and b is not None and b - a >= 5 * rec.interval_ns
+    ]
+    if not verdicts or not all(v is not None and v.steady for v in verdicts):
+        return  # overloaded outside the capture too: the verdict stands
+    drained = (
+        f"drained {cost['drain_s']:.3g} s after the capture closed"
+        if cost["drain_s"] is not None
+        else "had not drained by the window's end"
+    )
+    note = (
+        f"perturbed by the profiler, not overloaded: the capture ({cost['lasted_s']:.3g} s"
+        + (f" for {cost['asked_s']:.3g} s asked" if cost["asked_s"] else "")
+        + f") raised the backlog from {cost['backlog_at_open']} to {cost['backlog_peak']} "
+        f"requests, which {drained}; {rec.profiled} requests sent until then are flagged"
+        + (" and kept out of the figures" if window.spec.exclude_from_stats else "")
+        + "; outside them the run was steady"
+    )
+    result.stability = verdicts[0].model_copy(update={"reasons": [note]})
+    result.validity.warnings = [
+        note if w.startswith("overloaded:") else w for w in result.validity.warnings
+    ]
 
 
 def _roofline(metrics: dict, env: dict) -> dict | None:

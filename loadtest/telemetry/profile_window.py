@@ -16,6 +16,7 @@ deadline, saying so. An interrupted run does not wait for the profiler.
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 
@@ -32,6 +33,13 @@ class ProfileWindow:
         self._closing = False  # the stop is sent once, whatever asks for it
         self.supported = backend.supports_profiling
         self.ran = False  # the profiler started: only then are requests flagged
+        # what the profiler cost: the requests in flight when it opened, the most at once
+        # after, and when they were back to about as many after it closed (the backlog it
+        # caused drained); requests sent before then were delayed by it
+        self._in_flight = 0
+        self.backlog_at_open: int | None = None
+        self.backlog_peak = 0
+        self.drained_ns: int | None = None
 
     # -- triggers (called by the runner) --------------------------------------------------------
 
@@ -46,11 +54,20 @@ class ProfileWindow:
         if self.spec.requests and index == self.spec.requests[0] and self.start_ns is None:
             self._task = asyncio.ensure_future(self._open())
             await asyncio.shield(self._task)
+        self._in_flight += 1
+        if self.backlog_at_open is not None and self.drained_ns is None:
+            self.backlog_peak = max(self.backlog_peak, self._in_flight)
 
     def on_done(self, index: int) -> None:
-        """A request finished: close a count-based window after its last request."""
+        """A request finished: close a count-based window after its last request; once the
+        window is closed, note when the backlog it caused has drained."""
+        self._in_flight -= 1
         if self.spec.requests and index == self.spec.requests[1] and self._task is not None:
             self._task = asyncio.create_task(self._close_after(self._task))
+        if self.end_ns is not None and self.drained_ns is None and self.ran:
+            b0 = self.backlog_at_open or 0
+            if self._in_flight <= b0 + 3 * math.sqrt(b0 + 1):  # a queue's own wander
+                self.drained_ns = self.clock.now_ns()
 
     async def finish(self, wait: bool = True) -> None:
         """At the end of the run: a window still open closes now (its stop bounded as ever);
@@ -77,6 +94,7 @@ class ProfileWindow:
         self.start_ns = self.clock.now_ns()
         if not self.supported:
             return
+        self.backlog_at_open = self.backlog_peak = self._in_flight
         why = await self._bounded("start", self.backend.profile_start(self.spec.model_dump()))
         if why is None:
             self.ran = True
@@ -122,11 +140,30 @@ class ProfileWindow:
             return f"the profiler's {what} did not answer within {limit:g} s (profile.call_timeout)"
 
     def overlaps(self, sent_ns: int, done_ns: int) -> bool:
-        """Whether a request sent at ``sent_ns`` and done at ``done_ns`` overlapped the capture
-        of a profiler that ran."""
+        """Whether a request sent at ``sent_ns`` and done at ``done_ns`` was perturbed by a
+        profiler that ran: it overlapped the capture, or was sent before the backlog the
+        capture caused had drained (decided as requests finish: one that finishes before the
+        drain was sent before it)."""
         if not self.ran or self.start_ns is None or done_ns < self.start_ns:
             return False
-        return self.end_ns is None or sent_ns <= self.end_ns
+        return self.drained_ns is None or sent_ns <= self.drained_ns
+
+    def perturbation(self, t0: int) -> dict | None:
+        """What the capture cost the run: how long it lasted against the length asked for, the
+        backlog it caused, and when that backlog drained (None: not by the run's end)."""
+        if not self.ran or self.start_ns is None or self.end_ns is None:
+            return None
+        rel = lambda t: None if t is None else round((t - t0) / 1e9, 6)  # noqa: E731
+        return {
+            "asked_s": None if self.spec.duration is None else self.spec.duration / 1e9,
+            "lasted_s": round((self.end_ns - self.start_ns) / 1e9, 6),
+            "backlog_at_open": self.backlog_at_open,
+            "backlog_peak": self.backlog_peak,
+            "drained_s": rel(self.drained_ns),
+            "drain_s": None
+            if self.drained_ns is None
+            else round((self.drained_ns - self.end_ns) / 1e9, 6),
+        }
 
     def summary(self, t0: int, flagged: int) -> dict:
         """When the window opened and closed (seconds from t0) and how many requests it touched."""
@@ -134,6 +171,7 @@ class ProfileWindow:
         out = {
             "window": {"start_s": rel(self.start_ns), "end_s": rel(self.end_ns)},
             "requests_flagged": flagged,
+            "perturbation": self.perturbation(t0),
             "excluded_from_stats": self.spec.exclude_from_stats and self.ran,
         }
         if not self.supported:

@@ -153,3 +153,65 @@ def test_operator_tables_match_torchs_key_averages():
         assert op["calls"] == ref.count
         assert op["self_cpu_time_us"] == pytest.approx(ref.self_cpu_time_total, abs=0.2)
         assert op["cpu_time_us"] == pytest.approx(ref.cpu_time_total, abs=0.2)
+
+
+def test_a_profiler_that_slows_the_server_near_capacity_is_a_perturbation_not_overload(
+    run_virtual_fn,
+):
+    """An H100 run at 8 req/s was steady without a profile window and "overloaded" with one:
+    the engine slowed while the profiler recorded and the backlog never drained. Here the
+    simulated server (capacity 100 req/s) stalls for the 4 s its profiler records, at 90 req/s:
+    360 requests pile up and drain at 10 a second, past the window's end. The run is steady
+    outside the capture, so it is said to be perturbed, with what the capture cost; every
+    request sent from the capture on is flagged and kept out of the figures."""
+    from tests.conftest import MD1_BACKEND
+
+    m = run_virtual_fn(
+        {
+            "name": "perturbed",
+            "backend": {**MD1_BACKEND, "stalls": [{"at": "10s", "for": "4s"}]},
+            "workload": {"input_tokens": 1, "output_tokens": 1},
+            "load": {
+                "arrival": {"kind": "constant", "rate": 90},
+                "duration": "30s",
+                "warmup": "0s",
+            },
+            "profile": {"start": "10s", "duration": "4s"},
+        }
+    )
+    p = m["profile"]
+    cost = p["perturbation"]
+    assert cost["asked_s"] == 4.0 and cost["lasted_s"] == 4.0
+    assert cost["backlog_at_open"] <= 2 and cost["backlog_peak"] >= 350
+    assert cost["drained_s"] > 30  # not within the window: only once arrivals stopped
+    # flagged: every request sent from 10 s to the end (20 s at 90 a second), give or take one
+    assert abs(p["requests_flagged"] - 1800) <= 2
+    assert m["latency_ms"]["e2e"]["count"] == m["requests"]["completed"] - p["requests_flagged"]
+    stability = m["stability"]
+    assert stability["steady"], stability
+    assert stability["reasons"][0].startswith("perturbed by the profiler, not overloaded")
+    assert not any(w.startswith("overloaded") for w in m["validity"]["warnings"])
+    assert any(w.startswith("perturbed by the profiler") for w in m["validity"]["warnings"])
+
+
+def test_a_profiler_whose_backlog_drains_flags_the_requests_until_then(run_virtual_fn):
+    from tests.conftest import MD1_BACKEND
+
+    m = run_virtual_fn(
+        {
+            "name": "drains",
+            "backend": {**MD1_BACKEND, "stalls": [{"at": "10s", "for": "1s"}]},
+            "workload": {"input_tokens": 1, "output_tokens": 1},
+            "load": {
+                "arrival": {"kind": "constant", "rate": 50},
+                "duration": "30s",
+                "warmup": "0s",
+            },
+            "profile": {"start": "10s", "duration": "1s"},
+        }
+    )
+    cost = m["profile"]["perturbation"]
+    # 50 requests pile up in the 1 s stall and drain at 50 a second: about 1 s after it
+    assert 0.8 <= cost["drain_s"] <= 1.2, cost
+    assert abs(m["profile"]["requests_flagged"] - 100) <= 10
+    assert m["stability"]["steady"]
