@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 import os
 import signal
 import sys
@@ -462,12 +463,51 @@ def _add_inside_sections(
 
 def _judge_around_profiler(result: RunMetrics, scenario, rec, window) -> None:
     """A profiler slows the engine while it records; near capacity the backlog that forms may
-    take long to drain, or never does. That is the profiler's cost, not an overloaded system:
-    the run is judged steady or not on its window outside the capture and the backlog's drain,
-    and the result says what the capture cost."""
+    take long to drain, or never does. That is the capture's cost, said in a warning, not an
+    overloaded system: a run unsteady only because of it is judged on its window outside the
+    capture and the backlog's drain, and said to be perturbed."""
     cost = window.perturbation(rec.t0)
-    if cost is None or result.stability is None or result.stability.steady:
+    if cost is None:
         return
+    b0, peak = cost["backlog_at_open"] or 0, cost["backlog_peak"]
+    if peak <= b0 + 3 * math.sqrt(b0 + 1):  # no more than a queue's own wander
+        return
+    drained = (
+        f"drained {cost['drain_s']:.3g} s after the capture closed"
+        if cost["drain_s"] is not None
+        else "had not drained by the end"
+    )
+    cost_text = (
+        f"the profiler's capture lasted {cost['lasted_s']:.3g} s"
+        + (f" for {cost['asked_s']:.3g} s asked" if cost["asked_s"] else "")
+        + f" and raised the backlog from {b0} to {peak} requests, which {drained}; "
+        f"{rec.profiled} requests sent until then are flagged"
+        + (" and kept out of the figures" if window.spec.exclude_from_stats else "")
+    )
+    if result.stability is None or result.stability.steady:
+        result.validity.warnings.append(cost_text)
+        return
+    outside = _judged_outside(scenario, rec, window)
+    if outside is not None and not all(v.steady for v in outside):
+        result.validity.warnings.append(cost_text)  # overloaded outside the capture too
+        return
+    note = f"perturbed by the profiler, not overloaded: {cost_text}; " + (
+        "outside them the run was steady"
+        if outside
+        else "no part of the window was outside them to judge the run's steadiness on "
+        "(open the capture later, or run longer); its figures are no steady state's"
+    )
+    base = outside[0] if outside else result.stability
+    result.stability = base.model_copy(update={"reasons": [note], "steady": bool(outside)})
+    result.validity.warnings = [
+        note if w.startswith("overloaded:") else w for w in result.validity.warnings
+    ]
+
+
+def _judged_outside(scenario, rec, window) -> list | None:
+    """Stability verdicts on the window's spans outside the capture and its drain (before it
+    opened; after the backlog drained), each of at least five intervals; None when there is
+    no such span."""
     from loadtest.results.stability import judge as judge_stability
 
     open_loop = scenario.load.arrival.kind != "concurrency"
@@ -479,25 +519,8 @@ def _judge_around_profiler(result: RunMetrics, scenario, rec, window) -> None:
         for a, b in spans
         if a is not None and b is not None and b - a >= 5 * rec.interval_ns
     ]
-    if not verdicts or not all(v is not None and v.steady for v in verdicts):
-        return  # overloaded outside the capture too: the verdict stands
-    drained = (
-        f"drained {cost['drain_s']:.3g} s after the capture closed"
-        if cost["drain_s"] is not None
-        else "had not drained by the window's end"
-    )
-    note = (
-        f"perturbed by the profiler, not overloaded: the capture ({cost['lasted_s']:.3g} s"
-        + (f" for {cost['asked_s']:.3g} s asked" if cost["asked_s"] else "")
-        + f") raised the backlog from {cost['backlog_at_open']} to {cost['backlog_peak']} "
-        f"requests, which {drained}; {rec.profiled} requests sent until then are flagged"
-        + (" and kept out of the figures" if window.spec.exclude_from_stats else "")
-        + "; outside them the run was steady"
-    )
-    result.stability = verdicts[0].model_copy(update={"reasons": [note]})
-    result.validity.warnings = [
-        note if w.startswith("overloaded:") else w for w in result.validity.warnings
-    ]
+    judged = [v for v in verdicts if v is not None]
+    return judged or None
 
 
 def _roofline(metrics: dict, env: dict) -> dict | None:

@@ -153,3 +153,31 @@ def test_two_gpus_as_replicas_or_one_tensor_parallel_group(tmp_path, backend):
         assert b["tensor_parallel"]["nccl_env"].get("NCCL_NVLS_ENABLE") in ("0", None)
         assert 1000 < m["peak_mem_mb"] < 2400  # half the layers' weights, all of the embeddings
     assert len(m["gpu"]["devices"]) >= 2  # each GPU sampled
+
+
+def test_a_profile_window_on_chat_traffic_is_said_to_perturb_not_overload(tmp_path):
+    """chat-gpu.yml with a 2 s profiler capture: the engine slows while torch's
+    profiler records (and while it stops), and near capacity the backlog may not drain. The
+    result says what the capture cost, flags every request sent until the backlog drained,
+    and calls the run perturbed rather than overloaded where it was steady outside it."""
+    from loadtest.config.loading import load_scenario
+    from loadtest.session import run_scenario
+
+    loaded = load_scenario(
+        "scenarios/chat-gpu.yml",
+        # 7 req/s: under this engine's capacity, so the run is steady without a capture; the
+        # capture opens 10 s into the window, so the run is judged on the part before it
+        ["load.duration=40s", "load.arrival.rate=7", "profile={start: 20s, duration: 2s}"],
+    )
+    m = run_scenario(loaded, tmp_path / "run").metrics
+    p = m["profile"]
+    assert p["profiler"].startswith("torch.profiler"), p
+    cost = p["perturbation"]
+    assert cost["asked_s"] == 2.0 and cost["lasted_s"] >= 2.0
+    assert p["requests_flagged"] > 0
+    detail = (m["stability"], cost, m["validity"]["warnings"])
+    assert not any(w.startswith("overloaded") for w in m["validity"]["warnings"]), detail
+    said = m["validity"]["warnings"] + m["stability"]["reasons"]
+    if cost["backlog_peak"] > cost["backlog_at_open"] + 10:  # the capture made a backlog
+        # said, with its cost: as a warning, or as why an otherwise steady run is perturbed
+        assert any("the profiler's capture lasted" in w for w in said), said

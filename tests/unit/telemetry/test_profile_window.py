@@ -215,3 +215,8 @@ def test_a_profiler_whose_backlog_drains_flags_the_requests_until_then(run_virtu
     assert 0.8 <= cost["drain_s"] <= 1.2, cost
     assert abs(m["profile"]["requests_flagged"] - 100) <= 10
     assert m["stability"]["steady"]
+    # steady all along: the capture's cost is a warning
+    assert any(
+        w.startswith("the profiler's capture lasted 1 s for 1 s asked and raised the backlog")
+        for w in m["validity"]["warnings"]
+    ), m["validity"]["warnings"]
