@@ -151,3 +151,17 @@ def test_a_combination_problem_names_the_set_that_made_it(tmp_path):
     r = cli("validate", write_scenario(tmp_path, data), "--set", "workload.dataset=p.jsonl")
     assert r.exit_code == exit_codes.USAGE
     assert "(with --set workload.dataset=p.jsonl): workload: give either" in r.output
+
+
+def test_a_relative_dataset_with_url_is_the_one_here(tmp_path, monkeypatch):
+    """``--url ... --dataset rel/path`` names the file where the command runs, not beside the
+    temporary scenario the flags make (it was looked for in a temp dir)."""
+    from loadtest.config import quick
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "p.jsonl").write_text('{"prompt": "a"}\n')
+    data = quick.scenario_from_flags(url="http://127.0.0.1:1/v1", model="m", dataset="data/p.jsonl")
+    assert data["workload"]["dataset"] == str(tmp_path / "data" / "p.jsonl")
+    hub = quick.scenario_from_flags(url="http://127.0.0.1:1/v1", model="m", dataset="hf:org/name")
+    assert hub["workload"]["dataset"] == "hf:org/name"
