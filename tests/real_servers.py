@@ -193,6 +193,23 @@ def start_transformers_serve(model_dir: Path, log: Path) -> Server:
     return Server(url + "/v1", proc, log, str(model_dir), model_dir)
 
 
+def start_fast_server() -> Server:
+    """``bench/fast_openai_server.py`` (an OpenAI-compatible stub that answers at once, with
+    vLLM-named /metrics) on loopback."""
+    port = free_port()
+    root = Path(__file__).resolve().parents[1]
+    log = Path(os.devnull)
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "bench" / "fast_openai_server.py"), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait_ready(proc, url + "/v1/models", log, "the fast stub server", 30)
+    return Server(url + "/v1", proc, log, "stub-model", root)
+
+
 def build_vllm_model(out: Path) -> Path:
     """The tiny Llama and its trained tokenizer, with head size 32 (vLLM's CPU attention)."""
     from tests.tiny_model import build_tiny_model

@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from loadtest.core.errors import ScenarioError
+
 
 class OutsideTextError(ValueError):
     """Why an outside file cannot be read, and the line where it goes wrong (1-based)."""
@@ -35,6 +37,17 @@ def read_text(path: Path, limit: int | None = None) -> str:
         raise OutsideTextError(
             f"not UTF-8 text at byte {exc.start} (a binary file?)", line
         ) from None
+
+
+def read_input(path: Path, what: str) -> str:
+    """An input file a scenario names (a dataset, a trace), as text; ``ScenarioError`` naming
+    the file and line when it cannot be read or is not text."""
+    try:
+        return read_text(path)
+    except OSError as exc:
+        raise ScenarioError([f"{path}:1: cannot read the {what}: {exc.strerror}"]) from None
+    except OutsideTextError as exc:
+        raise ScenarioError([f"{path}:{exc.line}: {exc}"]) from None
 
 
 def loads(text: str) -> Any:

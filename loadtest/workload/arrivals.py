@@ -125,12 +125,7 @@ MAX_TRACE_S = 366 * 86400  # a trace longer than a year is no load test: refused
 def read_trace(path: Path, time_scale: float) -> tuple[int, ...]:
     """One offset in seconds a line, or JSONL objects with ``offset`` (s); ``#`` comments allowed."""
     offsets, previous = [], 0
-    try:
-        text = outside.read_text(path)
-    except OSError as exc:
-        raise ScenarioError([f"{path}:1: cannot read the trace: {exc.strerror}"]) from None
-    except outside.OutsideTextError as exc:
-        raise ScenarioError([f"{path}:{exc.line}: {exc}"]) from None
+    text = outside.read_input(path, "trace")
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):

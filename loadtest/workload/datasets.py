@@ -70,12 +70,7 @@ def read_dataset(
 
 def _file_rows(path: Path) -> Iterator[tuple[str, object]]:
     """A JSON array (ShareGPT's usual shape) or JSON lines, each with where it was read."""
-    try:
-        text = outside.read_text(path)
-    except OSError as exc:
-        raise ScenarioError([f"{path}:1: cannot read the dataset: {exc.strerror}"]) from None
-    except outside.OutsideTextError as exc:
-        raise ScenarioError([f"{path}:{exc.line}: {exc}"]) from None
+    text = outside.read_input(path, "dataset")
     if text.lstrip().startswith("["):
         try:
             items = outside.loads(text)

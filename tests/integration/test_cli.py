@@ -293,25 +293,11 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
     """``loadtest run --url``: no scenario file; the model from /v1/models; the equivalent
     scenario written out, and that file runs the same load again."""
     pytest.importorskip("aiohttp")
-    import urllib.request
+    from tests.real_servers import start_fast_server
 
-    port = _free_port()
-    root = Path(__file__).parents[2]
-    server = subprocess.Popen(
-        [sys.executable, str(root / "bench" / "fast_openai_server.py"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_fast_server()
     try:
-        deadline = time.monotonic() + 30
-        while True:  # bounded: the server is up within seconds or the test fails
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).read()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "stub server did not start"
-                time.sleep(0.2)
-        url = f"http://127.0.0.1:{port}/v1"
+        url = server.url
         saved = tmp_path / "first-try.yml"
         r = cli(
             "run", "--url", url, "--concurrency", "2", "--requests", "20", "--set", "telemetry.server_interval=0.1s",
@@ -363,5 +349,4 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
         both = cli("run", "--url", url, "--rate", "5", "--concurrency", "2", "-o", tmp_path / "d")
         assert both.returncode == 2 and "not both" in both.stderr
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.kill()

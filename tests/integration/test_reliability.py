@@ -144,9 +144,9 @@ def test_silence_mid_run_ends_it_as_failed_with_what_was_measured(tmp_path):
 # --- 2. signals -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_a_signal_writes_the_partial_result_and_exits_by_convention(tmp_path, sig):
-    path = write_scenario(
+def long_sim_scenario(tmp_path: Path) -> Path:
+    """A simulated run of 30 s at 20 req/s: long enough to be signalled mid-way."""
+    return write_scenario(
         tmp_path,
         {
             "name": "long",
@@ -156,7 +156,11 @@ def test_a_signal_writes_the_partial_result_and_exits_by_convention(tmp_path, si
             "workload": {"input_tokens": 8, "output_tokens": 8},
         },
     )
-    proc = start_run(path, tmp_path / "run")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_writes_the_partial_result_and_exits_by_convention(tmp_path, sig):
+    proc = start_run(long_sim_scenario(tmp_path), tmp_path / "run")
     time.sleep(4)  # loads, then runs: well inside the 30 s window
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
@@ -171,17 +175,7 @@ def test_a_signal_writes_the_partial_result_and_exits_by_convention(tmp_path, si
 def test_two_sigterms_in_a_row_still_write_the_partial_result(tmp_path):
     """coreutils `timeout` sends SIGTERM to the process and to its group: two at once. The
     second changes nothing; the partial result is written (it was lost before)."""
-    path = write_scenario(
-        tmp_path,
-        {
-            "name": "long",
-            "load": SIM_LOAD,
-            "telemetry": {"gpu": False},
-            "backend": {"kind": "sim", "max_concurrency": 8, "decode_ms_per_token": 1},
-            "workload": {"input_tokens": 8, "output_tokens": 8},
-        },
-    )
-    proc = start_run(path, tmp_path / "run")
+    proc = start_run(long_sim_scenario(tmp_path), tmp_path / "run")
     time.sleep(4)
     for _ in range(3):  # apart enough for each to be delivered (pending ones merge)
         proc.send_signal(signal.SIGTERM)

@@ -12,8 +12,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -32,23 +30,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @pytest.fixture
 def fast_server():
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "fast_openai_server.py"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:  # bounded: up within seconds or the test fails
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).read()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "stub server did not start"
-            time.sleep(0.2)
-    yield port
-    proc.kill()
-    proc.wait()
+    from tests.real_servers import start_fast_server
+
+    server = start_fast_server()
+    yield int(server.url.rsplit(":", 1)[1].split("/")[0])
+    server.kill()
 
 
 def test_url_credentials_and_a_key_run_and_are_never_shown_or_stored(fast_server, tmp_path):
