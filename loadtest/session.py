@@ -32,6 +32,7 @@ from loadtest.results.build import build_result, null_non_finite
 from loadtest.results.model import RunMetrics
 from loadtest.results.runset import Evidence
 from loadtest.telemetry import environment
+from loadtest.workload.datasets import DatasetRows
 from loadtest.workload.plan import Plan, build_plan
 
 
@@ -237,6 +238,9 @@ class Session:
         self._name = self.info.name
         plan = build_plan(scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name))
         details = dict(self.info.details)
+        if isinstance(plan.dataset, DatasetRows) and plan.dataset.cut:
+            details["dataset_rows"] = len(plan.dataset)
+            details["dataset_rows_cut"] = plan.dataset.cut
         details.update(await self.backend.prepare(plan))
         return plan, plan.planned_count, details
 
@@ -333,6 +337,12 @@ class Session:
             interrupted_by=self.interrupted_by,
         )
         _add_inside_sections(result, scenario, outcome, env, sampler, window, profile_export, out)
+        if details.get("dataset_rows_cut"):
+            result.validity.warnings.append(
+                f"the dataset held {details['dataset_rows_cut']} rows past "
+                f"workload.dataset_max_rows: the plan drew from its first "
+                f"{details['dataset_rows']} (raise the limit to use more)"
+            )
         if server is not None:
             _add_server_section(result, outcome, server, out)
         if scenario.sla is not None:

@@ -206,6 +206,13 @@ class Workload(_Model):
         "turn). `hf:org/name` (or `hf:` and a local dataset folder): a Hugging Face dataset, "
         "read with the `datasets` extra.",
     )
+    dataset_max_rows: int = Field(
+        100_000,
+        ge=1,
+        le=10_000_000,
+        description="Rows of a dataset read into the plan, from its start; the rest are "
+        "counted, not kept (memory stays bounded), and the result says so.",
+    )
     dataset_split: str = Field("train", description="hf: datasets: the split to read.")
     dataset_columns: dict[Literal["prompt", "messages", "conversations"], str] = Field(
         default_factory=dict,

@@ -38,6 +38,12 @@ class DatasetPrompt:
     turn_tokens: tuple[int, ...] = ()  # counted for sessions only
 
 
+class DatasetRows(list):
+    """A dataset's rows as read, and how many more it held past the row limit (``cut``)."""
+
+    cut = 0
+
+
 def read_dataset(
     source: str | Path,
     tokenizer: Tokenizer,
@@ -46,11 +52,13 @@ def read_dataset(
     split: str = "train",
     columns: Mapping[Any, str] | None = None,
     sessions: bool = False,
-) -> list[DatasetPrompt]:
+    max_rows: int | None = None,
+) -> DatasetRows:
     """Every usable row of a dataset file or ``hf:`` dataset (``ScenarioError`` naming the file
     and line, or the dataset and row, for a row that is none of the three shapes). With
     ``sessions`` (multi_turn), each user turn is counted too; otherwise only the prompt is
-    tokenized (a large ShareGPT file holds several turns a row)."""
+    tokenized (a large ShareGPT file holds several turns a row). Past ``max_rows`` rows the
+    rest are counted (``.cut``), neither tokenized nor kept."""
     name = str(source)
     if name.startswith(HF_PREFIX):
         entries: Iterable[tuple[str, object]] = _hf_rows(name, split, columns or {}, resolve)
@@ -58,8 +66,11 @@ def read_dataset(
     else:
         path = resolve(name) if isinstance(source, str) else source
         entries, label = _file_rows(path), str(path)
-    rows = []
+    rows = DatasetRows()
     for where, row in entries:
+        if max_rows is not None and len(rows) >= max_rows:
+            rows.cut += 1
+            continue
         prompt = _prompt(row, tokenizer, f"{label}:{where}", sessions)
         if prompt is not None:
             rows.append(prompt)

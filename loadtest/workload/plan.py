@@ -296,6 +296,7 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
             split=w.dataset_split,
             columns=w.dataset_columns,
             sessions=w.multi_turn is not None,
+            max_rows=w.dataset_max_rows,
         )
         if w.dataset
         else None

@@ -165,3 +165,21 @@ def test_a_relative_dataset_with_url_is_the_one_here(tmp_path, monkeypatch):
     assert data["workload"]["dataset"] == str(tmp_path / "data" / "p.jsonl")
     hub = quick.scenario_from_flags(url="http://127.0.0.1:1/v1", model="m", dataset="hf:org/name")
     assert hub["workload"]["dataset"] == "hf:org/name"
+
+
+def test_a_dataset_past_its_row_limit_is_read_in_part_and_says_so(tmp_path):
+    import json
+
+    (tmp_path / "many.jsonl").write_text("".join(f'{{"prompt": "p{i}"}}\n' for i in range(50)))
+    data = {
+        **SIM,
+        "workload": {"output_tokens": 2, "dataset": "many.jsonl", "dataset_max_rows": 20},
+    }
+    r = cli("run", write_scenario(tmp_path, data), "-q", "-o", tmp_path / "run", "--no-report")
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["backend"]["dataset_rows"] == 20 and m["backend"]["dataset_rows_cut"] == 30
+    assert any(
+        w.startswith("the dataset held 30 rows past workload.dataset_max_rows")
+        for w in m["validity"]["warnings"]
+    )
