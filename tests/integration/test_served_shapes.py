@@ -124,3 +124,25 @@ def test_t0_on_the_hosts_clock_joins_the_servers_own_stamps(tmp_path):
     for r in rows:
         arrived = stub.arrivals[r["response_id"]]
         assert t0 + r["intended_ns"] <= arrived <= t0 + r["first_token_ns"]
+
+
+def test_a_reply_past_the_kept_length_is_cut_for_the_history_and_said(tmp_path, monkeypatch):
+    """What a session keeps of a reply for its next turn's history is bounded (1 MiB; 4
+    characters here, to see it): the next turn carries the reply's start, and the result
+    counts the replies cut."""
+    from loadtest.backends.openai import client
+
+    monkeypatch.setattr(client, "MAX_REPLY_CHARS", 4)
+    with StubServer() as stub:
+        data = served(
+            stub.url,
+            {"input_tokens": 6, "output_tokens": 3, "multi_turn": {"turns": 2}},
+            {"arrival": {"kind": "concurrency", "users": 1}, "requests": 2},
+        )
+        run = run_scenario(load_scenario(write_scenario(tmp_path, data), []), tmp_path / "run")
+        second = stub.bodies[-1]["messages"]
+    m = run.metrics
+    assert m["backend"]["http"]["replies_cut"] == 2
+    assert any("session replies were longer than" in w for w in m["validity"]["warnings"])
+    reply = next(msg["content"] for msg in second if msg["role"] == "assistant")
+    assert len(reply) <= 4 + 16  # the first chunk or so: one chunk is kept whole

@@ -77,3 +77,9 @@ def test_a_plain_file_as_the_output_is_refused_as_such(tmp_path):
     (tmp_path / "out").write_text("x")
     with pytest.raises(OutputError, match="is a file, not a directory"):
         rundir.claim(tmp_path / "out", overwrite=True)
+
+
+def test_a_default_run_directory_that_cannot_be_made_is_an_error_not_a_traceback(tmp_path):
+    (tmp_path / "afile").write_text("x")  # reports/ under a file: as unwritable as read-only
+    with pytest.raises(OutputError, match="cannot create the run directory: Not a directory"):
+        rundir.default_dir("demo", tmp_path / "afile" / "reports")
