@@ -275,7 +275,7 @@ def test_a_profiler_stop_that_hangs_costs_nothing_and_a_sigterm_keeps_the_result
 
 
 def test_late_sends_say_the_machine_held_the_core(vllm, tmp_path):
-    """The client pinned to one core, and a real-time process taking that core for 30 ms every
+    """The client pinned to one core, and a real-time process taking that core for 60 ms every
     100 ms: sends fall late, the loop-lag probe barely sees it, and the verdict says the time
     went to this process waiting for a CPU."""
     import shutil
@@ -288,7 +288,7 @@ def test_late_sends_say_the_machine_held_the_core(vllm, tmp_path):
             "name": "late",
             "backend": served(vllm),
             "workload": {"input_tokens": 16, "output_tokens": 4},
-            "load": {"arrival": {"kind": "constant", "rate": 20}, "duration": "6s"},
+            "load": {"arrival": {"kind": "constant", "rate": 40}, "duration": "6s"},
             "telemetry": {"server": False, "gpu": False},
         },
     )
@@ -296,8 +296,8 @@ def test_late_sends_say_the_machine_held_the_core(vllm, tmp_path):
         [
             "chrt", "-f", "1", "taskset", "-c", "0", sys.executable, "-c",
             "import time\nend = time.monotonic() + 40\nwhile time.monotonic() < end:\n"
-            "    t = time.monotonic() + 0.03\n    while time.monotonic() < t: pass\n"
-            "    time.sleep(0.07)\n",
+            "    t = time.monotonic() + 0.06\n    while time.monotonic() < t: pass\n"
+            "    time.sleep(0.04)\n",
         ]
     )  # fmt: skip
     try:

@@ -629,13 +629,17 @@ class OpenAIBackend(Backend):
             if off == 0:
                 return text
             ids = tok.encode(text)
-            ids = (
-                ids[: max(1, len(ids) - off)]
-                if off > 0
-                else ids + tok.random_prompt_ids(random.Random(n * FIT_TRIES + extra), -off)
-            )
+            rng = random.Random(n * FIT_TRIES + extra)
+            if off > 0 and len(ids) - off < 1:  # as short as it goes: another token instead
+                ids = tok.random_prompt_ids(rng, 1)
+            elif off > 0:
+                ids = ids[: len(ids) - off]
+            else:
+                ids = ids + tok.random_prompt_ids(rng, -off)
             text = tok.decode(ids)
-        return text  # the nearest found: the server's count is reported beside the plan's
+        # the nearest found (a planned length under the template's own is out of reach): the
+        # server's count is reported beside the plan's
+        return text
 
     def _prompt_overhead(self, tokenizer) -> int:
         """Tokens the server adds to a prompt's text: the special tokens its tokenizer adds
