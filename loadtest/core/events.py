@@ -23,7 +23,6 @@ class Sent:
     client's own work on the event loop."""
 
     t_ns: int
-    client_ns: int = 0
     pool_ns: int = 0
     connect_ns: int = 0
     off_cpu_ns: int = 0

@@ -778,7 +778,12 @@ class _Wire:
         elapsed = max(0, self.sent_ns - self.start_ns)
         waited = self.queued_ns + self.connect_ns
         off_cpu = elapsed - (self.cpu_sent_ns - self.cpu_start_ns) - waited
-        return Sent(self.sent_ns, elapsed, self.queued_ns, self.connect_ns, max(0, off_cpu))
+        return Sent(
+            self.sent_ns,
+            pool_ns=self.queued_ns,
+            connect_ns=self.connect_ns,
+            off_cpu_ns=max(0, off_cpu),
+        )
 
 
 def _event(data: str) -> dict:

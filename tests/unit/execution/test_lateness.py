@@ -21,14 +21,14 @@ def state(handed_ms: float, wire: Sent | None, cpu_wait_ms: float = -1) -> Reque
 def test_a_late_send_is_split_part_by_part():
     # 30 ms late: handed over at 4 ms; in the client 2 ms waiting for a pooled connection and
     # 10 ms opening a new one; the thread waited 12 ms for a CPU in all
-    wire = Sent(30 * MS, client_ns=26 * MS, pool_ns=2 * MS, connect_ns=10 * MS, off_cpu_ns=9 * MS)
+    wire = Sent(30 * MS, pool_ns=2 * MS, connect_ns=10 * MS, off_cpu_ns=9 * MS)
     parts = _lateness(state(4, wire, cpu_wait_ms=12), 30 * MS)
     # off the CPU 12; of the other 18: pool 2, connect 10, dispatcher 4, the client's work 2
     assert parts == Lateness(30 * MS, 4 * MS, 2 * MS, 10 * MS, 12 * MS, 2 * MS)
 
 
 def test_without_the_kernels_count_the_clients_estimate_stands():
-    wire = Sent(10 * MS, client_ns=9 * MS, off_cpu_ns=6 * MS)
+    wire = Sent(10 * MS, off_cpu_ns=6 * MS)
     assert _lateness(state(1, wire), 10 * MS) == Lateness(10 * MS, 1 * MS, 0, 0, 6 * MS, 3 * MS)
     # a backend that stamps no send: the hand-over is all there is
     assert _lateness(state(7, None), 7 * MS) == Lateness(7 * MS, 7 * MS, 0, 0, 0, 0)
