@@ -130,9 +130,9 @@ def test_a_reply_past_the_kept_length_is_cut_for_the_history_and_said(tmp_path, 
     """What a session keeps of a reply for its next turn's history is bounded (1 MiB; 4
     characters here, to see it): the next turn carries the reply's start, and the result
     counts the replies cut."""
-    from loadtest.backends.openai import client
+    from loadtest.backends.openai import stream
 
-    monkeypatch.setattr(client, "MAX_REPLY_CHARS", 4)
+    monkeypatch.setattr(stream, "MAX_REPLY_CHARS", 4)
     with StubServer() as stub:
         data = served(
             stub.url,

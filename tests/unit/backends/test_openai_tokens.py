@@ -9,33 +9,33 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from loadtest.backends.openai.client import OpenAIBackend
-from loadtest.config.backend_specs import OpenAISpec
-from loadtest.core.clock import MonotonicClock
+from loadtest.backends.openai.stream import tokens_in
+from loadtest.backends.openai.tokens import TokenCounter
 
 
-def backend(api: str = "completions") -> OpenAIBackend:
-    return OpenAIBackend(OpenAISpec(base_url="http://x/v1", model="m", api=api), MonotonicClock())
+def backend() -> TokenCounter:
+    """Counting without the model's tokenizer: a chunk with text is a token."""
+    return TokenCounter(None, lambda: 0)
 
 
 def test_reconcile_to_the_servers_count():
     b, facts = backend(), Counter()
     chunks = [(10, 1), (20, 2), (30, 1)]  # the client counted 4 tokens in 3 chunks
     chars = 12  # characters streamed: without a tokenizer, the most tokens a server can claim + 4
-    assert b._reconcile(chunks, {"completion_tokens": 4}, chars, facts) == [10, 20, 20, 30]
+    assert b.reconcile(chunks, {"completion_tokens": 4}, chars, facts) == [10, 20, 20, 30]
     # a chunk per token: each chunk is one token, whatever the client's tokenizer said
-    assert b._reconcile(chunks, {"completion_tokens": 3}, chars, facts) == [10, 20, 30]
+    assert b.reconcile(chunks, {"completion_tokens": 3}, chars, facts) == [10, 20, 30]
     # generated but not streamed as text: at the end
-    assert b._reconcile(chunks, {"completion_tokens": 6}, chars, facts) == [10, 20, 20, 30, 30, 30]
+    assert b.reconcile(chunks, {"completion_tokens": 6}, chars, facts) == [10, 20, 20, 30, 30, 30]
     # over-counted: taken from the latest multi-token chunk
-    assert b._reconcile([(10, 3), (20, 3)], {"completion_tokens": 5}, chars, facts) == [
+    assert b.reconcile([(10, 3), (20, 3)], {"completion_tokens": 5}, chars, facts) == [
         10, 10, 10, 20, 20,
     ]  # fmt: skip
-    assert b._reconcile(chunks, None, chars, facts) == [10, 20, 20, 30]
+    assert b.reconcile(chunks, None, chars, facts) == [10, 20, 20, 30]
     assert facts == Counter(usage_reconciled=2)  # agreements are not counted
     # Not plausible: 1000 tokens claimed for 12 characters, or fewer tokens than chunks with text.
-    assert b._reconcile(chunks, {"completion_tokens": 1000}, chars, facts) == [10, 20, 20, 30]
-    assert b._reconcile(chunks, {"completion_tokens": 2}, chars, facts) == [10, 20, 20, 30]
+    assert b.reconcile(chunks, {"completion_tokens": 1000}, chars, facts) == [10, 20, 20, 30]
+    assert b.reconcile(chunks, {"completion_tokens": 2}, chars, facts) == [10, 20, 20, 30]
     assert facts["usage_implausible"] == 2 and facts["usage_reconciled"] == 2
 
 
@@ -46,28 +46,27 @@ def test_tokens_with_no_text_keep_their_own_arrival():
     chunks = [(10, 1), (15, 0), (20, 1), (25, 0), (30, 1)]
     chars = 3
     # five chunks, five tokens: one a chunk
-    assert b._reconcile(chunks, {"completion_tokens": 5}, chars, facts) == [10, 15, 20, 25, 30]
+    assert b.reconcile(chunks, {"completion_tokens": 5}, chars, facts) == [10, 15, 20, 25, 30]
     # four tokens: the first chunk with no text had one
-    assert b._reconcile(chunks, {"completion_tokens": 4}, chars, facts) == [10, 15, 20, 30]
+    assert b.reconcile(chunks, {"completion_tokens": 4}, chars, facts) == [10, 15, 20, 30]
     # no usage: a chunk with no text is taken as a token
-    assert b._reconcile(chunks, None, chars, facts) == [10, 15, 20, 25, 30]
+    assert b.reconcile(chunks, None, chars, facts) == [10, 15, 20, 25, 30]
     # more than the chunks: the rest at the end
-    assert b._reconcile(chunks, {"completion_tokens": 7}, chars, facts) == [
+    assert b.reconcile(chunks, {"completion_tokens": 7}, chars, facts) == [
         10, 15, 20, 25, 30, 30, 30,
     ]  # fmt: skip
 
 
 def test_which_events_carry_a_token():
-    chat, cmpl = backend("chat"), backend("completions")
     role = {"choices": [{"delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
     empty = {"choices": [{"delta": {"content": ""}, "finish_reason": None}]}
     text = {"choices": [{"delta": {"content": "hi"}, "finish_reason": None}]}
     usage = {"choices": [], "usage": {"completion_tokens": 3}}
-    assert chat._tokens_in(role)[0] is None  # chat's opening chunk: the role, no token yet
-    assert chat._tokens_in(empty)[0] == ""  # a token with no text
-    assert chat._tokens_in(text) == ("hi", None, "hi")
-    assert chat._tokens_in(usage)[0] is None
+    assert tokens_in(role, "chat")[0] is None  # chat's opening chunk: the role, no token yet
+    assert tokens_in(empty, "chat")[0] == ""  # a token with no text
+    assert tokens_in(text, "chat") == ("hi", None, "hi")
+    assert tokens_in(usage, "chat")[0] is None
     done = {"choices": [{"text": "", "finish_reason": "stop"}]}
-    assert cmpl._tokens_in(done) == ("", "stop", None)
+    assert tokens_in(done, "completions") == ("", "stop", None)
     # without a tokenizer a chunk with text is one token, one with none is counted 0 (for now)
-    assert cmpl._counted([(1, "ab"), (2, ""), (3, "c")]) == [(1, 1), (2, 0), (3, 1)]
+    assert backend().counted([(1, "ab"), (2, ""), (3, "c")]) == [(1, 1), (2, 0), (3, 1)]

@@ -1,0 +1,201 @@
+"""The HTTP side of the client: the aiohttp session (headers, TLS, pool, timeouts), the wire
+stamps of each request (tracing hooks), how a failed request is classified, and the small
+calls beside the requests (the server's profiler, its ``/tokenize``).
+
+aiohttp is imported here only, inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadtest.core import outside
+from loadtest.core.events import Sent
+
+ERROR_TEXT_CHARS = 300  # of an error body or exception message kept for the result
+
+
+def open_session(spec: Any, headers: dict[str, str], base_dir: Path, now: Callable[[], int]):
+    """The client's one session: a pool of ``max_connections`` (0: unbounded), the spec's
+    timeouts, and the wire tracing that stamps each request's send."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(
+        limit=spec.max_connections,
+        limit_per_host=0,
+        ssl=_ssl_context(spec, base_dir),
+        ttl_dns_cache=300,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        headers=headers,
+        timeout=aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=spec.connect_timeout / 1e9,
+            sock_read=spec.read_timeout / 1e9,
+        ),
+        trace_configs=[_wire_trace(now)],
+    )
+
+
+def _ssl_context(spec: Any, base_dir: Path) -> ssl.SSLContext | bool:
+    if not spec.verify_tls:
+        return False
+    if spec.ca_bundle:
+        path = Path(spec.ca_bundle).expanduser()
+        return ssl.create_default_context(
+            cafile=str(path if path.is_absolute() else base_dir / path)
+        )
+    return True
+
+
+class Wire:
+    """Per-request stamps from the tracing hooks: when the request started in the client and
+    when its bytes left (with the thread's CPU time at both), and its waits on the way: for a
+    pooled connection (``queued_ns``) and for a new one (``connect_ns``)."""
+
+    __slots__ = (
+        "connect_ns",
+        "connect_start_ns",
+        "cpu_sent_ns",
+        "cpu_start_ns",
+        "queue_start_ns",
+        "queued_ns",
+        "sent_ns",
+        "start_ns",
+    )
+
+    def __init__(self) -> None:
+        self.sent_ns = self.start_ns = self.cpu_start_ns = self.cpu_sent_ns = 0
+        self.queue_start_ns = self.queued_ns = 0
+        self.connect_start_ns = self.connect_ns = 0
+
+    def sent(self) -> Sent:
+        """The send, and where the client's part of its lateness went: the thread was off the
+        CPU for whatever of the elapsed time it neither ran nor waited on the network for."""
+        elapsed = max(0, self.sent_ns - self.start_ns)
+        waited = self.queued_ns + self.connect_ns
+        off_cpu = elapsed - (self.cpu_sent_ns - self.cpu_start_ns) - waited
+        return Sent(
+            self.sent_ns,
+            pool_ns=self.queued_ns,
+            connect_ns=self.connect_ns,
+            off_cpu_ns=max(0, off_cpu),
+        )
+
+
+def _wire_trace(now: Callable[[], int]):
+    """aiohttp tracing hooks: when a request's headers were written to the socket (the send, as
+    near the wire as the client shows it) and how long it queued for a pooled connection (the
+    client's own wait)."""
+    import aiohttp
+
+    trace = aiohttp.TraceConfig()
+    cpu = time.thread_time_ns  # this thread's CPU time: what it ran, not what it waited
+
+    async def started(session, ctx, params) -> None:
+        w = ctx.trace_request_ctx
+        w.start_ns, w.cpu_start_ns = now(), cpu()
+
+    async def headers_sent(session, ctx, params) -> None:
+        w = ctx.trace_request_ctx
+        w.sent_ns, w.cpu_sent_ns = now(), cpu()
+
+    async def queued(session, ctx, params) -> None:
+        ctx.trace_request_ctx.queue_start_ns = now()
+
+    async def dequeued(session, ctx, params) -> None:
+        w = ctx.trace_request_ctx
+        w.queued_ns += now() - w.queue_start_ns
+
+    async def connecting(session, ctx, params) -> None:
+        ctx.trace_request_ctx.connect_start_ns = now()
+
+    async def connected(session, ctx, params) -> None:
+        w = ctx.trace_request_ctx
+        w.connect_ns += now() - w.connect_start_ns
+
+    trace.on_request_start.append(started)
+    trace.on_request_headers_sent.append(headers_sent)
+    trace.on_connection_queued_start.append(queued)
+    trace.on_connection_queued_end.append(dequeued)
+    trace.on_connection_create_start.append(connecting)
+    trace.on_connection_create_end.append(connected)
+    return trace
+
+
+def failure_kind(exc: BaseException) -> tuple[str, bool]:
+    """A failed request's error type for the result, and whether it failed to connect (the
+    server may be down) rather than after connecting (the stream so far is kept)."""
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):  # TLS verification
+        return "tls_error", True
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return "connect_error", True
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect_timeout", True
+    for kind, name in (
+        (aiohttp.SocketTimeoutError, "read_timeout"),  # silent past read_timeout
+        (aiohttp.ServerDisconnectedError, "server_disconnected"),
+        (aiohttp.ClientPayloadError, "stream_cut"),  # a chunked body cut short mid-stream
+        (aiohttp.ClientOSError, "connection_reset"),  # reset by the peer, mid-request
+    ):
+        if isinstance(exc, kind):
+            return name, False
+    return type(exc).__name__, False
+
+
+async def error_text(resp: Any, limit: int = 4096) -> str:
+    """The start of an error body (never the whole of a hostile one), as text."""
+    try:
+        raw = await resp.content.read(limit)
+    except Exception:  # the body is only for the message
+        return ""
+    return raw.decode("utf-8", errors="replace")[:ERROR_TEXT_CHARS]
+
+
+async def profiler_call(session: Any, root: str, name: str) -> str | None:
+    """POST ``/<name>`` at the server's root (vLLM's ``/start_profile``, ``/stop_profile``);
+    None on success, else why not (the caller bounds how long it may take)."""
+    import aiohttp
+
+    try:
+        async with session.post(
+            f"{root}/{name}",
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+            trace_request_ctx=Wire(),
+        ) as resp:
+            if resp.status >= 400:
+                hint = " (vLLM serves it when started with --profiler-config)"
+                return f"POST /{name}: HTTP {resp.status}" + (hint if resp.status == 404 else "")
+            await resp.content.read(1 << 16)  # an answer, not a body worth keeping
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return f"POST /{name}: {type(exc).__name__}"
+    return None
+
+
+async def server_token_count(session: Any, root: str, model: str, text: str) -> int | None:
+    """How many tokens the server's own ``/tokenize`` (vLLM, SGLang) makes of ``text``, or
+    None where it has none."""
+    try:
+        async with session.post(
+            f"{root}/tokenize",
+            data=json.dumps({"model": model, "prompt": text}),
+            trace_request_ctx=Wire(),
+        ) as resp:
+            if resp.status >= 400:
+                return None
+            body = await resp.content.read(1 << 16)  # a count is a few bytes: bounded
+        answer = outside.loads(body.decode("utf-8", "replace"))
+    except Exception:  # no such endpoint, or not JSON: the server has no /tokenize
+        return None
+    count = answer.get("count") if isinstance(answer, dict) else None
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        return None
+    return count
