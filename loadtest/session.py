@@ -384,6 +384,7 @@ class Session:
         return ProfileWindow(scenario.profile, self.backend, self.clock, out)
 
     async def _run(self, plan, scenario, window=None, gpu_sampler=None):
+        assert self.info is not None  # started: _ensure_backend
         runner = Runner(
             plan,
             self.backend,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree as ET
 
 import yaml
@@ -50,7 +51,7 @@ def gate(
     sla: Sla | None,
     baselines: Sequence[RunSet] = (),
     *,
-    metrics=regression.DEFAULT_METRICS,
+    metrics: Sequence[str] = regression.DEFAULT_METRICS,
     min_effect: float = 0.05,
     confidence: float = 0.99,
 ) -> GateResult:
@@ -92,7 +93,7 @@ def gate(
 def scenario_differences(base: dict, cand: dict) -> list[str]:
     """What differs between the scenarios that produced two runs (seeds and output settings aside)."""
 
-    def flat(d, prefix=""):
+    def flat(d: dict | None, prefix: str = "") -> dict[str, Any]:
         out = {}
         for k, v in (d or {}).items():
             if isinstance(v, dict):
@@ -211,11 +212,11 @@ def markdown(result: dict, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cell(text) -> str:
+def _cell(text: object) -> str:
     return str(text).replace("|", "\\|")
 
 
-def _fmt(x) -> str:
+def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 

@@ -26,6 +26,7 @@ so with every interval taken once the point estimate equals the run's reported f
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -259,7 +260,7 @@ def _block_indices(rng: np.random.Generator, k: int) -> np.ndarray:
 def compare(
     baseline_runs: list[dict],
     candidate_runs: list[dict],
-    metrics=DEFAULT_METRICS,
+    metrics: Sequence[str] = DEFAULT_METRICS,
     *,
     min_effect: float = 0.05,
     confidence: float = 0.99,
@@ -274,7 +275,15 @@ def compare(
     return [_check(name, base, cand, wb, wc, min_effect, tail) for name in metrics]
 
 
-def _check(name, base: Sample, cand: Sample, wb, wc, min_effect: float, tail: float) -> Comparison:
+def _check(
+    name: str,
+    base: Sample,
+    cand: Sample,
+    wb: np.ndarray,
+    wc: np.ndarray,
+    min_effect: float,
+    tail: float,
+) -> Comparison:
     lower_is_better = parse_metric(name)[1] is not None
     unit = "ms" if lower_is_better else "tok/s"
     b0 = float(base.statistic(name, base.identity())[0])

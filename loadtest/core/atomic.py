@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from loadtest.core import rundir, secrets
 
@@ -56,7 +58,7 @@ def write_text(path: Path, text: str) -> None:
     write_bytes(path, secrets.scrub(text).encode("utf-8"))
 
 
-def write_json(path: Path, obj) -> None:
+def write_json(path: Path, obj: Any) -> None:
     """``write_text`` of the JSON, every string value scrubbed of secrets; NaN refused."""
     write_text(
         path, json.dumps(secrets.scrub_tree(obj), indent=2, sort_keys=False, allow_nan=False) + "\n"
@@ -77,7 +79,7 @@ def write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
     write_text(path, buf.getvalue())
 
 
-def _cell(value):
+def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
@@ -101,6 +103,6 @@ def write_parquet(path: Path, rows: list[dict]) -> bool:
     return True
 
 
-def write_jsonl(path: Path, rows) -> None:
+def write_jsonl(path: Path, rows: Iterable[Any]) -> None:
     """``write_text`` of one compact JSON object a line."""
     write_text(path, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows))

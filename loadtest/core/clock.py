@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import selectors
 import time
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 NS_PER_S = 1_000_000_000
 
@@ -71,13 +74,13 @@ class _VirtualSelector:
         self._inner = inner
         self._loop = loop
 
-    def select(self, timeout: float | None = None):
+    def select(self, timeout: float | None = None) -> list[Any]:
         events = self._inner.select(0)
         if not events and timeout:
             self._loop._advance(timeout)
         return events
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
@@ -135,7 +138,7 @@ class VirtualClock:
             await asyncio.sleep(delay / NS_PER_S)
 
 
-def run_virtual(coro_fn, *args, **kwargs):
+def run_virtual(coro_fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
     """Run ``coro_fn(clock, *args, **kwargs)`` on a fresh virtual-time loop; returns its result."""
     loop = VirtualTimeLoop()
     try:

@@ -9,6 +9,9 @@ alone, so a histogram decoded from ``metrics.json`` reproduces every reported fi
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 import numpy as np  # imported here, not on first use: a lazy import would stall the event loop mid-run
 from hdrh.histogram import HdrHistogram
 
@@ -58,7 +61,7 @@ class LatencyHistogram:
         """Exactly ``hdr.get_value_at_percentile(p)`` / 1000."""
         return self.percentiles_ms((p,))[0]
 
-    def percentiles_ms(self, ps) -> list[float]:
+    def percentiles_ms(self, ps: Sequence[float]) -> list[float]:
         """Several percentiles from one pass over the buckets (the interval close asks for six)."""
         total = self.hdr.total_count
         if total == 0:
@@ -92,13 +95,13 @@ class LatencyHistogram:
         values, counts = self.recorded()
         return int(counts[values > threshold_us].sum())
 
-    def recorded(self):
+    def recorded(self) -> tuple[np.ndarray, np.ndarray]:
         """``(values, counts)``: numpy arrays over the non-empty buckets, ascending; each value is
         the bucket's highest equivalent value, the figure hdrh reports for a percentile in it."""
         _, highest, counts = self._buckets()
         return highest, counts
 
-    def _buckets(self):
+    def _buckets(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each non-empty bucket's lowest and highest equivalent value and its count: hdrh's
         ``get_value_from_index`` and ``get_highest_equivalent_value``, vectorised (a Python call
         per bucket took milliseconds on a wide histogram, on the event loop)."""
@@ -141,12 +144,12 @@ class LatencyHistogram:
         """A histogram from its ``encode()`` text."""
         return cls(HdrHistogram.decode(text.encode("ascii")), over_range)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
         # pickled as its lossless encoding: a worker process's histograms reach its parent
         return (LatencyHistogram.decode, (self.encode(), self.over_range))
 
 
-def merge(histograms) -> LatencyHistogram:
+def merge(histograms: Iterable[LatencyHistogram]) -> LatencyHistogram:
     """One histogram holding every value of the given ones."""
     total = LatencyHistogram()
     for h in histograms:

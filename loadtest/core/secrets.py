@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import IO
+from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
@@ -64,7 +64,7 @@ def scrub(text: str) -> str:
     return text if pattern is None or not text else pattern.sub(MASK, text)
 
 
-def scrub_tree(node):
+def scrub_tree(node: Any) -> Any:
     """A copy of a JSON-like tree (dicts, lists, strings) with every string scrubbed."""
     if _pattern is None:
         return node
@@ -146,7 +146,7 @@ class ScrubbedStream:
     def write(self, text: str) -> int:
         return self._stream.write(scrub(text))
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 

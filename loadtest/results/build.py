@@ -12,7 +12,7 @@ from typing import Any
 
 from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS
+from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import (
     GoodputResult,
@@ -349,7 +349,7 @@ def _workers(
     return out
 
 
-def _worker_clock(w) -> WorkerClock | None:
+def _worker_clock(w: Any) -> WorkerClock | None:
     if w.clock is None:
         return None
     after = w.clock_after
@@ -423,7 +423,7 @@ def _sessions(outcome: RunOutcome) -> SessionsResult | None:
     )
 
 
-def _goodput(scenario: Scenario, rec, window_s: float | None) -> GoodputResult | None:
+def _goodput(scenario: Scenario, rec: Recorder, window_s: float | None) -> GoodputResult | None:
     g = scenario.goodput
     if g is None:
         return None
@@ -446,7 +446,7 @@ def _goodput(scenario: Scenario, rec, window_s: float | None) -> GoodputResult |
     )
 
 
-def _window_s(rec) -> float | None:
+def _window_s(rec: Recorder) -> float | None:
     if rec.window_start is None or rec.window_end is None or rec.window_end <= rec.window_start:
         return None
     return (rec.window_end - rec.window_start) / 1e9
@@ -456,7 +456,7 @@ def _rate(n: int, seconds: float | None) -> float | None:
     return None if not seconds else n / seconds
 
 
-def _points(rec) -> list[IntervalPoint]:
+def _points(rec: Recorder) -> list[IntervalPoint]:
     width = rec.interval_ns / 1e9
     by_index = {c["index"]: c for c in rec.closed}
     indices = sorted(set(by_index) | set(rec.token_bins))
@@ -474,7 +474,7 @@ def null_non_finite(result: RunMetrics) -> RunMetrics:
     ``validity.warnings``: one bad figure must not cost the whole result."""
     found: list[str] = []
 
-    def walk(node, path: str):
+    def walk(node: Any, path: str) -> Any:
         if isinstance(node, float) and not math.isfinite(node):
             found.append(path)
             return None

@@ -47,7 +47,7 @@ def layer_problem(model) -> str | None:
 
 
 @functools.cache
-def rows_layer(base: type) -> type:
+def rows_layer(base: Any) -> type:
     """``base`` (a static cache layer) allocated for ``self.rows`` rows, of which an update may
     fill the first few: the prefill's, through views of those rows, which the layer's own
     in-place writes go through. A decode step's update, at all rows, is ``base``'s own (what
@@ -121,15 +121,16 @@ class PaddedDecode:
 
         config = self.model.config.get_text_config(decoder=True)
         cache = StaticCache(config=config, max_cache_len=self._length)
+        layer: Any
         for layer in cache.layers:
-            layer.__class__ = rows_layer(type(layer))
+            layer.__class__ = rows_layer(layer.__class__)
             layer.rows = self.rows
         return cache
 
     def _step(self, compiled, *args, **kwargs):
         """One compiled decode step at ``rows`` rows, its logits the batch's (a generate() not
         given this cache is left as transformers runs it)."""
-        first = kwargs.get("input_ids")
+        first: Any = kwargs.get("input_ids")
         first = kwargs.get("inputs_embeds") if first is None else first
         batch = first.shape[0]
         if batch == self.rows or kwargs.get(self._cache_arg) is not self._cache:

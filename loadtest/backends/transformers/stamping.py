@@ -94,7 +94,7 @@ class AfterSyncStamps:
     def __init__(self, torch, streamer: StepStreamer) -> None:
         self.torch, self.streamer = torch, streamer
         self.stamps = 0
-        self._buf = None
+        self._buf: Any = None  # the pinned host buffer, made at the first copy
         self._gu: Any = None
         self._original: Any = None
 
