@@ -1,0 +1,93 @@
+"""``loadtest run --url``: a served model run from flags, with no scenario file. The flags
+become a scenario (saved with ``--save-scenario``, so a first try is reproducible); URL
+credentials never reach a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from loadtest.cli.common import error
+from loadtest.core import exit_codes
+
+
+def scenario_source(
+    scenario: Path | None,
+    overrides: list[str],
+    url: str | None,
+    model: str | None,
+    flags: dict,
+    save_to: Path | None,
+    overwrite: bool,
+) -> tuple[Path, list[str]]:
+    """The scenario file to load and the overrides on it. With ``--url`` and no file, the
+    scenario the flags describe, written to ``--save-scenario`` (or a temporary file)."""
+    import os
+    import shlex
+    import sys
+    import tempfile
+
+    given = {k: v for k, v in flags.items() if v is not None}
+    if scenario is not None:
+        if given or save_to is not None:
+            error(
+                f"{', '.join('--' + k.replace('_', '-') for k in given) or '--save-scenario'}: only without a scenario file"
+            )
+            raise typer.Exit(exit_codes.USAGE)
+        extra = [f"backend.base_url={url}"] if url else []
+        extra += [f"backend.model={model}"] if model else []
+        return scenario, extra + overrides
+    if url is None:
+        error("give a scenario file, or --url for a served model (loadtest run --help)")
+        raise typer.Exit(exit_codes.USAGE)
+    from loadtest.config.backend_specs import url_problem
+
+    if problem := url_problem(url):  # before any request: no other scheme is ever opened
+        error(f"--url {problem}")
+        raise typer.Exit(exit_codes.USAGE)
+    from loadtest.backends.openai.discovery import list_models
+    from loadtest.config import quick
+    from loadtest.config.loading import apply_overrides, parse_scenario
+    from loadtest.core import atomic, secrets
+    from loadtest.core.errors import BackendError, ScenarioError
+
+    if model is None:
+        try:
+            models = list_models(url, os.environ.get("OPENAI_API_KEY"))
+        except BackendError as exc:
+            error(f"--url: {exc}")
+            raise typer.Exit(exit_codes.FAILED) from None
+        model = models[0]
+        typer.echo(
+            f"model: {model}"
+            + (f" (the first of {len(models)} the server lists)" if len(models) > 1 else ""),
+            err=True,
+        )
+    try:
+        data = quick.scenario_from_flags(url=url, model=model, **given)
+        # the saved file holds what runs, overrides included: `loadtest run FILE` repeats it
+        # (the run itself loads the flags' scenario with the overrides on top, so that a bad
+        # --set is named as such)
+        parse_scenario(quick.to_yaml(data, ""), Path("--url"), overrides)
+        apply_overrides(data, overrides, Path("--set"))
+    except ScenarioError as exc:
+        error(*exc.problems)
+        raise typer.Exit(exit_codes.USAGE) from None
+    # URL credentials are never written (the file, the run's copy, a temp file): the file
+    # names the server without them, and they reach the run as an override held in memory
+    secret_url = secrets.redact_url(url) != url
+    data["backend"]["base_url"] = secrets.redact_url(url)
+    keep_url = [f"backend.base_url={url}"] if secret_url else []
+    secrets.register(*secrets.url_credentials(url))  # the command line below is scrubbed
+    text = quick.to_yaml(data, "loadtest " + shlex.join(sys.argv[1:]))
+    if save_to is not None:
+        if save_to.exists() and not overwrite:
+            error(f"--save-scenario {save_to}: exists (--overwrite to replace it)")
+            raise typer.Exit(exit_codes.USAGE)
+        atomic.write_text(save_to, text)
+        typer.echo(f"scenario: {save_to}", err=True)
+        return save_to, keep_url
+    path = Path(tempfile.mkdtemp(prefix="loadtest-")) / "scenario.yml"
+    atomic.write_text(path, text)
+    return path, keep_url

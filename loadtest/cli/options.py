@@ -1,0 +1,73 @@
+"""Options that several commands take, declared once: the same flag means the same thing in
+``run`` and ``sweep`` (and reads the same in their ``--help``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Out = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Where to write the result: exactly this directory (default: under reports/).",
+    ),
+]
+# (list options default to None, not []: a command reads ``set_ or []``)
+Set = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a scenario field: dotted.key=value (repeatable).",
+    ),
+]
+Workers = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        min=1,
+        help="Client processes sharing the load (load.workers): more than one process can send.",
+    ),
+]
+Ray = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        help="Run the workers as actors on this Ray cluster (load.ray; 'local' starts one here).",
+    ),
+]
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite", help="Replace an earlier loadtest result in --out (never other files)."
+    ),
+]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No live progress display.")]
+Metric = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metric",
+        help="A metric to compare (repeatable; default: ttft/itl/e2e p50 and p99, "
+        "output_tokens_per_s).",
+    ),
+]
+Confidence = Annotated[
+    float,
+    typer.Option(
+        "--confidence",
+        min=0.5,
+        max=0.9999,
+        help="Regression: 1 - the chance that an A/A comparison fails any check; compare: of "
+        "the intervals, simultaneous over the metrics.",
+    ),
+]
+
+
+def workers_override(workers: int | None, ray: str | None = None) -> list[str]:
+    """``--workers`` and ``--ray`` as the scenario overrides they stand for."""
+    out = [] if workers is None else [f"load.workers={workers}"]
+    return out + ([] if ray is None else [f"load.ray={ray}"])

@@ -1,0 +1,95 @@
+"""``loadtest report``: re-render a saved run, repeat or sweep from its JSON alone; and the
+reports every run writes beside its result (a report that fails is a warning, never a lost run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from loadtest.cli.common import error, usage_error
+from loadtest.core import exit_codes
+from loadtest.reporters.console import make_console
+
+
+def exit_code(metrics: dict) -> int:
+    """For a metrics.json or a repeat.json (its pooled status and SLA verdict)."""
+    verdict = (metrics.get("sla") or {}).get("verdict")
+    return exit_codes.for_result(metrics["status"], verdict, metrics.get("interrupted_by"))
+
+
+def report(
+    run_dir: Path = typer.Argument(
+        ..., help="A run (metrics.json), repeat (repeat.json) or sweep (sweep.json) directory."
+    ),
+) -> None:
+    """Re-render a saved run (report.md, report.html), repeat (repeat.html and each replicate's)
+    or sweep (sweep.md, sweep.html) from its JSON alone."""
+    from loadtest.reporters import exports, html, markdown, sweep_report, terminal
+    from loadtest.results.model import ResultReadError, read_repeat, read_run, read_sweep
+
+    try:  # through the typed readers: a broken or hostile file is refused, never half-read
+        sweep = read_sweep(run_dir / "sweep.json") if (run_dir / "sweep.json").exists() else None
+        repeat = (
+            read_repeat(run_dir / "repeat.json") if (run_dir / "repeat.json").exists() else None
+        )
+    except ResultReadError as exc:
+        usage_error(str(exc))
+    if sweep is not None:
+        doc = sweep.view()
+        sweep_report.render_terminal(doc, make_console())
+        typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(doc, run_dir)))
+        raise typer.Exit(exit_codes.OK)
+    if repeat is not None:
+        doc = repeat.view()
+        written = [p for d in doc["runs"] for p in write_reports(run_dir / d)]
+        written += write_repeat_report(run_dir, doc)
+        terminal.render_repeat(doc, make_console())
+        typer.echo("report: " + ", ".join(str(p) for p in written))
+        raise typer.Exit(exit_code(doc))
+
+    try:
+        metrics = read_run(run_dir / "metrics.json").view()
+    except ResultReadError as exc:
+        usage_error(str(exc))
+    terminal.render(metrics)
+    written = [
+        markdown.write(metrics, run_dir),
+        html.write_run(metrics, run_dir),
+        *exports.write(metrics, run_dir),
+    ]
+    typer.echo("report: " + ", ".join(str(p) for p in written))
+    raise typer.Exit(exit_code(metrics) if metrics.get("status") else exit_codes.USAGE)
+
+
+def write_reports(run_dir: Path) -> list[Path]:
+    """report.md and report.html beside a run's metrics.json. The result is already written:
+    a report that cannot be rendered is a warning, never a lost run."""
+    from loadtest.reporters import exports, html, markdown
+    from loadtest.results.model import ResultReadError, read_run
+
+    try:
+        metrics = read_run(run_dir / "metrics.json").view()
+        return [
+            markdown.write(metrics, run_dir),
+            html.write_run(metrics, run_dir),
+            *exports.write(metrics, run_dir),
+        ]
+    except (ResultReadError, OSError, ValueError, ImportError) as exc:
+        error(f"{run_dir}: the report could not be written ({exc}); metrics.json is intact")
+        return []
+
+
+def write_repeat_report(out: Path, doc: dict) -> list[Path]:
+    """repeat.html beside repeat.json: median and spread, replicates' percentiles overlaid."""
+    from loadtest.core import atomic
+    from loadtest.reporters import html
+    from loadtest.results.model import ResultReadError, read_run
+
+    try:
+        curves = [(d, read_run(out / d / "metrics.json").histograms or {}) for d in doc["runs"]]
+        atomic.write_text(out / "repeat.html", html.repeat_html(doc, curves))
+        return [out / "repeat.html"]
+    except (ResultReadError, OSError, ValueError, ImportError) as exc:
+        error(f"{out}: repeat.html could not be written ({exc}); repeat.json is intact")
+        return []

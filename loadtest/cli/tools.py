@@ -1,0 +1,127 @@
+"""The small commands: ``validate``, ``env``, ``calibrate``, ``schema``, ``version``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from loadtest.cli import options
+from loadtest.cli.common import error, load
+from loadtest.core import exit_codes
+from loadtest.reporters.console import make_console
+
+
+def validate(
+    files: list[Path] = typer.Argument(..., help="Scenario files."),
+    set_: options.Set = None,
+) -> None:
+    """Check scenario files as a run would (datasets, traces and the plan too), without loading
+    a model or touching a GPU."""
+    bad = 0
+    for f in files:
+        try:
+            load(f, set_ or [])
+            typer.echo(f"ok: {f}")
+        except typer.Exit:
+            bad += 1
+    raise typer.Exit(exit_codes.USAGE if bad else exit_codes.OK)
+
+
+def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON.")) -> None:
+    """The environment manifest a run records: versions, commit, CPU, GPUs (NVML), and its warnings."""
+    from rich.table import Table
+
+    from loadtest.telemetry import environment
+
+    manifest = environment.collect()
+    problems = environment.warnings(manifest)
+    if as_json:
+        typer.echo(json.dumps({**manifest, "warnings": problems}, indent=2))
+        raise typer.Exit(exit_codes.OK)
+    console = make_console()
+    table = Table(title="environment", title_justify="left", show_header=False)
+    for key, value in manifest.items():
+        if key != "gpus":
+            table.add_row(key, "-" if value in (None, {}, []) else str(value))
+    console.print(table)
+    for g in manifest.get("gpus") or []:
+        gt = Table(title=f"GPU {g['index']}: {g['name']}", title_justify="left", show_header=False)
+        for key, value in g.items():
+            if key not in ("index", "name"):
+                gt.add_row(key, str(value))
+        console.print(gt)
+    if not manifest.get("gpus"):
+        console.print(f"GPUs: none ({manifest.get('gpu_reason')})")
+    for w in problems:
+        console.print(f"warning: {w}", style="yellow")
+    raise typer.Exit(exit_codes.OK)
+
+
+def calibrate(
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Measure this device's copy bandwidth and matmul rate; cache them as the roofline's peaks."""
+    from loadtest.telemetry import calibrate as cal
+
+    try:
+        result = cal.measure(device)
+    except ImportError:
+        typer.echo("error: calibrate needs torch: pip install -e '.[transformers]'", err=True)
+        raise typer.Exit(exit_codes.USAGE) from None
+    except RuntimeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exit_codes.FAILED) from None
+    path = cal.save(result)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        sheet = result["datasheet"]
+        typer.echo(
+            f"{result['device_name']}: copy bandwidth {result['bw_gb_s']:g} GB/s, {result['dtype']} matmul "
+            f"{result['tflops']:g} TFLOP/s"
+            + (
+                f" (datasheet: {sheet['bw_gb_s']:g} GB/s, {sheet['tflops']:g} TFLOP/s)"
+                if sheet
+                else ""
+            )
+        )
+        typer.echo(f"cached: {path}")
+    raise typer.Exit(exit_codes.OK)
+
+
+SCHEMAS = {
+    "scenario": ("loadtest.config.scenario", "Scenario"),
+    "result": ("loadtest.results.model", "RunMetrics"),
+    "repeat": ("loadtest.results.model", "RepeatDoc"),
+    "sweep": ("loadtest.results.model", "SweepDoc"),
+    "gate": ("loadtest.results.model", "GateResult"),
+}
+
+
+def schema(
+    kind: str = typer.Argument(
+        ..., help=f"Which document: {', '.join(SCHEMAS)} (result is metrics.json)."
+    ),
+) -> None:
+    """Print a JSON Schema: of scenario files (for editor validation) or of a result document."""
+    import importlib
+
+    if kind not in SCHEMAS:
+        error(f"schema {kind}: expected one of {', '.join(SCHEMAS)}")
+        raise typer.Exit(exit_codes.USAGE)
+    module, name = SCHEMAS[kind]
+    model = getattr(importlib.import_module(module), name)
+    doc = model.model_json_schema(by_alias=True)
+    doc = {"$schema": "https://json-schema.org/draft/2020-12/schema", **doc}
+    typer.echo(json.dumps(doc, indent=2))
+    raise typer.Exit(exit_codes.OK)
+
+
+def version() -> None:
+    """Print the version."""
+    from loadtest.core._version import __version__
+
+    typer.echo(__version__)
