@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import math
 import os
 import signal
 import sys
@@ -28,7 +27,8 @@ from loadtest.core.errors import BackendError, LoadtestError
 from loadtest.core.text import visible
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.execution.workers import WorkerGroup, process_channels
-from loadtest.results.build import build_result, null_non_finite
+from loadtest.results.build import build_result
+from loadtest.results.finish import Observed
 from loadtest.results.model import RunMetrics
 from loadtest.results.runset import Evidence
 from loadtest.telemetry import environment
@@ -55,6 +55,17 @@ class RunResult:
     @property
     def sla_verdict(self) -> str | None:
         return None if self.result.sla is None else self.result.sla.verdict
+
+
+@dataclass
+class _Started:
+    """A point ready at t0: its plan (None where worker processes hold it), how many requests
+    it plans, the backend's facts, and the environment as it was at the start."""
+
+    plan: Plan | None
+    planned: int | None
+    details: dict
+    environment: dict
 
 
 def default_out_dir(name: str) -> Path:
@@ -262,41 +273,69 @@ class Session:
     async def run_point(
         self, loaded: LoadedScenario, out_dir, *, overwrite: bool = False, claimed: bool = False
     ) -> RunResult:
-        """One run into ``out_dir`` (claimed here, before anything loads, unless ``claimed``)."""
+        """One run into ``out_dir`` (claimed here, before anything loads, unless ``claimed``):
+        started, measured, built, written."""
         scenario = loaded.scenario
         self._install_signals()
         secrets.register(*scenario.backend.secret_values())
         out = _run_dir(scenario, out_dir, overwrite, claimed)
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label
-        env_facts = lambda: environment.collect(scenario.seeds.model_dump(), loaded.sha256)  # noqa: E731
-        timeout_s = scenario.backend.start_timeout / 1e9
+        started = await self._start_point(loaded)
+        if isinstance(started, str):  # why it did not start: the result says so
+            result = build_result(
+                scenario=scenario,
+                scenario_path=str(loaded.path),
+                outcome=None,
+                backend={"kind": scenario.backend.kind, "error": started},
+                environment=_environment(loaded),
+                planned=_estimate(scenario),
+                started_at=started_at,
+                interrupted_by=self.interrupted_by,
+                start_failure=started,
+            )
+            _write_result(out, result)
+            return RunResult(out, result)
+        outcome, facts, seen = await self._measure(loaded, started, out)
+        result = build_result(
+            scenario=scenario,
+            scenario_path=str(loaded.path),
+            outcome=outcome,
+            backend={"kind": scenario.backend.kind, "name": self._name, **started.details, **facts},
+            environment=started.environment,
+            planned=started.planned,
+            started_at=started_at,
+            interrupted_by=self.interrupted_by,
+            seen=seen,
+            judge=None if scenario.sla is None else _sla_judge(scenario.sla),
+        )
+        _write_result(out, result)  # first: whatever fails after it, the result is there
+        return RunResult(out, _write_exports_of(out, result, outcome))
+
+    async def _start_point(self, loaded: LoadedScenario) -> _Started | str:
+        """Everything before t0, bounded by ``backend.start_timeout``; why not, as text, when
+        the backend did not start or a signal came first."""
+        timeout_s = loaded.scenario.backend.start_timeout / 1e9
         try:
             if self.interrupted_by is not None:
                 raise asyncio.CancelledError
             self._starting = asyncio.ensure_future(asyncio.wait_for(self._start(loaded), timeout_s))
             plan, planned, details = await self._starting
-            env = env_facts()  # at start: the processes already on the GPU are part of it
+            # at start: the processes already on the GPU are part of it
+            return _Started(plan, planned, details, _environment(loaded))
         except (BackendError, asyncio.TimeoutError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and self.interrupted_by is None:
                 raise
-            reason = _start_failure(exc, self.interrupted_by, timeout_s)
             await self.close()
-            planned = scenario.load.planned_estimate()
-            result = build_result(
-                scenario=scenario,
-                scenario_path=str(loaded.path),
-                outcome=None,
-                backend={"kind": scenario.backend.kind, "error": reason},
-                environment=env_facts(),
-                planned=None if planned is None else round(planned),
-                started_at=started_at,
-                interrupted_by=self.interrupted_by,
-                start_failure=reason,
-            )
-            _write_result(out, result)
-            return RunResult(out, result)
+            return _start_failure(exc, self.interrupted_by, timeout_s)
         finally:
             self._starting = None
+
+    async def _measure(
+        self, loaded: LoadedScenario, started: _Started, out: Path
+    ) -> tuple[RunOutcome, dict, Observed]:
+        """The run itself, with the samplers and the profile window around it: its outcome, the
+        backend's facts of the point, and what was seen (side files written)."""
+        scenario, plan = loaded.scenario, started.plan
         sampler = _sampler(scenario)
         server = _server_sampler(scenario)
         window = self._profile_window(scenario, out)
@@ -320,42 +359,18 @@ class Session:
             await self._close_group()  # each point starts its own workers
         elif outcome.status == "failed":
             facts.update(await self.close())
-        profile_export = facts.pop("profile_export", {})
-        result = build_result(
-            scenario=scenario,
-            scenario_path=str(loaded.path),
-            outcome=outcome,
-            backend={
-                "kind": scenario.backend.kind,
-                "name": self._name,
-                **details,
-                **facts,
-            },
-            environment=env,
-            planned=planned,
-            started_at=started_at,
-            interrupted_by=self.interrupted_by,
+        seen = Observed(
+            environment=started.environment,
+            gpu=sampler,
+            gpu_off_reason=_gpu_off_reason(scenario) or "not sampled",
+            gpu_scope=_gpu_scope(scenario),
+            profile=window,
+            profile_export=facts.pop("profile_export", {}),
+            server=server,
+            file_problems=_write_side_files(out, outcome.t0_ns, sampler, server),
+            notes=_dataset_notes(started.details),
         )
-        _add_inside_sections(result, scenario, outcome, env, sampler, window, profile_export, out)
-        if details.get("dataset_rows_cut"):
-            result.validity.warnings.append(
-                f"the dataset held {details['dataset_rows_cut']} rows past "
-                f"workload.dataset_max_rows: the plan drew from its first "
-                f"{details['dataset_rows']} (raise the limit to use more)"
-            )
-        if server is not None:
-            _add_server_section(result, outcome, server, out)
-        if scenario.sla is not None:
-            result.sla = evaluate(scenario.sla, Evidence.of_run(result))
-        result = null_non_finite(result)
-        _write_result(out, result)  # first: whatever fails after it, the result is there
-        if outcome.recorder.records is not None:
-            problem = _write_exports(out, outcome.recorder.records)
-            if problem:
-                sys.stderr.write(f"loadtest: {visible(secrets.scrub(problem))}\n")
-                result.validity.warnings.append(problem)
-                _write_result(out, result)
-        return RunResult(out, result)
+        return outcome, facts, seen
 
     async def _run_workers(self, gpu_sampler=None) -> tuple[RunOutcome, dict]:
         """The point in the worker processes: t0 sent, their outcomes merged."""
@@ -423,135 +438,69 @@ def _run_dir(scenario, out_dir, overwrite: bool, claimed: bool) -> Path:
     return rundir.claim(Path(out_dir if out_dir is not None else scenario.outputs.dir), overwrite)
 
 
-def _add_inside_sections(
-    result: RunMetrics,
-    scenario,
-    outcome,
-    env: dict,
-    sampler,
-    window,
-    profile_export: dict,
-    out: Path,
-) -> None:
-    """``gpu`` (and gpu.csv), the environment's warnings, ``profile``, ``roofline``."""
-    rec = outcome.recorder
-    if sampler:
-        span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
-        result.gpu = sampler.summary(outcome.t0_ns, span, rec.window_tokens)
-        if result.gpu.get("available"):
-            # whose GPUs these are: a served model's may be elsewhere, never labelled as its
-            result.gpu["scope"] = (
-                "this host (the load generator's); the server's own GPUs are not sampled"
-                if scenario.backend.kind == "openai"
-                else "this host (the engine's)"
-            )
-        if sampler.rows:
-            _side_file(
-                result,
-                out / "gpu.csv",
-                lambda p: atomic.write_text(p, sampler.csv_text(outcome.t0_ns)),
-            )
-    else:
-        result.gpu = {"available": False, "reason": _gpu_off_reason(scenario) or "not sampled"}
-    result.validity.warnings += environment.warnings(env, result.gpu)
-    if result.backend.get("recompiles_in_window"):
-        result.validity.warnings.append(
-            f"torch.compile built {result.backend['recompiles_in_window']} graph(s) inside the "
-            "measurement window: those requests waited for a compilation (warm-up missed a shape)"
-        )
-    if result.backend.get("stamp_mismatches"):
-        result.validity.warnings.append(
-            f"{result.backend['stamp_mismatches']} batch(es) had a different number of token stamps than tokens "
-            "generated: the per-step stamp hook did not match this transformers version; report it"
-        )
-    if window is not None:
-        result.profile = {**window.summary(outcome.t0_ns, rec.profiled), **profile_export}
-        result.requests.profiled = rec.profiled
-        result.validity.warnings += window.warnings
-        _judge_around_profiler(result, scenario, rec, window)
-    result.roofline = _roofline(result.view(), env)
+def _environment(loaded: LoadedScenario) -> dict:
+    return environment.collect(loaded.scenario.seeds.model_dump(), loaded.sha256)
 
 
-def _judge_around_profiler(result: RunMetrics, scenario, rec, window) -> None:
-    """A profiler slows the engine while it records; near capacity the backlog that forms may
-    take long to drain, or never does. That is the capture's cost, said in a warning, not an
-    overloaded system: a run unsteady only because of it is judged on its window outside the
-    capture and the backlog's drain, and said to be perturbed."""
-    cost = window.perturbation(rec.t0)
-    if cost is None:
-        return
-    b0, peak = cost["backlog_at_open"] or 0, cost["backlog_peak"]
-    if peak <= b0 + 3 * math.sqrt(b0 + 1):  # no more than a queue's own wander
-        return
-    drained = (
-        f"drained {cost['drain_s']:.3g} s after the capture closed"
-        if cost["drain_s"] is not None
-        else "had not drained by the end"
-    )
-    cost_text = (
-        f"the profiler's capture lasted {cost['lasted_s']:.3g} s"
-        + (f" for {cost['asked_s']:.3g} s asked" if cost["asked_s"] else "")
-        + f" and raised the backlog from {b0} to {peak} requests, which {drained}; "
-        f"{rec.profiled} requests sent until then are flagged"
-        + (" and kept out of the figures" if window.spec.exclude_from_stats else "")
-    )
-    if result.stability is None or result.stability.steady:
-        result.validity.warnings.append(cost_text)
-        return
-    outside = _judged_outside(scenario, rec, window)
-    if outside is not None and not all(v.steady for v in outside):
-        result.validity.warnings.append(cost_text)  # overloaded outside the capture too
-        return
-    note = f"perturbed by the profiler, not overloaded: {cost_text}; " + (
-        "outside them the run was steady"
-        if outside
-        else "no part of the window was outside them to judge the run's steadiness on "
-        "(open the capture later, or run longer); its figures are no steady state's"
-    )
-    base = outside[0] if outside else result.stability
-    result.stability = base.model_copy(update={"reasons": [note], "steady": bool(outside)})
-    result.validity.warnings = [
-        note if w.startswith("overloaded:") else w for w in result.validity.warnings
+def _estimate(scenario) -> int | None:
+    planned = scenario.load.planned_estimate()
+    return None if planned is None else round(planned)
+
+
+def _sla_judge(sla) -> Callable[[RunMetrics], Any]:
+    return lambda result: evaluate(sla, Evidence.of_run(result))
+
+
+def _gpu_scope(scenario) -> str:
+    """Whose GPUs the sampled ones are: a served model's may be elsewhere, never labelled as its."""
+    if scenario.backend.kind == "openai":
+        return "this host (the load generator's); the server's own GPUs are not sampled"
+    return "this host (the engine's)"
+
+
+def _dataset_notes(details: dict) -> list[str]:
+    if not details.get("dataset_rows_cut"):
+        return []
+    return [
+        f"the dataset held {details['dataset_rows_cut']} rows past "
+        f"workload.dataset_max_rows: the plan drew from its first "
+        f"{details['dataset_rows']} (raise the limit to use more)"
     ]
 
 
-def _judged_outside(scenario, rec, window) -> list | None:
-    """Stability verdicts on the window's spans outside the capture and its drain (before it
-    opened; after the backlog drained), each of at least five intervals; None when there is
-    no such span."""
-    from loadtest.results.stability import judge as judge_stability
+def _write_side_files(out: Path, t0_ns: int, gpu, server) -> dict[str, str]:
+    """gpu.csv and server.csv, written before metrics.json: one that cannot be written (a full
+    disk) is a warning in the result, never a lost result. Returns why each failed."""
+    writes: list[tuple[str, Callable[[Path], object]]] = []
+    if gpu is not None and gpu.rows:
+        writes.append(("gpu.csv", lambda p: atomic.write_text(p, gpu.csv_text(t0_ns))))
+    if server is not None and server.rows:
+        from loadtest.telemetry.server_metrics import CSV_COLUMNS
 
-    open_loop = scenario.load.arrival.kind != "concurrency"
-    spans = [(rec.window_start, window.start_ns)]
-    if window.drained_ns is not None:
-        spans.append((window.drained_ns, rec.window_end))
-    verdicts = [
-        judge_stability(rec.timeline, a, b, rec.interval_ns, open_loop=open_loop)
-        for a, b in spans
-        if a is not None and b is not None and b - a >= 5 * rec.interval_ns
-    ]
-    judged = [v for v in verdicts if v is not None]
-    return judged or None
+        rows = server.csv_rows(t0_ns)
+        writes.append(("server.csv", lambda p: atomic.write_csv(p, rows, CSV_COLUMNS)))
+    problems = {}
+    for name, write in writes:
+        try:
+            write(out / name)
+        except OSError as exc:
+            problems[name] = str(exc.strerror or exc)
+    return problems
 
 
-def _roofline(metrics: dict, env: dict) -> dict | None:
-    """MBU/MFU and a diagnosis, for in-process models (transformers)."""
-    backend = metrics["backend"]
-    acct, config = backend.get("roofline_acct"), backend.get("shape_config")
-    if not acct or not config:
-        return None
-    from loadtest.telemetry import roofline
-
-    estimated = None
-    if not acct.get("decode_steps") and backend.get("mode") == "continuous":
-        acct, estimated = roofline.estimate_from_latencies(metrics), roofline.ESTIMATED_NOTE
-    shape = roofline.model_shape(config, backend["parameter_bytes"], backend["dtype_bytes"])
-    name = backend.get("device_name")
-    uuid = next((g.get("uuid") for g in env.get("gpus") or [] if g.get("name") == name), None)
-    result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
-    if estimated:
-        result["estimated"] = estimated
-    result["diagnosis"] = roofline.diagnose(result, metrics["gpu"], metrics.get("profile"))
+def _write_exports_of(out: Path, result: RunMetrics, outcome: RunOutcome) -> RunMetrics:
+    """The per-request exports, after metrics.json; when one cannot be written the result,
+    rewritten, says so."""
+    records = outcome.recorder.records
+    if records is None:
+        return result
+    problem = _write_exports(out, records)
+    if not problem:
+        return result
+    sys.stderr.write(f"loadtest: {visible(secrets.scrub(problem))}\n")
+    validity = result.validity.model_copy(update={"warnings": [*result.validity.warnings, problem]})
+    result = result.model_copy(update={"validity": validity})
+    _write_result(out, result)
     return result
 
 
@@ -595,50 +544,6 @@ def _server_sampler(scenario):
     return sampler
 
 
-def _add_server_section(result: RunMetrics, outcome, server, out: Path) -> None:
-    """``server`` (and server.csv), with the server's TTFT beside the client's where it has one."""
-    rec = outcome.recorder
-    span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
-    summary = server.summary(outcome.t0_ns, span)
-    compared = _ttft_compared(summary, rec.first_tokens, outcome.t0_ns)
-    if compared is not None:
-        summary["ttft_compared"] = compared
-    result.server = summary
-    if server.rows:
-        from loadtest.telemetry.server_metrics import CSV_COLUMNS
-
-        rows = server.csv_rows(outcome.t0_ns)
-        _side_file(result, out / "server.csv", lambda p: atomic.write_csv(p, rows, CSV_COLUMNS))
-
-
-def _ttft_compared(summary: dict, first_tokens: list[tuple[int, int]], t0_ns: int) -> dict | None:
-    """The server's mean TTFT against the client's over the same requests: every request whose
-    first token came between the two samples the server's figure is taken from (warm-up and
-    profiled ones included, as the server's histogram has them)."""
-    ttft = summary.get("metrics", {}).get("ttft_s")
-    if not ttft or not ttft.get("window_count") or not first_tokens:
-        return None
-    start, end = (t0_ns + round(s * 1e9) for s in summary["sampled_s"])
-    mine = [service for first, service in first_tokens if start < first <= end]
-    if not mine:
-        return None
-    server_ms = ttft["window_mean"] * 1e3
-    client_ms = sum(mine) / len(mine) / 1e6
-    return {
-        "server_mean_ms": server_ms,
-        "server_requests": int(ttft["window_count"]),
-        "client_service_mean_ms": client_ms,
-        "client_requests": len(mine),
-        "difference_ms": client_ms - server_ms,
-        "note": "the same requests: those whose first token came between the two samples "
-        "(warm-up and profiled ones included). The client's TTFT runs from its request's "
-        "bytes leaving to the first token's chunk arriving; the server's (vLLM) from the "
-        "request reaching its engine, after the HTTP server parsed it, to the first token "
-        "leaving the engine, before it is framed and streamed. The difference is the network, "
-        "HTTP parsing and the stream's delivery.",
-    }
-
-
 def _sampler(scenario):
     """A started GPU sampler, or None when the scenario turns sampling off."""
     if _gpu_off_reason(scenario) is not None:
@@ -648,15 +553,6 @@ def _sampler(scenario):
     sampler = GpuSampler(scenario.telemetry.interval / 1e9, devices=scenario.telemetry.devices)
     sampler.start()
     return sampler
-
-
-def _side_file(result: RunMetrics, path: Path, write: Callable[[Path], object]) -> None:
-    """A file beside metrics.json, written before it: one that cannot be written (a full disk)
-    is a warning in the result, never a lost result."""
-    try:
-        write(path)
-    except OSError as exc:
-        result.validity.warnings.append(f"{path.name} could not be written: {exc.strerror or exc}")
 
 
 def _write_exports(out: Path, records: list[dict]) -> str | None:

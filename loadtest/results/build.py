@@ -6,14 +6,14 @@ behind is invalid whatever its latencies say (they still include the delay).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, Recorder
 from loadtest.execution.runner import RunOutcome
+from loadtest.results.finish import Observed, finish
 from loadtest.results.model import (
     GoodputResult,
     Harness,
@@ -26,6 +26,7 @@ from loadtest.results.model import (
     Timeseries,
     TurnStats,
     Validity,
+    Verdict,
     Window,
     WorkerClock,
     WorkerStats,
@@ -195,9 +196,13 @@ def build_result(
     started_at: str,
     interrupted_by: str | None = None,
     start_failure: str | None = None,
+    seen: Observed | None = None,
+    judge: Callable[[RunMetrics], Verdict | None] | None = None,
 ) -> RunMetrics:
-    """The result of one run, whatever its status. ``outcome`` is None for a run that never
-    started (``start_failure`` says why): nothing was measured, and the result says so."""
+    """The result of one run, whatever its status, complete: what was ``seen`` around the
+    requests is added and ``judge`` gives the SLA verdict (``finish``). ``outcome`` is None for
+    a run that never started (``start_failure`` says why): nothing was measured, and the result
+    says so."""
     identity = dict(
         name=scenario.name,
         started_at=started_at,
@@ -254,7 +259,7 @@ def build_result(
     )
     latency = {m: LatencySummary(**hists[m].summary_ms()) for m in ALL_METRICS}
     e2e = latency["e2e"]
-    return RunMetrics(
+    result = RunMetrics(
         status=status,
         requests=Requests(
             planned=planned,
@@ -300,6 +305,7 @@ def build_result(
         peak_mem_mb=backend.get("peak_mem_mb"),
         **identity,
     )
+    return finish(result, scenario, outcome, seen or Observed(environment), judge)
 
 
 def _workers(
@@ -467,29 +473,3 @@ def _points(rec: Recorder) -> list[IntervalPoint]:
             IntervalPoint(**c, t_s=k * width, output_tokens_per_s=rec.token_bins.get(k, 0) / width)
         )
     return points
-
-
-def null_non_finite(result: RunMetrics) -> RunMetrics:
-    """Every NaN or infinity in the result as null (JSON has neither), said where in
-    ``validity.warnings``: one bad figure must not cost the whole result."""
-    found: list[str] = []
-
-    def walk(node: Any, path: str) -> Any:
-        if isinstance(node, float) and not math.isfinite(node):
-            found.append(path)
-            return None
-        if isinstance(node, dict):
-            for k, v in node.items():
-                node[k] = walk(v, f"{path}.{k}" if path else str(k))
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                node[i] = walk(v, f"{path}[{i}]")
-        return node
-
-    doc = walk(result.model_dump(by_alias=True), "")
-    if not found:
-        return result
-    doc["validity"]["warnings"].append(
-        f"not a finite number, written as null: {', '.join(found)} (a bug in loadtest: report it)"
-    )
-    return RunMetrics.model_validate(doc)

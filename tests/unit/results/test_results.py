@@ -78,7 +78,7 @@ def test_non_finite_figures_become_null_with_a_warning_naming_them():
     import json
     import math
 
-    from loadtest.results.build import null_non_finite
+    from loadtest.results.finish import null_non_finite
 
     result = _minimal_result(
         roofline={"decode": {"mbu": math.nan, "steps": 3}, "points": [math.inf, 1.5]}
