@@ -216,7 +216,7 @@ def test_a_server_on_another_host_never_gets_this_hosts_gpus_as_its_own():
     """telemetry.gpu: auto samples this host's GPUs for in-process engines and local servers,
     not for a server elsewhere (they would be reported as if they were its GPUs)."""
     from loadtest.config.scenario import Scenario
-    from loadtest.session import _gpu_off_reason
+    from loadtest.session.telemetry import gpu_off_reason as _gpu_off_reason
 
     def sc(url: str, gpu="auto") -> Scenario:
         return Scenario.model_validate(

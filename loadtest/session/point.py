@@ -1,17 +1,13 @@
-"""Wiring: scenario -> backend -> plan -> runner -> metrics.json (+ SLA verdict).
-
-This is the Python API the CLI calls; a notebook can call ``run_scenario`` the same way.
-"""
+"""A session: a loaded backend that runs one or more points (a run, a sweep, repeats), and
+each point in its stages: started (everything before t0, bounded), measured (the runner or the
+worker processes, with the samplers and the profile window around it), built (one complete
+document), written."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
-import signal
 import sys
-import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +17,9 @@ from loadtest.analysis.sla import evaluate
 from loadtest.backends import create_backend
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.config.loading import LoadedScenario, resolve_path
-from loadtest.core import atomic, exit_codes, rundir, secrets
-from loadtest.core.clock import Clock, MonotonicClock
-from loadtest.core.errors import BackendError, LoadtestError
+from loadtest.core import rundir, secrets
+from loadtest.core.clock import Clock
+from loadtest.core.errors import BackendError
 from loadtest.core.text import visible
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.execution.workers import WorkerGroup, process_channels
@@ -31,30 +27,12 @@ from loadtest.results.build import build_result
 from loadtest.results.finish import Observed
 from loadtest.results.model import RunMetrics
 from loadtest.results.runset import Evidence
+from loadtest.session.signals import StopOnSignals
+from loadtest.session.telemetry import gpu_off_reason, gpu_sampler, gpu_scope, server_sampler
+from loadtest.session.writing import RunResult, write_exports, write_result, write_side_files
 from loadtest.telemetry import environment
 from loadtest.workload.datasets import DatasetRows
 from loadtest.workload.plan import Plan, build_plan
-
-
-@dataclass
-class RunResult:
-    """A finished run: where it was written, and what (``metrics.json`` as a typed model)."""
-
-    out_dir: Path
-    result: RunMetrics
-
-    @property
-    def metrics(self) -> dict:
-        """``metrics.json`` as the JSON-shaped mapping it was written as."""
-        return self.result.view()
-
-    @property
-    def status(self) -> str:
-        return self.result.status
-
-    @property
-    def sla_verdict(self) -> str | None:
-        return None if self.result.sla is None else self.result.sla.verdict
 
 
 @dataclass
@@ -68,51 +46,7 @@ class _Started:
     environment: dict
 
 
-def default_out_dir(name: str) -> Path:
-    """``reports/<safe name>-<UTC time>[-N]``, created now (never shared with another run)."""
-    return rundir.default_dir(name)
-
-
-def run_scenario(
-    loaded: LoadedScenario,
-    out_dir: str | Path | None = None,
-    *,
-    clock: Clock | None = None,
-    progress=None,
-    handle_signals: bool = False,
-    overwrite: bool = False,
-) -> RunResult:
-    """Run on a fresh event loop (the real clock unless one is given); write the run directory."""
-    return asyncio.run(
-        run_scenario_async(
-            loaded,
-            out_dir,
-            clock=clock or MonotonicClock(),
-            progress=progress,
-            handle_signals=handle_signals,
-            overwrite=overwrite,
-        )
-    )
-
-
-async def run_scenario_async(
-    loaded: LoadedScenario,
-    out_dir,
-    *,
-    clock: Clock,
-    progress=None,
-    handle_signals: bool = False,
-    overwrite: bool = False,
-) -> RunResult:
-    """``run_scenario`` on a running event loop with the given clock (the virtual clock in tests)."""
-    session = Session(clock, progress=progress, handle_signals=handle_signals)
-    try:
-        return await session.run_point(loaded, out_dir, overwrite=overwrite)
-    finally:
-        await session.close()
-
-
-class Session:
+class Session(StopOnSignals):
     """A loaded backend that runs one or more points (a run, a sweep, repeats) without reloading.
 
     Between points, a backend whose spec changes only in settings it can take live (the
@@ -163,52 +97,6 @@ class Session:
             return {}
         backend, self.backend, self.info, self.spec = self.backend, None, None, None
         return await backend.stop()
-
-    # -- signals ------------------------------------------------------------------------------
-
-    def _install_signals(self) -> None:
-        if not self.handle_signals or self._restore_signals is not None:
-            return
-        loop = asyncio.get_running_loop()
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
-
-        def restore() -> None:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-                if self.interrupted_by is not None:
-                    # the process is on its way out with the result written: a late signal
-                    # (a second from `timeout`) must not kill it mid-report with another code
-                    signal.signal(sig, signal.SIG_IGN)
-
-        self._restore_signals = restore
-
-    def _on_signal(self, sig: int) -> None:
-        name = signal.Signals(sig).name
-        code = exit_codes.SIGNALS.get(name, exit_codes.INTERRUPTED)
-        if self.interrupted_by is not None:
-            # already stopping: however many signals come (coreutils `timeout` sends two, to
-            # the process and to its group), the partial result is written first; the grace
-            # timer bounds the wait
-            sys.stderr.write(
-                f"\nloadtest: {name}: already stopping; writing the partial result "
-                f"(at most {self.grace_s:g} s)\n"
-            )
-            return
-        self.interrupted_by = name
-        sys.stderr.write(f"\nloadtest: {name}: stopping and writing the partial result\n")
-        if self._runner is not None:
-            self._runner.request_stop("interrupted")
-        if self._starting is not None:
-            self._starting.cancel()
-        timer = threading.Timer(self.grace_s, _give_up, (name, code, self.grace_s))
-        timer.daemon = True
-        timer.start()
 
     # -- one point ----------------------------------------------------------------------------
 
@@ -293,7 +181,7 @@ class Session:
                 interrupted_by=self.interrupted_by,
                 start_failure=started,
             )
-            _write_result(out, result)
+            write_result(out, result)
             return RunResult(out, result)
         outcome, facts, seen = await self._measure(loaded, started, out)
         result = build_result(
@@ -308,8 +196,8 @@ class Session:
             seen=seen,
             judge=None if scenario.sla is None else _sla_judge(scenario.sla),
         )
-        _write_result(out, result)  # first: whatever fails after it, the result is there
-        return RunResult(out, _write_exports_of(out, result, outcome))
+        write_result(out, result)  # first: whatever fails after it, the result is there
+        return RunResult(out, write_exports(out, result, outcome))
 
     async def _start_point(self, loaded: LoadedScenario) -> _Started | str:
         """Everything before t0, bounded by ``backend.start_timeout``; why not, as text, when
@@ -336,8 +224,8 @@ class Session:
         """The run itself, with the samplers and the profile window around it: its outcome, the
         backend's facts of the point, and what was seen (side files written)."""
         scenario, plan = loaded.scenario, started.plan
-        sampler = _sampler(scenario)
-        server = _server_sampler(scenario)
+        sampler = gpu_sampler(scenario)
+        server = server_sampler(scenario)
         window = self._profile_window(scenario, out)
         try:
             if plan is None:
@@ -362,12 +250,12 @@ class Session:
         seen = Observed(
             environment=started.environment,
             gpu=sampler,
-            gpu_off_reason=_gpu_off_reason(scenario) or "not sampled",
-            gpu_scope=_gpu_scope(scenario),
+            gpu_off_reason=gpu_off_reason(scenario) or "not sampled",
+            gpu_scope=gpu_scope(scenario),
             profile=window,
             profile_export=facts.pop("profile_export", {}),
             server=server,
-            file_problems=_write_side_files(out, outcome.t0_ns, sampler, server),
+            file_problems=write_side_files(out, outcome.t0_ns, sampler, server),
             notes=_dataset_notes(started.details),
         )
         return outcome, facts, seen
@@ -434,7 +322,7 @@ def _run_dir(scenario, out_dir, overwrite: bool, claimed: bool) -> Path:
     if claimed:
         return Path(out_dir)
     if out_dir is None and not scenario.outputs.dir:
-        return default_out_dir(scenario.name)  # created exclusively: never another run's
+        return rundir.default_dir(scenario.name)  # created exclusively: never another run's
     return rundir.claim(Path(out_dir if out_dir is not None else scenario.outputs.dir), overwrite)
 
 
@@ -451,13 +339,6 @@ def _sla_judge(sla) -> Callable[[RunMetrics], Any]:
     return lambda result: evaluate(sla, Evidence.of_run(result))
 
 
-def _gpu_scope(scenario) -> str:
-    """Whose GPUs the sampled ones are: a served model's may be elsewhere, never labelled as its."""
-    if scenario.backend.kind == "openai":
-        return "this host (the load generator's); the server's own GPUs are not sampled"
-    return "this host (the engine's)"
-
-
 def _dataset_notes(details: dict) -> list[str]:
     if not details.get("dataset_rows_cut"):
         return []
@@ -466,148 +347,6 @@ def _dataset_notes(details: dict) -> list[str]:
         f"workload.dataset_max_rows: the plan drew from its first "
         f"{details['dataset_rows']} (raise the limit to use more)"
     ]
-
-
-def _write_side_files(out: Path, t0_ns: int, gpu, server) -> dict[str, str]:
-    """gpu.csv and server.csv, written before metrics.json: one that cannot be written (a full
-    disk) is a warning in the result, never a lost result. Returns why each failed."""
-    writes: list[tuple[str, Callable[[Path], object]]] = []
-    if gpu is not None and gpu.rows:
-        writes.append(("gpu.csv", lambda p: atomic.write_text(p, gpu.csv_text(t0_ns))))
-    if server is not None and server.rows:
-        from loadtest.telemetry.server_metrics import CSV_COLUMNS
-
-        rows = server.csv_rows(t0_ns)
-        writes.append(("server.csv", lambda p: atomic.write_csv(p, rows, CSV_COLUMNS)))
-    problems = {}
-    for name, write in writes:
-        try:
-            write(out / name)
-        except OSError as exc:
-            problems[name] = str(exc.strerror or exc)
-    return problems
-
-
-def _write_exports_of(out: Path, result: RunMetrics, outcome: RunOutcome) -> RunMetrics:
-    """The per-request exports, after metrics.json; when one cannot be written the result,
-    rewritten, says so."""
-    records = outcome.recorder.records
-    if records is None:
-        return result
-    problem = _write_exports(out, records)
-    if not problem:
-        return result
-    sys.stderr.write(f"loadtest: {visible(secrets.scrub(problem))}\n")
-    validity = result.validity.model_copy(update={"warnings": [*result.validity.warnings, problem]})
-    result = result.model_copy(update={"validity": validity})
-    _write_result(out, result)
-    return result
-
-
-def _gpu_off_reason(scenario) -> str | None:
-    """Why this host's GPUs are not sampled, or None when they are."""
-    gpu = scenario.telemetry.gpu
-    if gpu is False:
-        return "telemetry.gpu: false"
-    if gpu == "auto" and scenario.backend.kind == "openai":
-        from urllib.parse import urlsplit
-
-        host = (urlsplit(scenario.backend.base_url).hostname or "").lower()
-        if host not in ("localhost", "127.0.0.1", "::1", "0.0.0.0") and host not in _own_names():
-            return (
-                f"the server ({host}) is not on this host: its GPUs are not these "
-                "(telemetry.gpu: true samples this host's anyway)"
-            )
-    return None
-
-
-def _own_names() -> set[str]:
-    import socket
-
-    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
-    return names
-
-
-def _server_sampler(scenario):
-    """A started sampler of the server's /metrics, or None (not an openai backend, or off)."""
-    wanted = scenario.telemetry.server
-    if wanted is False or scenario.backend.kind != "openai":
-        return None
-    from loadtest.backends.openai.discovery import without_credentials
-    from loadtest.telemetry.server_metrics import ServerSampler, metrics_url
-
-    sampler = ServerSampler(
-        metrics_url(without_credentials(scenario.backend.base_url)),
-        scenario.telemetry.server_interval / 1e9,
-    )
-    sampler.start()
-    return sampler
-
-
-def _sampler(scenario):
-    """A started GPU sampler, or None when the scenario turns sampling off."""
-    if _gpu_off_reason(scenario) is not None:
-        return None
-    from loadtest.telemetry.gpu_sampler import GpuSampler
-
-    sampler = GpuSampler(scenario.telemetry.interval / 1e9, devices=scenario.telemetry.devices)
-    sampler.start()
-    return sampler
-
-
-def _write_exports(out: Path, records: list[dict]) -> str | None:
-    """requests.jsonl, .csv and .parquet; why not, when a file cannot be written (a full disk):
-    the others are still tried, and metrics.json, written before, says so."""
-    columns = [k for k in records[0] if k != "token_ns"] if records else []
-    writes: list[tuple[str, Callable[[Path], object]]] = [
-        ("requests.jsonl", lambda p: atomic.write_jsonl(p, records)),
-        ("requests.csv", lambda p: atomic.write_csv(p, records, columns)),
-    ]
-    if records:
-        writes.append(("requests.parquet", lambda p: atomic.write_parquet(p, records)))
-    failed = []
-    for name, write in writes:
-        try:
-            write(out / name)
-        except OSError as exc:
-            failed.append(f"{name} ({exc.strerror or exc})")
-    if not failed:
-        return None
-    return "the per-request exports could not all be written: " + ", ".join(failed)
-
-
-class ResultWriteError(LoadtestError):
-    """The run finished but metrics.json could not be written; ``saved_to`` says where it went."""
-
-    def __init__(self, message: str, saved_to: Path | None) -> None:
-        super().__init__(message)
-        self.saved_to = saved_to
-
-
-def _write_result(out: Path, result: RunMetrics) -> None:
-    """metrics.json, atomically. When that fails (disk full, folder removed), the result is
-    kept in the temp folder if possible, and the error says where."""
-    doc = result.view()  # written through write_json: every string value is scrubbed of secrets
-    try:
-        atomic.write_json(out / "metrics.json", doc)
-        return
-    except OSError as exc:
-        problem = f"{out / 'metrics.json'}: could not write the result: {exc.strerror or exc}"
-    fallback = (
-        Path(tempfile.gettempdir()) / f"loadtest-{rundir.safe_name(out.name)}-{os.getpid()}.json"
-    )
-    try:
-        atomic.write_json(fallback, doc)
-    except OSError:
-        fallback = None  # type: ignore[assignment]
-    raise ResultWriteError(problem, fallback)
-
-
-def _give_up(name: str, code: int, grace_s: float) -> None:
-    sys.stderr.write(
-        f"loadtest: {name}: could not stop within {grace_s:g} s; exiting without writing a result\n"
-    )
-    os._exit(code)
 
 
 def _start_failure(exc: BaseException, interrupted_by: str | None, timeout_s: float) -> str:

@@ -1,0 +1,62 @@
+"""The samplers a point runs beside its requests: this host's GPUs (unless they are not the
+system under test's) and a served model's own ``/metrics``."""
+
+from __future__ import annotations
+
+
+def gpu_off_reason(scenario) -> str | None:
+    """Why this host's GPUs are not sampled, or None when they are."""
+    gpu = scenario.telemetry.gpu
+    if gpu is False:
+        return "telemetry.gpu: false"
+    if gpu == "auto" and scenario.backend.kind == "openai":
+        from urllib.parse import urlsplit
+
+        host = (urlsplit(scenario.backend.base_url).hostname or "").lower()
+        if host not in ("localhost", "127.0.0.1", "::1", "0.0.0.0") and host not in _own_names():
+            return (
+                f"the server ({host}) is not on this host: its GPUs are not these "
+                "(telemetry.gpu: true samples this host's anyway)"
+            )
+    return None
+
+
+def _own_names() -> set[str]:
+    import socket
+
+    names = {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return names
+
+
+def server_sampler(scenario):
+    """A started sampler of the server's /metrics, or None (not an openai backend, or off)."""
+    wanted = scenario.telemetry.server
+    if wanted is False or scenario.backend.kind != "openai":
+        return None
+    from loadtest.backends.openai.discovery import without_credentials
+    from loadtest.telemetry.server_metrics import ServerSampler, metrics_url
+
+    sampler = ServerSampler(
+        metrics_url(without_credentials(scenario.backend.base_url)),
+        scenario.telemetry.server_interval / 1e9,
+    )
+    sampler.start()
+    return sampler
+
+
+def gpu_sampler(scenario):
+    """A started GPU sampler, or None when the scenario turns sampling off."""
+    if gpu_off_reason(scenario) is not None:
+        return None
+    from loadtest.telemetry.gpu_sampler import GpuSampler
+
+    sampler = GpuSampler(scenario.telemetry.interval / 1e9, devices=scenario.telemetry.devices)
+    sampler.start()
+    return sampler
+
+
+def gpu_scope(scenario) -> str:
+    """Whose GPUs the sampled ones are: a served model's may be elsewhere, never labelled as its."""
+    if scenario.backend.kind == "openai":
+        return "this host (the load generator's); the server's own GPUs are not sampled"
+    return "this host (the engine's)"
