@@ -87,12 +87,16 @@ def main() -> None:
     print(f"function bodies over {BODY_LINES} lines: {len(long_functions)}")
     for n, where in sorted(long_functions, reverse=True)[:10]:
         print(f"  {n:5d}  {where}")
-    print(f"reporters/: {reporter_reads} string-key reads; {dict_params} of {reporter_functions} functions take a dict")
+    print(
+        f"reporters/: {reporter_reads} string-key reads; {dict_params} of {reporter_functions} functions take a dict"
+    )
     print(f"README.md: {readme} lines")
     if "--mypy" in sys.argv:
         out = subprocess.run(
             [sys.executable, "-m", "mypy", "--check-untyped-defs", "--no-incremental"],
-            cwd=ROOT, capture_output=True, text=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         ).stdout
         findings = [line for line in out.splitlines() if ": error:" in line]
         print(f"mypy --check-untyped-defs: {len(findings)} findings")

@@ -1,0 +1,103 @@
+"""``sweep.html``: a sweep's curves, frontier, knee and points."""
+
+from __future__ import annotations
+
+from loadtest.reporters import plots
+from loadtest.reporters.html.page import card, esc, num, page, table
+
+SWEEP_COLS = (
+    "x",
+    "status",
+    "steady",
+    "output_tokens_per_s",
+    "requests_per_s",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2e_p99_ms",
+)
+
+
+def sweep_html(doc: dict) -> str:
+    """sweep.html's text from a saved sweep.json."""
+    axis, curve = doc["axis"], doc["curve"]
+    kinds = [plots.point_kind(c) for c in curve]
+    status_cls = {"ok": "good", "partial": "warn"}.get(doc["status"], "bad")
+    strip = [
+        card("sweep", doc["status"], status_cls, f"{len(curve)} points over {axis}"),
+        card(
+            "points",
+            f"{kinds.count('steady')} steady",
+            "",
+            f"{kinds.count('unsteady')} unsteady, {kinds.count('invalid')} invalid",
+        ),
+        card(
+            "knee",
+            "-" if doc["knee"] is None else str(doc["knee"]),
+            "warn" if doc.get("knee_caveats") else "",
+            "; ".join(doc.get("knee_caveats") or []) or "highest tok/s ÷ p99 E2E, steady points",
+        ),
+    ]
+    best = max(
+        (c.get("output_tokens_per_s") or 0 for c, k in zip(curve, kinds) if k == "steady"),
+        default=0,
+    )
+    if best:
+        strip.append(card("best steady tok/s", num(best)))
+    if doc.get("max_rate"):
+        mr = doc["max_rate"]
+        strip.append(
+            card(
+                "max rate meeting the SLA",
+                f"{mr['rate']} req/s",
+                "",
+                f"first failing {mr['first_failing_rate']}",
+            )
+        )
+    header = (
+        f"<h1>Sweep over {esc(axis)}</h1><p class=meta>status <b class='{esc(doc['status'])}'>"
+        f"{esc(doc['status'])}</b> · {esc(doc['scenario_file'])}</p>"
+    )
+    curves = "".join(
+        f"<h3>{esc(name)}</h3>{svg}" for name, svg in plots.sweep_plots(curve, axis, doc["knee"])
+    )
+    knee = (
+        f"<p>knee (highest throughput ÷ p99 E2E, steady points only): <b>{esc(doc['knee'])}</b> · "
+        f"frontier: {esc(doc['frontier'])}</p>"
+        + "".join(
+            f"<p class=warn><b>caveat:</b> {esc(c)}</p>" for c in doc.get("knee_caveats") or []
+        )
+    )
+    if doc.get("max_rate"):
+        mr = doc["max_rate"]
+        knee += (
+            f"<p>Highest rate meeting the SLA: <b>{esc(mr['rate'])} req/s</b>; first failing "
+            f"{esc(mr['first_failing_rate'])} req/s; tolerance {esc(mr['tolerance'])}. {esc(mr['evidence'])}</p>"
+        )
+    rows = [
+        [
+            f"<span class='{esc(k)}'>{esc(c.get(col))}</span>"
+            if col == "status"
+            else esc(c.get(col))
+            for col in SWEEP_COLS
+        ]
+        for c, k in zip(curve, kinds)
+    ]
+    reasons = [
+        (esc(p["params"]), esc(p["status"]), esc(p["reason"]))
+        for p in doc["points"]
+        if p.get("reason")
+    ]
+    points = table(SWEEP_COLS, rows) + (
+        "<h3>Marked points</h3>" + table(("params", "status", "reason"), reasons) if reasons else ""
+    )
+    return page(
+        f"sweep {axis}",
+        header,
+        strip,
+        [("curves", "Curves", knee + curves), ("points", "Points", points)],
+    )
+
+
+# -- comparison ----------------------------------------------------------------------------
