@@ -1,5 +1,6 @@
-"""Several GPUs: replicas and tensor parallelism, the figures of docs/benchmarks.md. Run on a
-machine with two GPUs (the ``nvidia-h200-x2`` kind); one call, one table.
+"""Several GPUs: replicas and tensor parallelism. Run on a machine with two GPUs (the
+``nvidia-h200-x2`` kind); one call, one table. Not run yet: no two-GPU machine has been lent to
+this project, so docs/benchmarks.md has no figures from it.
 
     PYTHONPATH=. python bench/multi_gpu.py --out /tmp/multi [--only 1,2,3]
 

@@ -1,6 +1,6 @@
 """HTTP client benchmark (no GPU): how fast can the openai backend send and stream?
 
-Starts bench/fast_openai_server.py in its own process on loopback (one core for it, one for the
+Starts tests/fast_openai_server.py in its own process on loopback (one core for it, one for the
 client on a 2-core machine), then searches the highest Poisson rate at which the client's
 dispatch lag p99 stays under 1 ms (rates double, then bisect). Each rate runs --repeats times for
 --seconds and is judged on the median p99: one 5 s run's p99 is its 9th-worst sample, and on a
@@ -74,7 +74,7 @@ def main() -> None:
     server = subprocess.Popen(
         [
             sys.executable,
-            str(Path(__file__).with_name("fast_openai_server.py")),
+            str(Path(__file__).resolve().parents[1] / "tests" / "fast_openai_server.py"),
             "--port",
             str(port),
         ]

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "investigations"))
 from overhead_split import _median_ci
 
 N_IN = N_OUT = 128

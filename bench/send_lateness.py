@@ -5,7 +5,7 @@ handler (the server's CLOCK_MONOTONIC stamp minus t0 + the intended time).
 
     PYTHONPATH=. python bench/send_lateness.py [--rate 600] [--seconds 10]
 
-The server (``bench/fast_openai_server.py``) puts its arrival stamp in each response id; the
+The server (``tests/fast_openai_server.py``) puts its arrival stamp in each response id; the
 run's ``requests.jsonl`` keeps the id, and ``metrics.json`` keeps t0 on the same clock
 (``window.t0_clock_ns``). The server's figure includes what no client stamp can see (the
 kernel, the server's own parsing), so it is the upper bound the client's must approach.
@@ -24,6 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+FAST_SERVER = Path(__file__).resolve().parents[1] / "tests" / "fast_openai_server.py"
+
 from loadtest.core.histogram import LatencyHistogram
 
 
@@ -39,7 +41,6 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     args = ap.parse_args()
     port = free_port()
-    here = Path(__file__).resolve().parent
     # the server on one core, the client on another (as the issue measured), when there are two
     cores = sorted(os.sched_getaffinity(0))
     two = len(cores) >= 2
@@ -48,7 +49,7 @@ def main() -> None:
         return lambda: os.sched_setaffinity(0, {cpu})
 
     server = subprocess.Popen(
-        [sys.executable, str(here / "fast_openai_server.py"), "--port", str(port)],
+        [sys.executable, str(FAST_SERVER), "--port", str(port)],
         preexec_fn=pin(cores[-1]) if two else None,
     )
     try:

@@ -109,7 +109,7 @@ def start_server(processes: int) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(here / "fast_openai_server.py"),
+            str(here.parent / "tests" / "fast_openai_server.py"),
             "--port",
             str(port),
             "--processes",

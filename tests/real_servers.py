@@ -194,13 +194,13 @@ def start_transformers_serve(model_dir: Path, log: Path) -> Server:
 
 
 def start_fast_server() -> Server:
-    """``bench/fast_openai_server.py`` (an OpenAI-compatible stub that answers at once, with
+    """``tests/fast_openai_server.py`` (an OpenAI-compatible stub that answers at once, with
     vLLM-named /metrics) on loopback."""
     port = free_port()
     root = Path(__file__).resolve().parents[1]
     log = Path(os.devnull)
     proc = subprocess.Popen(
-        [sys.executable, str(root / "bench" / "fast_openai_server.py"), "--port", str(port)],
+        [sys.executable, str(root / "tests" / "fast_openai_server.py"), "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -157,8 +157,8 @@ class TransformersSpec(Spec):
         ge=1,
         le=4096,
         description="static mode: pad each batch's prompt width up to a multiple of this many "
-        "tokens, so batches share shapes (default 1: no padding; on an H100 with eager "
-        "decode, 64-token buckets cost more prefill and padded attention than they saved).",
+        "tokens, so batches share shapes (default 1: no padding; with eager decode the padded "
+        "prefill and attention can cost more than the shared shapes save).",
     )
     compile: bool = Field(
         False, description="Static KV cache + torch.compile (CUDA graphs) for decode."
@@ -175,8 +175,8 @@ class TransformersSpec(Spec):
         None,
         description="With compile: torch inductor options for the decode step, e.g. "
         "{max_autotune: true} (default: the pattern matcher, loop reordering after fusion "
-        "and pointwise autotuning off: a tenth to a fifth off a cold compile on an H100, the "
-        "decode step no slower; {} for torch's own). CUDA graphs stay on unless "
+        "and pointwise autotuning off: passes that lengthen a cold compile and give the decode "
+        "step nothing; {} for torch's own). CUDA graphs stay on unless "
         "triton.cudagraphs: false.",
     )
     devices: list[Annotated[str, Field(pattern=r"^(cpu|cuda:\d+)$")]] | None = Field(

@@ -47,8 +47,8 @@ GPM_METRICS = {
     "gpm.dram_bw_util": 10,
 }
 # Costly reads, every 4th tick only: NVML measures PCIe throughput over a 20 ms window per call,
-# and the energy counter cost ~3.5 ms of CPU a read on an H100 (3/4 of the sampler's time). The
-# energy counter is cumulative, so reading it less often loses nothing but edge resolution.
+# and the energy counter is the sampler's most expensive read (docs/benchmarks.md). The energy
+# counter is cumulative, so reading it less often loses nothing but edge resolution.
 SLOW_COLUMNS = {"pcie.tx", "pcie.rx", "energy"}
 SLOW_EVERY = 4
 # Clocks-event reasons that mean the measurement is suspect (idle and app-clock settings are not).

@@ -7,9 +7,9 @@ keys and values up to the query heads' count before calling SDPA (``repeat_kv``)
 SDPA's fused kernels on CUDA take a mask or grouped heads, not both. For a decode step, one
 query token, the same attention is SDPA over the key/value heads with each one's group of query
 heads as its query length: [B, H, 1, D] as [B, H_kv, H / H_kv, D] against the cache's
-[B, H_kv, L, D], the mask broadcast over the group. Nothing is copied. In a compiled step on an
-H100 (llama-3.2-1b, 32 query heads on 8 key/value heads, a 608-token cache) the copy and the
-attention over the copies were half the step's GPU time at batch 16 (bench/decode_kernels.py).
+[B, H_kv, L, D], the mask broadcast over the group. Nothing is copied, where the copy and the
+attention over the copies can be half a compiled step's GPU time at batch 16
+(bench/investigations/decode_kernels.py).
 Every other call (a prefill, no groups, no mask, a bias per head) is transformers' own SDPA.
 """
 

@@ -1,16 +1,16 @@
 """What ``compile: true`` builds: the batch sizes a static batch is padded to, the one compiled
 graph that serves them all, and torch's counters of graphs and cache hits.
 
-A graph costs 15-40 s to build from a cold cache on an H100 host (bench/compile_warmup.py), so
-the warm-up builds as few as it can. By default every decode step runs at max_batch_size rows,
+A graph takes tens of seconds to build from a cold cache (docs/benchmarks.md), so the warm-up
+builds as few as it can. By default every decode step runs at max_batch_size rows,
 one static graph (``pads_decode``, padded_decode.py). Otherwise, left alone, torch.compile would
 build a static graph for the first batch size it sees and a graph with a dynamic batch
 dimension at the second (automatic dynamic): two graphs where one serves.
 ``batch_dynamic_while_warming`` marks the batch dimension dynamic from the first compile, so
 the warm-up builds one graph for every size from 2 (torch specializes size 1, so a batch of one
 is padded to two: ``bucket_sizes``); with one batch size (``batch_buckets: [16]``) the graph is
-static (``marks_batch_dynamic``). ``decode_compile_config`` skips inductor passes that cost the
-compile a tenth to a fifth of its time and gave the decode step nothing, and
+static (``marks_batch_dynamic``). ``decode_compile_config`` skips inductor passes that lengthen the
+compile and give the decode step nothing, and
 ``never_silently_eager`` keeps torch from running the step eagerly after too many graphs.
 """
 
@@ -21,10 +21,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-# Inductor passes skipped by default: on H100 hosts (llama-3.2-1b) the one decode graph compiled
-# in 28 s without them against 36 s with (bench/compile_warmup.py), and loadtest's warm-up took
-# 55-58 s against 61-62 s on a slower host (bench/shapes.py), the decode step no slower and the
-# greedy tokens the same. The pattern matcher searches the graph for known subgraphs to rewrite
+# Inductor passes skipped by default: without them the decode graph compiles faster, the step
+# is no slower and the greedy tokens the same (bench/investigations/compile_warmup.py). The pattern matcher searches the graph for known subgraphs to rewrite
 # (attention written out by hand, matmul and bias pairs); loop reordering tries fusions of
 # differently ordered loops; pointwise autotuning benchmarks launch configs for each kernel.
 FAST_COMPILE: dict[str, bool | int | float | str] = {
@@ -111,8 +109,7 @@ def marks_batch_dynamic(spec: Mapping[str, Any], buckets: list[int] | None) -> b
     (padded ones run at one size, static): yes, so one graph serves
     every size from 2 (in a sweep, every point's), unless the sizes listed in ``batch_buckets``
     leave one such size (``buckets``, the sizes now): the choice of one static graph, which
-    compiled in 18-22 s against 27-31 s for the dynamic one on an H100 host (bench/shapes.py),
-    every batch then running at that size."""
+    compiles faster than the dynamic one, every batch then running at that size."""
     listed = isinstance(spec.get("batch_buckets"), list)
     return not (listed and buckets and len({b for b in buckets if b >= 2}) <= 1)
 
@@ -181,7 +178,7 @@ def _step_tensors(args: tuple, kwargs: dict) -> Iterator:
 
 def compile_cache_counts() -> dict[str, int] | None:
     """Inductor's on-disk graph cache in this process so far (warm-up included): a warm cache
-    (an earlier run on this machine) cut a compiled warm-up from 40 s to 13 s on an H100 host."""
+    (an earlier run on this machine) cuts a compiled warm-up to a fraction (docs/benchmarks.md)."""
     if "torch._dynamo" not in sys.modules:
         return None
     from torch._dynamo.utils import counters

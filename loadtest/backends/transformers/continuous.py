@@ -53,8 +53,8 @@ class ContinuousEngine:
             "block_size": cb.get("block_size"),
             "num_blocks": cb.get("num_blocks"),
             "max_batch_tokens": cb.get("max_batch_tokens"),
-            # unset: the manager's own choice. On an H100 with chat traffic, graphs measured
-            # slower (ITL p50 26 vs 23 ms, TTFT p99 1.5 vs 0.6 s; docs/benchmarks.md)
+            # unset: the manager's own choice (with chat traffic, CUDA graphs measured slower
+            # here: docs/benchmarks.md)
             "use_cuda_graph": cb.get("use_cuda_graph"),
             "max_requests_per_batch": spec["max_batch_size"],
         }

@@ -1,10 +1,10 @@
 """The engine worker's outgoing messages, produced and written by a thread of their own.
 
 Whatever the generate() thread does between two decode steps delays the next launch and slows
-the model being measured. Measured inside a running compiled ``generate()`` on the H100 host
-(bench/overhead_split.py), the worker's per-step work took 63–74 µs when it wrote each step's
-message to the pipe itself (a system call that wakes the parent's reader) and turned the step's
-tokens into per-request events in Python; a 3 ms step has 60 µs to spare for a 98% harness.
+the model being measured. Writing each step's message to the pipe itself (a system call that
+wakes the parent's reader) and turning the step's tokens into per-request events in Python cost
+the generate() thread more per step than a compiled step of a few milliseconds can spare for a
+98% harness (bench/investigations/overhead_split.py).
 
 So the generate() thread only stamps the step and queues it (``defer``: a deque append, no
 wake-up while the writer is busy). The writer thread turns queued steps into messages and writes

@@ -1,17 +1,16 @@
 """``pad_decode``: the compiled decode step at one batch size, max_batch_size, for every batch.
 
 torch.compile builds a graph per batch size, or one graph with a symbolic batch dimension whose
-compile pays the symbolic shape work of every operation (on an H100 host a cold compile of
-llama-3.2-1b's decode step took 27-33 s dynamic against 18-22 s static: bench/warmup_parts.py,
-bench/shapes.py). Padding the whole batch to max_batch_size rows (``batch_buckets: [16]``)
-compiles once, static, but runs every prefill at max rows too, which cost TTFT (p50 +25% at 8
-req/s of chat). Here only the decode step runs at max rows. The prefill, eager, runs at the
+compile pays the symbolic shape work of every operation: a static graph compiles markedly
+faster (docs/benchmarks.md). Padding the whole batch to max_batch_size rows (``batch_buckets:
+[16]``) compiles once, static, but runs every prefill at max rows too, which costs TTFT. Here
+only the decode step runs at max rows. The prefill, eager, runs at the
 batch's own rows and fills the first rows of a static KV cache allocated for max rows
 (``PaddedDecode.generate_kwargs``); each decode step's inputs are padded to max rows with
 copies of the batch's first row, which read and write only their own rows of the cache, and its
 logits are cut back to the batch's, so generate() sees its own batch throughout and returns
-what it would unpadded. A grouped-query decode step at 16 rows cost about what one at 2 did
-(bench/decode_kernels.py), so the padding costs a step little.
+what it would unpadded. With packed grouped-query attention a decode step's cost barely grows
+with its rows (bench/investigations/decode_kernels.py), so the padding costs a step little.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ class AfterSyncStamps:
     """Stamps each step right after generate()'s own per-step synchronisation, with no extra one.
 
     A streamer costs the decode loop a second device synchronisation a step (``streamer.put``
-    receives ``tokens.cpu()``): ~2% of a compiled 3 ms step on the H100 host. transformers 5's
+    receives ``tokens.cpu()``), a visible share of a compiled step. transformers 5's
     loop already waits for every step: it ends with ``stop_check(unfinished, next_tokens,
     length)``, a ``StopCheck`` whose ``bool(unfinished.max() == 0)`` synchronises. For one
     generate() call (``install`` .. ``remove``) the module's ``StopCheck`` is a subclass that first

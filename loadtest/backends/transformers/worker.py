@@ -54,9 +54,8 @@ from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
 # is sized for the run's longest output (shorter outputs reuse a static cache; a longer one is a
 # new cache, and a new graph inside the window), but after the first few steps the rest only
 # repeat them: the first decode step compiles, CUDA graph trees warm it up and record it over
-# the next, and every later step replays the recording. On an H100 host the whole output (96
-# tokens) cost a compiled warm-up ~0.5 s per batch size against 0.1 s for 8, and after either
-# warm-up the first full generate() was as fast as the second (bench/warmup_steps.py).
+# the next, and every later step replays the recording: running to the whole output costs the
+# warm-up time per batch size and builds nothing more (bench/investigations/warmup_steps.py).
 WARM_STEPS = 8
 
 
@@ -162,7 +161,7 @@ class Engine:
     def __init__(
         self, spec: dict, base_dir: str, out, loaded: tuple | None = None, layout=None
     ) -> None:
-        """``loaded``: (model, device, info) already loaded (bench/overhead_split.py drives this
+        """``loaded``: (model, device, info) already loaded (bench/investigations/overhead_split.py drives this
         engine's own generate path on a model it compiled once). ``layout``: this engine is
         rank 0 of a tensor-parallel group, whose followers run each generate() it announces."""
         import torch
@@ -416,9 +415,9 @@ class Engine:
         compiling graphs and to garbage collection (a cold compile is most of a compiled
         warm-up). The heap is settled first (counted in the warm-up): the model load's objects
         out of the collector's reach, and the load's collections not the warm-up's. Inside, the
-        collector is paused and the warm-up's garbage collected once at its end: on an H100
-        host a cold compile's own collections took 2.7-3.0 s of it, against 1.3-1.5 s so
-        (bench/warmup_parts.py). Nothing is told if the warm-up raises."""
+        collector is paused and the warm-up's garbage collected once at its end, which halves
+        the collector's share of a cold compile (bench/investigations/warmup_parts.py). Nothing
+        is told if the warm-up raises."""
         t = time.monotonic()
         self.settle()
         compiled = compile_seconds()

@@ -4,7 +4,7 @@ the HTTP backend's tests run against the real ``transformers serve``).
 Lists one model at /v1/models; answers /v1/completions and /v1/chat/completions at once: ``max_tokens`` SSE chunks of one token
 each, a final chunk with ``usage``, then ``[DONE]``, with an optional delay between tokens.
 
-    python bench/fast_openai_server.py --port 8123 [--itl-ms 0] [--processes 1]
+    python tests/fast_openai_server.py --port 8123 [--itl-ms 0] [--processes 1]
 
 ``--processes N`` serves from N processes on one port (SO_REUSEPORT), so that a client with many
 workers measures itself, not this server.
