@@ -73,3 +73,14 @@ def compile_eagerly(model) -> None:
     config = transformers.CompileConfig(backend="eager", mode=None, fullgraph=True)
     config._compile_all_devices = True
     model.generation_config.compile_config = config
+
+
+def last_stamp(msg):
+    """The last stamp of a worker message: a tokens message's last token, or a message's own."""
+    return msg[1][-1] if msg[0] == "tokens" else msg[1]
+
+
+def req(rid, cap, eos=None):
+    """A worker's request message: rid, a 3-token prompt, ``cap`` new tokens, fixed unless an
+    ``eos`` id is given."""
+    return ("req", rid, [1, 2, 3], cap, eos is None, eos)
