@@ -11,7 +11,7 @@ from loadtest.backends.base import Backend, BackendInfo
 REGISTRY: dict[str, str] = {
     "sim": "loadtest.backends.sim:SimBackend",
     "noop": "loadtest.backends.noop:NoopBackend",
-    "transformers": "loadtest.backends.transformers.backend:TransformersBackend",
+    "transformers": "loadtest.backends.transformers.replicas:ReplicaRouter",  # one engine or several
     "openai": "loadtest.backends.openai.client:OpenAIBackend",
 }
 

@@ -22,8 +22,8 @@ from tests.conftest import LENIENT, write_scenario
 def _rank(rank: int, port: int, model_dir: str, out) -> None:
     import torch
 
+    from loadtest.backends.transformers.layout import Layout
     from loadtest.backends.transformers.loading import load_model
-    from loadtest.backends.transformers.parallel import Layout
 
     spec = {"device": "cpu", "dtype": "float32", "seed": 0, "model": model_dir,
             "trust_remote_code": False, "mode": "static", "compile": False,

@@ -43,14 +43,6 @@ class TransformersBackend(Backend):
     # Set from Python only; a scenario file cannot name code to run.
     engine_hooks: tuple[str, ...] = ()
 
-    @classmethod
-    def create(cls, spec, clock, context=None) -> Backend:
-        """One engine, or replicas of it behind a router (``replicas``) when the spec lays
-        the model out on several groups of devices."""
-        from loadtest.backends.transformers.replicas import create
-
-        return create(spec, clock, context)
-
     def __init__(
         self, spec, clock, context=None, group=None, processes: int = 1, label: str = ""
     ) -> None:
@@ -77,7 +69,7 @@ class TransformersBackend(Backend):
         import multiprocessing as mp
 
         from loadtest.backends.hf_tokenizer import load_tokenizer
-        from loadtest.backends.transformers.parallel import Layout
+        from loadtest.backends.transformers.layout import Layout
         from loadtest.backends.transformers.worker import main
 
         ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context

@@ -25,7 +25,7 @@ class Followers:
 
     def start(self, ctx, loop, spec: dict, base_dir: str, layout, label: str) -> None:
         """Spawn rank ``layout.rank``: no pipe from the harness, one back for its last words."""
-        from loadtest.backends.transformers.parallel import follower_main
+        from loadtest.backends.transformers.follower_rank import follower_main
 
         said, says = ctx.Pipe(duplex=False)
         proc = ctx.Process(

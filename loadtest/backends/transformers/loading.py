@@ -16,7 +16,7 @@ from loadtest.backends.transformers.compiling import (
     never_silently_eager,
     pads_decode,
 )
-from loadtest.backends.transformers.parallel import Layout
+from loadtest.backends.transformers.layout import Layout
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 
 

@@ -27,9 +27,10 @@ import copy
 import datetime as dt
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from loadtest.backends.transformers.layout import Layout
 
 # Multicast off unless the host says otherwise: one program using it can take a shared host's
 # GPUs out of service (and a load tester has no use for it).
@@ -40,22 +41,6 @@ MULTICAST_OFF = {
 }
 CONTROL_TIMEOUT = dt.timedelta(days=1)  # a follower idles in a broadcast between batches
 SPLIT_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where one engine process sits: its rank in its tensor-parallel group and the group's
-    devices; ``processes`` counts every engine process of the run (CPU threads are shared)."""
-
-    rank: int = 0
-    size: int = 1
-    devices: tuple[str, ...] = ("auto",)
-    port: int = 0
-    processes: int = 1
-
-    @property
-    def device(self) -> str:
-        return self.devices[self.rank]
 
 
 def environment(layout: Layout) -> dict[str, str]:
@@ -245,41 +230,3 @@ class Lockstep:
             dist.broadcast_object_list([("stop",)], src=0, group=self.control)
         except Exception:  # a follower already gone: the harness ends it anyway
             pass
-
-
-def follow(model, device, control) -> None:
-    """A follower's loop: run whatever generate() rank 0 announces, until it says stop."""
-    import torch
-    import torch.distributed as dist
-
-    while True:
-        box: list[Any] = [None]
-        dist.broadcast_object_list(box, src=0, group=control)
-        command = box[0]
-        if command[0] == "stop":
-            return
-        _, ids, mask, kwargs = command
-        with torch.inference_mode():
-            model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
-
-
-def follower_main(spec: dict, base_dir: str, layout: Layout, says) -> None:
-    """A follower rank's process (spawned beside rank 0 by the harness); ``says`` carries its
-    last words to the harness if it fails."""
-    import torch.distributed as dist
-
-    from loadtest.backends.transformers.loading import load_model
-
-    try:
-        model, device, _ = load_model(spec, base_dir, layout)
-        follow(model, device, control_group())
-    except BaseException as exc:
-        try:
-            says.send(f"{type(exc).__name__}: {exc}"[:500])
-        except OSError:
-            pass
-        raise SystemExit(1) from None
-    finally:
-        says.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()

@@ -26,21 +26,25 @@ from loadtest.workload.plan import PlannedRequest
 ROUTING = "least outstanding requests (ties in turn)"
 
 
-def create(spec, clock, context=None) -> Backend:
-    """``kind: transformers``: one engine, or a router over several
-    (``TransformersBackend.create``)."""
-    groups = spec.device_groups()
-    processes = sum(len(g) for g in groups)
-    if len(groups) == 1:
-        return TransformersBackend(spec, clock, context, groups[0], processes)
-    return ReplicaRouter(spec, clock, context, groups)
-
-
 class ReplicaRouter(Backend):
     """Data-parallel replicas behind one queue, least outstanding first."""
 
     needs_prompt_ids = True
     supports_profiling = True  # replica 0's engine
+
+    @classmethod
+    def create(cls, spec, clock, context=None) -> Backend:
+        """``kind: transformers``: one engine, or replicas of it behind this router when the
+        spec lays the model out on several groups of devices."""
+        groups = spec.device_groups()
+        processes = sum(len(g) for g in groups)
+        if len(groups) == 1:
+            return TransformersBackend(spec, clock, context, groups[0], processes)
+        return cls(spec, clock, context, groups)
+
+    @classmethod
+    def combine_facts(cls, spec, details: dict, parts: list[dict]) -> dict:
+        return TransformersBackend.combine_facts(spec, details, parts)
 
     def __init__(self, spec, clock, context, groups: list[tuple[str, ...]]) -> None:
         self.spec = spec
