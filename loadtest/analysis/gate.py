@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from xml.etree import ElementTree as ET
 
 import yaml
 from pydantic import ValidationError
 
 from loadtest.analysis import regression
-from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, evaluate, overall
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, evaluate, overall
 from loadtest.config.scenario import Sla
 from loadtest.core.errors import ScenarioError
-from loadtest.results.model import GateResult
+from loadtest.results.model import GateResult, Regression, Replicates
 from loadtest.results.runset import RunSet
 
 
@@ -68,12 +68,12 @@ def gate(
                 + ("in the run" if not run.measured else "in the baselines")
             )
         else:
-            result.regression = {
-                "baselines": [str(b.path) for b in baselines],
-                "min_effect": min_effect,
-                "confidence": confidence,
-                "replicates": {"baseline": len(base_runs), "candidate": len(run.measured)},
-                "checks": regression.as_dicts(
+            result.regression = Regression(
+                baselines=[str(b.path) for b in baselines],
+                min_effect=min_effect,
+                confidence=confidence,
+                replicates=Replicates(baseline=len(base_runs), candidate=len(run.measured)),
+                checks=regression.as_checks(
                     regression.compare(
                         base_runs,
                         run.measured,
@@ -82,9 +82,9 @@ def gate(
                         confidence=confidence,
                     )
                 ),
-            }
+            )
             result.warnings += scenario_differences(base_runs[0], run.measured[0])
-    verdicts = [c["verdict"] for _, c in all_checks(result.model_dump())]
+    verdicts = [c.verdict for c in all_checks(result)]
     # nothing checked: no evidence
     result.verdict = overall(verdicts, pooled.status) if verdicts else INCONCLUSIVE  # type: ignore[assignment]
     return result
@@ -126,89 +126,91 @@ def _gpu_name(metrics: dict) -> str | None:
     return gpus[0].get("name") if gpus else None
 
 
-def all_checks(result: dict) -> list[tuple[str, dict]]:
-    """(kind, check) for every SLA and regression check, in the shape the outputs share."""
-    out = [("sla", c) for c in result["checks"]]
-    for c in (result.get("regression") or {}).get("checks", []):
+class GateCheck(NamedTuple):
+    """An SLA or regression check, in the shape JUnit cases and summaries share."""
+
+    kind: str  # sla | regression
+    name: str
+    verdict: str
+    evidence: str  # one line: the figures and the reason
+
+
+def all_checks(result: GateResult) -> list[GateCheck]:
+    """Every SLA check, then every regression check."""
+    out = [
+        GateCheck(
+            "sla",
+            c.name,
+            c.verdict,
+            f"observed {c.observed} {c.unit} {c.op} {c.bound} {c.unit}: {c.reason}",
+        )
+        for c in result.checks
+    ]
+    for r in result.regression.checks if result.regression else []:
         out.append(
-            (
+            GateCheck(
                 "regression",
-                {
-                    "name": c["name"],
-                    "verdict": c["verdict"],
-                    "observed": c["candidate"],
-                    "baseline": c["baseline"],
-                    "unit": c["unit"],
-                    "reason": c["reason"],
-                },
+                r.name,
+                r.verdict,
+                f"{r.candidate} {r.unit} vs baseline {r.baseline} {r.unit}: {r.reason}",
             )
         )
     return out
 
 
-def describe(kind: str, c: dict) -> str:
-    """One check's evidence as one line (JUnit messages)."""
-    if kind == "regression":
-        return f"{c['observed']} {c['unit']} vs baseline {c['baseline']} {c['unit']}: {c['reason']}"
-    return f"observed {c['observed']} {c['unit']} {c['op']} {c['bound']} {c['unit']}: {c['reason']}"
-
-
-def junit_xml(result: dict, name: str) -> str:
+def junit_xml(result: GateResult, name: str) -> str:
     """One test case per check; FAIL is a failure, INCONCLUSIVE is skipped (with the reason)."""
     checks = all_checks(result)
     suite = ET.Element(
         "testsuite",
         name=f"loadtest gate: {name}",
         tests=str(len(checks)),
-        failures=str(sum(c["verdict"] == FAIL for _, c in checks)),
-        skipped=str(sum(c["verdict"] == INCONCLUSIVE for _, c in checks)),
+        failures=str(sum(c.verdict == FAIL for c in checks)),
+        skipped=str(sum(c.verdict == INCONCLUSIVE for c in checks)),
     )
-    for kind, c in checks:
-        case = ET.SubElement(suite, "testcase", classname=f"loadtest.{kind}", name=c["name"])
-        text = describe(kind, c)
-        if c["verdict"] == FAIL:
-            ET.SubElement(case, "failure", message=text).text = text
-        elif c["verdict"] == INCONCLUSIVE:
-            ET.SubElement(case, "skipped", message=text)
-    if result["status"] != "ok":
+    for c in checks:
+        case = ET.SubElement(suite, "testcase", classname=f"loadtest.{c.kind}", name=c.name)
+        if c.verdict == FAIL:
+            ET.SubElement(case, "failure", message=c.evidence).text = c.evidence
+        elif c.verdict == INCONCLUSIVE:
+            ET.SubElement(case, "skipped", message=c.evidence)
+    if result.status != "ok":
         case = ET.SubElement(suite, "testcase", classname="loadtest.run", name="run_validity")
-        ET.SubElement(
-            case, "skipped", message=f"run {result['status']}: {'; '.join(result['reasons'])}"
-        )
+        ET.SubElement(case, "skipped", message=f"run {result.status}: {'; '.join(result.reasons)}")
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
-def markdown(result: dict, name: str) -> str:
+def markdown(result: GateResult, name: str) -> str:
     """The gate's verdict and checks as a Markdown summary (CI step summaries)."""
-    lines = [f"### loadtest gate: {name}: **{result['verdict']}**", ""]
-    if result["checks"]:
+    lines = [f"### loadtest gate: {name}: **{result.verdict}**", ""]
+    if result.checks:
         lines += ["| SLA check | verdict | observed | bound | evidence |", "|---|---|---|---|---|"]
-        for c in result["checks"]:
+        for c in result.checks:
             lines.append(
-                f"| {c['name']} | {c['verdict']} | {c['observed']} | {c['op']} {c['bound']} {c['unit']} | {_cell(c['reason'])} |"
+                f"| {c.name} | {c.verdict} | {c.observed} | {c.op} {c.bound} {c.unit} | {_cell(c.reason)} |"
             )
         lines.append("")
-    reg = result.get("regression")
+    reg = result.regression
     if reg:
         lines += [
-            f"Regression against {', '.join(reg['baselines'])} (minimum effect {reg['min_effect']:.0%}, "
-            f"{reg['confidence']:.0%} simultaneous confidence; replicates {reg['replicates']['baseline']} vs "
-            f"{reg['replicates']['candidate']}):",
+            f"Regression against {', '.join(reg.baselines)} (minimum effect {reg.min_effect:.0%}, "
+            f"{reg.confidence:.0%} simultaneous confidence; replicates {reg.replicates.baseline} vs "
+            f"{reg.replicates.candidate}):",
             "",
             "| metric | verdict | baseline | this run | change | evidence |",
             "|---|---|---|---|---|---|",
         ]
-        for c in reg["checks"]:
-            change = "-" if c["change_pct"] is None else f"{c['change_pct']:+.1f}%"
+        for r in reg.checks:
+            change = "-" if r.change_pct is None else f"{r.change_pct:+.1f}%"
             lines.append(
-                f"| {c['name']} | {c['verdict']} | {_fmt(c['baseline'])} | {_fmt(c['candidate'])} {c['unit']} | "
-                f"{change} | {_cell(c['reason'])} |"
+                f"| {r.name} | {r.verdict} | {_fmt(r.baseline)} | {_fmt(r.candidate)} {r.unit} | "
+                f"{change} | {_cell(r.reason)} |"
             )
         lines.append("")
-    for w in result.get("warnings", []):
+    for w in result.warnings:
         lines.append(f"Warning: {_cell(w)}")
-    if result["status"] != "ok":
-        lines += ["", f"Run status: **{result['status']}**: " + "; ".join(result["reasons"])]
+    if result.status != "ok":
+        lines += ["", f"Run status: **{result.status}**: " + "; ".join(result.reasons)]
     return "\n".join(lines) + "\n"
 
 
@@ -218,6 +220,3 @@ def _cell(text: object) -> str:
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
-
-
-EXIT = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}

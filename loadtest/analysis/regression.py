@@ -34,6 +34,7 @@ import numpy as np
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.units import PERCENTILE_NAMES
+from loadtest.results.model import RegressionCheck
 
 DEFAULT_METRICS = (
     "ttft_p50",
@@ -342,14 +343,14 @@ def _num(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
-def as_dicts(comparisons: list[Comparison]) -> list[dict]:
-    """Comparisons as the mappings gate results hold."""
+def as_checks(comparisons: list[Comparison]) -> list[RegressionCheck]:
+    """Comparisons as the typed checks gate results hold."""
     return [
-        {
+        RegressionCheck(
             **asdict(c),
-            "change_pct": c.change_pct,
-            "change_interval_pct": c.change_interval_pct,
-            "significant": c.significant,
-        }
+            change_pct=c.change_pct,
+            change_interval_pct=c.change_interval_pct,
+            significant=c.significant,
+        )
         for c in comparisons
     ]

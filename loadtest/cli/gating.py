@@ -50,6 +50,7 @@ def gate_and_report(
     from loadtest.core import atomic
     from loadtest.reporters import terminal
     from loadtest.results import runset
+    from loadtest.results.model import Verdict
 
     try:
         run = runset.load(run_dir)
@@ -61,25 +62,20 @@ def gate_and_report(
             metrics=metrics or regression.DEFAULT_METRICS,
             min_effect=min_effect,
             confidence=confidence,
-        ).model_dump()
+        )
     except runset.RunSetError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exit_codes.USAGE
-    if result["checks"]:
-        terminal.render_sla(
-            {
-                "verdict": sla_overall(c["verdict"] for c in result["checks"]),
-                "checks": result["checks"],
-            },
-            console,
-        )
-    terminal.render_regression(result["regression"], console)
-    for reason in result["reasons"]:
-        console.print(f"run {result['status']}: {reason}", style="yellow")
-    for warning in result["warnings"]:
+    if result.checks:
+        verdict = sla_overall(result.checks)
+        terminal.render_sla(Verdict(verdict=verdict, checks=result.checks), console)
+    terminal.render_regression(result.regression, console)
+    for reason in result.reasons:
+        console.print(f"run {result.status}: {reason}", style="yellow")
+    for warning in result.warnings:
         console.print(f"warning: {warning}", style="yellow")
-    style = terminal.VERDICT_STYLE[result["verdict"]]
-    console.print(styled("gate: ", (result["verdict"], style)))
+    style = terminal.VERDICT_STYLE[result.verdict]
+    console.print(styled("gate: ", (result.verdict, style)))
     name = run_dir.name
     if junit:
         atomic.write_text(junit, gate.junit_xml(result, name))
@@ -89,7 +85,7 @@ def gate_and_report(
     if summary:
         with open(summary, "a", encoding="utf-8") as f:  # step summaries accumulate
             f.write(gate.markdown(result, name))
-    return gate.EXIT[result["verdict"]]
+    return exit_codes.for_verdict(result.verdict)
 
 
 def metric_names(metric: list[str] | None) -> tuple:
@@ -183,16 +179,13 @@ def compare(
     if not a.measured or not b.measured:
         typer.echo(f"error: {run_a if not a.measured else run_b}: nothing measured", err=True)
         raise typer.Exit(exit_codes.USAGE)
-    checks = regression.as_dicts(
+    checks = regression.as_checks(
         regression.compare(a.measured, b.measured, names, confidence=confidence)
     )
     if as_json:
-        typer.echo(
-            json.dumps(
-                {"a": str(run_a), "b": str(run_b), "confidence": confidence, "metrics": checks},
-                indent=2,
-            )
-        )
+        metrics = [c.view() for c in checks]
+        doc = {"a": str(run_a), "b": str(run_b), "confidence": confidence, "metrics": metrics}
+        typer.echo(json.dumps(doc, indent=2))
         raise typer.Exit(exit_codes.OK)
     console = make_console()
     terminal.render_compare(checks, a.name, b.name, confidence, console)

@@ -10,12 +10,14 @@ import typer
 from loadtest.cli.common import error, usage_error
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console
+from loadtest.results.model import RepeatDoc, RunMetrics
 
 
-def exit_code(metrics: dict) -> int:
+def exit_code(doc: RunMetrics | RepeatDoc) -> int:
     """For a metrics.json or a repeat.json (its pooled status and SLA verdict)."""
-    verdict = (metrics.get("sla") or {}).get("verdict")
-    return exit_codes.for_result(metrics["status"], verdict, metrics.get("interrupted_by"))
+    verdict = None if doc.sla is None else doc.sla.verdict
+    interrupted_by = doc.interrupted_by if isinstance(doc, RunMetrics) else None
+    return exit_codes.for_result(doc.status, verdict, interrupted_by)
 
 
 def report(
@@ -36,20 +38,18 @@ def report(
     except ResultReadError as exc:
         usage_error(str(exc))
     if sweep is not None:
-        doc = sweep.view()
-        sweep_report.render_terminal(doc, make_console())
-        typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(doc, run_dir)))
+        sweep_report.render_terminal(sweep, make_console())
+        typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(sweep, run_dir)))
         raise typer.Exit(exit_codes.OK)
     if repeat is not None:
-        doc = repeat.view()
-        written = [p for d in doc["runs"] for p in write_reports(run_dir / d)]
-        written += write_repeat_report(run_dir, doc)
-        terminal.render_repeat(doc, make_console())
+        written = [p for d in repeat.runs for p in write_reports(run_dir / d)]
+        written += write_repeat_report(run_dir, repeat)
+        terminal.render_repeat(repeat, make_console())
         typer.echo("report: " + ", ".join(str(p) for p in written))
-        raise typer.Exit(exit_code(doc))
+        raise typer.Exit(exit_code(repeat))
 
     try:
-        metrics = read_run(run_dir / "metrics.json").view()
+        metrics = read_run(run_dir / "metrics.json")
     except ResultReadError as exc:
         usage_error(str(exc))
     terminal.render(metrics)
@@ -59,7 +59,7 @@ def report(
         *exports.write(metrics, run_dir),
     ]
     typer.echo("report: " + ", ".join(str(p) for p in written))
-    raise typer.Exit(exit_code(metrics) if metrics.get("status") else exit_codes.USAGE)
+    raise typer.Exit(exit_code(metrics))
 
 
 def write_reports(run_dir: Path) -> list[Path]:
@@ -69,7 +69,7 @@ def write_reports(run_dir: Path) -> list[Path]:
     from loadtest.results.model import ResultReadError, read_run
 
     try:
-        metrics = read_run(run_dir / "metrics.json").view()
+        metrics = read_run(run_dir / "metrics.json")
         return [
             markdown.write(metrics, run_dir),
             html.write_run(metrics, run_dir),
@@ -80,14 +80,14 @@ def write_reports(run_dir: Path) -> list[Path]:
         return []
 
 
-def write_repeat_report(out: Path, doc: dict) -> list[Path]:
+def write_repeat_report(out: Path, doc: RepeatDoc) -> list[Path]:
     """repeat.html beside repeat.json: median and spread, replicates' percentiles overlaid."""
     from loadtest.core import atomic
     from loadtest.reporters import html
     from loadtest.results.model import ResultReadError, read_run
 
     try:
-        curves = [(d, read_run(out / d / "metrics.json").histograms or {}) for d in doc["runs"]]
+        curves = [(d, read_run(out / d / "metrics.json").histograms or {}) for d in doc.runs]
         atomic.write_text(out / "repeat.html", html.repeat_html(doc, curves))
         return [out / "repeat.html"]
     except (ResultReadError, OSError, ValueError, ImportError) as exc:

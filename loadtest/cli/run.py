@@ -16,6 +16,7 @@ from loadtest.cli.gating import gate_and_report, gate_spec
 from loadtest.cli.reports import exit_code, write_repeat_report, write_reports
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console
+from loadtest.results.model import RepeatDoc, RunMetrics
 
 
 def run(
@@ -145,7 +146,9 @@ def _gate_options(
     return spec
 
 
-async def _measure(loaded: Any, out: Path, repeat: int, quiet: bool, console: Any) -> dict:
+async def _measure(
+    loaded: Any, out: Path, repeat: int, quiet: bool, console: Any
+) -> RunMetrics | RepeatDoc:
     """The run (or its replicates), as the document written."""
     from loadtest.core.clock import MonotonicClock
     from loadtest.repeat import run_repeats
@@ -159,21 +162,28 @@ async def _measure(loaded: Any, out: Path, repeat: int, quiet: bool, console: An
     )
     try:
         if repeat > 1:
-            return (await run_repeats(loaded, out, repeat, session)).view()
-        return (await session.run_point(loaded, out, claimed=True)).metrics
+            return await run_repeats(loaded, out, repeat, session)
+        return (await session.run_point(loaded, out, claimed=True)).result
     finally:
         await session.close()
 
 
 def _show(
-    doc: dict, out: Path, repeat: int, console: Any, *, as_json: bool, gated: bool, reports: bool
+    doc: RunMetrics | RepeatDoc,
+    out: Path,
+    repeat: int,
+    console: Any,
+    *,
+    as_json: bool,
+    gated: bool,
+    reports: bool,
 ) -> None:
     """The result on the terminal (or as JSON), and its reports written beside it."""
     from loadtest.reporters import terminal
 
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
-    elif repeat > 1:
+        typer.echo(json.dumps(doc.view(), indent=2))
+    elif isinstance(doc, RepeatDoc):
         terminal.render_repeat(doc, console, sla=not gated)
         console.print(f"results: {out / 'repeat.json'}")
     else:
@@ -181,9 +191,9 @@ def _show(
         console.print(f"results: {out / 'metrics.json'}")
     if not reports:
         return
-    dirs = [out / d for d in doc["runs"]] if repeat > 1 else [out]
+    dirs = [out / d for d in doc.runs] if isinstance(doc, RepeatDoc) else [out]
     written = [p for d in dirs for p in write_reports(d)]
-    if repeat > 1:
+    if isinstance(doc, RepeatDoc):
         written += write_repeat_report(out, doc)
     if written and not as_json:
         console.print("report: " + ", ".join(str(p) for p in written))

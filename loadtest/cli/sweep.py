@@ -12,6 +12,7 @@ from loadtest.cli import options
 from loadtest.cli.common import claim, load, run_async, usage_error
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console, styled
+from loadtest.results.model import SweepDoc
 
 
 def sweep(
@@ -110,7 +111,7 @@ def sweep(
         finally:
             await session.close()
 
-    doc = run_async(go).view()
+    doc = run_async(go)
     sweep_report.render_terminal(doc, console)
     paths = sweep_report.write(doc, out)
     console.print(f"sweep: {out / 'sweep.json'}  report: {', '.join(str(p) for p in paths)}")
@@ -139,16 +140,17 @@ def _session(quiet: bool, console: Any) -> Any:
     )
 
 
-def _exit_code(doc: dict, find_max_rate: bool, interrupted_by: str | None, console: Any) -> int:
+def _exit_code(doc: SweepDoc, find_max_rate: bool, interrupted_by: str | None, console: Any) -> int:
     """A sweep's exit code: interrupted, no rate met the SLA, no verdict, or no valid point."""
-    if doc["status"] == "interrupted":
+    if doc.status == "interrupted":
         return exit_codes.SIGNALS.get(interrupted_by or "", exit_codes.INTERRUPTED)
-    if find_max_rate and doc["status"] == "no_rate_meets_sla":
+    if find_max_rate and doc.status == "no_rate_meets_sla":
         return exit_codes.SLA_FAILED
-    if find_max_rate and doc["status"] != "ok":
-        console.print(styled(("no verdict: ", "yellow"), doc["max_rate"]["evidence"]))
+    if find_max_rate and doc.status != "ok":
+        evidence = doc.max_rate.evidence if doc.max_rate else ""
+        console.print(styled(("no verdict: ", "yellow"), evidence))
         return exit_codes.INVALID
-    if doc["status"] == "invalid":  # no point measured anything trustworthy
+    if doc.status == "invalid":  # no point measured anything trustworthy
         console.print(styled(("invalid sweep: ", "yellow"), "no point's run was valid"))
         return exit_codes.INVALID
     return exit_codes.OK

@@ -36,6 +36,15 @@ DESCRIPTIONS = {
 }
 
 
+# A verdict's exit code: the one table the gate and a run's SLA share.
+VERDICTS = {"PASS": OK, "FAIL": SLA_FAILED, "INCONCLUSIVE": INVALID}
+
+
+def for_verdict(verdict: str | None) -> int:
+    """The exit code of an SLA or gate verdict (no verdict: ok)."""
+    return VERDICTS.get(verdict or "", OK)
+
+
 def for_result(status: str, verdict: str | None, interrupted_by: str | None = None) -> int:
     """The exit code of a run, a replicate set or a sweep, from its status and SLA verdict."""
     if status == "interrupted":
@@ -44,4 +53,4 @@ def for_result(status: str, verdict: str | None, interrupted_by: str | None = No
         return FAILED
     if status == "invalid":
         return INVALID
-    return {"FAIL": SLA_FAILED, "INCONCLUSIVE": INVALID}.get(verdict or "", OK)
+    return for_verdict(verdict)

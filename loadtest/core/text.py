@@ -28,3 +28,20 @@ def visible_tree(node: Any) -> Any:
     if isinstance(node, list):
         return [visible_tree(v) for v in node]
     return node
+
+
+def visible_doc(node: Any) -> Any:
+    """``visible_tree`` for typed documents too: a copy of a pydantic model (and what it holds)
+    with every string made ``visible``, its types kept."""
+    from pydantic import BaseModel
+
+    if isinstance(node, BaseModel):
+        fields = type(node).model_fields
+        return node.model_copy(update={k: visible_doc(getattr(node, k)) for k in fields})
+    if isinstance(node, str):
+        return visible(node)
+    if isinstance(node, dict):
+        return {visible_doc(k): visible_doc(v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return type(node)(visible_doc(v) for v in node)
+    return node

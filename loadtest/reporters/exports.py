@@ -7,48 +7,49 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.core import atomic
+from loadtest.results.model import RunMetrics
 
 HLOG_VERSION = "1.3"
 INTERVAL_COLUMNS = ("t_s", "completed", "failed", "output_tokens_per_s")
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
 
 
-def write(metrics: dict, run_dir: Path) -> list[Path]:
+def write(metrics: RunMetrics, run_dir: Path) -> list[Path]:
     """timeseries.csv and histograms.hlog beside metrics.json; nothing for an unmeasured run."""
-    ts = metrics.get("timeseries")
-    if not ts or not ts.get("points"):
+    ts = metrics.timeseries
+    if not ts or not ts.points:
         return []
-    points = ts["points"]
     columns = [
         *INTERVAL_COLUMNS,
         *(f"{m}_{p}_ms" for m in INTERVAL_METRICS for p in ("p50", "p99")),
     ]
-    atomic.write_csv(run_dir / "timeseries.csv", points, columns)
+    atomic.write_csv(run_dir / "timeseries.csv", [p.view() for p in ts.points], columns)
     atomic.write_text(run_dir / "histograms.hlog", hlog_text(metrics))
     return [run_dir / "timeseries.csv", run_dir / "histograms.hlog"]
 
 
-def hlog_text(metrics: dict) -> str:
+def hlog_text(metrics: RunMetrics) -> str:
     """The run's interval histograms as an HdrHistogram log (format 1.3): one tagged line per
     metric and interval, times in seconds from t0, values in microseconds (the max column in
     milliseconds, as HdrHistogram's own tools print it)."""
     from loadtest.core.histogram import LatencyHistogram
 
-    width = metrics["timeseries"]["interval_s"]
+    assert metrics.timeseries is not None  # a measured run
+    width = metrics.timeseries.interval_s
     lines = [
         f"#[Histogram log format version {HLOG_VERSION}]",
-        f"#[loadtest run {metrics.get('name', '')!s:.80}: values in microseconds; times from t0]",
+        f"#[loadtest run {metrics.name!s:.80}: values in microseconds; times from t0]",
         "#[BaseTime: 0.000 (seconds since epoch)]",
         '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"',
     ]
-    for point in metrics["timeseries"]["points"]:
+    for point in metrics.timeseries.points:
         for name in INTERVAL_METRICS:
-            encoded = point.get("histograms", {}).get(name)
+            encoded = point.histograms.get(name)
             if not encoded:
                 continue
             h = LatencyHistogram.decode(encoded)
             lines.append(
-                f"Tag={name},{point['t_s']:.3f},{width:.3f},"
+                f"Tag={name},{point.t_s:.3f},{width:.3f},"
                 f"{h.hdr.get_max_value() / 1000:.3f},{encoded}"
             )
     return "\n".join(lines) + "\n"

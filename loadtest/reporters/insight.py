@@ -1,11 +1,20 @@
-"""The "inside the run" parts of a report, as rows both report formats render: GPU telemetry,
-the roofline position with its diagnosis, and the profiler window's top operators."""
+"""Parts of a report as label/value rows every format renders (terminal, Markdown, HTML): goodput,
+sessions, stability, client workers, and what was seen inside the run (GPU telemetry, the
+roofline and its diagnosis, the profiler window, the server's own metrics)."""
 
 from __future__ import annotations
 
+from typing import Any
 
-def _f(x, fmt="{:.3g}"):
+from loadtest.results.model import GoodputResult, SessionsResult, Stability, WorkerStats
+
+
+def _f(x: Any, fmt: str = "{:.3g}") -> str:
     return "-" if x is None else fmt.format(x)
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
 
 
 def server_rows(server: dict | None) -> list[tuple[str, str]]:
@@ -42,85 +51,78 @@ def server_rows(server: dict | None) -> list[tuple[str, str]]:
     return rows
 
 
-def goodput_rows(goodput: dict | None) -> list[tuple[str, str]]:
+def goodput_rows(goodput: GoodputResult | None) -> list[tuple[str, str]]:
     """Label/value rows of goodput: the objectives, attainment and good requests a second."""
     if not goodput:
         return []
-    slo = ", ".join(f"{k} <= {v:g} ms" for k, v in goodput["slo_ms"].items())
-    att = goodput.get("attainment")
-    rps = goodput.get("good_requests_per_s")
+    slo = ", ".join(f"{k} <= {v:g} ms" for k, v in goodput.slo_ms.items())
+    att = goodput.attainment
+    rps = goodput.good_requests_per_s
     return [
         ("objectives (every one, per request)", slo),
         (
             "attainment",
-            "-"
-            if att is None
-            else f"{att:.1%} ({goodput['good']} of {goodput['judged']} finished)",
+            "-" if att is None else f"{att:.1%} ({goodput.good} of {goodput.judged} finished)",
         ),
         ("goodput", "-" if rps is None else f"{rps:.4g} good requests/s"),
     ]
 
 
-def sessions_rows(sessions: dict | None) -> list[tuple[str, str]]:
+def sessions_rows(sessions: SessionsResult | None) -> list[tuple[str, str]]:
     """Label/value rows of multi-turn sessions: how they ended, TTFT first vs later turns, and
     TTFT and prompt length by turn."""
     if not sessions:
         return []
-    g = lambda x: "-" if x is None else f"{x:.4g}"  # noqa: E731
+    g = _g
     s = sessions
-    first, later = s["ttft_first_turn_ms"], s["ttft_later_turns_ms"]
+    first, later = s.ttft_first_turn_ms, s.ttft_later_turns_ms
     rows = [
         (
             "sessions",
-            f"{s['started']} started, {s['completed']} completed, {s['ended_by_failure']} ended "
-            f"by a failed turn, {s['cut_at_window_end']} cut at the window's end",
+            f"{s.started} started, {s.completed} completed, {s.ended_by_failure} ended "
+            f"by a failed turn, {s.cut_at_window_end} cut at the window's end",
         ),
-        ("history", f"{s['history']}; {s['turns_sent']} turns sent"),
+        ("history", f"{s.history}; {s.turns_sent} turns sent"),
         (
             "TTFT first turn / later turns",
-            f"p50 {g(first['p50'])} / {g(later['p50'])} ms, p99 {g(first['p99'])} / "
-            f"{g(later['p99'])} ms",
+            f"p50 {g(first.p50)} / {g(later.p50)} ms, p99 {g(first.p99)} / {g(later.p99)} ms",
         ),
     ]
-    for t in s["per_turn"]:
+    for t in s.per_turn:
         rows.append(
             (
-                f"turn {t['turn']}",
-                f"{t['requests']} requests, prompt {g(t['input_tokens_mean'])} tokens mean, TTFT "
-                f"p50 {g(t['ttft_ms']['p50'])} ms, p99 {g(t['ttft_ms']['p99'])} ms",
+                f"turn {t.turn}",
+                f"{t.requests} requests, prompt {g(t.input_tokens_mean)} tokens mean, TTFT "
+                f"p50 {g(t.ttft_ms.p50)} ms, p99 {g(t.ttft_ms.p99)} ms",
             )
         )
     return rows
 
 
-def stability_rows(stability: dict | None) -> list[tuple[str, str]]:
+def stability_rows(stability: Stability | None) -> list[tuple[str, str]]:
     """Label/value rows of the stability judgement: the verdict, rates, backlog, trends."""
     if not stability:
         return []
-    g = lambda x: "-" if x is None else f"{x:.4g}"  # noqa: E731
+    g = _g
     rows = [
-        ("verdict", "steady" if stability["steady"] else "OVERLOADED"),
-        (
-            "offered req/s",
-            g(stability.get("offered_rps")) if stability["open_loop"] else "closed loop",
-        ),
-        ("delivered req/s", g(stability["delivered_rps"])),
+        ("verdict", "steady" if stability.steady else "OVERLOADED"),
+        ("offered req/s", g(stability.offered_rps) if stability.open_loop else "closed loop"),
+        ("delivered req/s", g(stability.delivered_rps)),
         (
             "backlog at window start / end",
-            f"{stability['backlog_at_start']} / {stability['backlog_at_end']} requests",
+            f"{stability.backlog_at_start} / {stability.backlog_at_end} requests",
         ),
     ]
-    for name, key in (("TTFT", "ttft_trend"), ("queue time", "queue_trend")):
-        t = stability.get(key)
+    for name, t in (("TTFT", stability.ttft_trend), ("queue time", stability.queue_trend)):
         if t:
             rows.append(
                 (
                     f"{name} trend",
-                    f"{g(t['slope_ms_per_s'])} ms/s [99%: {g(t['slope_lo'])}, {g(t['slope_hi'])}], "
-                    f"rise {g(t['rise_ms'])} ms vs median {g(t['median_ms'])} ms",
+                    f"{g(t.slope_ms_per_s)} ms/s [99%: {g(t.slope_lo)}, {g(t.slope_hi)}], "
+                    f"rise {g(t.rise_ms)} ms vs median {g(t.median_ms)} ms",
                 )
             )
-    rows += [("why", r) for r in stability.get("reasons", [])]
+    rows += [("why", r) for r in stability.reasons]
     return rows
 
 
@@ -247,13 +249,13 @@ def profile_rows(p: dict | None) -> tuple[list[tuple[str, str]], list[dict]]:
     return rows, p.get("top_ops") or []
 
 
-def workers_rows(workers: list[dict] | None, backend: dict | None) -> list[tuple[str, str]]:
+def workers_rows(workers: list[WorkerStats] | None, backend: dict | None) -> list[tuple[str, str]]:
     """Label/value rows of the client workers: where they ran, what each sent, how late, and
     (on other hosts) how well its clock was known."""
     if not workers:
         return []
     ray = (backend or {}).get("ray")
-    nodes = {w.get("node") for w in workers if w.get("node")}
+    nodes = {w.node for w in workers if w.node}
     n = len(workers)
     where = (
         f"{n} Ray actor{'s' * (n > 1)} on {len(nodes)} node(s)"
@@ -263,23 +265,24 @@ def workers_rows(workers: list[dict] | None, backend: dict | None) -> list[tuple
     rows = [("workers", where)]
     if ray:
         rows.append(("Ray cluster", f"{ray['address']} (Ray {ray['ray']}, {ray['cpus']} CPUs)"))
-    worst = max(workers, key=lambda w: w["dispatch_lag_ms"].get("p99") or 0.0)
-    p99 = _f(worst["dispatch_lag_ms"].get("p99"))
-    rows.append(("worst dispatch lag p99", f"{p99} ms (worker {worst['index']})"))
+    worst = max(workers, key=lambda w: w.dispatch_lag_ms.p99 or 0.0)
+    rows.append(
+        ("worst dispatch lag p99", f"{_f(worst.dispatch_lag_ms.p99)} ms (worker {worst.index})")
+    )
     for w in workers:
-        parts = [w["status"] if w["valid"] else f"{w['status']}, could not keep up"]
-        if w.get("host"):
-            parts.append(f"{w['host']} {w.get('ip') or ''} node {(w.get('node') or '?')[:8]}")
-        parts.append(f"sent {w['sent']}, done {w['completed']}, failed {w['failed']}")
+        parts = [w.status if w.valid else f"{w.status}, could not keep up"]
+        if w.host:
+            parts.append(f"{w.host} {w.ip or ''} node {(w.node or '?')[:8]}")
+        parts.append(f"sent {w.sent}, done {w.completed}, failed {w.failed}")
         parts.append(
-            f"dispatch lag p99 {_f(w['dispatch_lag_ms'].get('p99'))} ms, "
-            f"loop lag p99 {_f(w['loop_lag_ms'].get('p99'))} ms"
+            f"dispatch lag p99 {_f(w.dispatch_lag_ms.p99)} ms, "
+            f"loop lag p99 {_f(w.loop_lag_ms.p99)} ms"
         )
-        c = w.get("clock")
+        c = w.clock
         if c:
-            drift = "" if c.get("drift_ms") is None else f", drift {c['drift_ms']:+.3f} ms"
+            drift = "" if c.drift_ms is None else f", drift {c.drift_ms:+.3f} ms"
             parts.append(
-                f"clock {c['offset_ms']:+.3f} ± {c['uncertainty_ms']:.3f} ms ({c['method']}){drift}"
+                f"clock {c.offset_ms:+.3f} ± {c.uncertainty_ms:.3f} ms ({c.method}){drift}"
             )
-        rows.append((f"worker {w['index']}", "; ".join(parts)))
+        rows.append((f"worker {w.index}", "; ".join(parts)))
     return rows

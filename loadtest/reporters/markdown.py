@@ -5,18 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.core import atomic
-from loadtest.core.text import visible_tree
+from loadtest.core.text import visible_doc
 from loadtest.reporters import insight
+from loadtest.results.model import (
+    LatencySummary,
+    Requests,
+    RunMetrics,
+    Throughput,
+    Verdict,
+)
 
 ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
 COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
-def _cell(x) -> str:
+def _cell(x: object) -> str:
     return "-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 
 
-def _esc(text: str) -> str:
+def _esc(text: object) -> str:
     """Escape Markdown table/HTML metacharacters in text that may come from prompts or users."""
     return (
         str(text)
@@ -28,89 +35,95 @@ def _esc(text: str) -> str:
     )
 
 
-def render(m: dict) -> str:
+def render(metrics: RunMetrics) -> str:
     """report.md's text from a saved metrics.json."""
-    m = visible_tree(m)  # outside text in it is shown, never obeyed
-    lines = [
-        f"# {_esc(m['name'])}",
-        "",
-        f"status: **{m['status']}**  started: {m.get('started_at', '-')}",
-        "",
-    ]
-    if m.get("latency_ms"):
-        t = m["throughput"]
-        lines += [
-            "## Headline",
-            "",
-            "| metric | value | definition |",
-            "|---|---|---|",
-            f"| output tokens/s | {_cell(t['output_tokens_per_s'])} | {m['definitions']['output_tokens_per_s']} |",
-            f"| total tokens/s | {_cell(t['total_tokens_per_s'])} | {m['definitions']['total_tokens_per_s']} |",
-            f"| requests/s | {_cell(t['requests_per_s'])} | {m['definitions']['requests_per_s']} |",
-            "",
-            "## Latency (ms)",
-            "",
-            "| metric | " + " | ".join(COLS) + " |",
-            "|---" * (len(COLS) + 1) + "|",
-        ]
-        for r in ROWS:
-            s = m["latency_ms"][r]
-            lines.append(f"| {r} | " + " | ".join(_cell(s.get(c)) for c in COLS) + " |")
-        lines += ["", "Definitions:", ""] + [f"- **{k}**: {v}" for k, v in m["definitions"].items()]
-        r = m["requests"]
-        lines += [
-            "",
-            "## Requests",
-            "",
-            f"{r['completed']} completed, {r['failed']} failed, {r['warmup']} warmup, "
-            f"{r['cancelled']} cancelled; errors: {_esc(r['errors_by_type'] or 'none')}",
-        ]
-    v = m.get("validity", {})
-    lines += ["", "## Validity", "", "valid" if v.get("valid") else "**invalid**"]
-    lines += [f"- {_esc(x)}" for x in v.get("reasons", []) + v.get("warnings", [])]
-    if m.get("sla"):
-        lines += [
-            "",
-            f"## SLA: {m['sla']['verdict']}",
-            "",
-            "| check | verdict | observed | bound | evidence |",
-            "|---|---|---|---|---|",
-        ]
-        for c in m["sla"]["checks"]:
-            lines.append(
-                f"| {c['name']} | {c['verdict']} | {_cell(c['observed'])} | {c['op']} {c['bound']} {c['unit']} "
-                f"| {_esc(c['reason'])} |"
-            )
+    m = visible_doc(metrics)  # outside text in it is shown, never obeyed
+    lines = [f"# {_esc(m.name)}", "", f"status: **{m.status}**  started: {m.started_at}", ""]
+    if m.latency_ms and m.throughput and m.definitions:
+        lines += _headline(m.latency_ms, m.throughput, m.definitions, m.requests)
+    v = m.validity
+    lines += ["", "## Validity", "", "valid" if v.valid else "**invalid**"]
+    lines += [f"- {_esc(x)}" for x in v.reasons + v.warnings]
+    if m.sla:
+        lines += _sla(m.sla)
     for title, rows in (
-        ("Stability", insight.stability_rows(m.get("stability"))),
-        ("Goodput", insight.goodput_rows(m.get("goodput"))),
-        ("Sessions", insight.sessions_rows(m.get("sessions"))),
-        ("Server", insight.server_rows(m.get("server"))),
-        ("Client workers", insight.workers_rows(m.get("workers"), m.get("backend"))),
-        ("GPU", insight.gpu_rows(m.get("gpu"))),
-        ("Roofline", insight.roofline_rows(m.get("roofline"))),
+        ("Stability", insight.stability_rows(m.stability)),
+        ("Goodput", insight.goodput_rows(m.goodput)),
+        ("Sessions", insight.sessions_rows(m.sessions)),
+        ("Server", insight.server_rows(m.server)),
+        ("Client workers", insight.workers_rows(m.workers, m.backend)),
+        ("GPU", insight.gpu_rows(m.gpu)),
+        ("Roofline", insight.roofline_rows(m.roofline)),
     ):
         if rows:
-            lines += ["", f"## {title}", "", "| | |", "|---|---|"] + [
-                f"| {_esc(k)} | {_esc(v)} |" for k, v in rows
-            ]
-    rows, ops = insight.profile_rows(m.get("profile"))
+            lines += ["", f"## {title}", "", "| | |", "|---|---|"] + _pairs(rows)
+    rows, ops = insight.profile_rows(m.profile)
     if rows:
-        lines += ["", "## Profiler window", "", "| | |", "|---|---|"] + [
-            f"| {_esc(k)} | {_esc(v)} |" for k, v in rows
-        ]
+        lines += ["", "## Profiler window", "", "| | |", "|---|---|"] + _pairs(rows)
     if ops:
         lines += ["", "| operator | calls | self CUDA µs | self CPU µs |", "|---|---|---|---|"]
         lines += [
             f"| {_esc(o['name'])} | {o['calls']} | {o['self_cuda_time_us']} | {o['self_cpu_time_us']} |"
             for o in ops
         ]
-    env = m.get("environment", {})
-    lines += ["", "## Environment", ""] + [f"- {k}: {_esc(v)}" for k, v in env.items()]
+    lines += ["", "## Environment", ""] + [f"- {k}: {_esc(v)}" for k, v in m.environment.items()]
     return "\n".join(lines) + "\n"
 
 
-def write(metrics: dict, run_dir: Path) -> Path:
+def _headline(
+    latency: dict[str, LatencySummary],
+    t: Throughput,
+    definitions: dict[str, str],
+    r: Requests,
+) -> list[str]:
+    lines = [
+        "## Headline",
+        "",
+        "| metric | value | definition |",
+        "|---|---|---|",
+        f"| output tokens/s | {_cell(t.output_tokens_per_s)} | {definitions['output_tokens_per_s']} |",
+        f"| total tokens/s | {_cell(t.total_tokens_per_s)} | {definitions['total_tokens_per_s']} |",
+        f"| requests/s | {_cell(t.requests_per_s)} | {definitions['requests_per_s']} |",
+        "",
+        "## Latency (ms)",
+        "",
+        "| metric | " + " | ".join(COLS) + " |",
+        "|---" * (len(COLS) + 1) + "|",
+    ]
+    for name in ROWS:
+        s = latency[name]
+        lines.append(f"| {name} | " + " | ".join(_cell(getattr(s, c)) for c in COLS) + " |")
+    lines += ["", "Definitions:", ""] + [f"- **{k}**: {v}" for k, v in definitions.items()]
+    return lines + [
+        "",
+        "## Requests",
+        "",
+        f"{r.completed} completed, {r.failed} failed, {r.warmup} warmup, "
+        f"{r.cancelled} cancelled; errors: {_esc(r.errors_by_type or 'none')}",
+    ]
+
+
+def _sla(sla: Verdict) -> list[str]:
+    lines = [
+        "",
+        f"## SLA: {sla.verdict}",
+        "",
+        "| check | verdict | observed | bound | evidence |",
+        "|---|---|---|---|---|",
+    ]
+    for c in sla.checks:
+        lines.append(
+            f"| {c.name} | {c.verdict} | {_cell(c.observed)} | {c.op} {c.bound} {c.unit} "
+            f"| {_esc(c.reason)} |"
+        )
+    return lines
+
+
+def _pairs(rows: list[tuple[str, str]]) -> list[str]:
+    return [f"| {_esc(k)} | {_esc(v)} |" for k, v in rows]
+
+
+def write(metrics: RunMetrics, run_dir: Path) -> Path:
     """Write report.md into the run directory; returns its path."""
     path = Path(run_dir) / "report.md"
     atomic.write_text(path, render(metrics))

@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.results.model import CurvePoint, IntervalPoint, Window
 
 TAIL_PERCENTILES = [0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100]
 SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
@@ -178,9 +179,9 @@ def percentile_plot(
 
 
 def timeseries_plot(
-    points: list[dict],
+    points: list[IntervalPoint],
     interval_s: float,
-    window: dict | None = None,
+    window: Window | None = None,
     gpus: list[dict] | None = None,
     server_series: dict | None = None,
 ) -> str | None:
@@ -192,14 +193,14 @@ def timeseries_plot(
         return None
     rows = 2 + (1 if gpus else 0) + (1 if server else 0)
     plot = _Plot("time", rows=rows, height=2.2)
-    t = [p["t_s"] for p in points]
+    t = [p.t_s for p in points]
     ax = plot.axes[0]
     plot.series(
         ax,
         t,
-        [p.get("output_tokens_per_s") for p in points],
+        [p.output_tokens_per_s for p in points],
         [
-            f"{p['t_s']:g} s: {p.get('output_tokens_per_s', 0):.4g} output tok/s, {p.get('completed', 0)} done"
+            f"{p.t_s:g} s: {p.output_tokens_per_s:.4g} output tok/s, {p.completed} done"
             for p in points
         ],
         label="output tok/s",
@@ -219,8 +220,8 @@ def timeseries_plot(
         plot.series(
             ax,
             t,
-            [p.get(key) for p in points],
-            [f"{p['t_s']:g} s: {label} {p.get(key) or 0:.4g} ms" for p in points],
+            [p.figure(key) for p in points],
+            [f"{p.t_s:g} s: {label} {p.figure(key) or 0:.4g} ms" for p in points],
             label=label,
             log_y=True,
             color=color,
@@ -250,7 +251,7 @@ def timeseries_plot(
         ax.set_ylabel("server gauges")
     for ax in plot.axes:
         if window:
-            ax.axvspan(window["start_s"], window["end_s"], color="#1a73e8", alpha=0.06, lw=0)
+            ax.axvspan(window.start_s, window.end_s, color="#1a73e8", alpha=0.06, lw=0)
         handles, _ = ax.get_legend_handles_labels()
         if handles:  # beside the plot, never over the data
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -325,11 +326,11 @@ def roofline_plot(roofline: dict | None) -> str | None:
     return plot.svg()
 
 
-def point_kind(c: dict) -> str:
+def point_kind(c: CurvePoint) -> str:
     """A sweep point as the plots mark it: steady, unsteady (overloaded) or invalid."""
-    if c.get("status") not in ("ok", None):
+    if c.status not in ("ok", None):
         return "invalid"
-    return "unsteady" if c.get("steady") is False else "steady"
+    return "unsteady" if c.steady is False else "steady"
 
 
 def _sweep_series(plot: _Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, color=None) -> None:
@@ -337,8 +338,8 @@ def _sweep_series(plot: _Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, c
     curve's own colour, when several share a plot; its line then carries ``label`` and its steady
     markers that colour (unsteady and invalid keep their kind's). Without it, the kinds make the
     legend."""
-    xs = [c.get(xkey) for c in curve]
-    ys = [c.get(ykey) for c in curve]
+    xs = [getattr(c, xkey) for c in curve]
+    ys = [getattr(c, ykey) for c in curve]
     ok = [(x, y) for x, y in zip(xs, ys) if _finite(x) and _finite(y, log_y)]
     if ok:
         ax.plot(*zip(*ok), color=color or "#888", lw=1, alpha=0.6, label=label if color else None)
@@ -346,8 +347,8 @@ def _sweep_series(plot: _Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, c
         sel = [c for c in curve if point_kind(c) == kind]
         plot.series(
             ax,
-            [c.get(xkey) for c in sel],
-            [c.get(ykey) for c in sel],
+            [getattr(c, xkey) for c in sel],
+            [getattr(c, ykey) for c in sel],
             [fmt(c) for c in sel],
             label=None if color else klabel,
             log_y=log_y,
@@ -358,18 +359,18 @@ def _sweep_series(plot: _Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, c
         )
 
 
-def sweep_plots(curve: list[dict], axis: str, knee) -> list[tuple[str, str]]:
+def sweep_plots(curve: list[CurvePoint], axis: str, knee: Any) -> list[tuple[str, str]]:
     """Throughput and p99 latencies against the swept axis, and the throughput-latency frontier;
     points marked steady / unsteady / invalid, the knee drawn where there is one."""
 
-    def tip(c: dict) -> str:
+    def tip(c: CurvePoint) -> str:
         return (
-            f"{axis}={c['x']} ({point_kind(c)}): {c.get('output_tokens_per_s') or 0:.4g} tok/s, "
-            f"TTFT p99 {c.get('ttft_p99_ms') or 0:.4g} ms, ITL p99 {c.get('itl_p99_ms') or 0:.4g} ms, "
-            f"E2E p99 {c.get('e2e_p99_ms') or 0:.4g} ms"
+            f"{axis}={c.x} ({point_kind(c)}): {c.output_tokens_per_s or 0:.4g} tok/s, "
+            f"TTFT p99 {c.ttft_p99_ms or 0:.4g} ms, ITL p99 {c.itl_p99_ms or 0:.4g} ms, "
+            f"E2E p99 {c.e2e_p99_ms or 0:.4g} ms"
         )
 
-    if not any(_finite(c.get("output_tokens_per_s")) for c in curve):
+    if not any(_finite(c.output_tokens_per_s) for c in curve):
         return []
     out = []
     plot = _Plot("sw-tput")
@@ -407,7 +408,7 @@ def sweep_plots(curve: list[dict], axis: str, knee) -> list[tuple[str, str]]:
     ax.set_title(f"p99 latencies vs {axis}")
     ax.legend(fontsize=8)
     out.append(("Latency", plot.svg()))
-    if any(_finite(c.get("e2e_p99_ms")) for c in curve):
+    if any(_finite(c.e2e_p99_ms) for c in curve):
         plot = _Plot("sw-front")
         ax = plot.axes[0]
         _sweep_series(plot, ax, curve, "e2e_p99_ms", "output_tokens_per_s", None, tip)

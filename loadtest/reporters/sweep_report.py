@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from loadtest.core import atomic
-from loadtest.core.text import visible_tree
+from loadtest.core.text import visible_doc
 from loadtest.reporters import html
+from loadtest.results.model import SweepDoc
 
 COLS = (
     "x",
@@ -38,14 +39,14 @@ SHORT = {
 }
 
 
-def _short(v) -> str:
+def _short(v: object) -> str:
     """A figure in at most 6 characters or so: whole above 1,000, else 4 significant digits."""
     if isinstance(v, float):
         return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
     return _fmt(v)
 
 
-def _fmt(v) -> str:
+def _fmt(v: object) -> str:
     if isinstance(v, bool):
         return "yes" if v else "NO"
     return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
@@ -70,73 +71,73 @@ def point_done_printer(console: Console):
     return done
 
 
-def render_terminal(doc: dict, console: Console) -> None:
+def render_terminal(doc: SweepDoc, console: Console) -> None:
     """A sweep's curve, knee and frontier (and the max-rate search's verdict) on the terminal."""
-    doc = visible_tree(doc)  # outside text in it is shown, never obeyed
+    doc = visible_doc(doc)  # outside text in it is shown, never obeyed
     table = Table(
-        title=f"sweep over {doc['axis']} ({doc['status']}; latencies in ms)",
+        title=f"sweep over {doc.axis} ({doc.status}; latencies in ms)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
     )
     cols = [
-        k for k in COLS if k != "goodput_rps" or any(c.get(k) is not None for c in doc["curve"])
+        k for k in COLS if k != "goodput_rps" or any(c.goodput_rps is not None for c in doc.curve)
     ]
-    for c in cols:
-        header = SHORT.get(c, c)
+    for col in cols:
+        header = SHORT.get(col, col)
         # one-word headers never wrap; two-word ones may take two lines
         table.add_column(header, justify="right", min_width=max(len(w) for w in header.split()))
-    for c in doc["curve"]:
-        table.add_row(*(_short(c.get(k)) for k in cols))
+    for point in doc.curve:
+        table.add_row(*(_short(getattr(point, k)) for k in cols))
     console.print(table)
-    console.print(f"knee (steady points): {doc['knee']}  frontier: {doc['frontier']}")
-    for caveat in doc.get("knee_caveats") or []:
+    console.print(f"knee (steady points): {doc.knee}  frontier: {doc.frontier}")
+    for caveat in doc.knee_caveats:
         console.print(f"  caveat: {caveat}", style="yellow")
-    if doc.get("point_sizing"):
-        console.print(doc["point_sizing"])
-    if doc.get("max_rate"):
-        mr = doc["max_rate"]
+    if doc.point_sizing:
+        console.print(doc.point_sizing)
+    if doc.max_rate:
+        mr = doc.max_rate
         console.print(
-            f"highest rate meeting the SLA: {mr['rate']} req/s (first failing: {mr['first_failing_rate']}, "
-            f"tolerance {mr['tolerance']:.0%})"
+            f"highest rate meeting the SLA: {mr.rate} req/s (first failing: {mr.first_failing_rate}, "
+            f"tolerance {mr.tolerance:.0%})"
         )
 
 
-def markdown(doc: dict) -> str:
+def markdown(doc: SweepDoc) -> str:
     """sweep.md: the curve table, the knee and frontier, the max-rate verdict."""
-    doc = visible_tree(doc)  # outside text in it is shown, never obeyed
+    doc = visible_doc(doc)  # outside text in it is shown, never obeyed
     lines = [
-        f"# Sweep over `{doc['axis']}`",
+        f"# Sweep over `{doc.axis}`",
         "",
-        f"status: **{doc['status']}**",
+        f"status: **{doc.status}**",
         "",
         "| " + " | ".join(COLS) + " |",
         "|" + "---|" * len(COLS),
     ]
-    lines += ["| " + " | ".join(_fmt(c.get(k)) for k in COLS) + " |" for c in doc["curve"]]
+    lines += ["| " + " | ".join(_fmt(getattr(c, k)) for k in COLS) + " |" for c in doc.curve]
     lines += [
         "",
-        f"Knee (highest output tok/s ÷ p99 E2E, steady points only): **{doc['knee']}**; frontier: {doc['frontier']}",
+        f"Knee (highest output tok/s ÷ p99 E2E, steady points only): **{doc.knee}**; frontier: {doc.frontier}",
     ]
-    lines += [f"- caveat: {c}" for c in doc.get("knee_caveats") or []]
-    if doc.get("max_rate"):
-        mr = doc["max_rate"]
+    lines += [f"- caveat: {c}" for c in doc.knee_caveats]
+    if doc.max_rate:
+        mr = doc.max_rate
         lines += [
             "",
-            f"Highest rate meeting the SLA: **{mr['rate']} req/s** (first failing {mr['first_failing_rate']}, "
-            f"tolerance {mr['tolerance']:.0%}).",
+            f"Highest rate meeting the SLA: **{mr.rate} req/s** (first failing {mr.first_failing_rate}, "
+            f"tolerance {mr.tolerance:.0%}).",
         ]
     return "\n".join(lines) + "\n"
 
 
-def write(doc: dict, out: Path) -> list[Path]:
+def write(doc: SweepDoc, out: Path) -> list[Path]:
     """Write sweep.md, sweep.html and sweep_points.csv (every curve field, a point a row) next
     to sweep.json; returns their paths."""
     md, page, points = (Path(out) / n for n in ("sweep.md", "sweep.html", "sweep_points.csv"))
     atomic.write_text(md, markdown(doc))
     atomic.write_text(page, html.sweep_html(doc))
-    curve = doc.get("curve") or []
+    curve = [c.view() for c in doc.curve]  # rows of the CSV written
     columns = list(dict.fromkeys(k for c in curve for k in c)) or ["x", "status"]
     atomic.write_csv(points, curve, columns)
     return [md, page, points]

@@ -1,4 +1,4 @@
-"""The end-of-run summary in the terminal (rich tables), from a metrics dict."""
+"""The end-of-run summary in the terminal (rich tables), from the typed result documents."""
 
 from __future__ import annotations
 
@@ -6,127 +6,139 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from loadtest.core.text import visible_tree
+from loadtest.analysis.sla import overall
+from loadtest.core.text import visible_doc
 from loadtest.reporters import insight
 from loadtest.reporters.console import make_console, styled
+from loadtest.results.model import (
+    LatencySummary,
+    Regression,
+    RegressionCheck,
+    RepeatDoc,
+    RunMetrics,
+    Verdict,
+)
 
 ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
 COLS = ("p50", "p90", "p95", "p99", "p999", "max")
 VERDICT_STYLE = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "yellow"}
 
 
-def _ms(x) -> str:
+def _ms(x: float | None) -> str:
     """A latency in at most 7 characters: 3 decimals under 10 ms, 1 under 10 s, whole above."""
     if x is None:
         return "-"
     return f"{x:.3f}" if x < 10 else f"{x:.1f}" if x < 10_000 else f"{x:.0f}"
 
 
-def render(metrics: dict, console: Console | None = None, sla: bool = True) -> None:
+def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True) -> None:
     """A run's summary on the terminal: latency table, counts, throughput, harness health, SLA."""
-    metrics = visible_tree(metrics)  # outside text in it is shown, never obeyed
+    m = visible_doc(metrics)  # outside text in it is shown, never obeyed
     console = console or make_console()
-    status = metrics["status"]
     style = {"ok": "green", "invalid": "yellow", "interrupted": "yellow", "failed": "red"}.get(
-        status, "white"
+        m.status, "white"
     )
-    console.print(styled((str(metrics["name"]), "bold"), "  status: ", (status, style)))
-    if not metrics.get("latency_ms"):
-        for reason in metrics.get("validity", {}).get("reasons", []):
+    console.print(styled((str(m.name), "bold"), "  status: ", (m.status, style)))
+    if not m.latency_ms or m.requests is None or m.throughput is None or m.harness is None:
+        for reason in m.validity.reasons:
             console.print(f"  {reason}", style="red")
         return
+    console.print(_latency_table(m.latency_ms))
+    r, t = m.requests, m.throughput
+    console.print(
+        f"requests: {r.completed} completed, {r.failed} failed, {r.warmup} warmup, {r.cancelled} cancelled"
+        + (f"  errors: {r.errors_by_type}" if r.errors_by_type else "")
+    )
+    if t.window_s:
+        console.print(
+            f"throughput over {t.window_s:.3g} s window: {t.output_tokens_per_s:.1f} output tok/s, "
+            f"{t.total_tokens_per_s:.1f} total tok/s, {t.requests_per_s:.2f} req/s"
+        )
+    _render_traffic(m, console)
+    loop, lag = m.harness.loop_lag_ms, m.latency_ms["dispatch_lag"]
+    console.print(
+        f"harness: dispatch lag p99 {_ms(lag.p99)} ms, event-loop lag p99 {_ms(loop.p99)} ms"
+    )
+    workers = dict(insight.workers_rows(m.workers, m.backend))
+    if workers:
+        console.print(
+            f"workers: {workers['workers']}; worst dispatch lag p99 {workers['worst dispatch lag p99']}"
+        )
+    for reason in m.validity.reasons:
+        console.print(f"invalid: {reason}", style="yellow")
+    for warning in m.validity.warnings:
+        console.print(f"warning: {warning}", style="yellow")
+    if sla:
+        render_sla(m.sla, console)
+
+
+def _latency_table(latency: dict[str, LatencySummary]) -> Table:
     table = Table(title="latency (ms)", title_justify="left")
     table.add_column("metric", no_wrap=True, min_width=max(len(m) for m in ROWS))
     table.add_column("count", justify="right")
     for c in COLS:
         table.add_column(c, justify="right")
-    for m in ROWS:
-        s = metrics["latency_ms"][m]
-        table.add_row(m, str(s["count"]), *(_ms(s.get(c)) for c in COLS))
-    console.print(table)
-    r, t = metrics["requests"], metrics["throughput"]
-    console.print(
-        f"requests: {r['completed']} completed, {r['failed']} failed, {r['warmup']} warmup, {r['cancelled']} cancelled"
-        + (f"  errors: {r['errors_by_type']}" if r["errors_by_type"] else "")
-    )
-    if t["window_s"]:
-        console.print(
-            f"throughput over {t['window_s']:.3g} s window: {t['output_tokens_per_s']:.1f} output tok/s, "
-            f"{t['total_tokens_per_s']:.1f} total tok/s, {t['requests_per_s']:.2f} req/s"
-        )
-    g = metrics.get("goodput")
-    if g and g.get("attainment") is not None:
-        rows = dict(insight.goodput_rows(g))
+    for name in ROWS:
+        s = latency[name]
+        table.add_row(name, str(s.count), *(_ms(getattr(s, c)) for c in COLS))
+    return table
+
+
+def _render_traffic(m: RunMetrics, console: Console) -> None:
+    """Goodput and sessions, where the run has them."""
+    if m.goodput and m.goodput.attainment is not None:
+        rows = dict(insight.goodput_rows(m.goodput))
         console.print(
             f"goodput: {rows['attainment']} met {rows['objectives (every one, per request)']}; {rows['goodput']}"
         )
-    s = metrics.get("sessions")
-    if s:
-        rows = dict(insight.sessions_rows(s))
+    if m.sessions:
+        rows = dict(insight.sessions_rows(m.sessions))
         console.print(f"sessions: {rows['sessions']}")
         console.print(f"  TTFT first turn / later turns: {rows['TTFT first turn / later turns']}")
-    loop = metrics["harness"]["loop_lag_ms"]
-    lag = metrics["latency_ms"]["dispatch_lag"]
-    console.print(
-        f"harness: dispatch lag p99 {_ms(lag.get('p99'))} ms, event-loop lag p99 {_ms(loop.get('p99'))} ms"
-    )
-    workers = dict(insight.workers_rows(metrics.get("workers"), metrics.get("backend")))
-    if workers:
-        console.print(
-            f"workers: {workers['workers']}; worst dispatch lag p99 {workers['worst dispatch lag p99']}"
-        )
-    for reason in metrics["validity"]["reasons"]:
-        console.print(f"invalid: {reason}", style="yellow")
-    for warning in metrics["validity"]["warnings"]:
-        console.print(f"warning: {warning}", style="yellow")
-    if sla:
-        render_sla(metrics.get("sla"), console)
 
 
-def render_sla(sla: dict | None, console: Console) -> None:
+def render_sla(sla: Verdict | None, console: Console) -> None:
     """The SLA verdict and its checks as a table."""
-    sla = visible_tree(sla)  # outside text in it is shown, never obeyed
     if not sla:
         return
+    sla = visible_doc(sla)  # outside text in it is shown, never obeyed
     table = Table(
-        title=f"SLA: {sla['verdict']}",
+        title=f"SLA: {sla.verdict}",
         title_justify="left",
-        title_style=VERDICT_STYLE[sla["verdict"]],
+        title_style=VERDICT_STYLE[sla.verdict],
     )
     for col in ("check", "verdict", "observed", "bound", "evidence"):
         table.add_column(col)
-    for c in sla["checks"]:
-        obs = "-" if c["observed"] is None else f"{c['observed']:.4g} {c['unit']}".strip()
+    for c in sla.checks:
+        obs = "-" if c.observed is None else f"{c.observed:.4g} {c.unit}".strip()
         table.add_row(
-            c["name"],
-            Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
+            c.name,
+            Text(c.verdict, style=VERDICT_STYLE[c.verdict]),
             obs,
-            f"{c['op']} {c['bound']:g} {c['unit']}".strip(),
-            c["reason"],
+            f"{c.op} {c.bound:g} {c.unit}".strip(),
+            c.reason,
         )
     console.print(table)
 
 
-def _pct(x) -> str:
+def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1f}%"
 
 
-def _num(x) -> str:
+def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def render_regression(reg: dict | None, console: Console) -> None:
+def render_regression(reg: Regression | None, console: Console) -> None:
     """The regression checks against a baseline, when there are any."""
-    reg = visible_tree(reg)  # outside text in it is shown, never obeyed
     if not reg:
         return
-    from loadtest.analysis.sla import overall
-
-    worst = overall(c["verdict"] for c in reg["checks"])
+    reg = visible_doc(reg)  # outside text in it is shown, never obeyed
+    worst = overall(c.verdict for c in reg.checks)
     table = Table(
-        title=f"regression vs {', '.join(reg['baselines'])}: {worst}  (minimum effect {reg['min_effect']:.0%}, "
-        f"{reg['confidence']:.0%} simultaneous intervals, replicates {reg['replicates']['baseline']} vs "
-        f"{reg['replicates']['candidate']})",
+        title=f"regression vs {', '.join(reg.baselines)}: {worst}  (minimum effect {reg.min_effect:.0%}, "
+        f"{reg.confidence:.0%} simultaneous intervals, replicates {reg.replicates.baseline} vs "
+        f"{reg.replicates.candidate})",
         title_justify="left",
         title_style=VERDICT_STYLE[worst],
     )
@@ -135,65 +147,63 @@ def render_regression(reg: dict | None, console: Console) -> None:
             col,
             justify="right" if col in ("baseline", "this run", "change", "interval") else "left",
         )
-    for c in reg["checks"]:
-        iv = c["change_interval_pct"]
+    for c in reg.checks:
+        iv = c.change_interval_pct
         table.add_row(
-            c["name"],
-            Text(c["verdict"], style=VERDICT_STYLE[c["verdict"]]),
-            _num(c["baseline"]),
-            f"{_num(c['candidate'])} {c['unit']}",
-            _pct(c["change_pct"]),
+            c.name,
+            Text(c.verdict, style=VERDICT_STYLE[c.verdict]),
+            _num(c.baseline),
+            f"{_num(c.candidate)} {c.unit}",
+            _pct(c.change_pct),
             "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}",
         )
     console.print(table)
 
 
-def render_repeat(doc: dict, console: Console, sla: bool = True) -> None:
+def render_repeat(doc: RepeatDoc, console: Console, sla: bool = True) -> None:
     """A replicate set: each headline metric's median and spread, and the pooled SLA verdict."""
-    doc = visible_tree(doc)  # outside text in it is shown, never obeyed
+    doc = visible_doc(doc)  # outside text in it is shown, never obeyed
     table = Table(
-        title=f"{doc['name']}: {len(doc['runs'])} of {doc['repeats']} replicates, status {doc['status']} "
-        f"(schedule seeds {', '.join(map(str, doc['schedule_seeds']))})",
+        title=f"{doc.name}: {len(doc.runs)} of {doc.repeats} replicates, status {doc.status} "
+        f"(schedule seeds {', '.join(map(str, doc.schedule_seeds))})",
         title_justify="left",
     )
     for col in ("metric", "median", "min", "max", "spread"):
         table.add_column(col, justify="left" if col == "metric" else "right")
-    for name, s in doc["summary"].items():
-        if s["n"]:
+    for name, s in doc.summary.items():
+        if s.n:
             table.add_row(
                 name,
-                _num(s["median"]),
-                _num(s["min"]),
-                _num(s["max"]),
-                "-" if s["spread_pct"] is None else f"{s['spread_pct']:.1f}%",
+                _num(s.median),
+                _num(s.min),
+                _num(s.max),
+                "-" if s.spread_pct is None else f"{s.spread_pct:.1f}%",
             )
     console.print(table)
-    for reason in doc["reasons"]:
+    for reason in doc.reasons:
         console.print(reason, style="yellow")
     if sla:
-        render_sla(doc.get("sla"), console)
+        render_sla(doc.sla, console)
 
 
-def render_compare(checks: list[dict], a: str, b: str, confidence: float, console: Console) -> None:
+def render_compare(
+    checks: list[RegressionCheck], a: str, b: str, confidence: float, console: Console
+) -> None:
     """Two runs side by side: each metric, the change and its interval."""
-    checks = visible_tree(checks)  # outside text in it is shown, never obeyed
+    checks = visible_doc(checks)  # outside text in it is shown, never obeyed
     table = Table(title=f"{a} -> {b}", title_justify="left")
     for col in ("metric", a, b, "change", f"{confidence:.0%} interval*", "significant"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for c in checks:
-        iv = c["change_interval_pct"]
+        iv = c.change_interval_pct
         sig: Text | str = (
-            Text("yes", style="bold")
-            if c["significant"]
-            else "-"
-            if c["significant"] is None
-            else "no"
+            Text("yes", style="bold") if c.significant else "-" if c.significant is None else "no"
         )
         table.add_row(
-            f"{c['name']} ({c['unit']})",
-            _num(c["baseline"]),
-            _num(c["candidate"]),
-            _pct(c["change_pct"]),
+            f"{c.name} ({c.unit})",
+            _num(c.baseline),
+            _num(c.candidate),
+            _pct(c.change_pct),
             "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}",
             sig,
         )

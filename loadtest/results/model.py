@@ -23,6 +23,19 @@ SWEEP_SCHEMA = "loadtest/sweep/v1"
 
 RunStatus = Literal["ok", "invalid", "interrupted", "failed"]
 VerdictName = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+# A sweep's status: running (written after every point), then how it ended. A grid: ok (every
+# point ok), partial, invalid (none), stopped_at_oom, interrupted. A max-rate search: ok (a
+# bracket found), no_rate_meets_sla, no_verdict (the search could not decide), interrupted.
+SweepStatus = Literal[
+    "running",
+    "ok",
+    "partial",
+    "invalid",
+    "stopped_at_oom",
+    "interrupted",
+    "no_rate_meets_sla",
+    "no_verdict",
+]
 
 # The headline metrics, defined once: name -> (section, key[, percentile]) of a run result.
 # Sweeps' curves, repeat summaries and ``compare`` all read these.
@@ -247,6 +260,12 @@ class IntervalPoint(_Doc):
     output_tokens_per_s: float
     histograms: dict[str, str] = Field(default_factory=dict)
 
+    def figure(self, name: str) -> float | None:
+        """A field or one of the interval's ``<metric>_p50_ms`` / ``_p99_ms`` figures."""
+        if name in type(self).model_fields:
+            return getattr(self, name)
+        return (self.model_extra or {}).get(name)
+
 
 class Timeseries(_Doc):
     """The run in reporting intervals (for plots and the regression bootstrap)."""
@@ -380,7 +399,7 @@ class SweepDoc(_Doc):
     """``sweep.json``: every point with its run, the curve, the frontier and the knee."""
 
     schema_: str = Field(SWEEP_SCHEMA, alias="schema")
-    status: str
+    status: SweepStatus
     scenario_file: str
     axes: dict[str, list[Any]]
     points: list[SweepPoint]
@@ -393,13 +412,49 @@ class SweepDoc(_Doc):
     point_sizing: str | None = None  # how offline points were sized, when not by the scenario
 
 
+class RegressionCheck(_Doc):
+    """One metric of a run against its baselines: the figures, their ratio's interval (> 1 is
+    worse), the change in percent and the verdict with its reason."""
+
+    name: str
+    baseline: float | None
+    candidate: float | None
+    unit: str
+    ratio: float | None
+    lo: float | None
+    hi: float | None
+    verdict: VerdictName
+    reason: str
+    lower_is_better: bool = True
+    change_pct: float | None = None
+    change_interval_pct: tuple[float, float] | None = None
+    significant: bool | None = None
+
+
+class Replicates(_Doc):
+    """How many runs each side pooled."""
+
+    baseline: int
+    candidate: int
+
+
+class Regression(_Doc):
+    """A gate's regression checks against its baselines, and the terms they were judged on."""
+
+    baselines: list[str]
+    min_effect: float
+    confidence: float
+    replicates: Replicates
+    checks: list[RegressionCheck]
+
+
 class GateResult(_Doc):
     """A gate's judgement of a saved run: SLA checks, regression checks, one verdict."""
 
     status: str
     reasons: list[str]
     checks: list[Check]
-    regression: dict[str, Any] | None = None
+    regression: Regression | None = None
     warnings: list[str] = Field(default_factory=list)
     verdict: VerdictName = "INCONCLUSIVE"
 

@@ -20,6 +20,7 @@ from loadtest.results.model import (
     RunMetrics,
     SweepDoc,
     SweepPoint,
+    SweepStatus,
 )
 from loadtest.session import Session
 from loadtest.sweep.curve import curves, knee_caveats
@@ -126,7 +127,7 @@ async def run_sweep(
         for p in points
     ]  # all valid first
     rows: list[SweepPoint] = []
-    status = "ok"
+    status: SweepStatus = "ok"
     for i, (params, ld) in enumerate(zip(points, loaded)):
         run_dir = out / f"point-{i:02d}"
         started = time.monotonic()
@@ -153,7 +154,7 @@ async def run_sweep(
     return SweepResult(out, doc)
 
 
-def _overall(rows: list[SweepPoint]) -> str:
+def _overall(rows: list[SweepPoint]) -> SweepStatus:
     """A finished sweep's status from its points: ``ok`` only when every point is; ``partial``
     when some are not; ``invalid`` when none is (its curve describes nothing trustworthy)."""
     ok = sum(r.status == "ok" for r in rows)
@@ -197,7 +198,7 @@ def sweep_doc(
     scenario_path: Path,
     axes: dict,
     rows: list[SweepPoint],
-    status: str,
+    status: SweepStatus,
     max_rate: MaxRate | None = None,
     point_sizing: str | None = None,
 ) -> SweepDoc:

@@ -14,6 +14,7 @@ from loadtest.results.model import (
     RunMetrics,
     SweepDoc,
     SweepPoint,
+    SweepStatus,
 )
 from loadtest.session import Session
 from loadtest.sweep.grid import error_row, point_row, sweep_doc, write_doc
@@ -217,14 +218,15 @@ class _Search:
                 self.end(word, f"at {rate:g} req/s: {why}")
             return word
 
-    def doc(self, status: str | None = None) -> SweepDoc:
+    def doc(self, status: SweepStatus | None = None) -> SweepDoc:
         if status is None:
-            status = {
+            endings: dict[str, SweepStatus] = {
                 "found": "ok",
                 "narrowed": "ok",
                 "interrupted": "interrupted",
                 "no_rate_meets_sla": "no_rate_meets_sla",
-            }.get(self.ending, "no_verdict")
+            }
+            status = endings.get(self.ending, "no_verdict")
         rows = sorted(self.rows, key=lambda r: r.params["load.arrival.rate"])
         evidence = (
             "the highest rate tried whose run met every SLA check (PASS), and the lowest that did "

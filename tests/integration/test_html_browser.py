@@ -12,6 +12,7 @@ import pytest
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.reporters import html, sweep_report
+from loadtest.results.model import RegressionCheck, RunMetrics, SweepDoc
 
 pytestmark = pytest.mark.integration
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -95,7 +96,7 @@ def run_report(tmp_path_factory):
         "diagnosis": {"verdict": "memory-bound", "evidence": [], "remedies": []},
     }  # fmt: skip
     path = tmp / "report.html"
-    path.write_text(html.run_html(m))
+    path.write_text(html.run_html(RunMetrics.model_validate(m)))
     return m, path
 
 
@@ -172,9 +173,13 @@ def test_sweep_and_compare_reports_in_chromium(run_report, browser, tmp_path):
         "knee": 2,
         "frontier": [1, 2],
         "knee_caveats": ["overloaded points are left out of the knee and frontier: [4]"],
-        "points": [{"params": {"load.arrival.rate": 8}, "status": "invalid", "reason": "<b>x</b>"}],
-    }
-    sweep_report.write(doc, tmp_path)
+        "points": [
+            {"params": {"load.arrival.rate": 8}, "status": "invalid", "reason": "<b>x</b>",
+             "run_dir": "point-03", "metrics": None}
+        ],
+        "axes": {"load.arrival.rate": [1, 2, 4, 8]},
+    }  # fmt: skip
+    sweep_report.write(SweepDoc.model_validate(doc), tmp_path)
     page = Page(browser, tmp_path / "sweep.html")
     try:
         tips = page.page.eval_on_selector_all(
@@ -189,9 +194,10 @@ def test_sweep_and_compare_reports_in_chromium(run_report, browser, tmp_path):
         page.assert_clean(tmp_path / "sweep.html")
     finally:
         page.close()
-    checks = [  # the shape regression.as_dicts gives
-        {"name": "ttft_p99", "unit": "ms", "baseline": 10.0, "candidate": 12.0, "change_pct": 20.0,
-         "change_interval_pct": [5.0, 35.0], "significant": True},
+    checks = [
+        RegressionCheck(name="ttft_p99", unit="ms", baseline=10.0, candidate=12.0, ratio=1.2,
+                        lo=1.05, hi=1.35, verdict="FAIL", reason="slower", change_pct=20.0,
+                        change_interval_pct=(5.0, 35.0), significant=True),
     ]  # fmt: skip
     page_path = tmp_path / "compare.html"
     page_path.write_text(

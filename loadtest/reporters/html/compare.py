@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from loadtest.reporters import plots
 from loadtest.reporters.html.page import card, esc, num, page, svg, table
+from loadtest.results.model import RegressionCheck
 
 
 def compare_html(
     a: str,
     b: str,
-    checks: list[dict],
+    checks: list[RegressionCheck],
     confidence: float,
     histograms: tuple[dict[str, str], dict[str, str]],
     warnings: list[str],
 ) -> str:
     """compare.html: B against A, each headline metric's change with its interval, and the two
     runs' percentile curves overlaid (A solid, B dashed)."""
-    sig = [c for c in checks if c["significant"]]
+    sig = [c for c in checks if c.significant]
     strip = [
         card("reference (A)", a),
         card("compared (B)", b),
@@ -24,24 +25,20 @@ def compare_html(
             "significant changes",
             str(len(sig)),
             "warn" if sig else "good",
-            ", ".join(f"{c['name']} {c['change_pct']:+.1f}%" for c in sig)
-            or "none at this confidence",
+            ", ".join(f"{c.name} {c.change_pct:+.1f}%" for c in sig) or "none at this confidence",
         ),
     ]
 
-    def pct(x) -> str:
-        return "-" if x is None else f"{x:+.1f}%"
-
     rows = [
         (
-            esc(f"{c['name']} ({c['unit']})"),
-            esc(num(c["baseline"])),
-            esc(num(c["candidate"])),
-            esc(pct(c["change_pct"])),
+            esc(f"{c.name} ({c.unit})"),
+            esc(num(c.baseline)),
+            esc(num(c.candidate)),
+            esc(_pct(c.change_pct)),
             "-"
-            if c["change_interval_pct"] is None
-            else esc(f"{pct(c['change_interval_pct'][0])} .. {pct(c['change_interval_pct'][1])}"),
-            "<b>yes</b>" if c["significant"] else ("-" if c["significant"] is None else "no"),
+            if c.change_interval_pct is None
+            else esc(f"{_pct(c.change_interval_pct[0])} .. {_pct(c.change_interval_pct[1])}"),
+            "<b>yes</b>" if c.significant else ("-" if c.significant is None else "no"),
         )
         for c in checks
     ]
@@ -64,4 +61,5 @@ def compare_html(
     )
 
 
-# -- replicates ----------------------------------------------------------------------------
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}%"

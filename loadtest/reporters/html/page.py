@@ -109,6 +109,3 @@ def page(title: str, header: str, strip: list[str], sections: list[tuple[str, st
 
 def svg(svg: str | None, what: str) -> str:
     return svg or f"<p class=def>({esc(what)}: no data)</p>"
-
-
-# -- run report ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from loadtest.reporters import plots
 from loadtest.reporters.html.page import card, esc, num, page, table
+from loadtest.results.model import SweepDoc
 
 SWEEP_COLS = (
     "x",
@@ -19,13 +20,13 @@ SWEEP_COLS = (
 )
 
 
-def sweep_html(doc: dict) -> str:
+def sweep_html(doc: SweepDoc) -> str:
     """sweep.html's text from a saved sweep.json."""
-    axis, curve = doc["axis"], doc["curve"]
+    axis, curve = doc.axis, doc.curve
     kinds = [plots.point_kind(c) for c in curve]
-    status_cls = {"ok": "good", "partial": "warn"}.get(doc["status"], "bad")
+    status_cls = {"ok": "good", "partial": "warn"}.get(doc.status, "bad")
     strip = [
-        card("sweep", doc["status"], status_cls, f"{len(curve)} points over {axis}"),
+        card("sweep", doc.status, status_cls, f"{len(curve)} points over {axis}"),
         card(
             "points",
             f"{kinds.count('steady')} steady",
@@ -34,61 +35,55 @@ def sweep_html(doc: dict) -> str:
         ),
         card(
             "knee",
-            "-" if doc["knee"] is None else str(doc["knee"]),
-            "warn" if doc.get("knee_caveats") else "",
-            "; ".join(doc.get("knee_caveats") or []) or "highest tok/s ÷ p99 E2E, steady points",
+            "-" if doc.knee is None else str(doc.knee),
+            "warn" if doc.knee_caveats else "",
+            "; ".join(doc.knee_caveats) or "highest tok/s ÷ p99 E2E, steady points",
         ),
     ]
     best = max(
-        (c.get("output_tokens_per_s") or 0 for c, k in zip(curve, kinds) if k == "steady"),
+        (c.output_tokens_per_s or 0 for c, k in zip(curve, kinds) if k == "steady"),
         default=0,
     )
     if best:
         strip.append(card("best steady tok/s", num(best)))
-    if doc.get("max_rate"):
-        mr = doc["max_rate"]
+    if doc.max_rate:
+        mr = doc.max_rate
         strip.append(
             card(
                 "max rate meeting the SLA",
-                f"{mr['rate']} req/s",
+                f"{mr.rate} req/s",
                 "",
-                f"first failing {mr['first_failing_rate']}",
+                f"first failing {mr.first_failing_rate}",
             )
         )
     header = (
-        f"<h1>Sweep over {esc(axis)}</h1><p class=meta>status <b class='{esc(doc['status'])}'>"
-        f"{esc(doc['status'])}</b> · {esc(doc['scenario_file'])}</p>"
+        f"<h1>Sweep over {esc(axis)}</h1><p class=meta>status <b class='{esc(doc.status)}'>"
+        f"{esc(doc.status)}</b> · {esc(doc.scenario_file)}</p>"
     )
     curves = "".join(
-        f"<h3>{esc(name)}</h3>{svg}" for name, svg in plots.sweep_plots(curve, axis, doc["knee"])
+        f"<h3>{esc(name)}</h3>{svg}" for name, svg in plots.sweep_plots(curve, axis, doc.knee)
     )
     knee = (
-        f"<p>knee (highest throughput ÷ p99 E2E, steady points only): <b>{esc(doc['knee'])}</b> · "
-        f"frontier: {esc(doc['frontier'])}</p>"
-        + "".join(
-            f"<p class=warn><b>caveat:</b> {esc(c)}</p>" for c in doc.get("knee_caveats") or []
-        )
+        f"<p>knee (highest throughput ÷ p99 E2E, steady points only): <b>{esc(doc.knee)}</b> · "
+        f"frontier: {esc(doc.frontier)}</p>"
+        + "".join(f"<p class=warn><b>caveat:</b> {esc(c)}</p>" for c in doc.knee_caveats)
     )
-    if doc.get("max_rate"):
-        mr = doc["max_rate"]
+    if doc.max_rate:
+        mr = doc.max_rate
         knee += (
-            f"<p>Highest rate meeting the SLA: <b>{esc(mr['rate'])} req/s</b>; first failing "
-            f"{esc(mr['first_failing_rate'])} req/s; tolerance {esc(mr['tolerance'])}. {esc(mr['evidence'])}</p>"
+            f"<p>Highest rate meeting the SLA: <b>{esc(mr.rate)} req/s</b>; first failing "
+            f"{esc(mr.first_failing_rate)} req/s; tolerance {esc(mr.tolerance)}. {esc(mr.evidence)}</p>"
         )
     rows = [
         [
-            f"<span class='{esc(k)}'>{esc(c.get(col))}</span>"
+            f"<span class='{esc(k)}'>{esc(getattr(c, col))}</span>"
             if col == "status"
-            else esc(c.get(col))
+            else esc(getattr(c, col))
             for col in SWEEP_COLS
         ]
         for c, k in zip(curve, kinds)
     ]
-    reasons = [
-        (esc(p["params"]), esc(p["status"]), esc(p["reason"]))
-        for p in doc["points"]
-        if p.get("reason")
-    ]
+    reasons = [(esc(p.params), esc(p.status), esc(p.reason)) for p in doc.points if p.reason]
     points = table(SWEEP_COLS, rows) + (
         "<h3>Marked points</h3>" + table(("params", "status", "reason"), reasons) if reasons else ""
     )
@@ -98,6 +93,3 @@ def sweep_html(doc: dict) -> str:
         strip,
         [("curves", "Curves", knee + curves), ("points", "Points", points)],
     )
-
-
-# -- comparison ----------------------------------------------------------------------------

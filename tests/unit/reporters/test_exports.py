@@ -8,6 +8,7 @@ import csv
 from rich.console import Console
 
 from loadtest.reporters import exports, sweep_report
+from loadtest.results.model import RunMetrics, SweepDoc
 from tests.conftest import MD1_BACKEND
 
 
@@ -23,7 +24,7 @@ def test_the_interval_histograms_read_back_through_hdrh_tooling(tmp_path, run_vi
             "load": {"arrival": {"kind": "constant", "rate": 50}, "duration": "5s"},
         }
     )
-    written = exports.write(m, tmp_path)
+    written = exports.write(RunMetrics.model_validate(m), tmp_path)
     assert [p.name for p in written] == ["timeseries.csv", "histograms.hlog"]
     rows = list(csv.DictReader((tmp_path / "timeseries.csv").open()))
     assert (
@@ -56,8 +57,10 @@ def test_sweep_points_csv_and_an_80_column_table(tmp_path):
          "itl_p99_ms": 19.8765, "e2e_p99_ms": 12345.678, "goodput_rps": 3.21}
         for k in range(1, 8)
     ]  # fmt: skip
-    doc = {"axis": "backend.max_batch_size", "status": "ok", "curve": curve, "knee": 8,
-           "frontier": [], "scenario_file": "s.yml", "points": []}  # fmt: skip
+    doc = SweepDoc.model_validate(
+        {"axis": "backend.max_batch_size", "status": "ok", "curve": curve, "knee": 8,
+         "frontier": [], "scenario_file": "s.yml", "points": [], "axes": {}}
+    )  # fmt: skip
     paths = sweep_report.write(doc, tmp_path)
     assert [p.name for p in paths] == ["sweep.md", "sweep.html", "sweep_points.csv"]
     rows = list(csv.DictReader((tmp_path / "sweep_points.csv").open()))

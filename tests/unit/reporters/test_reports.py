@@ -1,11 +1,18 @@
 """Reports read only metrics.json / sweep.json; HTML is self-contained and escapes what users wrote."""
 
-import json
 import re
 
 import pytest
 
 from loadtest.reporters import html, markdown
+from loadtest.results.model import (
+    IntervalPoint,
+    LatencySummary,
+    RunMetrics,
+    Window,
+    WorkerClock,
+    WorkerStats,
+)
 
 
 def test_run_html_is_self_contained_and_escaped(run_virtual_fn):
@@ -18,7 +25,8 @@ def test_run_html_is_self_contained_and_escaped(run_virtual_fn):
             "sla": {"ttft_p50": "1s"},
         }
     )
-    page = html.run_html(json.loads(json.dumps(m)))
+    doc = RunMetrics.model_validate(m)
+    page = html.run_html(doc)
     assert "<script>alert" not in page and "&lt;script&gt;alert" in page
     assert page.count("<script>") == 1  # the page's own, inline
     assert not re.search(
@@ -26,7 +34,7 @@ def test_run_html_is_self_contained_and_escaped(run_virtual_fn):
     )  # nothing fetched from a network
     assert page.count("<svg ") == 2  # percentile plot + time series, inline
     assert "<img" not in page
-    md = markdown.render(m)
+    md = markdown.render(doc)
     assert "<script>" not in md and "&lt;script&gt;" in md
 
 
@@ -62,11 +70,12 @@ def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path):
             "remedies": ["CUDA graphs"],
         },
     }
-    page = html.run_html(m)
+    doc = RunMetrics.model_validate(m)
+    page = html.run_html(doc)
     assert page.count("<svg ") == 2  # GPU activity is a row of the time series plot
     assert "GPU 0 kernel-active %" in page
     assert "kernel-active" in page and "aten::&lt;mm&gt;" in page and "host/launch-bound" in page
-    md = markdown.render(m)
+    md = markdown.render(doc)
     assert (
         "## GPU" in md
         and "## Profiler window" in md
@@ -159,7 +168,7 @@ def test_the_run_tables_fit_80_columns_with_nothing_cut(run_virtual_fn):
         }
     )  # overloaded: long warnings and SLA evidence
     console = Console(width=80, record=True, color_system=None)
-    terminal.render(json.loads(json.dumps(m)), console)
+    terminal.render(RunMetrics.model_validate(m), console)
     lines = console.export_text().splitlines()
     assert max(len(line) for line in lines) <= 80 and not any("…" in line for line in lines)
     assert any("overloaded" in line for line in lines)
@@ -171,32 +180,37 @@ def test_a_long_run_plot_stays_small_and_every_series_keeps_its_tooltips():
     from loadtest.reporters import plots
 
     points = [
-        {"t_s": float(i), "completed": 3, "output_tokens_per_s": 100.0 + i % 7,
-         "ttft_p50_ms": 20.0, "ttft_p99_ms": 40.0 + i % 5, "itl_p50_ms": 2.0,
-         "itl_p99_ms": 3.0, "e2e_p99_ms": 300.0}
+        IntervalPoint(
+            index=i, t_s=float(i), completed=3, failed=0, output_tokens_per_s=100.0 + i % 7,
+            ttft_p50_ms=20.0, ttft_p99_ms=40.0 + i % 5, itl_p50_ms=2.0, itl_p99_ms=3.0,
+            e2e_p99_ms=300.0,
+        )
         for i in range(600)
     ]  # fmt: skip
     t = [i / 4 for i in range(2400)]
     gpu = {"index": 0, "series": {"t_s": t, "utilization_gpu_pct": [50.0] * 2400}}
-    svg = plots.timeseries_plot(points, 1.0, {"start_s": 10, "end_s": 590}, [gpu], None)
+    window = Window(start_s=10, end_s=590, length_s=580, run_s=600)
+    svg = plots.timeseries_plot(points, 1.0, window, [gpu], None)
     assert svg is not None and len(svg) < 1_000_000
     # 6 client series of 600 points and one GPU series of 2400: ceil(n / 240) spacing
     assert svg.count("<title>") == 6 * 200 + 240
     assert "<title>585 s: ttft p99 40 ms</title>" in svg  # every 3rd marker; 585 % 5 == 0
 
 
-def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_known():
+def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_known(
+    run_virtual_fn,
+):
     from loadtest.reporters import insight
 
-    lag = lambda p99: {"p50": p99 / 2, "p99": p99}  # noqa: E731
-    clock = {"method": "udp", "offset_ms": 5000.0, "uncertainty_ms": 0.01, "drift_ms": -0.002}
+    lag = lambda p99: LatencySummary(count=10, p50=p99 / 2, p99=p99)  # noqa: E731
+    clock = WorkerClock(method="udp", offset_ms=5000.0, uncertainty_ms=0.01, drift_ms=-0.002)
     workers = [
-        {"index": 0, "status": "ok", "valid": True, "sent": 10, "completed": 9, "failed": 1,
-         "dispatch_lag_ms": lag(0.2), "loop_lag_ms": lag(0.05), "host": "<b>h1</b>",
-         "ip": "10.0.0.1", "node": "abcdef0123456789", "clock": clock},
-        {"index": 1, "status": "ok", "valid": False, "sent": 11, "completed": 11, "failed": 0,
-         "dispatch_lag_ms": lag(7.5), "loop_lag_ms": lag(0.1), "host": "h2",
-         "ip": "10.0.0.2", "node": "99998888", "clock": None},
+        WorkerStats(index=0, pid=None, status="ok", valid=True, sent=10, completed=9, failed=1,
+                    dispatch_lag_ms=lag(0.2), loop_lag_ms=lag(0.05), host="<b>h1</b>",
+                    ip="10.0.0.1", node="abcdef0123456789", clock=clock),
+        WorkerStats(index=1, pid=None, status="ok", valid=False, sent=11, completed=11, failed=0,
+                    dispatch_lag_ms=lag(7.5), loop_lag_ms=lag(0.1), host="h2",
+                    ip="10.0.0.2", node="99998888", clock=None),
     ]  # fmt: skip
     backend = {"ray": {"ray": "2.60.0", "address": "head:6379", "cpus": 8}}
     rows = dict(insight.workers_rows(workers, backend))
@@ -209,6 +223,15 @@ def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_know
     )
     assert rows["worker 1"].startswith("ok, could not keep up; h2 10.0.0.2 node 99998888;")
     assert dict(insight.workers_rows(workers[:1], {}))["workers"] == "1 process here"
-    m = {"name": "w", "status": "ok", "workers": workers, "backend": backend}
-    md = markdown.render(m)
+    m = run_virtual_fn(
+        {
+            "name": "w",
+            "backend": {"kind": "sim"},
+            "load": {"arrival": {"kind": "constant", "rate": 10}, "duration": "1s"},
+        }
+    )
+    doc = RunMetrics.model_validate(m).model_copy(
+        update={"workers": workers, "backend": {**m["backend"], **backend}}
+    )
+    md = markdown.render(doc)
     assert "## Client workers" in md and "&lt;b&gt;h1&lt;/b&gt;" in md and "<b>h1" not in md
