@@ -35,6 +35,12 @@ class Spec(StrictModel):
         """This spec as saved in a result, with secret fields masked."""
         return dumped
 
+    def served_at(self) -> str | None:
+        """The API of the server the system under test runs in, when it is a server of its
+        own (its /metrics beside it, its GPUs perhaps on another host); None when it runs in
+        this process or an engine process this harness starts, on this host's devices."""
+        return None
+
 
 class Stall(Spec):
     """An interval in which the simulated server makes no progress."""
@@ -424,6 +430,9 @@ class OpenAISpec(Spec):
             *secrets.sensitive_values(dict(self.headers)),
             *secrets.sensitive_values(self.extra_body),
         ]
+
+    def served_at(self) -> str | None:
+        return self.base_url
 
     def redact(self, dumped: dict) -> dict:
         """A copy of this spec's dump with every secret masked (what metrics.json keeps)."""

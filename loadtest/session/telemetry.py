@@ -3,16 +3,21 @@ system under test's) and a served model's own ``/metrics``."""
 
 from __future__ import annotations
 
+from typing import Any
 
-def gpu_off_reason(scenario) -> str | None:
+from loadtest.config.scenario import Scenario
+
+
+def gpu_off_reason(scenario: Scenario) -> str | None:
     """Why this host's GPUs are not sampled, or None when they are."""
     gpu = scenario.telemetry.gpu
     if gpu is False:
         return "telemetry.gpu: false"
-    if gpu == "auto" and scenario.backend.kind == "openai":
+    served_at = scenario.backend.served_at()
+    if gpu == "auto" and served_at is not None:
         from urllib.parse import urlsplit
 
-        host = (urlsplit(scenario.backend.base_url).hostname or "").lower()
+        host = (urlsplit(served_at).hostname or "").lower()
         if host not in ("localhost", "127.0.0.1", "::1", "0.0.0.0") and host not in _own_names():
             return (
                 f"the server ({host}) is not on this host: its GPUs are not these "
@@ -28,23 +33,23 @@ def _own_names() -> set[str]:
     return names
 
 
-def server_sampler(scenario):
-    """A started sampler of the server's /metrics, or None (not an openai backend, or off)."""
-    wanted = scenario.telemetry.server
-    if wanted is False or scenario.backend.kind != "openai":
+def server_sampler(scenario: Scenario) -> Any:
+    """A started sampler of the server's /metrics, or None (not a served model, or off)."""
+    served_at = scenario.backend.served_at()
+    if scenario.telemetry.server is False or served_at is None:
         return None
     from loadtest.backends.openai.discovery import without_credentials
     from loadtest.telemetry.server_metrics import ServerSampler, metrics_url
 
     sampler = ServerSampler(
-        metrics_url(without_credentials(scenario.backend.base_url)),
+        metrics_url(without_credentials(served_at)),
         scenario.telemetry.server_interval / 1e9,
     )
     sampler.start()
     return sampler
 
 
-def gpu_sampler(scenario):
+def gpu_sampler(scenario: Scenario) -> Any:
     """A started GPU sampler, or None when the scenario turns sampling off."""
     if gpu_off_reason(scenario) is not None:
         return None
@@ -55,8 +60,8 @@ def gpu_sampler(scenario):
     return sampler
 
 
-def gpu_scope(scenario) -> str:
+def gpu_scope(scenario: Scenario) -> str:
     """Whose GPUs the sampled ones are: a served model's may be elsewhere, never labelled as its."""
-    if scenario.backend.kind == "openai":
+    if scenario.backend.served_at() is not None:
         return "this host (the load generator's); the server's own GPUs are not sampled"
     return "this host (the engine's)"
