@@ -22,6 +22,7 @@ from loadtest.results.model import (
     Requests,
     RunMetrics,
     SessionsResult,
+    Stability,
     Throughput,
     Timeseries,
     TurnStats,
@@ -223,31 +224,7 @@ def build_result(
         )
     rec = outcome.recorder
     hists = rec.histograms()
-    validity = judge_validity(scenario, outcome, hists, backend.get("warnings", []))
-    if outcome.status == "failed":  # the server died, the engine was killed: said first
-        validity = Validity(
-            valid=False,
-            reasons=[
-                "the run failed before its end: "
-                + (outcome.failure or "the system under test stopped answering")
-            ]
-            + validity.reasons,
-            warnings=validity.warnings,
-        )
-    workers = _workers(scenario, outcome, validity)
-    stability = judge_stability(
-        rec.timeline,
-        rec.window_start,
-        rec.window_end,
-        rec.interval_ns,
-        open_loop=scenario.load.arrival.kind != "concurrency",
-    )
-    if stability is not None and not stability.steady:
-        validity.warnings.insert(
-            0,
-            "overloaded: the system did not carry the offered load, so these latencies grow with "
-            "the run's length: " + "; ".join(stability.reasons),
-        )
+    validity, workers, stability = _judged(scenario, outcome, hists, backend.get("warnings", []))
     status = outcome.status if outcome.status != "ok" else ("ok" if validity.valid else "invalid")
     window_s = _window_s(rec)
     throughput = Throughput(
@@ -261,26 +238,8 @@ def build_result(
     e2e = latency["e2e"]
     result = RunMetrics(
         status=status,
-        requests=Requests(
-            planned=planned,
-            sent=outcome.sent,
-            never_sent=None if planned is None else max(0, planned - outcome.sent),
-            completed=rec.completed,
-            failed=rec.failed,
-            warmup=rec.warmup,
-            cancelled=outcome.cancelled,
-            errors_by_type=dict(rec.errors_by_type),
-            under_two_tokens=rec.single_token,
-            output_tokens=rec.output_tokens_measured,
-            input_tokens=rec.input_tokens_measured,
-        ),
-        window=Window(
-            start_s=None if rec.window_start is None else (rec.window_start - outcome.t0_ns) / 1e9,
-            end_s=None if rec.window_end is None else (rec.window_end - outcome.t0_ns) / 1e9,
-            length_s=window_s,
-            run_s=(outcome.end_ns - outcome.t0_ns) / 1e9,
-            t0_clock_ns=outcome.t0_ns,
-        ),
+        requests=_requests(outcome, planned),
+        window=_window(outcome, window_s),
         latency_ms=latency,
         throughput=throughput,
         harness=Harness(
@@ -306,6 +265,71 @@ def build_result(
         **identity,
     )
     return finish(result, scenario, outcome, seen or Observed(environment), judge)
+
+
+def _judged(
+    scenario: Scenario,
+    outcome: RunOutcome,
+    hists: dict[str, LatencyHistogram],
+    backend_warnings: Sequence[str],
+) -> tuple[Validity, list[WorkerStats] | None, Stability | None]:
+    """Validity (a failed run says so first; each worker judged too) and stability (an
+    overloaded run says so first among the warnings)."""
+    rec = outcome.recorder
+    validity = judge_validity(scenario, outcome, hists, backend_warnings)
+    if outcome.status == "failed":  # the server died, the engine was killed: said first
+        validity = Validity(
+            valid=False,
+            reasons=[
+                "the run failed before its end: "
+                + (outcome.failure or "the system under test stopped answering")
+            ]
+            + validity.reasons,
+            warnings=validity.warnings,
+        )
+    workers = _workers(scenario, outcome, validity)
+    stability = judge_stability(
+        rec.timeline,
+        rec.window_start,
+        rec.window_end,
+        rec.interval_ns,
+        open_loop=scenario.load.arrival.kind != "concurrency",
+    )
+    if stability is not None and not stability.steady:
+        validity.warnings.insert(
+            0,
+            "overloaded: the system did not carry the offered load, so these latencies grow with "
+            "the run's length: " + "; ".join(stability.reasons),
+        )
+    return validity, workers, stability
+
+
+def _requests(outcome: RunOutcome, planned: int | None) -> Requests:
+    rec = outcome.recorder
+    return Requests(
+        planned=planned,
+        sent=outcome.sent,
+        never_sent=None if planned is None else max(0, planned - outcome.sent),
+        completed=rec.completed,
+        failed=rec.failed,
+        warmup=rec.warmup,
+        cancelled=outcome.cancelled,
+        errors_by_type=dict(rec.errors_by_type),
+        under_two_tokens=rec.single_token,
+        output_tokens=rec.output_tokens_measured,
+        input_tokens=rec.input_tokens_measured,
+    )
+
+
+def _window(outcome: RunOutcome, window_s: float | None) -> Window:
+    rec, t0 = outcome.recorder, outcome.t0_ns
+    return Window(
+        start_s=None if rec.window_start is None else (rec.window_start - t0) / 1e9,
+        end_s=None if rec.window_end is None else (rec.window_end - t0) / 1e9,
+        length_s=window_s,
+        run_s=(outcome.end_ns - t0) / 1e9,
+        t0_clock_ns=t0,
+    )
 
 
 def _workers(
