@@ -7,151 +7,21 @@ the GPU, the network or any file (files a scenario names are checked by ``scenar
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, create_model, field_validator, model_validator
 
+from loadtest.config.arrivals import Arrival
 from loadtest.config.backend_specs import BackendSpec, SimSpec
 from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel, as_written
+from loadtest.config.workload import Workload
 from loadtest.core.units import PERCENTILE_NAMES
 
-# Upper bounds that stop a typo (1e9 users) from exhausting memory before anything runs.
-MAX_TOKENS = 10_000_000  # per request, input or output
-MAX_USERS = 100_000
-MAX_CV = 100.0
+# Upper bound that stops a typo (rate: 1e9) from exhausting memory before anything runs.
 DEFAULT_MAX_PLANNED = 1_000_000
 
 
 _Model = StrictModel
-
-
-# --- token-length distributions -------------------------------------------------------------
-
-
-class _Clipped(_Model):
-    min: int = Field(1, ge=1, le=MAX_TOKENS, description="Lengths below this are raised to it.")
-    max: int = Field(
-        1_000_000, ge=1, le=MAX_TOKENS, description="Lengths above this are lowered to it."
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self):
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is greater than max ({self.max})")
-        return self
-
-
-class FixedLength(_Model):
-    """Every request has the same number of tokens."""
-
-    dist: Literal["fixed"]
-    value: int = Field(ge=1, le=MAX_TOKENS, description="Every request has this many tokens.")
-
-
-class UniformLength(_Clipped):
-    """Lengths drawn uniformly between min and max."""
-
-    dist: Literal["uniform"]
-
-
-class NormalLength(_Clipped):
-    """Lengths from a normal distribution, clipped to [min, max]."""
-
-    dist: Literal["normal"]
-    mean: float = Field(gt=0, le=MAX_TOKENS, description="Mean length in tokens.")
-    std: float = Field(ge=0, description="Standard deviation in tokens.")
-
-
-class LognormalLength(_Clipped):
-    """Lengths from a lognormal distribution with the given mean, clipped to [min, max]."""
-
-    dist: Literal["lognormal"]
-    mean: float = Field(
-        gt=0, description="Mean length in tokens (of the distribution, not of its log)."
-    )
-    sigma: float = Field(ge=0, description="Standard deviation of the log of the length.")
-
-
-LengthDist = Annotated[
-    FixedLength | UniformLength | NormalLength | LognormalLength, Field(discriminator="dist")
-]
-LengthSpec = Annotated[int, Field(ge=1, le=MAX_TOKENS)] | LengthDist
-
-
-# --- arrival processes ----------------------------------------------------------------------
-
-
-class ConstantArrival(_Model):
-    """Open loop: one request every 1/rate seconds."""
-
-    kind: Literal["constant"]
-    rate: Rate = Field(description="Requests per second, evenly spaced.")
-
-
-class PoissonArrival(_Model):
-    """Open loop: exponential gaps at the given mean rate."""
-
-    kind: Literal["poisson"]
-    rate: Rate = Field(description="Mean requests per second; exponential gaps.")
-
-
-class GammaArrival(_Model):
-    """Open loop: gamma gaps at the given rate and coefficient of variation (burstier when cv > 1)."""
-
-    kind: Literal["gamma"]
-    rate: Rate = Field(description="Mean requests per second.")
-    cv: float = Field(
-        gt=0,
-        le=MAX_CV,
-        description="Burstiness: coefficient of variation of the gaps (1 = Poisson).",
-    )
-
-
-class ConcurrencyArrival(_Model):
-    """Closed loop: a fixed number of users, each sending after its last response (plus think time)."""
-
-    kind: Literal["concurrency"]
-    users: int = Field(
-        ge=1,
-        le=MAX_USERS,
-        description="Closed loop: this many users, each sends when its last request is done.",
-    )
-    think_time: Duration = Field(
-        0, description="Pause between a user's response and its next request."
-    )
-    think: Literal["fixed", "exponential"] = Field(
-        "fixed", description="Think time fixed, or exponential with that mean."
-    )
-
-
-class BurstArrival(_Model):
-    """Everything at t0 (an offline batch)."""
-
-    kind: Literal["burst"]
-
-
-class TraceArrival(_Model):
-    """Send times replayed from a file (seconds, one a line, or JSONL with an ``offset`` key)."""
-
-    kind: Literal["trace"]
-    file: str = Field(
-        description="Offsets to replay: one number of seconds a line, or JSONL with an 'offset' key."
-    )
-    time_scale: float = Field(
-        1.0, gt=0, le=1e6, description="Multiply every offset (0.5 = twice as fast)."
-    )
-
-
-Arrival = Annotated[
-    ConstantArrival
-    | PoissonArrival
-    | GammaArrival
-    | ConcurrencyArrival
-    | BurstArrival
-    | TraceArrival,
-    Field(discriminator="kind"),
-]
-
 
 # --- sections ---------------------------------------------------------------------------------
 
@@ -162,105 +32,6 @@ class Seeds(_Model):
     schedule: int = Field(0, ge=0, description="Arrival times (and think times).")
     prompts: int = Field(0, ge=0, description="Prompt text and dataset order.")
     lengths: int = Field(0, ge=0, description="Input and output token lengths.")
-
-
-class SharedPrefix(_Model):
-    """Synthetic prompts in groups sharing a prefix (system prompts, few-shot examples): what
-    prefix caching is measured with."""
-
-    groups: int = Field(ge=1, le=100_000, description="How many distinct prefixes.")
-    tokens: int = Field(ge=1, le=MAX_TOKENS, description="Tokens in each shared prefix.")
-
-
-class MultiTurn(_Model):
-    """Sessions: a conversation's turns go in order, one at a time, and each turn's history holds
-    the replies the system under test actually gave to the earlier turns."""
-
-    turns: LengthSpec | None = Field(
-        None,
-        description="Turns per session for synthetic prompts (default 3; input_tokens is each "
-        "turn's new message). With a dataset: the conversation's own user turns.",
-    )
-    max_turns: int | None = Field(
-        None, ge=1, le=10_000, description="Cap on turns per session (a dataset's long chats)."
-    )
-    think_time: Duration = Field(
-        0, description="Pause between a turn's reply and the session's next turn."
-    )
-    think: Literal["fixed", "exponential"] = Field(
-        "fixed", description="Think time fixed, or exponential with that mean."
-    )
-
-
-class Workload(_Model):
-    """What each request asks for: input and output lengths, or a dataset of prompts."""
-
-    input_tokens: LengthSpec | None = Field(
-        None, description="Synthetic prompt length (tokens of the backend's tokenizer)."
-    )
-    dataset: str | None = Field(
-        None,
-        description='JSONL file: one {"prompt": ...} or {"messages": [...]} a line; or a '
-        "ShareGPT file (JSON or JSONL of {conversations: [{from, value}, ...]}, detected from "
-        "its content: each conversation's first human turn is a prompt; with multi_turn, every "
-        "turn). `hf:org/name` (or `hf:` and a local dataset folder): a Hugging Face dataset, "
-        "read with the `datasets` extra.",
-    )
-    dataset_max_rows: int = Field(
-        100_000,
-        ge=1,
-        le=10_000_000,
-        description="Rows of a dataset read into the plan, from its start; the rest are "
-        "counted, not kept (memory stays bounded), and the result says so.",
-    )
-    dataset_split: str = Field("train", description="hf: datasets: the split to read.")
-    dataset_columns: dict[Literal["prompt", "messages", "conversations"], str] = Field(
-        default_factory=dict,
-        description="hf: datasets: which column holds the prompt, the messages or the "
-        "conversations, where it is not named so (e.g. {prompt: question}).",
-    )
-    shared_prefix: SharedPrefix | None = Field(
-        None,
-        description="Each synthetic prompt starts with one of `groups` shared prefixes of "
-        "`tokens` tokens (chosen by the prompts seed); input_tokens is the distinct suffix.",
-    )
-    multi_turn: MultiTurn | None = Field(
-        None,
-        description="Multi-turn sessions (`true`, or {turns, max_turns, think_time, think}). "
-        "Open loop: a session starts at each arrival; closed loop: each user runs sessions.",
-    )
-    output_tokens: LengthSpec = Field(
-        128, description="Output length: exact (fixed) or the cap (natural)."
-    )
-    output: Literal["fixed", "natural"] = Field(
-        "fixed", description="fixed: ignore EOS, generate exactly; natural: stop at EOS."
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_prompt_source(cls, data):
-        if isinstance(data, dict):
-            has_input, has_dataset = (
-                data.get("input_tokens") is not None,
-                data.get("dataset") is not None,
-            )
-            if has_input and has_dataset:
-                raise ValueError("give either input_tokens or dataset, not both")
-            if has_dataset and data.get("shared_prefix") is not None:
-                raise ValueError("shared_prefix is for synthetic prompts, not a dataset")
-            if not has_input and not has_dataset:
-                data = {**data, "input_tokens": 128}
-            turns = data.get("multi_turn")
-            if turns is True:
-                data = {**data, "multi_turn": {}}
-            elif turns is False:
-                data = {**data, "multi_turn": None}
-            elif has_dataset and isinstance(turns, dict) and turns.get("turns") is not None:
-                raise ValueError(
-                    "multi_turn.turns is for synthetic prompts: a dataset's conversations have "
-                    "their own turns (cap them with max_turns)"
-                )
-        return data
 
 
 class Validity(_Model):

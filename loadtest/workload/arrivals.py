@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from loadtest.config.scenario import (
+from loadtest.config.arrivals import (
     BurstArrival,
     ConcurrencyArrival,
     ConstantArrival,

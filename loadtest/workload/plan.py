@@ -14,13 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from loadtest.config.scenario import (
-    FixedLength,
-    LognormalLength,
-    NormalLength,
-    Scenario,
-    UniformLength,
-)
+from loadtest.config.scenario import Scenario
+from loadtest.config.workload import FixedLength, LognormalLength, NormalLength, UniformLength
 from loadtest.core.errors import ScenarioError
 from loadtest.workload.arrivals import ClosedLoop, ThinkTime, make_arrival
 from loadtest.workload.datasets import DatasetPrompt, read_dataset

@@ -1,0 +1,87 @@
+"""Arrival processes: when requests are sent (constant, Poisson, gamma, a closed loop of users,
+a burst at t0, a trace), each by ``kind``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from loadtest.config.types import Duration, Rate, StrictModel
+
+_Model = StrictModel
+
+MAX_USERS = 100_000  # a typo (1e9 users) must not exhaust memory before anything runs
+MAX_CV = 100.0
+
+
+class ConstantArrival(_Model):
+    """Open loop: one request every 1/rate seconds."""
+
+    kind: Literal["constant"]
+    rate: Rate = Field(description="Requests per second, evenly spaced.")
+
+
+class PoissonArrival(_Model):
+    """Open loop: exponential gaps at the given mean rate."""
+
+    kind: Literal["poisson"]
+    rate: Rate = Field(description="Mean requests per second; exponential gaps.")
+
+
+class GammaArrival(_Model):
+    """Open loop: gamma gaps at the given rate and coefficient of variation (burstier when cv > 1)."""
+
+    kind: Literal["gamma"]
+    rate: Rate = Field(description="Mean requests per second.")
+    cv: float = Field(
+        gt=0,
+        le=MAX_CV,
+        description="Burstiness: coefficient of variation of the gaps (1 = Poisson).",
+    )
+
+
+class ConcurrencyArrival(_Model):
+    """Closed loop: a fixed number of users, each sending after its last response (plus think time)."""
+
+    kind: Literal["concurrency"]
+    users: int = Field(
+        ge=1,
+        le=MAX_USERS,
+        description="Closed loop: this many users, each sends when its last request is done.",
+    )
+    think_time: Duration = Field(
+        0, description="Pause between a user's response and its next request."
+    )
+    think: Literal["fixed", "exponential"] = Field(
+        "fixed", description="Think time fixed, or exponential with that mean."
+    )
+
+
+class BurstArrival(_Model):
+    """Everything at t0 (an offline batch)."""
+
+    kind: Literal["burst"]
+
+
+class TraceArrival(_Model):
+    """Send times replayed from a file (seconds, one a line, or JSONL with an ``offset`` key)."""
+
+    kind: Literal["trace"]
+    file: str = Field(
+        description="Offsets to replay: one number of seconds a line, or JSONL with an 'offset' key."
+    )
+    time_scale: float = Field(
+        1.0, gt=0, le=1e6, description="Multiply every offset (0.5 = twice as fast)."
+    )
+
+
+Arrival = Annotated[
+    ConstantArrival
+    | PoissonArrival
+    | GammaArrival
+    | ConcurrencyArrival
+    | BurstArrival
+    | TraceArrival,
+    Field(discriminator="kind"),
+]
