@@ -57,7 +57,7 @@ async def _one(backend, req, prompt_ids) -> tuple[int, int]:
 
 async def main_async(args) -> list:
     from loadtest.backends.transformers.backend import TransformersBackend
-    from loadtest.config.backend_specs import TransformersSpec
+    from loadtest.config.transformers_spec import TransformersSpec
     from loadtest.core.clock import MonotonicClock
 
     sizes = [int(x) for x in args.batch_sizes.split(",")]

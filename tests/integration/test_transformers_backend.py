@@ -264,7 +264,7 @@ def test_call_in_engine_runs_a_hook_beside_the_model_and_reports_its_errors(tiny
     import asyncio
 
     from loadtest.backends.transformers.backend import TransformersBackend
-    from loadtest.config.backend_specs import TransformersSpec
+    from loadtest.config.transformers_spec import TransformersSpec
     from loadtest.core.clock import MonotonicClock
     from loadtest.core.errors import BackendError
 

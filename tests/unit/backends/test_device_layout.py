@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadtest.backends.transformers.replicas import ReplicaRouter, merge_facts
-from loadtest.config.backend_specs import TransformersSpec
+from loadtest.config.transformers_spec import TransformersSpec
 from tests.conftest import refused_backend_output
 
 

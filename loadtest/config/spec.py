@@ -1,0 +1,35 @@
+"""The base of the backend specs: strict, frozen, with secrets and pre-flight checks as no-ops,
+and the questions generic code asks of a system under test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from loadtest.config.types import StrictModel
+
+
+class Spec(StrictModel):
+    """Base of the backend specs: strict, frozen, with secrets and pre-flight checks as no-ops."""
+
+    # why ``load.workers`` > 1 cannot drive this kind, or None where each worker process can
+    # drive the same system under test on its own (its own connections to it)
+    workers_refused: ClassVar[str | None] = "it runs inside this process"
+
+    def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
+        """Cheap checks of referenced files (no imports of heavy modules): ``[(field_path, message)]``."""
+        return []
+
+    def secret_values(self) -> list[str]:
+        """Values that must never be stored or shown (registered with ``core.secrets``)."""
+        return []
+
+    def redact(self, dumped: dict) -> dict:
+        """This spec as saved in a result, with secret fields masked."""
+        return dumped
+
+    def served_at(self) -> str | None:
+        """The API of the server the system under test runs in, when it is a server of its
+        own (its /metrics beside it, its GPUs perhaps on another host); None when it runs in
+        this process or an engine process this harness starts, on this host's devices."""
+        return None

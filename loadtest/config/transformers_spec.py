@@ -1,0 +1,283 @@
+"""``kind: transformers``: a Hugging Face model in engine processes this harness starts, and its
+checks of the model folder, the device layout and the decode settings (no torch imported)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from loadtest.config.spec import Spec
+from loadtest.config.types import PositiveDuration, as_written
+
+
+class ContinuousSpec(Spec):
+    """transformers' continuous-batching manager settings; unset = the manager's own choice."""
+
+    block_size: int | None = Field(None, ge=1, description="KV-cache page/block size in tokens.")
+    num_blocks: int | None = Field(
+        None, ge=1, description="KV-cache blocks (default: sized from free memory)."
+    )
+    max_batch_tokens: int | None = Field(
+        None, ge=1, description="Most tokens in one step across the batch."
+    )
+    use_cuda_graph: bool | None = Field(
+        None, description="Capture steps in CUDA graphs (default: the manager decides)."
+    )
+
+
+class TransformersSpec(Spec):
+    """A Hugging Face transformers model run in-process, in an engine worker process."""
+
+    kind: Literal["transformers"] = "transformers"
+    workers_refused: ClassVar[str | None] = (
+        "the engine is one model in one process: each worker would load a copy of its own"
+    )
+    start_timeout: PositiveDuration = Field(
+        as_written("30m"),
+        description="Longest loading and warm-up (compilation included) may take before the run "
+        "fails; a worker that stops answering any other command fails it within a minute.",
+    )
+    model: str = Field(
+        description="Local model directory, hub id (from the local cache), or dummy:<architecture>."
+    )
+    mode: Literal["single", "static", "continuous"] = Field(
+        "static",
+        description="single: batch 1; static: padded dynamic batches; continuous: in-flight batching.",
+    )
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+        description="auto picks cuda:0 when there is a GPU.",
+    )
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] = Field(
+        "auto", description="auto: bfloat16 on CUDA, float32 on CPU."
+    )
+    attn_implementation: str | None = Field(
+        None,
+        description="eager, sdpa, sdpa_packed_gqa, flash_attention_2, ... (default: "
+        "transformers' choice, except that a grouped-query model given sdpa outside continuous "
+        "mode runs sdpa_packed_gqa: SDPA with a decode step's query heads packed onto their "
+        "key/value heads, not a copy of the KV cache per query head).",
+    )
+    sdpa_backends: tuple[Literal["flash", "efficient", "cudnn", "math"], ...] | None = Field(
+        None,
+        description="On CUDA, the scaled-dot-product-attention kernels torch may pick (default: "
+        "flash, efficient, math: cuDNN attention builds an execution plan for every new shape, "
+        "a CPU cost per decode step when prompt lengths vary).",
+    )
+    batch_buckets: bool | list[Annotated[int, Field(ge=1)]] | None = Field(
+        None,
+        description="static mode: pad each batch with throw-away rows (copies of its first, "
+        "which stop with it) up to the next of these sizes (true: the powers of two, from 2 "
+        "with compile and pad_decode false; max_batch_size is always one), so only they are "
+        "warmed and captured (default: on with compile, off in eager mode).",
+    )
+    prompt_bucket: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="static mode: pad each batch's prompt width up to a multiple of this many "
+        "tokens, so batches share shapes (default 1: no padding; with eager decode the padded "
+        "prefill and attention can cost more than the shared shapes save).",
+    )
+    compile: bool = Field(
+        False, description="Static KV cache + torch.compile (CUDA graphs) for decode."
+    )
+    pad_decode: bool | None = Field(
+        None,
+        description="static mode with compile: run every decode step at max_batch_size rows "
+        "(copies of the batch's first row fill it; the prefill runs at the batch's own rows), "
+        "so one static graph serves every batch, where false gives one graph with a dynamic "
+        "batch dimension, a longer compile (default: on, unless the model's cache has layers "
+        "other than attention's, e.g. linear attention).",
+    )
+    compile_options: dict[str, bool | int | float | str] | None = Field(
+        None,
+        description="With compile: torch inductor options for the decode step, e.g. "
+        "{max_autotune: true} (default: the pattern matcher, loop reordering after fusion "
+        "and pointwise autotuning off: passes that lengthen a cold compile and give the decode "
+        "step nothing; {} for torch's own). CUDA graphs stay on unless "
+        "triton.cudagraphs: false.",
+    )
+    devices: list[Annotated[str, Field(pattern=r"^(cpu|cuda:\d+)$")]] | None = Field(
+        None,
+        min_length=1,
+        description="Several devices, e.g. [cuda:0, cuda:1]: split into groups of "
+        "tensor_parallel, each group one replica (an engine of its own) behind one queue; "
+        "the harness sends each request to the replica with the fewest outstanding.",
+    )
+    replicas: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Shorthand for devices: this many replicas, each of tensor_parallel "
+        "devices, on cuda:0, cuda:1, ... (or all on cpu with device: cpu).",
+    )
+    tensor_parallel: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Split the model over this many devices (Megatron-style, from the "
+        "model's own plan), a process each, stepping together: static or single mode.",
+    )
+    max_batch_size: int = Field(
+        8, ge=1, description="static: the largest batch; continuous: most requests per step."
+    )
+    max_wait_ms: float = Field(
+        5.0, ge=0, description="static: longest a request waits for its batch to fill."
+    )
+    seed: int = Field(0, ge=0, description="torch seed for dummy weights and sampling.")
+    trust_remote_code: bool = Field(
+        False, description="Run code shipped with the model (stated in the report when on)."
+    )
+    continuous: ContinuousSpec = Field(
+        default_factory=ContinuousSpec, description="continuous mode: manager settings."
+    )
+
+    def device_groups(self) -> list[tuple[str, ...]]:
+        """The engines to start: each a tuple of the devices of one tensor-parallel group."""
+        tp = self.tensor_parallel
+        if self.devices:
+            devices = list(self.devices)
+        else:
+            n = (self.replicas or 1) * tp
+            if n == 1:
+                return [(self.device,)]
+            first = int(self.device.split(":")[1]) if self.device.startswith("cuda:") else 0
+            cpu = self.device == "cpu"
+            devices = ["cpu" if cpu else f"cuda:{first + i}" for i in range(n)]
+        return [tuple(devices[i : i + tp]) for i in range(0, len(devices), tp)]
+
+    def layout_problems(self) -> list[tuple[tuple, str]]:
+        """Devices, replicas and tensor parallelism that do not go together."""
+        out: list[tuple[tuple, str]] = []
+        tp = self.tensor_parallel
+        if self.devices:
+            if self.replicas is not None:
+                out.append((("backend", "replicas"), "give devices or replicas, not both"))
+            if self.device != "auto":
+                out.append((("backend", "device"), "give device (one) or devices, not both"))
+            if len(self.devices) % tp:
+                out.append(
+                    (
+                        ("backend", "devices"),
+                        f"{len(self.devices)} devices do not split into tensor-parallel "
+                        f"groups of {tp}",
+                    )
+                )
+            gpus = [d for d in self.devices if d != "cpu"]
+            twice = sorted({d for d in gpus if gpus.count(d) > 1})
+            if twice:
+                out.append((("backend", "devices"), f"{twice[0]} twice: one engine per GPU"))
+        if tp > 1 and self.mode == "continuous":
+            out.append(
+                (
+                    ("backend", "tensor_parallel"),
+                    "continuous batching runs its own loop, which the ranks cannot follow: "
+                    "use mode static or single",
+                )
+            )
+        if tp > 1 and self.compile:
+            out.append(
+                (
+                    ("backend", "compile"),
+                    "compile with tensor_parallel is not supported: the all-reduces between "
+                    "layers are not captured",
+                )
+            )
+        return out
+
+    def _split_problems(self, config: dict, what: str) -> list[tuple[tuple, str]]:
+        tp = self.tensor_parallel
+        if tp == 1:
+            return []
+        for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+            value = config.get(name)
+            if value is None and name == "num_key_value_heads":
+                value = config.get("num_attention_heads")
+            if value is None:
+                continue  # not this kind of model: loading says so
+            if not isinstance(value, int) or value % tp:
+                return [
+                    (
+                        ("backend", "tensor_parallel"),
+                        f"{what}: {name} = {value} does not split over {tp} devices",
+                    )
+                ]
+        return []
+
+    def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
+        """Problems found before loading: the device layout, padded decode steps without
+        compiled static batches, an unknown ``dummy:`` architecture, a missing or non-model
+        path, a model that does not split."""
+        return self.layout_problems() + self._decode_problems() + self._model_problems(base_dir)
+
+    def _decode_problems(self) -> list[tuple[tuple, str]]:
+        if self.pad_decode and not (self.compile and self.mode == "static"):
+            return [
+                (
+                    ("backend", "pad_decode"),
+                    "pads the compiled decode steps of static batches: it needs compile: true "
+                    "and mode: static",
+                )
+            ]
+        return []
+
+    def _model_problems(self, base_dir: Path) -> list[tuple[tuple, str]]:
+        if self.model.startswith("dummy:"):
+            from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
+
+            arch = self.model.split(":", 1)[1]
+            if arch not in DUMMY_ARCHITECTURES:
+                return [
+                    (
+                        ("backend", "model"),
+                        f"unknown dummy architecture {arch!r}; known: {', '.join(sorted(DUMMY_ARCHITECTURES))}",
+                    )
+                ]
+            return self._split_problems(DUMMY_ARCHITECTURES[arch], self.model)
+        path = Path(os.path.expanduser(self.model))
+        if not path.is_absolute():
+            path = base_dir / path
+        if path.is_dir():
+            if not (path / "config.json").is_file():
+                return [
+                    (
+                        ("backend", "model"),
+                        f"{path} has no config.json: not a Hugging Face model directory",
+                    )
+                ]
+            return self._split_problems(_read_config(path / "config.json"), str(path))
+        if (
+            self.model.count("/") == 1
+            and not self.model.startswith((".", "/", "~"))
+            and _in_hub_cache(self.model)
+        ):
+            return []
+        return [
+            (
+                ("backend", "model"),
+                f"model {self.model!r} not found: no such directory, and not in the local Hugging Face cache",
+            )
+        ]
+
+
+def _read_config(path: Path) -> dict:
+    import json
+
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # loading says what is wrong with it
+    return config if isinstance(config, dict) else {}
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    home = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
+    ).expanduser()
+    return (home / ("models--" + repo_id.replace("/", "--"))).is_dir()
