@@ -1,0 +1,49 @@
+"""What every result document shares: schema names and versions, the status and verdict names,
+and the strict base model (a misspelt or foreign field is an error, never dropped)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+RUN_SCHEMA = "loadtest/metrics/v1"
+REPEAT_SCHEMA = "loadtest/repeat/v1"
+SWEEP_SCHEMA = "loadtest/sweep/v1"
+
+RunStatus = Literal["ok", "invalid", "interrupted", "failed"]
+VerdictName = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+# A sweep's status: running (written after every point), then how it ended. A grid: ok (every
+# point ok), partial, invalid (none), stopped_at_oom, interrupted. A max-rate search: ok (a
+# bracket found), no_rate_meets_sla, no_verdict (the search could not decide), interrupted.
+SweepStatus = Literal[
+    "running",
+    "ok",
+    "partial",
+    "invalid",
+    "stopped_at_oom",
+    "interrupted",
+    "no_rate_meets_sla",
+    "no_verdict",
+]
+
+# The headline metrics, defined once: name -> (section, key[, percentile]) of a run result.
+# Sweeps' curves, repeat summaries and ``compare`` all read these.
+HEADLINE: dict[str, tuple[str, ...]] = {
+    "output_tokens_per_s": ("throughput", "output_tokens_per_s"),
+    "requests_per_s": ("throughput", "requests_per_s"),
+    **{f"{m}_{p}": ("latency_ms", m, p) for m in ("ttft", "itl", "e2e") for p in ("p50", "p99")},
+}
+
+
+class _Doc(BaseModel):
+    """Strict on read: a misspelt or foreign field is an error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+    def view(self) -> dict[str, Any]:
+        """The JSON-shaped mapping, as written: what templates and ad-hoc readers walk."""
+        return self.model_dump(mode="json", by_alias=True)
