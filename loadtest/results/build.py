@@ -1,12 +1,13 @@
 """The raw result of a run -> ``metrics.json`` (the source of truth every report reads).
 
-Validity is judged here from the numbers, separately from pass/fail: a run whose client fell
-behind is invalid whatever its latencies say (they still include the delay).
+One place builds it: the recorder's figures, the validity and stability verdicts
+(``validity``), and what was seen around the requests with the SLA verdict (``finish``); the
+document leaves ``build_result`` complete.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from loadtest.config.scenario import Scenario
@@ -22,17 +23,14 @@ from loadtest.results.model import (
     Requests,
     RunMetrics,
     SessionsResult,
-    Stability,
     Throughput,
     Timeseries,
     TurnStats,
     Validity,
     Verdict,
     Window,
-    WorkerClock,
-    WorkerStats,
 )
-from loadtest.results.stability import judge as judge_stability
+from loadtest.results.validity import judge_run, window_seconds
 
 DEFINITIONS = {
     "ttft": "time to first token: first token on the host - intended send time",
@@ -48,142 +46,6 @@ DEFINITIONS = {
     "requests_per_s": "requests completed inside the measured window / window length",
     "input_tokens": "a prompt's tokens: the server's count where it reports one, else the client's",
 }
-
-
-def judge_validity(
-    scenario: Scenario,
-    outcome: RunOutcome,
-    hists: dict[str, LatencyHistogram],
-    backend_warnings: Sequence[str] = (),
-) -> Validity:
-    """Invalid when the client was the bottleneck (dispatch or loop lag) or too little completed; warnings for the rest."""
-    v = scenario.load.validity
-    reasons, warnings = [], list(backend_warnings)
-    rec = outcome.recorder
-    for reason, warning in (
-        _judge_dispatch(scenario, hists["dispatch_lag"], _window_s(rec), rec.late_sends),
-        _judge_lag("event-loop lag", outcome.loop_lag, v.max_loop_lag_p99),
-    ):
-        if reason:
-            reasons.append(reason)
-        if warning:
-            warnings.append(warning)
-    if rec.completed < v.min_completed:
-        reasons.append(f"{rec.completed} measured requests completed, fewer than {v.min_completed}")
-    if rec.failed:
-        top = ", ".join(f"{k} {n}" for k, n in rec.errors_by_type.most_common(3))
-        warnings.append(
-            f"{rec.failed} of {rec.completed + rec.failed} measured requests failed ({top})"
-            + (
-                ""
-                if scenario.sla and scenario.sla.error_rate is not None
-                else "; set sla.error_rate to gate on it"
-            )
-        )
-    if rec.token_count_mismatch:
-        warnings.append(
-            f"{rec.token_count_mismatch} requests: the backend's token count differs from the token stamps"
-        )
-    for m, h in hists.items():
-        if h.over_range:
-            warnings.append(f"{m}: {h.over_range} values over 1 h, counted at 1 h")
-    if outcome.throttled:
-        warnings.append(
-            f"{outcome.throttled} requests held back by max_rate (latency counts from the plan)"
-        )
-    return Validity(valid=not reasons, reasons=reasons, warnings=warnings)
-
-
-def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | None, str | None]:
-    """Invalid when p99 is over the limit, i.e. more than 1% of samples are late, and more than one.
-
-    With few samples p99 is the maximum, and one late sample is a hiccup, not a client that
-    could not keep up: that is a warning (its latency still counts from the intended time).
-    """
-    n = hist.count
-    if not n:
-        return None, None
-    late = hist.count_above_us(limit_ns // 1000)
-    p99 = hist.percentile_ms(99)
-    if late > max(1, 0.01 * n):
-        return (
-            f"{name} p99 {p99:.3f} ms > {limit_ns / 1e6:g} ms ({late} of {n} late): the client could not keep up "
-            "(latencies include the delay)"
-        ), None
-    if late:
-        return (
-            None,
-            f"{name}: {late} of {n} over {limit_ns / 1e6:g} ms (max {hist.hdr.get_max_value() / 1000:.3f} ms)",
-        )
-    return None, None
-
-
-LATE_PARTS = {  # a Lateness field: what it was, and what to change when it dominates
-    "dispatcher": (
-        "the dispatcher (this event loop busy, or this process waiting for a CPU)",
-        "give the client a core of its own or more workers (load.workers)",
-    ),
-    "pool": (
-        "waiting for a pooled connection",
-        "raise backend.max_connections",
-    ),
-    "connect": (
-        "opening new connections",
-        "connections opened at send time (the server closed idle ones: its keep-alive "
-        "timeout), or a server slow to accept them",
-    ),
-    "off_cpu": (
-        "this process waiting for a CPU (another process held the core: the machine)",
-        "run the server and the client on separate cores (taskset) or machines",
-    ),
-    "client_work": (
-        "the HTTP client's own work on the event loop (other requests' streams)",
-        "more workers (load.workers)",
-    ),
-}
-
-
-def describe_lateness(late: Sequence[Any], limit_ns: int) -> str:
-    """Where the lateness of the sends over ``limit_ns`` went, part by part, largest first,
-    and what to change for the largest; empty when no send kept its parts."""
-    over = [x for x in late if x.lag > limit_ns]
-    if not over:
-        return ""
-    total = sum(x.lag for x in over)
-    parts = sorted(((sum(getattr(x, f) for x in over), f) for f in LATE_PARTS), reverse=True)
-    shown = ", ".join(
-        f"{LATE_PARTS[f][0]} {ns / 1e6:.1f} ms ({ns / total:.0%})" for ns, f in parts if ns
-    )
-    return f"; where the {total / 1e6:.1f} ms of lateness went: {shown}; to change: {LATE_PARTS[parts[0][1]][1]}"
-
-
-def _judge_dispatch(
-    scenario: Scenario,
-    hist: LatencyHistogram,
-    window_s: float | None,
-    late: Sequence[Any] = (),
-) -> tuple[str | None, str | None]:
-    """Dispatch lag judged per request (``_judge_lag``), with one allowance for a burst: every
-    request due at t0 cannot all leave at t0, so the n-th waits for the n-1 before it (about
-    30 µs each on a 2-core machine: 512 requests, 15 ms) however able the client. What a
-    burst's late sends can change is its throughput, by the time to its last send against the
-    window: a burst too late by the per-request rule is judged so (its latencies still count
-    from t0)."""
-    v = scenario.load.validity
-    reason, warning = _judge_lag("dispatch lag", hist, v.max_dispatch_lag_p99)
-    where = describe_lateness(late, v.max_dispatch_lag_p99)
-    reason, warning = (reason and reason + where), (warning and warning + where)
-    if reason is None or scenario.load.arrival.kind != "burst" or not window_s:
-        return reason, warning
-    last_ms = hist.hdr.get_max_value() / 1000
-    share = last_ms / 1e3 / window_s
-    if share > v.max_burst_send_share:
-        return (
-            f"dispatch lag: the burst's last send was {last_ms:.1f} ms late, {share:.1%} of the "
-            f"{window_s:.3g} s window (over {v.max_burst_send_share:.1%}): the client set the "
-            "throughput (latencies include the delay)"
-        ), None
-    return None, None
 
 
 def build_result(
@@ -224,9 +86,9 @@ def build_result(
         )
     rec = outcome.recorder
     hists = rec.histograms()
-    validity, workers, stability = _judged(scenario, outcome, hists, backend.get("warnings", []))
+    validity, workers, stability = judge_run(scenario, outcome, hists, backend.get("warnings", []))
     status = outcome.status if outcome.status != "ok" else ("ok" if validity.valid else "invalid")
-    window_s = _window_s(rec)
+    window_s = window_seconds(rec)
     throughput = Throughput(
         requests_per_s=_rate(rec.window_completions, window_s),
         output_tokens_per_s=_rate(rec.window_tokens, window_s),
@@ -267,43 +129,6 @@ def build_result(
     return finish(result, scenario, outcome, seen or Observed(environment), judge)
 
 
-def _judged(
-    scenario: Scenario,
-    outcome: RunOutcome,
-    hists: dict[str, LatencyHistogram],
-    backend_warnings: Sequence[str],
-) -> tuple[Validity, list[WorkerStats] | None, Stability | None]:
-    """Validity (a failed run says so first; each worker judged too) and stability (an
-    overloaded run says so first among the warnings)."""
-    rec = outcome.recorder
-    validity = judge_validity(scenario, outcome, hists, backend_warnings)
-    if outcome.status == "failed":  # the server died, the engine was killed: said first
-        validity = Validity(
-            valid=False,
-            reasons=[
-                "the run failed before its end: "
-                + (outcome.failure or "the system under test stopped answering")
-            ]
-            + validity.reasons,
-            warnings=validity.warnings,
-        )
-    workers = _workers(scenario, outcome, validity)
-    stability = judge_stability(
-        rec.timeline,
-        rec.window_start,
-        rec.window_end,
-        rec.interval_ns,
-        open_loop=scenario.load.arrival.kind != "concurrency",
-    )
-    if stability is not None and not stability.steady:
-        validity.warnings.insert(
-            0,
-            "overloaded: the system did not carry the offered load, so these latencies grow with "
-            "the run's length: " + "; ".join(stability.reasons),
-        )
-    return validity, workers, stability
-
-
 def _requests(outcome: RunOutcome, planned: int | None) -> Requests:
     rec = outcome.recorder
     return Requests(
@@ -330,91 +155,6 @@ def _window(outcome: RunOutcome, window_s: float | None) -> Window:
         run_s=(outcome.end_ns - t0) / 1e9,
         t0_clock_ns=t0,
     )
-
-
-def _workers(
-    scenario: Scenario, outcome: RunOutcome, validity: Validity
-) -> list[WorkerStats] | None:
-    """Each worker process judged on its own: the run is invalid when any one could not keep
-    up, even where the pooled lag hides it (one late worker of eight is 12% of the sends)."""
-    if outcome.workers is None:
-        return None
-    v, n = scenario.load.validity, len(outcome.workers)
-    window_s = _window_s(outcome.recorder)
-    out = []
-    for w in outcome.workers:
-        reasons = []
-        for reason, _ in (
-            _judge_dispatch(scenario, w.dispatch_lag, window_s),
-            _judge_lag("event-loop lag", w.loop_lag, v.max_loop_lag_p99),
-        ):
-            if reason:
-                reasons.append(reason)
-        if w.status == "lost":
-            reasons.append(w.failure or "lost")
-        clock = _worker_clock(w)
-        reasons += _clock_reasons(clock, v.max_dispatch_lag_p99)
-        for reason in reasons:
-            validity.reasons.append(f"worker {w.index} of {n}: {reason}")
-        out.append(
-            WorkerStats(
-                index=w.index,
-                pid=w.pid,
-                status=w.status,
-                sent=w.sent,
-                completed=w.completed,
-                failed=w.failed,
-                dispatch_lag_ms=LatencySummary(**w.dispatch_lag.summary_ms()),
-                loop_lag_ms=LatencySummary(**w.loop_lag.summary_ms()),
-                valid=not reasons,
-                reasons=reasons,
-                failure=w.failure,
-                host=w.where.get("host"),
-                ip=w.where.get("ip"),
-                node=w.where.get("node"),
-                clock=clock,
-            )
-        )
-    validity.valid = not validity.reasons
-    return out
-
-
-def _worker_clock(w: Any) -> WorkerClock | None:
-    if w.clock is None:
-        return None
-    after = w.clock_after
-    return WorkerClock(
-        method=w.clock.method,
-        offset_ms=w.clock.offset_ns / 1e6,
-        uncertainty_ms=w.clock.uncertainty_ns / 1e6,
-        drift_ms=None if after is None else (after.offset_ns - w.clock.offset_ns) / 1e6,
-        drift_uncertainty_ms=None
-        if after is None
-        else (after.uncertainty_ns + w.clock.uncertainty_ns) / 1e6,
-    )
-
-
-def _clock_reasons(clock: WorkerClock | None, limit_ns: int) -> list[str]:
-    """A worker on another host sends on time only as well as its clock offset is known: the
-    offset's uncertainty, or its drift over the run, must stay within half the dispatch-lag
-    limit (the precision the run asks for)."""
-    if clock is None:
-        return []
-    half = limit_ns / 2e6
-    reasons = []
-    if clock.uncertainty_ms > half:
-        reasons.append(
-            f"its clock offset is known only to ±{clock.uncertainty_ms:.3f} ms ({clock.method} "
-            f"round trips), more than half the {limit_ns / 1e6:g} ms dispatch-lag limit"
-        )
-    if clock.drift_ms is not None and clock.drift_uncertainty_ms is not None:
-        drift = abs(clock.drift_ms) - clock.drift_uncertainty_ms
-        if drift > half:
-            reasons.append(
-                f"its clock drifted {clock.drift_ms:+.3f} ms against the coordinator's during "
-                f"the run, more than half the {limit_ns / 1e6:g} ms dispatch-lag limit"
-            )
-    return reasons
 
 
 def _sessions(outcome: RunOutcome) -> SessionsResult | None:
@@ -474,12 +214,6 @@ def _goodput(scenario: Scenario, rec: Recorder, window_s: float | None) -> Goodp
         attainment=good / judged if judged else None,
         good_requests_per_s=_rate(good_in_window, window_s),
     )
-
-
-def _window_s(rec: Recorder) -> float | None:
-    if rec.window_start is None or rec.window_end is None or rec.window_end <= rec.window_start:
-        return None
-    return (rec.window_end - rec.window_start) / 1e9
 
 
 def _rate(n: int, seconds: float | None) -> float | None:

@@ -16,8 +16,8 @@ from loadtest.execution.clock_sync import (
     measure_calls,
     measure_udp,
 )
-from loadtest.results.build import _clock_reasons
 from loadtest.results.model import WorkerClock
+from loadtest.results.validity import _clock_reasons
 
 MS = 1_000_000
 

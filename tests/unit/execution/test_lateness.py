@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from loadtest.core.events import Sent
 from loadtest.execution.recorder import Lateness, RequestState, _lateness
-from loadtest.results.build import describe_lateness
+from loadtest.results.validity import describe_lateness
 from loadtest.workload.plan import PlannedRequest
 
 MS = 1_000_000

@@ -1,5 +1,5 @@
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.results.build import _judge_dispatch, _judge_lag
+from loadtest.results.validity import _judge_dispatch, _judge_lag
 
 
 def hist(values_us):
