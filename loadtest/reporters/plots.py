@@ -17,19 +17,14 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.results.model import CurvePoint, IntervalPoint, Window
+from loadtest.results.model import IntervalPoint, Window
 
 TAIL_PERCENTILES = [0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100]
 SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
 MAX_MARKERS = 240  # markers (and tooltips) a series at most; the line itself keeps every point
-STATUS_STYLE = {  # sweep points: marker, colour, label
-    "steady": ("o", "#1a73e8", "steady"),
-    "unsteady": ("^", "#e37400", "unsteady (overloaded)"),
-    "invalid": ("X", "#b3261e", "invalid"),
-}
 
 
-def _finite(v, log: bool = False) -> bool:
+def finite(v, log: bool = False) -> bool:
     return (
         isinstance(v, (int, float))
         and not isinstance(v, bool)
@@ -38,7 +33,7 @@ def _finite(v, log: bool = False) -> bool:
     )
 
 
-class _Plot:
+class Plot:
     """One figure, its series' tooltips, and its SVG text with a ``<title>`` on each marker."""
 
     def __init__(self, name: str, rows: int = 1, height: float = 3.4, sharex: bool = True):
@@ -65,9 +60,7 @@ class _Plot:
 
     def series(self, ax, xs, ys, tips, label=None, log_y=False, log_x=False, **style) -> None:
         """A line through the finite points; markers with tooltips on at most MAX_MARKERS of them."""
-        pts = [
-            (x, y, t) for x, y, t in zip(xs, ys, tips) if _finite(x, log_x) and _finite(y, log_y)
-        ]
+        pts = [(x, y, t) for x, y, t in zip(xs, ys, tips) if finite(x, log_x) and finite(y, log_y)]
         if not pts:
             return
         px, py, pt = zip(*pts)
@@ -142,7 +135,7 @@ def percentile_plot(
     """Latency by percentile from saved HDR histograms, x = 1/(1 - p) on a log axis so the tail
     shows. ``runs``: (label, encoded histograms); each further run is overlaid in another line
     style (dashed for the second)."""
-    plot = _Plot(name, height=3.8)
+    plot = Plot(name, height=3.8)
     ax = plot.axes[0]
     drawn = False
     for k, (run_label, histograms) in enumerate(runs):
@@ -192,7 +185,7 @@ def timeseries_plot(
     if not points and not gpus and not server:
         return None
     rows = 2 + (1 if gpus else 0) + (1 if server else 0)
-    plot = _Plot("time", rows=rows, height=2.2)
+    plot = Plot("time", rows=rows, height=2.2)
     t = [p.t_s for p in points]
     ax = plot.axes[0]
     plot.series(
@@ -259,7 +252,7 @@ def timeseries_plot(
     return plot.svg()
 
 
-def _gauge(plot: _Plot, ax, t: list, ys: list, name: str, tip_name: str | None = None) -> None:
+def _gauge(plot: Plot, ax, t: list, ys: list, name: str, tip_name: str | None = None) -> None:
     """A sampled gauge over time (GPU activity, a server's queue): small markers, exact tips."""
     tips = [f"{x:g} s: {tip_name or name} {y}" for x, y in zip(t, ys)]
     plot.series(ax, t, ys, tips, label=name, markersize=2)
@@ -272,12 +265,12 @@ def roofline_plot(roofline: dict | None) -> str | None:
     pts = [
         (phase, r[phase])
         for phase in ("decode", "prefill")
-        if _finite((r.get(phase) or {}).get("intensity_flop_per_byte"), True)
-        and _finite((r.get(phase) or {}).get("achieved_tflops"), True)
+        if finite((r.get(phase) or {}).get("intensity_flop_per_byte"), True)
+        and finite((r.get(phase) or {}).get("achieved_tflops"), True)
     ]
     if not pts:
         return None
-    plot = _Plot("roof", height=3.6)
+    plot = Plot("roof", height=3.6)
     ax = plot.axes[0]
     peaks = r.get("peaks")
     xs = [p["intensity_flop_per_byte"] for _, p in pts]
@@ -324,97 +317,3 @@ def roofline_plot(roofline: dict | None) -> str | None:
     )
     ax.legend(fontsize=8)
     return plot.svg()
-
-
-def point_kind(c: CurvePoint) -> str:
-    """A sweep point as the plots mark it: steady, unsteady (overloaded) or invalid."""
-    if c.status not in ("ok", None):
-        return "invalid"
-    return "unsteady" if c.steady is False else "steady"
-
-
-def _sweep_series(plot: _Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, color=None) -> None:
-    """One curve: a thin line through every point, markers by the point's kind. ``color``: the
-    curve's own colour, when several share a plot; its line then carries ``label`` and its steady
-    markers that colour (unsteady and invalid keep their kind's). Without it, the kinds make the
-    legend."""
-    xs = [getattr(c, xkey) for c in curve]
-    ys = [getattr(c, ykey) for c in curve]
-    ok = [(x, y) for x, y in zip(xs, ys) if _finite(x) and _finite(y, log_y)]
-    if ok:
-        ax.plot(*zip(*ok), color=color or "#888", lw=1, alpha=0.6, label=label if color else None)
-    for kind, (marker, kcolor, klabel) in STATUS_STYLE.items():
-        sel = [c for c in curve if point_kind(c) == kind]
-        plot.series(
-            ax,
-            [getattr(c, xkey) for c in sel],
-            [getattr(c, ykey) for c in sel],
-            [fmt(c) for c in sel],
-            label=None if color else klabel,
-            log_y=log_y,
-            linestyle="none",
-            marker=marker,
-            markersize=6,
-            color=color if color and kind == "steady" else kcolor,
-        )
-
-
-def sweep_plots(curve: list[CurvePoint], axis: str, knee: Any) -> list[tuple[str, str]]:
-    """Throughput and p99 latencies against the swept axis, and the throughput-latency frontier;
-    points marked steady / unsteady / invalid, the knee drawn where there is one."""
-
-    def tip(c: CurvePoint) -> str:
-        return (
-            f"{axis}={c.x} ({point_kind(c)}): {c.output_tokens_per_s or 0:.4g} tok/s, "
-            f"TTFT p99 {c.ttft_p99_ms or 0:.4g} ms, ITL p99 {c.itl_p99_ms or 0:.4g} ms, "
-            f"E2E p99 {c.e2e_p99_ms or 0:.4g} ms"
-        )
-
-    if not any(_finite(c.output_tokens_per_s) for c in curve):
-        return []
-    out = []
-    plot = _Plot("sw-tput")
-    ax = plot.axes[0]
-    _sweep_series(plot, ax, curve, "x", "output_tokens_per_s", "output tok/s", tip)
-    if knee is not None:
-        ax.axvline(knee, color="grey", linestyle="--", label=f"knee ({knee})")
-    ax.set_xlabel(axis)
-    ax.set_ylabel("output tok/s")
-    ax.set_title(f"Throughput vs {axis}")
-    ax.legend(fontsize=8)
-    out.append(("Throughput", plot.svg()))
-    plot = _Plot("sw-lat")
-    ax = plot.axes[0]
-    for key in ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
-        _sweep_series(
-            plot,
-            ax,
-            curve,
-            "x",
-            key,
-            key.replace("_ms", "").replace("_", " "),
-            tip,
-            True,
-            COLORS[key.split("_")[0]],
-        )
-    for kind, (marker, kcolor, klabel) in list(STATUS_STYLE.items())[1:]:
-        if any(point_kind(c) == kind for c in curve):
-            ax.plot([], [], linestyle="none", marker=marker, color=kcolor, label=klabel)
-    if knee is not None:
-        ax.axvline(knee, color="grey", linestyle="--")
-    ax.set_yscale("log")
-    ax.set_xlabel(axis)
-    ax.set_ylabel("ms")
-    ax.set_title(f"p99 latencies vs {axis}")
-    ax.legend(fontsize=8)
-    out.append(("Latency", plot.svg()))
-    if any(_finite(c.e2e_p99_ms) for c in curve):
-        plot = _Plot("sw-front")
-        ax = plot.axes[0]
-        _sweep_series(plot, ax, curve, "e2e_p99_ms", "output_tokens_per_s", None, tip)
-        ax.set_xlabel("p99 end-to-end latency (ms)")
-        ax.set_ylabel("output tok/s")
-        ax.set_title("Throughput-latency frontier")
-        ax.legend(fontsize=8)
-        out.append(("Frontier", plot.svg()))
-    return out

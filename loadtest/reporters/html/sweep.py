@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtest.reporters import plots
+from loadtest.reporters import sweep_plots
 from loadtest.reporters.html.page import card, esc, num, page, table
 from loadtest.results.model import SweepDoc
 
@@ -23,7 +23,7 @@ SWEEP_COLS = (
 def sweep_html(doc: SweepDoc) -> str:
     """sweep.html's text from a saved sweep.json."""
     axis, curve = doc.axis, doc.curve
-    kinds = [plots.point_kind(c) for c in curve]
+    kinds = [sweep_plots.point_kind(c) for c in curve]
     status_cls = {"ok": "good", "partial": "warn"}.get(doc.status, "bad")
     strip = [
         card("sweep", doc.status, status_cls, f"{len(curve)} points over {axis}"),
@@ -61,7 +61,7 @@ def sweep_html(doc: SweepDoc) -> str:
         f"{esc(doc.status)}</b> · {esc(doc.scenario_file)}</p>"
     )
     curves = "".join(
-        f"<h3>{esc(name)}</h3>{svg}" for name, svg in plots.sweep_plots(curve, axis, doc.knee)
+        f"<h3>{esc(name)}</h3>{svg}" for name, svg in sweep_plots.sweep_plots(curve, axis, doc.knee)
     )
     knee = (
         f"<p>knee (highest throughput ÷ p99 E2E, steady points only): <b>{esc(doc.knee)}</b> · "

@@ -1,0 +1,109 @@
+"""A sweep's plots: throughput and p99 latencies against the swept axis, and the
+throughput-latency frontier; each point marked steady, unsteady (overloaded) or invalid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadtest.reporters.plots import COLORS, Plot, finite
+from loadtest.results.model import CurvePoint
+
+STATUS_STYLE = {  # sweep points: marker, colour, label
+    "steady": ("o", "#1a73e8", "steady"),
+    "unsteady": ("^", "#e37400", "unsteady (overloaded)"),
+    "invalid": ("X", "#b3261e", "invalid"),
+}
+
+
+def point_kind(c: CurvePoint) -> str:
+    """A sweep point as the plots mark it: steady, unsteady (overloaded) or invalid."""
+    if c.status not in ("ok", None):
+        return "invalid"
+    return "unsteady" if c.steady is False else "steady"
+
+
+def _sweep_series(plot: Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, color=None) -> None:
+    """One curve: a thin line through every point, markers by the point's kind. ``color``: the
+    curve's own colour, when several share a plot; its line then carries ``label`` and its steady
+    markers that colour (unsteady and invalid keep their kind's). Without it, the kinds make the
+    legend."""
+    xs = [getattr(c, xkey) for c in curve]
+    ys = [getattr(c, ykey) for c in curve]
+    ok = [(x, y) for x, y in zip(xs, ys) if finite(x) and finite(y, log_y)]
+    if ok:
+        ax.plot(*zip(*ok), color=color or "#888", lw=1, alpha=0.6, label=label if color else None)
+    for kind, (marker, kcolor, klabel) in STATUS_STYLE.items():
+        sel = [c for c in curve if point_kind(c) == kind]
+        plot.series(
+            ax,
+            [getattr(c, xkey) for c in sel],
+            [getattr(c, ykey) for c in sel],
+            [fmt(c) for c in sel],
+            label=None if color else klabel,
+            log_y=log_y,
+            linestyle="none",
+            marker=marker,
+            markersize=6,
+            color=color if color and kind == "steady" else kcolor,
+        )
+
+
+def sweep_plots(curve: list[CurvePoint], axis: str, knee: Any) -> list[tuple[str, str]]:
+    """Throughput and p99 latencies against the swept axis, and the throughput-latency frontier;
+    points marked steady / unsteady / invalid, the knee drawn where there is one."""
+
+    def tip(c: CurvePoint) -> str:
+        return (
+            f"{axis}={c.x} ({point_kind(c)}): {c.output_tokens_per_s or 0:.4g} tok/s, "
+            f"TTFT p99 {c.ttft_p99_ms or 0:.4g} ms, ITL p99 {c.itl_p99_ms or 0:.4g} ms, "
+            f"E2E p99 {c.e2e_p99_ms or 0:.4g} ms"
+        )
+
+    if not any(finite(c.output_tokens_per_s) for c in curve):
+        return []
+    out = []
+    plot = Plot("sw-tput")
+    ax = plot.axes[0]
+    _sweep_series(plot, ax, curve, "x", "output_tokens_per_s", "output tok/s", tip)
+    if knee is not None:
+        ax.axvline(knee, color="grey", linestyle="--", label=f"knee ({knee})")
+    ax.set_xlabel(axis)
+    ax.set_ylabel("output tok/s")
+    ax.set_title(f"Throughput vs {axis}")
+    ax.legend(fontsize=8)
+    out.append(("Throughput", plot.svg()))
+    plot = Plot("sw-lat")
+    ax = plot.axes[0]
+    for key in ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
+        _sweep_series(
+            plot,
+            ax,
+            curve,
+            "x",
+            key,
+            key.replace("_ms", "").replace("_", " "),
+            tip,
+            True,
+            COLORS[key.split("_")[0]],
+        )
+    for kind, (marker, kcolor, klabel) in list(STATUS_STYLE.items())[1:]:
+        if any(point_kind(c) == kind for c in curve):
+            ax.plot([], [], linestyle="none", marker=marker, color=kcolor, label=klabel)
+    if knee is not None:
+        ax.axvline(knee, color="grey", linestyle="--")
+    ax.set_yscale("log")
+    ax.set_xlabel(axis)
+    ax.set_ylabel("ms")
+    ax.set_title(f"p99 latencies vs {axis}")
+    ax.legend(fontsize=8)
+    out.append(("Latency", plot.svg()))
+    if any(finite(c.e2e_p99_ms) for c in curve):
+        plot = Plot("sw-front")
+        ax = plot.axes[0]
+        _sweep_series(plot, ax, curve, "e2e_p99_ms", "output_tokens_per_s", None, tip)
+        ax.set_xlabel("p99 end-to-end latency (ms)")
+        ax.set_ylabel("output tok/s")
+        ax.set_title("Throughput-latency frontier")
+        ax.legend(fontsize=8)
+        out.append(("Frontier", plot.svg()))
+    return out
