@@ -22,44 +22,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-# (column, unit) in the order of gpu.csv; names follow `nvidia-smi --query-gpu` where one exists.
-COLUMNS = (
-    ("utilization.gpu", "%"),
-    ("utilization.memory", "%"),
-    ("memory.used", "MiB"),
-    ("power.draw", "W"),
-    ("energy", "J"),
-    ("clocks.sm", "MHz"),
-    ("clocks.mem", "MHz"),
-    ("temperature.gpu", "C"),
-    ("clocks_event_reasons.active", "bitmask"),
-    ("pcie.tx", "KB/s"),
-    ("pcie.rx", "KB/s"),
-    ("gpm.sm_activity", "%"),
-    ("gpm.sm_occupancy", "%"),
-    ("gpm.tensor_activity", "%"),
-    ("gpm.dram_bw_util", "%"),
+from loadtest.telemetry.gpu_columns import (
+    COLUMNS,
+    GPM_METRICS,
+    SLOW_COLUMNS,
+    SLOW_EVERY,
 )
-GPM_METRICS = {
-    "gpm.sm_activity": 2,
-    "gpm.sm_occupancy": 3,
-    "gpm.tensor_activity": 5,
-    "gpm.dram_bw_util": 10,
-}
-# Costly reads, every 4th tick only: NVML measures PCIe throughput over a 20 ms window per call,
-# and the energy counter is the sampler's most expensive read (docs/benchmarks.md). The energy
-# counter is cumulative, so reading it less often loses nothing but edge resolution.
-SLOW_COLUMNS = {"pcie.tx", "pcie.rx", "energy"}
-SLOW_EVERY = 4
-# Clocks-event reasons that mean the measurement is suspect (idle and app-clock settings are not).
-THROTTLE_REASONS = {
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x10: "sync_boost",
-}
+from loadtest.telemetry.gpu_summary import device_summary
 
 
 def load_nvml():
@@ -332,7 +301,7 @@ class GpuSampler:
             rows = [r for r in self.rows if r["index"] == d.index]
             inside = [r for r in rows if lo <= r["t_ns"] <= hi] or rows
             devices.append(
-                _device_summary(
+                device_summary(
                     d, rows, inside, t0_ns, output_tokens if len(self.devices) == 1 else None
                 )
             )
@@ -364,88 +333,8 @@ class GpuSampler:
         }
 
 
-def _device_summary(
-    d: DeviceState, rows: list[dict], inside: list[dict], t0_ns: int, tokens: int | None
-) -> dict:
-    def stats(col):
-        vals = sorted(r[col] for r in inside if r.get(col) is not None)
-        if not vals:
-            return None
-        pick = lambda q: vals[min(len(vals) - 1, int(q * len(vals)))]  # noqa: E731
-        return {
-            "mean": round(sum(vals) / len(vals), 3),
-            "p50": pick(0.5),
-            "p95": pick(0.95),
-            "max": vals[-1],
-        }
-
-    # Energy: the counter's difference between its first and last reading in the window; power
-    # integrated over exactly that span, for comparison; per token, scaled to the whole window.
-    energy = [r for r in inside if r.get("energy") is not None]
-    energy_j = span_s = integrated = None
-    if len(energy) >= 2:
-        lo_t, hi_t = energy[0]["t_ns"], energy[-1]["t_ns"]
-        energy_j, span_s = energy[-1]["energy"] - energy[0]["energy"], (hi_t - lo_t) / 1e9
-        power = [
-            (r["t_ns"], r["power.draw"])
-            for r in inside
-            if r.get("power.draw") is not None and lo_t <= r["t_ns"] <= hi_t
-        ]
-        if len(power) >= 2:
-            integrated = sum(
-                (t2 - t1) / 1e9 * (p1 + p2) / 2 for (t1, p1), (t2, p2) in zip(power, power[1:])
-            )
-    window_s = (inside[-1]["t_ns"] - inside[0]["t_ns"]) / 1e9 if len(inside) >= 2 else None
-    seen = 0
-    for r in inside:
-        seen |= r.get("clocks_event_reasons.active") or 0
-    out = {
-        "index": d.index,
-        "name": d.name,
-        "uuid": d.uuid,
-        "samples": len(inside),
-        "utilization_gpu_pct": stats("utilization.gpu"),
-        "utilization_memory_pct": stats("utilization.memory"),
-        "memory_used_mib": stats("memory.used"),
-        "peak_memory_mib": max(
-            (r["memory.used"] for r in rows if r.get("memory.used") is not None), default=None
-        ),
-        "power_w": stats("power.draw"),
-        "energy_j": _round(energy_j),
-        "energy_span_s": _round(span_s),
-        "energy_integrated_j": _round(integrated),
-        "joules_per_output_token": _round(energy_j / span_s * window_s / tokens)
-        if energy_j is not None and span_s and window_s and tokens
-        else None,
-        "clocks_sm_mhz": stats("clocks.sm"),
-        "clocks_mem_mhz": stats("clocks.mem"),
-        "temperature_c": stats("temperature.gpu"),
-        "throttle_reasons_seen": [name for bit, name in THROTTLE_REASONS.items() if seen & bit],
-        "unavailable": dict(d.unsupported),
-        "series": {
-            "t_s": [round((r["t_ns"] - t0_ns) / 1e9, 3) for r in rows],
-            **{
-                k: [r.get(c) for r in rows]
-                for k, c in (
-                    ("utilization_gpu_pct", "utilization.gpu"),
-                    ("power_w", "power.draw"),
-                    ("memory_used_mib", "memory.used"),
-                    ("sm_activity_pct", "gpm.sm_activity"),
-                )
-            },
-        },
-    }
-    for name in GPM_METRICS:
-        out[name.replace("gpm.", "gpm_") + "_pct"] = stats(name)
-    return out
-
-
 def _util(u) -> dict:
     return {"utilization.gpu": u.gpu, "utilization.memory": u.memory}
-
-
-def _round(x):
-    return None if x is None else float(f"{x:.6g}")
 
 
 def try_nvml(fn, *args):
