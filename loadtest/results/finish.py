@@ -177,7 +177,8 @@ def _roofline(metrics: dict, env: dict) -> dict | None:
     result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
     if estimated:
         result["estimated"] = estimated
-    result["diagnosis"] = roofline.diagnose(result, metrics["gpu"], metrics.get("profile"))
+    signals = roofline.Signals.of(result, metrics["gpu"], metrics.get("profile"))
+    result["diagnosis"] = roofline.diagnose(signals).as_section()
     return result
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # NVML device name fragment -> (memory bandwidth GB/s, dense bf16 TFLOP/s); most specific first.
@@ -175,79 +176,131 @@ def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
     return out
 
 
-def diagnose(roofline: dict, gpu: dict | None, profile: dict | None = None) -> dict:
-    """memory-bound, compute-bound, or host/launch-bound, with the evidence and the remedies that
-    fit it: when a profile window names host-heavy operators, the remedy for each."""
-    kernel_summary = (profile or {}).get("kernel_summary")
-    heavy = (profile or {}).get("host_heavy_ops") or []
-    decode, prefill = roofline.get("decode") or {}, roofline.get("prefill") or {}
-    device = ((gpu or {}).get("devices") or [{}])[0]
-    util = (device.get("utilization_gpu_pct") or {}).get("mean")
-    sm = (device.get("gpm_sm_activity_pct") or {}).get("mean")
-    evidence, verdict, remedies = [], None, []
-    mbu, mfu = decode.get("mbu"), decode.get("mfu")
-    if mbu is not None:
-        evidence.append(
-            f"decode at {100 * mbu:.1f}% of memory bandwidth (MBU), "
-            + ("" if mfu is None else f"{100 * mfu:.2f}% of FLOP/s (MFU); ")
-            + f"step {decode['step_ms']} ms vs floor {decode.get('floor_ms')} ms at batch {decode['batch_mean']}"
+@dataclass(frozen=True)
+class Signals:
+    """What a diagnosis reads: the roofline's figures, the GPU's activity over the window and
+    the profile window's kernels and host-heavy operators (None where not measured)."""
+
+    mbu: float | None = None
+    mfu: float | None = None
+    step_ms: float | None = None
+    floor_ms: float | None = None
+    batch_mean: float | None = None
+    prefill_mfu: float | None = None
+    prefill_tokens_per_s: float | None = None
+    gpu_active_pct: float | None = None
+    sm_active_pct: float | None = None
+    short_kernel_share: float | None = None
+    host_heavy_ops: tuple[dict, ...] = ()
+
+    @classmethod
+    def of(cls, roofline: dict, gpu: dict | None, profile: dict | None) -> Signals:
+        """From a run's ``roofline``, ``gpu`` and ``profile`` sections."""
+        decode, prefill = roofline.get("decode") or {}, roofline.get("prefill") or {}
+        device = ((gpu or {}).get("devices") or [{}])[0]
+        profile = profile or {}
+        return cls(
+            mbu=decode.get("mbu"),
+            mfu=decode.get("mfu"),
+            step_ms=decode.get("step_ms"),
+            floor_ms=decode.get("floor_ms"),
+            batch_mean=decode.get("batch_mean"),
+            prefill_mfu=prefill.get("mfu"),
+            prefill_tokens_per_s=prefill.get("tokens_per_s"),
+            gpu_active_pct=(device.get("utilization_gpu_pct") or {}).get("mean"),
+            sm_active_pct=(device.get("gpm_sm_activity_pct") or {}).get("mean"),
+            short_kernel_share=(profile.get("kernel_summary") or {}).get("under_10us_share"),
+            host_heavy_ops=tuple(profile.get("host_heavy_ops") or ()),
         )
-    if prefill.get("mfu") is not None:
-        evidence.append(
-            f"prefill at {100 * prefill['mfu']:.1f}% of FLOP/s (MFU), {prefill['tokens_per_s']:.0f} tokens/s"
-        )
-    if util is not None:
-        evidence.append(
-            f"GPU kernel-active {util:.0f}% of the time"
-            + (f", SMs busy {sm:.0f}%" if sm is not None else "")
-        )
-    short = (kernel_summary or {}).get("under_10us_share")
-    if short is not None:
-        evidence.append(f"{100 * short:.0f}% of profiled CUDA kernels ran under 10 µs")
-    if (
-        mbu is not None
-        and mbu < 0.3
-        and (
-            (util is not None and util < 70) or (short is not None and short > 0.5) or util is None
-        )
-    ):
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """memory-bound, compute-bound or host/launch-bound, with its evidence and remedies."""
+
+    verdict: str
+    evidence: list[str]
+    remedies: list[str]
+    host_heavy_ops: list[str]
+
+    def as_section(self) -> dict:
+        """``roofline.diagnosis`` in metrics.json."""
+        return asdict(self)
+
+
+def diagnose(s: Signals) -> Diagnosis:
+    """The verdict that fits the signals, the evidence for it, and the remedies that fit: when
+    a profile window names host-heavy operators, the remedy for each."""
+    evidence = _evidence(s)
+    heavy = list(s.host_heavy_ops)
+    if _launch_bound(s):
         verdict = "host/launch-bound"
         remedies = [_remedy(op) for op in heavy]
-        for op in heavy:
-            evidence.append(
-                f"{op['name']}: {op['self_cpu_time_us'] / 1e3:.1f} ms of host time for "
-                f"{op['self_cuda_time_us'] / 1e3:.2f} ms on the GPU ({op.get('calls', '?')} calls)"
-            )
-        remedies += [
-            "capture decode in CUDA graphs (backend.compile: true: static cache + torch.compile)",
-            "larger batches (more work per launch)",
-            "fewer host syncs per step; fused kernels",
+        evidence += [
+            f"{op['name']}: {op['self_cpu_time_us'] / 1e3:.1f} ms of host time for "
+            f"{op['self_cuda_time_us'] / 1e3:.2f} ms on the GPU ({op.get('calls', '?')} calls)"
+            for op in heavy
         ]
+        remedies += LAUNCH_BOUND_REMEDIES
         if not heavy:
             remedies.append("profile a window (profile:) to name the operators that cost the host")
-    elif mbu is not None and mbu >= 0.5:
-        verdict = "memory-bound (decode)"
-        remedies = [
-            "larger batches amortise each weight read over more tokens",
-            "quantised weights (int8/fp8/int4)",
-            "a smaller KV cache (GQA, fp8 KV) for long contexts",
-        ]
-    elif prefill.get("mfu") is not None and prefill["mfu"] >= 0.4:
-        verdict = "compute-bound (prefill)"
-        remedies = [
-            "chunked prefill to interleave with decode",
-            "fp8 matmuls",
-            "FlashAttention kernels",
-        ]
-    elif mbu is not None:
+    elif s.mbu is not None and s.mbu >= 0.5:
+        verdict, remedies = "memory-bound (decode)", list(MEMORY_BOUND_REMEDIES)
+    elif s.prefill_mfu is not None and s.prefill_mfu >= 0.4:
+        verdict, remedies = "compute-bound (prefill)", list(COMPUTE_BOUND_REMEDIES)
+    elif s.mbu is not None:
         verdict = "between the roofs (neither bandwidth nor compute saturated)"
         remedies = ["profile a window (profile:) to see where a step's time goes"]
-    return {
-        "verdict": verdict or "not enough data",
-        "evidence": evidence,
-        "remedies": list(dict.fromkeys(remedies)),
-        "host_heavy_ops": [o["name"] for o in heavy],
-    }
+    else:
+        verdict, remedies = "not enough data", []
+    return Diagnosis(verdict, evidence, list(dict.fromkeys(remedies)), [o["name"] for o in heavy])
+
+
+LAUNCH_BOUND_REMEDIES = [
+    "capture decode in CUDA graphs (backend.compile: true: static cache + torch.compile)",
+    "larger batches (more work per launch)",
+    "fewer host syncs per step; fused kernels",
+]
+MEMORY_BOUND_REMEDIES = [
+    "larger batches amortise each weight read over more tokens",
+    "quantised weights (int8/fp8/int4)",
+    "a smaller KV cache (GQA, fp8 KV) for long contexts",
+]
+COMPUTE_BOUND_REMEDIES = [
+    "chunked prefill to interleave with decode",
+    "fp8 matmuls",
+    "FlashAttention kernels",
+]
+
+
+def _launch_bound(s: Signals) -> bool:
+    """Far from the bandwidth roof with the GPU idle much of the time, or its kernels tiny."""
+    if s.mbu is None or s.mbu >= 0.3:
+        return False
+    util, short = s.gpu_active_pct, s.short_kernel_share
+    return util is None or util < 70 or (short is not None and short > 0.5)
+
+
+def _evidence(s: Signals) -> list[str]:
+    out = []
+    if s.mbu is not None:
+        out.append(
+            f"decode at {100 * s.mbu:.1f}% of memory bandwidth (MBU), "
+            + ("" if s.mfu is None else f"{100 * s.mfu:.2f}% of FLOP/s (MFU); ")
+            + f"step {s.step_ms} ms vs floor {s.floor_ms} ms at batch {s.batch_mean}"
+        )
+    if s.prefill_mfu is not None:
+        out.append(
+            f"prefill at {100 * s.prefill_mfu:.1f}% of FLOP/s (MFU), {s.prefill_tokens_per_s:.0f} tokens/s"
+        )
+    if s.gpu_active_pct is not None:
+        out.append(
+            f"GPU kernel-active {s.gpu_active_pct:.0f}% of the time"
+            + (f", SMs busy {s.sm_active_pct:.0f}%" if s.sm_active_pct is not None else "")
+        )
+    if s.short_kernel_share is not None:
+        out.append(f"{100 * s.short_kernel_share:.0f}% of profiled CUDA kernels ran under 10 µs")
+    return out
 
 
 def _remedy(op: dict) -> str:

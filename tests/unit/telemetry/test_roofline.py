@@ -75,27 +75,31 @@ def test_peaks_prefer_a_calibration_over_the_datasheet(tmp_path, monkeypatch):
     assert (p["bw_gb_s"], p["tflops"]) == (3012.0, 700.0) and "calibrate" in p["source"]
 
 
+def diagnose(roof: dict, gpu: dict | None, profile: dict | None = None) -> roofline.Diagnosis:
+    return roofline.diagnose(roofline.Signals.of(roof, gpu, profile))
+
+
 def test_diagnosis():
-    launch = roofline.diagnose(
+    launch = diagnose(
         {"decode": {"mbu": 0.05, "mfu": 0.001, "step_ms": 10, "floor_ms": 0.8, "batch_mean": 1}},
         {"devices": [{"utilization_gpu_pct": {"mean": 35}}]},
     )
-    assert launch["verdict"] == "host/launch-bound" and any(
-        "CUDA graphs" in r for r in launch["remedies"]
+    assert launch.verdict == "host/launch-bound" and any(
+        "CUDA graphs" in r for r in launch.remedies
     )
-    memory = roofline.diagnose(
+    memory = diagnose(
         {"decode": {"mbu": 0.72, "mfu": 0.01, "step_ms": 1.1, "floor_ms": 0.8, "batch_mean": 1}},
         {"devices": [{"utilization_gpu_pct": {"mean": 98}}]},
     )
-    assert memory["verdict"] == "memory-bound (decode)"
-    short = roofline.diagnose(
+    assert memory.verdict == "memory-bound (decode)"
+    short = diagnose(
         {"decode": {"mbu": 0.1, "mfu": 0.001, "step_ms": 8, "floor_ms": 0.8, "batch_mean": 1}},
         None,
         {"kernel_summary": {"launches": 1000, "under_10us_share": 0.9}},
     )
     assert (
-        short["verdict"] == "host/launch-bound"
-        and "90% of profiled CUDA kernels ran under 10 µs" in short["evidence"]
+        short.verdict == "host/launch-bound"
+        and "90% of profiled CUDA kernels ran under 10 µs" in short.evidence
     )
 
 
@@ -122,7 +126,7 @@ def test_a_profile_names_the_host_heavy_operators_and_the_remedy_for_each():
     ]
     heavy = host_heavy(ops)
     assert [o["name"] for o in heavy] == ["aten::_cudnn_attention_forward", "aten::item"]
-    d = roofline.diagnose(
+    d = diagnose(
         {
             "decode": {
                 "mbu": 0.017,
@@ -135,13 +139,13 @@ def test_a_profile_names_the_host_heavy_operators_and_the_remedy_for_each():
         {"devices": [{"utilization_gpu_pct": {"mean": 9}}]},
         {"host_heavy_ops": heavy},
     )
-    assert d["verdict"] == "host/launch-bound"
-    assert d["host_heavy_ops"] == ["aten::_cudnn_attention_forward", "aten::item"]
+    assert d.verdict == "host/launch-bound"
+    assert d.host_heavy_ops == ["aten::_cudnn_attention_forward", "aten::item"]
     assert (
         "aten::_cudnn_attention_forward: 1330.0 ms of host time for 10.60 ms on the GPU (160 calls)"
-        in d["evidence"]
+        in d.evidence
     )
-    assert "sdpa_backends" in d["remedies"][0] and "copies or syncs" in d["remedies"][1]
+    assert "sdpa_backends" in d.remedies[0] and "copies or syncs" in d.remedies[1]
 
 
 def test_continuous_mode_is_estimated_from_the_runs_own_figures():
