@@ -184,13 +184,33 @@ def timeseries_plot(
     server = server_series if server_series and len(server_series.get("t_s") or []) > 1 else None
     if not points and not gpus and not server:
         return None
-    rows = 2 + (1 if gpus else 0) + (1 if server else 0)
-    plot = Plot("time", rows=rows, height=2.2)
-    t = [p.t_s for p in points]
-    ax = plot.axes[0]
+    plot = Plot("time", rows=2 + (1 if gpus else 0) + (1 if server else 0), height=2.2)
+    _throughput_row(plot, plot.axes[0], points, interval_s)
+    _latency_row(plot, plot.axes[1], points)
+    row = 2
+    if gpus:
+        _gpu_row(plot, plot.axes[row], gpus)
+        row += 1
+    if server:
+        ax = plot.axes[row]
+        for key in server:
+            if key != "t_s":
+                _gauge(plot, ax, server["t_s"], server[key], key, f"server {key}")
+        ax.set_ylabel("server gauges")
+    for ax in plot.axes:
+        if window:
+            ax.axvspan(window.start_s, window.end_s, color="#1a73e8", alpha=0.06, lw=0)
+        handles, _ = ax.get_legend_handles_labels()
+        if handles:  # beside the plot, never over the data
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    plot.axes[-1].set_xlabel("time from t0 (s); shaded: the measurement window")
+    return plot.svg()
+
+
+def _throughput_row(plot: Plot, ax: Any, points: list[IntervalPoint], interval_s: float) -> None:
     plot.series(
         ax,
-        t,
+        [p.t_s for p in points],
         [p.output_tokens_per_s for p in points],
         [
             f"{p.t_s:g} s: {p.output_tokens_per_s:.4g} output tok/s, {p.completed} done"
@@ -201,7 +221,10 @@ def timeseries_plot(
     )
     ax.set_ylabel("output tok/s")
     ax.set_title(f"The run over time ({interval_s:g} s intervals, latencies by completion time)")
-    ax = plot.axes[1]
+
+
+def _latency_row(plot: Plot, ax: Any, points: list[IntervalPoint]) -> None:
+    t = [p.t_s for p in points]
     for key, color, style in (
         ("ttft_p50_ms", COLORS["ttft"], ":"),
         ("ttft_p99_ms", COLORS["ttft"], "-"),
@@ -223,33 +246,18 @@ def timeseries_plot(
         )
     ax.set_yscale("log")
     ax.set_ylabel("ms")
-    row = 2
-    if gpus:
-        ax = plot.axes[row]
-        row += 1
-        for d in gpus:
-            s = d["series"]
-            for key, label in (
-                ("utilization_gpu_pct", "kernel-active %"),
-                ("sm_activity_pct", "SM activity %"),
-            ):
-                _gauge(plot, ax, s["t_s"], s.get(key) or [], f"GPU {d['index']} {label}")
-        ax.set_ylim(0, 105)
-        ax.set_ylabel("GPU %")
-    if server:
-        ax = plot.axes[row]
-        for key in server:
-            if key != "t_s":
-                _gauge(plot, ax, server["t_s"], server[key], key, f"server {key}")
-        ax.set_ylabel("server gauges")
-    for ax in plot.axes:
-        if window:
-            ax.axvspan(window.start_s, window.end_s, color="#1a73e8", alpha=0.06, lw=0)
-        handles, _ = ax.get_legend_handles_labels()
-        if handles:  # beside the plot, never over the data
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    plot.axes[-1].set_xlabel("time from t0 (s); shaded: the measurement window")
-    return plot.svg()
+
+
+def _gpu_row(plot: Plot, ax: Any, gpus: list[dict]) -> None:
+    for d in gpus:
+        s = d["series"]
+        for key, label in (
+            ("utilization_gpu_pct", "kernel-active %"),
+            ("sm_activity_pct", "SM activity %"),
+        ):
+            _gauge(plot, ax, s["t_s"], s.get(key) or [], f"GPU {d['index']} {label}")
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("GPU %")
 
 
 def _gauge(plot: Plot, ax, t: list, ys: list, name: str, tip_name: str | None = None) -> None:

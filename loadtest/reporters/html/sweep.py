@@ -22,11 +22,29 @@ SWEEP_COLS = (
 
 def sweep_html(doc: SweepDoc) -> str:
     """sweep.html's text from a saved sweep.json."""
-    axis, curve = doc.axis, doc.curve
-    kinds = [sweep_plots.point_kind(c) for c in curve]
+    kinds = [sweep_plots.point_kind(c) for c in doc.curve]
+    header = (
+        f"<h1>Sweep over {esc(doc.axis)}</h1><p class=meta>status <b class='{esc(doc.status)}'>"
+        f"{esc(doc.status)}</b> · {esc(doc.scenario_file)}</p>"
+    )
+    curves = "".join(
+        f"<h3>{esc(name)}</h3>{svg}"
+        for name, svg in sweep_plots.sweep_plots(doc.curve, doc.axis, doc.knee)
+    )
+    return page(
+        f"sweep {doc.axis}",
+        header,
+        _strip(doc, kinds),
+        [("curves", "Curves", _knee(doc) + curves), ("points", "Points", _points(doc, kinds))],
+    )
+
+
+def _strip(doc: SweepDoc, kinds: list[str]) -> list[str]:
+    """The verdict strip: the sweep's status, its points by kind, the knee, the best steady
+    throughput and the highest rate meeting the SLA."""
     status_cls = {"ok": "good", "partial": "warn"}.get(doc.status, "bad")
     strip = [
-        card("sweep", doc.status, status_cls, f"{len(curve)} points over {axis}"),
+        card("sweep", doc.status, status_cls, f"{len(doc.curve)} points over {doc.axis}"),
         card(
             "points",
             f"{kinds.count('steady')} steady",
@@ -41,7 +59,7 @@ def sweep_html(doc: SweepDoc) -> str:
         ),
     ]
     best = max(
-        (c.output_tokens_per_s or 0 for c, k in zip(curve, kinds) if k == "steady"),
+        (c.output_tokens_per_s or 0 for c, k in zip(doc.curve, kinds) if k == "steady"),
         default=0,
     )
     if best:
@@ -56,24 +74,26 @@ def sweep_html(doc: SweepDoc) -> str:
                 f"first failing {mr.first_failing_rate}",
             )
         )
-    header = (
-        f"<h1>Sweep over {esc(axis)}</h1><p class=meta>status <b class='{esc(doc.status)}'>"
-        f"{esc(doc.status)}</b> · {esc(doc.scenario_file)}</p>"
-    )
-    curves = "".join(
-        f"<h3>{esc(name)}</h3>{svg}" for name, svg in sweep_plots.sweep_plots(curve, axis, doc.knee)
-    )
-    knee = (
+    return strip
+
+
+def _knee(doc: SweepDoc) -> str:
+    out = (
         f"<p>knee (highest throughput ÷ p99 E2E, steady points only): <b>{esc(doc.knee)}</b> · "
         f"frontier: {esc(doc.frontier)}</p>"
         + "".join(f"<p class=warn><b>caveat:</b> {esc(c)}</p>" for c in doc.knee_caveats)
     )
     if doc.max_rate:
         mr = doc.max_rate
-        knee += (
+        out += (
             f"<p>Highest rate meeting the SLA: <b>{esc(mr.rate)} req/s</b>; first failing "
             f"{esc(mr.first_failing_rate)} req/s; tolerance {esc(mr.tolerance)}. {esc(mr.evidence)}</p>"
         )
+    return out
+
+
+def _points(doc: SweepDoc, kinds: list[str]) -> str:
+    """Every point's figures, and the reasons of the points marked."""
     rows = [
         [
             f"<span class='{esc(k)}'>{esc(getattr(c, col))}</span>"
@@ -81,15 +101,9 @@ def sweep_html(doc: SweepDoc) -> str:
             else esc(getattr(c, col))
             for col in SWEEP_COLS
         ]
-        for c, k in zip(curve, kinds)
+        for c, k in zip(doc.curve, kinds)
     ]
     reasons = [(esc(p.params), esc(p.status), esc(p.reason)) for p in doc.points if p.reason]
-    points = table(SWEEP_COLS, rows) + (
+    return table(SWEEP_COLS, rows) + (
         "<h3>Marked points</h3>" + table(("params", "status", "reason"), reasons) if reasons else ""
-    )
-    return page(
-        f"sweep {axis}",
-        header,
-        strip,
-        [("curves", "Curves", knee + curves), ("points", "Points", points)],
     )
