@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from loadtest.cli.common import error
+from loadtest.cli.common import error, usage_error
 from loadtest.core import exit_codes
 
 
@@ -23,47 +23,50 @@ def scenario_source(
 ) -> tuple[Path, list[str]]:
     """The scenario file to load and the overrides on it. With ``--url`` and no file, the
     scenario the flags describe, written to ``--save-scenario`` (or a temporary file)."""
-    import os
-    import shlex
-    import sys
-    import tempfile
-
     given = {k: v for k, v in flags.items() if v is not None}
     if scenario is not None:
         if given or save_to is not None:
-            error(
-                f"{', '.join('--' + k.replace('_', '-') for k in given) or '--save-scenario'}: only without a scenario file"
-            )
-            raise typer.Exit(exit_codes.USAGE)
+            named = ", ".join("--" + k.replace("_", "-") for k in given) or "--save-scenario"
+            usage_error(f"{named}: only without a scenario file")
         extra = [f"backend.base_url={url}"] if url else []
         extra += [f"backend.model={model}"] if model else []
         return scenario, extra + overrides
     if url is None:
-        error("give a scenario file, or --url for a served model (loadtest run --help)")
-        raise typer.Exit(exit_codes.USAGE)
+        usage_error("give a scenario file, or --url for a served model (loadtest run --help)")
     from loadtest.config.backend_specs import url_problem
 
     if problem := url_problem(url):  # before any request: no other scheme is ever opened
-        error(f"--url {problem}")
-        raise typer.Exit(exit_codes.USAGE)
+        usage_error(f"--url {problem}")
+    data = _flags_scenario(url, model or _first_model(url), given, overrides)
+    return _written(data, url, save_to, overwrite)
+
+
+def _first_model(url: str) -> str:
+    """The first model the server lists (said on stderr); exit 4 when it cannot be asked."""
+    import os
+
     from loadtest.backends.openai.discovery import list_models
+    from loadtest.core.errors import BackendError
+
+    try:
+        models = list_models(url, os.environ.get("OPENAI_API_KEY"))
+    except BackendError as exc:
+        error(f"--url: {exc}")
+        raise typer.Exit(exit_codes.FAILED) from None
+    typer.echo(
+        f"model: {models[0]}"
+        + (f" (the first of {len(models)} the server lists)" if len(models) > 1 else ""),
+        err=True,
+    )
+    return models[0]
+
+
+def _flags_scenario(url: str, model: str, given: dict, overrides: list[str]) -> dict:
+    """The scenario the flags describe, with the overrides applied (a bad --set named as such)."""
     from loadtest.config import quick
     from loadtest.config.loading import apply_overrides, parse_scenario
-    from loadtest.core import atomic, secrets
-    from loadtest.core.errors import BackendError, ScenarioError
+    from loadtest.core.errors import ScenarioError
 
-    if model is None:
-        try:
-            models = list_models(url, os.environ.get("OPENAI_API_KEY"))
-        except BackendError as exc:
-            error(f"--url: {exc}")
-            raise typer.Exit(exit_codes.FAILED) from None
-        model = models[0]
-        typer.echo(
-            f"model: {model}"
-            + (f" (the first of {len(models)} the server lists)" if len(models) > 1 else ""),
-            err=True,
-        )
     try:
         data = quick.scenario_from_flags(url=url, model=model, **given)
         # the saved file holds what runs, overrides included: `loadtest run FILE` repeats it
@@ -72,10 +75,21 @@ def scenario_source(
         parse_scenario(quick.to_yaml(data, ""), Path("--url"), overrides)
         apply_overrides(data, overrides, Path("--set"))
     except ScenarioError as exc:
-        error(*exc.problems)
-        raise typer.Exit(exit_codes.USAGE) from None
-    # URL credentials are never written (the file, the run's copy, a temp file): the file
-    # names the server without them, and they reach the run as an override held in memory
+        usage_error(*exc.problems)
+    return data
+
+
+def _written(data: dict, url: str, save_to: Path | None, overwrite: bool) -> tuple[Path, list[str]]:
+    """The scenario written where it is asked for (or a temporary file), and the override that
+    carries URL credentials: they are never written (the file, the run's copy, a temp file), the
+    file names the server without them, and they reach the run as an override held in memory."""
+    import shlex
+    import sys
+    import tempfile
+
+    from loadtest.config import quick
+    from loadtest.core import atomic, secrets
+
     secret_url = secrets.redact_url(url) != url
     data["backend"]["base_url"] = secrets.redact_url(url)
     keep_url = [f"backend.base_url={url}"] if secret_url else []
@@ -83,8 +97,7 @@ def scenario_source(
     text = quick.to_yaml(data, "loadtest " + shlex.join(sys.argv[1:]))
     if save_to is not None:
         if save_to.exists() and not overwrite:
-            error(f"--save-scenario {save_to}: exists (--overwrite to replace it)")
-            raise typer.Exit(exit_codes.USAGE)
+            usage_error(f"--save-scenario {save_to}: exists (--overwrite to replace it)")
         atomic.write_text(save_to, text)
         typer.echo(f"scenario: {save_to}", err=True)
         return save_to, keep_url
