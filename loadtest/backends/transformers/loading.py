@@ -65,7 +65,6 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     """The model on its device (or a ``dummy:<arch>`` with random weights), and facts about it.
     With a tensor-parallel ``layout``, this rank's part of it, in its group."""
     import torch
-    import transformers
 
     layout = layout or Layout(devices=(spec["device"],))
     device = resolve_device(layout.device)
@@ -84,57 +83,17 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         if spec.get("attn_implementation")
         else {}
     )
-    name = spec["model"]
-    split = None
-    if layout.size > 1:
-        model, source, split = _load_split(spec, base_dir, device, dtype, attn, layout)
-    elif name.startswith("dummy:"):
-        arch = name.split(":", 1)[1]
-        with torch.device(device):
-            model = transformers.AutoModelForCausalLM.from_config(
-                dummy_config(arch), dtype=dtype, **attn
-            )
-        source = f"dummy weights, {arch} shapes"
-    else:
-        target = _checkpoint(name, base_dir)
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            target,
-            dtype=dtype,
-            local_files_only=True,
-            trust_remote_code=spec["trust_remote_code"],
-            **attn,
-        ).to(device)
-        source = str(target)
+    model, source, split = _built(spec, base_dir, device, dtype, attn, layout)
     model.eval()
     attention.pack_decode_attention(model, spec)
-    pad_decode, unpadded_why = pads_decode(spec), None
-    if pad_decode and (unpadded_why := padded_decode.layer_problem(model)):
-        if spec.get("pad_decode"):
-            raise ValueError(
-                f"backend.pad_decode: {name} cannot pad its decode steps: {unpadded_why}"
-            )
-        pad_decode = False  # by default, the graph with a dynamic batch dimension instead
+    pad_decode, unpadded_why = _padding(model, spec)
     compile_options = None
     if spec["compile"]:
         compile_config, compile_options = decode_compile_config(spec.get("compile_options"))
         model.generation_config.compile_config = compile_config
         never_silently_eager()
-    config = model.config
-    pad = getattr(model.generation_config, "pad_token_id", None)
-    eos = getattr(model.generation_config, "eos_token_id", None)
-    if pad is None:
-        pad = eos if isinstance(eos, int) else (eos[0] if eos else 0)
-    n_params = sum(p.numel() for p in model.parameters())
     info = {
-        "model": name,
-        "source": source,
-        "architecture": type(model).__name__,
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "dtype": str(dtype).removeprefix("torch."),
-        "parameters": n_params,
-        "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-        "attn_implementation": getattr(config, "_attn_implementation", None),
+        **_model_facts(model, spec, source, device, dtype),
         "sdpa_backends": sdpa,
         "prompt_bucket": spec.get("prompt_bucket") or 1,
         "pad_decode": pad_decode,
@@ -145,27 +104,97 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         "compile_options": compile_options,
         "trust_remote_code": spec["trust_remote_code"],
         "tensor_parallel": split,
+        **_versions_and_shape(model, device, dtype),
+    }
+    return model, device, info
+
+
+def _built(spec: dict, base_dir: str, device, dtype, attn: dict, layout: Layout):
+    """(model, where its weights came from, the tensor-parallel split or None)."""
+    import torch
+    import transformers
+
+    name = spec["model"]
+    if layout.size > 1:
+        return _load_split(spec, base_dir, device, dtype, attn, layout)
+    if name.startswith("dummy:"):
+        arch = name.split(":", 1)[1]
+        with torch.device(device):
+            model = transformers.AutoModelForCausalLM.from_config(
+                dummy_config(arch), dtype=dtype, **attn
+            )
+        return model, f"dummy weights, {arch} shapes", None
+    target = _checkpoint(name, base_dir)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        target,
+        dtype=dtype,
+        local_files_only=True,
+        trust_remote_code=spec["trust_remote_code"],
+        **attn,
+    ).to(device)
+    return model, str(target), None
+
+
+def _padding(model, spec: dict) -> tuple[bool, str | None]:
+    """Whether decode steps run padded to max_batch_size, and why not where the model's cache
+    cannot be (an error when the scenario asked for it)."""
+    pad_decode, unpadded_why = pads_decode(spec), None
+    if pad_decode and (unpadded_why := padded_decode.layer_problem(model)):
+        if spec.get("pad_decode"):
+            raise ValueError(
+                f"backend.pad_decode: {spec['model']} cannot pad its decode steps: {unpadded_why}"
+            )
+        pad_decode = False  # by default, the graph with a dynamic batch dimension instead
+    return pad_decode, unpadded_why
+
+
+def _model_facts(model, spec: dict, source: str, device, dtype) -> dict:
+    import torch
+
+    config = model.config
+    return {
+        "model": spec["model"],
+        "source": source,
+        "architecture": type(model).__name__,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype).removeprefix("torch."),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "attn_implementation": getattr(config, "_attn_implementation", None),
+    }
+
+
+SHAPE_FIELDS = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "hidden_act",
+)
+
+
+def _versions_and_shape(model, device, dtype) -> dict:
+    """The pad token, the libraries' versions, and the shape the roofline counts from."""
+    import torch
+    import transformers
+
+    pad = getattr(model.generation_config, "pad_token_id", None)
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if pad is None:
+        pad = eos if isinstance(eos, int) else (eos[0] if eos else 0)
+    return {
         "pad_token_id": pad,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cuda": torch.version.cuda if device.type == "cuda" else None,
         "dtype_bytes": torch.tensor([], dtype=dtype).element_size(),
-        "shape_config": {
-            k: getattr(config, k, None)
-            for k in (
-                "model_type",
-                "hidden_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "head_dim",
-                "intermediate_size",
-                "vocab_size",
-                "hidden_act",
-            )
-        },
+        "shape_config": {k: getattr(model.config, k, None) for k in SHAPE_FIELDS},
     }
-    return model, device, info
 
 
 def dummy_config(arch: str):
