@@ -21,7 +21,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from loadtest.analysis import regression
+from loadtest.results.model import RunMetrics
 from tests.conftest import run_virtual_scenario
+
+
+def run(where: Path, data: dict) -> RunMetrics:
+    return RunMetrics.model_validate(run_virtual_scenario(where, data))
+
+
 from tests.unit.analysis.test_regression import NOISY, gate_verdict, scenario
 
 
@@ -37,10 +44,8 @@ def main() -> None:
     args = ap.parse_args()
     n, k = args.pairs, args.replicates
     with tempfile.TemporaryDirectory() as tmp:
-        a = [run_virtual_scenario(Path(tmp) / f"a{s}", scenario(10_000 + s)) for s in range(2 * n)]
-        b = [
-            run_virtual_scenario(Path(tmp) / f"b{s}", scenario(20_000 + s, 1.15)) for s in range(n)
-        ]
+        a = [run(Path(tmp) / f"a{s}", scenario(10_000 + s)) for s in range(2 * n)]
+        b = [run(Path(tmp) / f"b{s}", scenario(20_000 + s, 1.15)) for s in range(n)]
     print(
         f"{'metrics':10} {'comparison':22} {'pairs':>6} {'FAIL':>6} {'INCONCLUSIVE':>13} {'PASS':>6}",
         flush=True,

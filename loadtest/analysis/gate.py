@@ -22,7 +22,7 @@ from loadtest.analysis import regression
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, evaluate, overall
 from loadtest.config.scenario import Sla
 from loadtest.core.errors import ScenarioError
-from loadtest.results.model import GateResult, Regression, Replicates
+from loadtest.results.model import GateResult, Regression, Replicates, RunMetrics
 from loadtest.results.runset import RunSet
 
 
@@ -90,7 +90,7 @@ def gate(
     return result
 
 
-def scenario_differences(base: dict, cand: dict) -> list[str]:
+def scenario_differences(base: RunMetrics, cand: RunMetrics) -> list[str]:
     """What differs between the scenarios that produced two runs (seeds and output settings aside)."""
 
     def flat(d: dict | None, prefix: str = "") -> dict[str, Any]:
@@ -102,7 +102,7 @@ def scenario_differences(base: dict, cand: dict) -> list[str]:
                 out[f"{prefix}{k}"] = v
         return out
 
-    a, b = flat(base.get("scenario")), flat(cand.get("scenario"))
+    a, b = flat(base.scenario), flat(cand.scenario)
     keys = sorted(
         k
         for k in set(a) | set(b)
@@ -121,8 +121,8 @@ def scenario_differences(base: dict, cand: dict) -> list[str]:
     return warnings
 
 
-def _gpu_name(metrics: dict) -> str | None:
-    gpus = (metrics.get("environment") or {}).get("gpus") or []
+def _gpu_name(metrics: RunMetrics) -> str | None:
+    gpus = metrics.environment.get("gpus") or []
     return gpus[0].get("name") if gpus else None
 
 

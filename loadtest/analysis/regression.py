@@ -34,7 +34,7 @@ import numpy as np
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.units import PERCENTILE_NAMES
-from loadtest.results.model import RegressionCheck
+from loadtest.results.model import RegressionCheck, RunMetrics
 
 DEFAULT_METRICS = (
     "ttft_p50",
@@ -109,7 +109,7 @@ class Sample:
     lies wholly inside its run's measured window.
     """
 
-    def __init__(self, runs: list[dict]) -> None:
+    def __init__(self, runs: Sequence[RunMetrics]) -> None:
         if not runs:
             raise ValueError("no runs")
         self.n_runs = len(runs)
@@ -119,27 +119,30 @@ class Sample:
         widths: list[float] = []
         next_unit = 0
         for metrics in runs:
-            points = metrics.get("timeseries", {}).get("points", [])
-            width = metrics.get("timeseries", {}).get("interval_s") or 1.0
-            window = metrics.get("window", {})
+            ts = metrics.timeseries
+            points = ts.points if ts else []
+            width = (ts.interval_s if ts else None) or 1.0
+            start, end = (
+                (metrics.window.start_s, metrics.window.end_s) if metrics.window else (None, None)
+            )
             units = []
             for p in points:
                 u = next_unit
                 next_unit += 1
                 units.append(u)
-                for m, text in (p.get("histograms") or {}).items():
+                for m, text in p.histograms.items():
                     if m in unit_rows:
                         values, counts = LatencyHistogram.decode(text).recorded()
                         unit_rows[m].append(
                             np.stack([values, counts, np.full(len(values), u)], axis=1)
                         )
                 inside = (
-                    window.get("start_s") is not None
-                    and window.get("end_s") is not None
-                    and p["t_s"] >= window["start_s"] - 1e-9
-                    and p["t_s"] + width <= window["end_s"] + 1e-9
+                    start is not None
+                    and end is not None
+                    and p.t_s >= start - 1e-9
+                    and p.t_s + width <= end + 1e-9
                 )
-                tokens.append(p.get("output_tokens_per_s", 0.0) * width if inside else math.nan)
+                tokens.append(p.output_tokens_per_s * width if inside else math.nan)
                 widths.append(width)
             self.run_units.append(np.asarray(units, dtype=np.int64))
         self.n_units = next_unit
@@ -259,8 +262,8 @@ def _block_indices(rng: np.random.Generator, k: int) -> np.ndarray:
 
 
 def compare(
-    baseline_runs: list[dict],
-    candidate_runs: list[dict],
+    baseline_runs: Sequence[RunMetrics],
+    candidate_runs: Sequence[RunMetrics],
     metrics: Sequence[str] = DEFAULT_METRICS,
     *,
     min_effect: float = 0.05,

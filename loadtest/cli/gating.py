@@ -191,9 +191,9 @@ def compare(
     terminal.render_compare(checks, a.name, b.name, confidence, console)
     warnings = list(gate.scenario_differences(a.measured[0], b.measured[0]))
     warnings += [
-        f"{rs.name}: not every run is valid ({', '.join(m['status'] for m in rs.runs)})"
+        f"{rs.name}: not every run is valid ({', '.join(m.status for m in rs.results)})"
         for rs in (a, b)
-        if any(m["status"] != "ok" for m in rs.runs)
+        if any(m.status != "ok" for m in rs.results)
     ]
     for w in warnings:
         console.print(f"warning: {w}", style="yellow")

@@ -59,14 +59,9 @@ class RunSet:
         return self.path.name
 
     @property
-    def runs(self) -> list[dict]:
-        """Each replicate's metrics.json as a mapping, with ``_dir`` naming its directory."""
-        return [{**r.view(), "_dir": d} for r, d in zip(self.results, self.labels)]
-
-    @property
-    def measured(self) -> list[dict]:
+    def measured(self) -> list[RunMetrics]:
         """The replicates that measured something (a run that failed to start did not)."""
-        return [m for m, r in zip(self.runs, self.results) if r.measured]
+        return [r for r in self.results if r.measured]
 
     def pooled(self) -> Evidence:
         """The replicates as one piece of evidence."""

@@ -10,12 +10,20 @@ import pytest
 from loadtest.analysis import regression
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.results.model import (
+    IntervalPoint,
+    Requests,
+    RunMetrics,
+    Timeseries,
+    Validity,
+    Window,
+)
 
 
 def synthetic_run(
     values_per_interval: list[list[int]], tokens_per_interval: list[int] | None = None
-) -> dict:
-    """A metrics.json with one point per interval (1 s), each holding these e2e values (µs)."""
+) -> RunMetrics:
+    """A run with one point per interval (1 s), each holding these e2e values (µs)."""
     points = []
     for k, values in enumerate(values_per_interval):
         h = LatencyHistogram()
@@ -23,18 +31,29 @@ def synthetic_run(
             h.record_us(v)
         tokens = tokens_per_interval[k] if tokens_per_interval else 100
         points.append(
-            {
-                "index": k,
-                "t_s": float(k),
-                "output_tokens_per_s": float(tokens),
-                "histograms": {"e2e": h.encode()} if values else {},
-            }
+            IntervalPoint(
+                index=k,
+                t_s=float(k),
+                completed=len(values),
+                failed=0,
+                output_tokens_per_s=float(tokens),
+                histograms={"e2e": h.encode()} if values else {},
+            )
         )
     n = len(values_per_interval)
-    return {
-        "timeseries": {"interval_s": 1.0, "points": points},
-        "window": {"start_s": 0.0, "end_s": float(n)},
-    }
+    return RunMetrics(
+        status="ok",
+        name="synthetic",
+        started_at="",
+        scenario_file="",
+        scenario={},
+        environment={},
+        backend={},
+        requests=Requests(),
+        validity=Validity(valid=True),
+        timeseries=Timeseries(interval_s=1.0, points=points),
+        window=Window(start_s=0.0, end_s=float(n), length_s=float(n), run_s=float(n)),
+    )
 
 
 def test_point_estimate_is_the_runs_own_percentile(run_virtual_fn):
@@ -49,7 +68,7 @@ def test_point_estimate_is_the_runs_own_percentile(run_virtual_fn):
             "load": {"arrival": {"kind": "poisson", "rate": 30}, "duration": "20s"},
         }
     )
-    sample = regression.Sample([metrics])
+    sample = regression.Sample([RunMetrics.model_validate(metrics)])
     for m in ("ttft", "itl", "e2e"):
         for _pct, key in ((50, "p50"), (99, "p99"), (99.9, "p999")):
             assert (
@@ -138,11 +157,11 @@ def scenario(seed: int, slowdown: float = 1.0) -> dict:
 def ab_runs(tmp_path_factory):
     from tests.conftest import run_virtual_scenario
 
-    a = [run_virtual_scenario(tmp_path_factory.mktemp("a"), scenario(100 + s)) for s in range(10)]
-    b = [
-        run_virtual_scenario(tmp_path_factory.mktemp("b"), scenario(200 + s, 1.15))
-        for s in range(10)
-    ]
+    def run(where: str, data: dict) -> RunMetrics:
+        return RunMetrics.model_validate(run_virtual_scenario(tmp_path_factory.mktemp(where), data))
+
+    a = [run("a", scenario(100 + s)) for s in range(10)]
+    b = [run("b", scenario(200 + s, 1.15)) for s in range(10)]
     return a, b
 
 
