@@ -53,7 +53,7 @@ def finish(
         result.requests.profiled = rec.profiled
         result.validity.warnings += window.warnings
         _judge_around_profiler(result, scenario, rec, window)
-    result.roofline = _roofline(result.view(), seen.environment)
+    result.roofline = _roofline(result, seen.environment)
     result.validity.warnings += seen.notes
     if seen.server is not None:
         result.server = _server_section(seen.server, rec, outcome.t0_ns)
@@ -160,9 +160,9 @@ def _judged_outside(scenario: Scenario, rec: Recorder, window: Any) -> list[Stab
     return judged or None
 
 
-def _roofline(metrics: dict, env: dict) -> dict | None:
+def _roofline(metrics: RunMetrics, env: dict) -> dict | None:
     """MBU/MFU and a diagnosis, for in-process models (transformers)."""
-    backend = metrics["backend"]
+    backend = metrics.backend
     acct, config = backend.get("roofline_acct"), backend.get("shape_config")
     if not acct or not config:
         return None
@@ -170,16 +170,32 @@ def _roofline(metrics: dict, env: dict) -> dict | None:
 
     estimated = None
     if not acct.get("decode_steps") and backend.get("mode") == "continuous":
-        acct, estimated = roofline.estimate_from_latencies(metrics), roofline.ESTIMATED_NOTE
+        acct, estimated = _estimated(metrics), roofline.ESTIMATED_NOTE
     shape = roofline.model_shape(config, backend["parameter_bytes"], backend["dtype_bytes"])
     name = backend.get("device_name")
     uuid = next((g.get("uuid") for g in env.get("gpus") or [] if g.get("name") == name), None)
     result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
     if estimated:
         result["estimated"] = estimated
-    signals = roofline.Signals.of(result, metrics["gpu"], metrics.get("profile"))
+    signals = roofline.Signals.of(result, metrics.gpu, metrics.profile)
     result["diagnosis"] = roofline.diagnose(signals).as_section()
     return result
+
+
+def _estimated(metrics: RunMetrics) -> dict:
+    """Continuous batching's manager times no steps: its accounting from the run's figures."""
+    from loadtest.telemetry import roofline
+
+    itl = (metrics.latency_ms or {}).get("itl")
+    t, r = metrics.throughput, metrics.requests
+    return roofline.estimate_from_latencies(
+        itl.mean if itl else None,
+        t.output_tokens_per_s if t else None,
+        t.window_s if t else None,
+        r.completed,
+        r.input_tokens,
+        r.output_tokens,
+    )
 
 
 def _server_section(server: Any, rec: Recorder, t0_ns: int) -> dict:

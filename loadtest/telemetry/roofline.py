@@ -102,19 +102,23 @@ ESTIMATED_NOTE = (
 )
 
 
-def estimate_from_latencies(metrics: dict) -> dict:
+def estimate_from_latencies(
+    itl_mean_ms: float | None,
+    output_tokens_per_s: float | None,
+    window_s: float | None,
+    completed: int,
+    input_tokens: int | None,
+    output_tokens: int | None,
+) -> dict:
     """Step accounting reconstructed from a run's own figures, where the engine cannot time its
     steps: each step yields one token for each request in the batch, so over the window
     steps = window / mean ITL and rows per step = output tok/s x mean ITL (Little's law on tokens)."""
-    itl_ms = (metrics["latency_ms"]["itl"] or {}).get("mean")
-    tput, window_s = metrics["throughput"]["output_tokens_per_s"], metrics["throughput"]["window_s"]
-    req = metrics["requests"]
-    if not itl_ms or not tput or not window_s or not req["completed"]:
+    if not itl_mean_ms or not output_tokens_per_s or not window_s or not completed:
         return {}
-    step_s = itl_ms / 1000
+    step_s = itl_mean_ms / 1000
     steps = window_s / step_s
-    batch = tput * step_s
-    context = req["input_tokens"] / req["completed"] + req["output_tokens"] / req["completed"] / 2
+    batch = output_tokens_per_s * step_s
+    context = (input_tokens or 0) / completed + (output_tokens or 0) / completed / 2
     return {
         "decode_steps": round(steps),
         "decode_s": window_s,

@@ -151,12 +151,14 @@ def test_a_profile_names_the_host_heavy_operators_and_the_remedy_for_each():
 def test_continuous_mode_is_estimated_from_the_runs_own_figures():
     # mean ITL 20 ms over a 10 s window: 500 steps; 400 tok/s x 0.02 s = 8 rows a step;
     # context 100 input + 40 output / 2 = 120 tokens a row
-    m = {
-        "latency_ms": {"itl": {"mean": 20.0}},
-        "throughput": {"output_tokens_per_s": 400.0, "window_s": 10.0},
-        "requests": {"completed": 100, "input_tokens": 10_000, "output_tokens": 4_000},
-    }
-    acct = roofline.estimate_from_latencies(m)
+    acct = roofline.estimate_from_latencies(
+        itl_mean_ms=20.0,
+        output_tokens_per_s=400.0,
+        window_s=10.0,
+        completed=100,
+        input_tokens=10_000,
+        output_tokens=4_000,
+    )
     assert acct == {
         "decode_steps": 500,
         "decode_s": 10.0,
