@@ -16,7 +16,8 @@ import time
 
 from loadtest.config.loading import parse_scenario
 from loadtest.core.clock import MonotonicClock
-from loadtest.execution.recorder import Recorder, RequestState
+from loadtest.execution.recorder import Recorder
+from loadtest.execution.request import RequestState
 from loadtest.session import run_scenario_async
 from loadtest.workload.plan import PlannedRequest
 

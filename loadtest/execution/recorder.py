@@ -15,92 +15,24 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
-from loadtest.core.events import Sent
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.histogram import merge as merge_histograms
+from loadtest.execution.request import (
+    LATE_FLOOR_NS,
+    LATE_KEPT,
+    Lateness,
+    RequestState,
+    split_lateness,
+)
 from loadtest.execution.timeline import Timeline
-from loadtest.workload.plan import PlannedRequest
 
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
 WHOLE_ONLY_METRICS = ("ttft_service", "tpot", "e2e_service", "queue", "dispatch_lag")
 TURN_BUCKETS = 16  # multi-turn TTFT is kept per turn up to here; later turns share the last
 ALL_METRICS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
-
-
-LATE_FLOOR_NS = 1_000_000  # sends this late or later keep where their lateness went
-LATE_KEPT = 100_000  # at most this many
-
-
-class Lateness(NamedTuple):
-    """Where one send's dispatch lag went (ns): the dispatcher (from the plan's time to the
-    hand-over: the event loop, or this process waiting for a CPU), then, inside an HTTP
-    client, a pooled connection's wait, a new connection, this process off the CPU, and the
-    client's own work."""
-
-    lag: int
-    dispatcher: int
-    pool: int
-    connect: int
-    off_cpu: int
-    client_work: int
-
-
-def _lateness(st: RequestState, lag: int) -> Lateness:
-    """Split a late send's lag: the time its thread waited for a CPU first (the scheduler's
-    own count, or the HTTP client's estimate where the kernel gives none), then the client's
-    waits for a pooled and a new connection, then the dispatcher's part, and the rest was the
-    client's own work."""
-    w = st.wire
-    estimate = 0 if w is None else w.off_cpu_ns
-    off_cpu = min(lag, st.cpu_wait_ns if st.cpu_wait_ns >= 0 else estimate)
-    rest = lag - off_cpu
-    pool = min(rest, 0 if w is None else w.pool_ns)
-    connect = min(rest - pool, 0 if w is None else w.connect_ns)
-    handed = max(0, st.handed_ns - (st.lag_from_ns or st.intended_ns))
-    dispatcher = min(rest - pool - connect, handed)
-    return Lateness(lag, dispatcher, pool, connect, off_cpu, rest - pool - connect - dispatcher)
-
-
-@dataclass(slots=True)
-class RequestState:
-    """One request in flight: its plan, its stamps so far."""
-
-    req: PlannedRequest
-    intended_ns: int
-    sent_ns: int
-    admitted_ns: int | None = None
-    stamps: list[int] = field(default_factory=list)
-    done_ns: int | None = None
-    output_tokens: int | None = None
-    error: str | None = None
-    lag_from_ns: int | None = (
-        None  # dispatch lag counts from here (intended, or the max_rate release)
-    )
-    profiled: bool = False  # overlapped a profiler capture window
-    response_id: str | None = None  # the server's id, where it gives one
-    reported_tokens: int | None = None  # the server's own count, where it reports one
-    good: int = -1  # goodput: 1 met every objective, 0 did not, -1 not judged
-    reply: str | None = None  # a session turn's reply text (its next turn's history); never stored
-    prompt_tokens: int | None = None  # the server's count of the prompt, where it reports one
-    handed_ns: int = 0  # when the runner handed it to the backend (sent_ns may move later)
-    # of a late send: the loop thread's wait for a CPU up to it (-1: the kernel does not say)
-    cpu_wait_ns: int = -1
-    wire: Sent | None = None  # the backend's own stamp of the send, with its parts
-
-    @property
-    def input_tokens(self) -> int:
-        """The prompt's tokens: the server's count where it gave one (what it processed),
-        else the client's."""
-        return self.req.input_tokens if self.prompt_tokens is None else self.prompt_tokens
-
-    @property
-    def done(self) -> int:
-        """``done_ns`` of a finished request: the recorder is only given finished ones."""
-        assert self.done_ns is not None, "an unfinished request reached the recorder"
-        return self.done_ns
 
 
 @dataclass
@@ -257,7 +189,7 @@ class Recorder:
         lag = sent - (st.lag_from_ns or intended)
         self.whole["dispatch_lag"].record_ns(lag)
         if lag >= LATE_FLOOR_NS and len(self.late_sends) < LATE_KEPT:
-            self.late_sends.append(_lateness(st, lag))
+            self.late_sends.append(split_lateness(st, lag))
         if st.admitted_ns is not None:
             self.whole["queue"].record_ns(max(0, st.admitted_ns - intended))
 
@@ -312,7 +244,7 @@ class Recorder:
     def _close(self, iv: Interval) -> None:
         for m, h in iv.histograms.items():
             self.merged[m].add(h)
-        self.closed.append(_interval_summary(iv))
+        self.closed.append(interval_summary(iv))
 
     def _keep_record(self, st: RequestState) -> None:
         if self.records is None:
@@ -422,7 +354,7 @@ def live_percentiles_ms(histograms: dict[str, LatencyHistogram]) -> dict[str, fl
     return out
 
 
-def _interval_summary(iv: Interval) -> dict[str, Any]:
+def interval_summary(iv: Interval) -> dict[str, Any]:
     """A closed interval as the result keeps it: counts, p50/p99 and the encoded histograms."""
     summary: dict[str, Any] = {"index": iv.index, "completed": iv.completed, "failed": iv.failed}
     for m in INTERVAL_METRICS:
@@ -431,79 +363,3 @@ def _interval_summary(iv: Interval) -> dict[str, Any]:
         summary[f"{m}_p50_ms"], summary[f"{m}_p99_ms"] = p50, p99
     summary["histograms"] = {m: h.encode() for m, h in iv.histograms.items() if h.count}
     return summary
-
-
-def merge(parts: list[Recorder]) -> Recorder:
-    """One recorder holding everything the workers' recorders hold, losslessly: histograms are
-    added, counts summed, intervals merged by index, timelines and records joined. Each part's
-    intervals are closed and its window left unsettled (``Runner.run(settle=False)``); call
-    ``settle_window`` on the result. A window opened by each worker's first measured request
-    opens at the earliest of them, and what a later-opening worker counted is recounted."""
-    first = parts[0]
-    out = Recorder(first.t0, first.interval_ns, None, None)
-    out.window_end = first.window_end  # from the plan (the same for all), or None: settled later
-    starts = [p.window_start for p in parts if p.window_start is not None]
-    out.window_start = min(starts) if starts else None
-    out.goodput = first.goodput
-    by_index: dict[int, Interval] = {}
-    for p in parts:
-        assert not p.open, "merge closed recorders (close_intervals)"
-        for m, h in p.whole.items():
-            out.whole[m].add(h)
-        for m, h in p.merged.items():
-            out.merged[m].add(h)
-        for c in p.closed:
-            iv = by_index.get(c["index"])
-            if iv is None:
-                hists = {m: LatencyHistogram() for m in INTERVAL_METRICS}
-                iv = by_index[c["index"]] = Interval(c["index"], hists)
-            iv.completed += c["completed"]
-            iv.failed += c["failed"]
-            for m, text in c["histograms"].items():
-                iv.histograms[m].add(LatencyHistogram.decode(text))
-        out.token_bins.update(p.token_bins)
-        for name in _SUMMED:
-            setattr(out, name, getattr(out, name) + getattr(p, name))
-        out.errors_by_type.update(p.errors_by_type)
-        if p.last_measured_done is not None:
-            out.last_measured_done = max(out.last_measured_done or 0, p.last_measured_done)
-        out._after_last_measured += p._after_last_measured
-        if p.records is not None:
-            out.records = (out.records or []) + p.records
-        for attr in ("intended", "first", "admitted", "done", "measured", "good"):
-            getattr(out.timeline, attr).extend(getattr(p.timeline, attr))
-        for turn, h in p.turn_ttft.items():
-            out.turn_ttft.setdefault(turn, LatencyHistogram()).add(h)
-        out.turn_input_tokens.update(p.turn_input_tokens)
-        out.turn_requests.update(p.turn_requests)
-        # recount what a worker counted against its own, later, opening of the window
-        if out.window_start is not None:
-            counted = set(map(id, p._after_last_measured))
-            for st, counted_from in p.before_start:
-                if counted_from is not None:
-                    out._add_window_share(st, counted_from, -1)
-                out._add_window_share(st, out.window_start, 1)
-                late = st.req.warmup or st.error is not None
-                if out.window_end is None and late and id(st) not in counted:
-                    out._after_last_measured.append(st)
-    out.closed = [_interval_summary(by_index[k]) for k in sorted(by_index)]
-    if out.records is not None:
-        out.records.sort(key=lambda r: (r["intended_ns"], r["index"]))
-    return out
-
-
-# the counts a merged recorder sums over its parts
-_SUMMED = (
-    "completed",
-    "failed",
-    "warmup",
-    "warmup_failed",
-    "single_token",
-    "token_count_mismatch",
-    "output_tokens_measured",
-    "input_tokens_measured",
-    "window_tokens",
-    "window_input_tokens",
-    "window_completions",
-    "profiled",
-)

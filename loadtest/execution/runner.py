@@ -24,7 +24,8 @@ from loadtest.core.events import Admitted, Failed, Finished, Sent, Tokens
 from loadtest.core.heap import settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.rate_ceiling import RateCeiling
-from loadtest.execution.recorder import LATE_FLOOR_NS, Recorder, RequestState
+from loadtest.execution.recorder import Recorder
+from loadtest.execution.request import LATE_FLOOR_NS, RequestState
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.sessions import Conversation
 

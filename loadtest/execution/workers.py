@@ -1,13 +1,13 @@
 """More load than one process can make: client workers, one plan, one t0, one merged result.
 
 The coordinator (this process) opens ``load.workers`` workers through channels: processes on
-this host (``ProcessChannel``, here) or Ray actors on a cluster's nodes
+this host (``process_workers.ProcessChannel``) or Ray actors on a cluster's nodes
 (``execution.ray_workers``). Each worker loads its own backend (its own connections), builds
 the same plan from the seeds, takes its share (``Plan.share``) and says it is ready, with a
 digest of the plan it built; every worker must have built the same one. The coordinator then
 learns each worker's clock offset (0 on this host: one monotonic clock), picks t0 on its own
 clock, and each worker dispatches its share against it, records into its own histograms and
-sends its outcome back; they are merged losslessly (``recorder.merge``) into one outcome, with
+sends its outcome back; they are merged losslessly (``merge.merge``) into one outcome, with
 each worker's own counts, lags and clock beside it.
 
 Every wait is bounded. A worker is heard from twice a second; one that dies, fails, or falls
@@ -18,8 +18,6 @@ measured is kept. A worker whose coordinator is gone stops by itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import multiprocessing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,11 +27,11 @@ from loadtest.config.loading import LoadedScenario
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.execution import recorder
 from loadtest.execution.clock_sync import SAME_CLOCK, ClockOffset
-from loadtest.execution.recorder import LIVE_METRICS, live_percentiles_ms
+from loadtest.execution.merge import merge
+from loadtest.execution.recorder import LIVE_METRICS, Recorder, live_percentiles_ms
 from loadtest.execution.runner import RunOutcome, SessionCounts
-from loadtest.execution.worker_side import HEARTBEAT_S, STOP_GRACE_S, send, worker_main
+from loadtest.execution.worker_side import HEARTBEAT_S, STOP_GRACE_S
 
 SILENT_AFTER_S = 15.0  # no word from a running worker for this long: it is stuck
 T0_LEAD_NS = 100_000_000  # t0 this far after "go" is sent: every worker is waiting by then
@@ -221,9 +219,9 @@ class WorkerGroup:
         assert self.t0 is not None
         outcomes = [parts[i][0] for i in sorted(parts)]
         if outcomes:
-            rec = recorder.merge([o.recorder for o in outcomes])
+            rec = merge([o.recorder for o in outcomes])
         else:
-            rec = recorder.Recorder(self.t0, self.loaded.scenario.outputs.interval, None, None)
+            rec = Recorder(self.t0, self.loaded.scenario.outputs.interval, None, None)
         stops = [o.stopped_ns for o in outcomes if o.stopped_ns is not None]
         if self._stop is not None:
             stops.append(self._stop[1])
@@ -351,70 +349,3 @@ def _sum_sessions(parts: list[SessionCounts | None]) -> SessionCounts | None:
         for name in vars(total):
             setattr(total, name, getattr(total, name) + getattr(p, name))
     return total
-
-
-# -- worker processes on this host -----------------------------------------------------------
-
-
-class ProcessChannel:
-    """A worker process on this host (spawned, never forked: the coordinator holds threads),
-    spoken to through a pipe; it reads the same monotonic clock."""
-
-    def __init__(self, loaded: LoadedScenario, index: int, count: int) -> None:
-        self.loaded, self.index, self.count = loaded, index, count
-        self.where: dict = {}
-        self._proc: Any = None
-        self._conn: Any = None
-
-    async def open(self, post: Post) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        parent_end, child_end = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=worker_main,
-            args=(child_end, self.loaded, self.index, self.count),
-            name=f"loadtest-worker-{self.index}",
-            daemon=True,
-        )
-        self._proc.start()
-        child_end.close()
-        self._conn = parent_end
-        self.where = {"pid": self._proc.pid}
-        asyncio.get_running_loop().add_reader(parent_end.fileno(), self._readable, post)
-
-    def _readable(self, post: Post) -> None:
-        conn, loop = self._conn, asyncio.get_running_loop()
-        try:
-            while conn.poll():
-                post(conn.recv())
-        except (EOFError, OSError):
-            loop.remove_reader(conn.fileno())
-            self._proc.join(1.0)
-            post(("exited", f"exited (code {self._proc.exitcode}) without a result"))
-
-    async def sync_clock(self) -> ClockOffset:
-        return SAME_CLOCK  # one host, one monotonic clock
-
-    def send(self, msg: tuple) -> None:
-        send(self._conn, msg)
-
-    def kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-
-    async def close(self, grace_s: float) -> None:
-        if self._proc is None:
-            return
-        self.send(("stop", "closed", None))
-        await asyncio.to_thread(self._proc.join, grace_s)
-        if self._proc.is_alive():
-            self._proc.kill()
-            await asyncio.to_thread(self._proc.join, 1.0)
-        with contextlib.suppress(OSError, ValueError):
-            asyncio.get_running_loop().remove_reader(self._conn.fileno())
-        self._conn.close()
-        self._proc = None
-
-
-def process_channels(loaded: LoadedScenario) -> list[Channel]:
-    n = loaded.scenario.load.workers
-    return [ProcessChannel(loaded, i, n) for i in range(n)]

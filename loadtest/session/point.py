@@ -21,8 +21,9 @@ from loadtest.core import rundir, secrets
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.text import visible
+from loadtest.execution.process_workers import process_channels
 from loadtest.execution.runner import Runner, RunOutcome
-from loadtest.execution.workers import WorkerGroup, process_channels
+from loadtest.execution.workers import WorkerGroup
 from loadtest.results.build import build_result
 from loadtest.results.finish import Observed
 from loadtest.results.model import RunMetrics

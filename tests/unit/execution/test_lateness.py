@@ -4,7 +4,7 @@ the dispatcher, and the client's own work; and the verdict's sentence that names
 from __future__ import annotations
 
 from loadtest.core.events import Sent
-from loadtest.execution.recorder import Lateness, RequestState, _lateness
+from loadtest.execution.request import Lateness, RequestState, split_lateness
 from loadtest.results.validity import describe_lateness
 from loadtest.workload.plan import PlannedRequest
 
@@ -22,16 +22,18 @@ def test_a_late_send_is_split_part_by_part():
     # 30 ms late: handed over at 4 ms; in the client 2 ms waiting for a pooled connection and
     # 10 ms opening a new one; the thread waited 12 ms for a CPU in all
     wire = Sent(30 * MS, pool_ns=2 * MS, connect_ns=10 * MS, off_cpu_ns=9 * MS)
-    parts = _lateness(state(4, wire, cpu_wait_ms=12), 30 * MS)
+    parts = split_lateness(state(4, wire, cpu_wait_ms=12), 30 * MS)
     # off the CPU 12; of the other 18: pool 2, connect 10, dispatcher 4, the client's work 2
     assert parts == Lateness(30 * MS, 4 * MS, 2 * MS, 10 * MS, 12 * MS, 2 * MS)
 
 
 def test_without_the_kernels_count_the_clients_estimate_stands():
     wire = Sent(10 * MS, off_cpu_ns=6 * MS)
-    assert _lateness(state(1, wire), 10 * MS) == Lateness(10 * MS, 1 * MS, 0, 0, 6 * MS, 3 * MS)
+    assert split_lateness(state(1, wire), 10 * MS) == Lateness(
+        10 * MS, 1 * MS, 0, 0, 6 * MS, 3 * MS
+    )
     # a backend that stamps no send: the hand-over is all there is
-    assert _lateness(state(7, None), 7 * MS) == Lateness(7 * MS, 7 * MS, 0, 0, 0, 0)
+    assert split_lateness(state(7, None), 7 * MS) == Lateness(7 * MS, 7 * MS, 0, 0, 0, 0)
 
 
 def test_the_verdict_names_where_the_time_went_and_what_to_change():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.execution.recorder import Recorder, RequestState
+from loadtest.execution.recorder import Recorder
+from loadtest.execution.request import RequestState
 from loadtest.workload.plan import PlannedRequest
 
 MS = 1_000_000

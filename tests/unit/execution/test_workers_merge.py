@@ -6,7 +6,7 @@ import asyncio
 import pickle
 
 from loadtest.config.scenario import Scenario
-from loadtest.execution import recorder
+from loadtest.execution.merge import merge
 from loadtest.execution.recorder import Recorder
 from loadtest.workload.plan import build_plan
 from loadtest.workload.tokenizer import ByteTokenizer
@@ -88,7 +88,7 @@ def one_and_two_workers():
 def test_merged_workers_count_the_window_as_one_process_would():
     one, parts = one_and_two_workers()
     assert parts[1].window_tokens == 3  # d's 2, e's 700 ms token: its own, later, opening
-    merged = recorder.merge(parts)
+    merged = merge(parts)
     merged.settle_window()
     assert merged.window_start == 150 * MS and merged.window_end == 800 * MS + 1
     # tokens in [150 ms, 800 ms]: a 200,300; b 400,500; c 250,600; d 700,800; e 200,700
@@ -110,7 +110,7 @@ def test_a_count_window_ends_with_the_last_measured_request_of_any_worker():
     w1.finish(state(2, 0, 0, [40 * MS, 900 * MS]))
     for w in (w0, w1):
         w.close_intervals()
-    merged = recorder.merge([w0, w1])
+    merged = merge([w0, w1])
     merged.settle_window()
     assert merged.window_end == 900 * MS + 1  # worker 1's, not worker 0's 20 ms
     assert merged.window_tokens == 5  # the warm-up request's 2 s token is after the end
