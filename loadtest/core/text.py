@@ -36,8 +36,14 @@ def visible_doc(node: Any) -> Any:
     from pydantic import BaseModel
 
     if isinstance(node, BaseModel):
-        fields = type(node).model_fields
-        return node.model_copy(update={k: visible_doc(getattr(node, k)) for k in fields})
+        names = [*type(node).model_fields, *(node.model_extra or {})]
+        changed = {}  # only what escaping changes: the copy keeps which fields were given
+        for k in names:
+            value = getattr(node, k)
+            shown = visible_doc(value)
+            if shown != value:
+                changed[k] = shown
+        return node.model_copy(update=changed) if changed else node
     if isinstance(node, str):
         return visible(node)
     if isinstance(node, dict):

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest.results.model import GoodputResult, SessionsResult, Stability, WorkerStats
+from loadtest.results.model import (
+    BackendFacts,
+    GoodputResult,
+    SessionsResult,
+    Stability,
+    WorkerStats,
+)
 
 
 def _f(x: Any, fmt: str = "{:.3g}") -> str:
@@ -249,12 +255,14 @@ def profile_rows(p: dict | None) -> tuple[list[tuple[str, str]], list[dict]]:
     return rows, p.get("top_ops") or []
 
 
-def workers_rows(workers: list[WorkerStats] | None, backend: dict | None) -> list[tuple[str, str]]:
+def workers_rows(
+    workers: list[WorkerStats] | None, backend: BackendFacts | None
+) -> list[tuple[str, str]]:
     """Label/value rows of the client workers: where they ran, what each sent, how late, and
     (on other hosts) how well its clock was known."""
     if not workers:
         return []
-    ray = (backend or {}).get("ray")
+    ray = backend.ray if backend else None
     nodes = {w.node for w in workers if w.node}
     n = len(workers)
     where = (

@@ -16,6 +16,7 @@ from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.finish import Observed, finish
 from loadtest.results.model import (
+    BackendFacts,
     GoodputResult,
     Harness,
     IntervalPoint,
@@ -66,13 +67,14 @@ def build_result(
     requests is added and ``judge`` gives the SLA verdict (``finish``). ``outcome`` is None for
     a run that never started (``start_failure`` says why): nothing was measured, and the result
     says so."""
+    facts = BackendFacts.model_validate(backend)
     identity = dict(
         name=scenario.name,
         started_at=started_at,
         scenario_file=scenario_path,
         scenario=scenario.public_dump(),
         environment=environment,
-        backend=backend,
+        backend=facts,
         interrupted_by=interrupted_by,
         commit=environment.get("commit"),
     )
@@ -86,7 +88,7 @@ def build_result(
         )
     rec = outcome.recorder
     hists = rec.histograms()
-    validity, workers, stability = judge_run(scenario, outcome, hists, backend.get("warnings", []))
+    validity, workers, stability = judge_run(scenario, outcome, hists, facts.warnings)
     status = outcome.status if outcome.status != "ok" else ("ok" if validity.valid else "invalid")
     window_s = window_seconds(rec)
     throughput = Throughput(
@@ -123,7 +125,7 @@ def build_result(
         p50_ms=e2e.p50,
         p95_ms=e2e.p95,
         p99_ms=e2e.p99,
-        peak_mem_mb=backend.get("peak_mem_mb"),
+        peak_mem_mb=facts.peak_mem_mb,
         **identity,
     )
     return finish(result, scenario, outcome, seen or Observed(environment), judge)

@@ -14,7 +14,7 @@ from typing import Any
 from loadtest.config.scenario import Scenario
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
-from loadtest.results.model import RunMetrics, Stability, Verdict
+from loadtest.results.model import BackendFacts, RunMetrics, Stability, Verdict
 from loadtest.telemetry import environment
 
 
@@ -80,16 +80,16 @@ def _file_problem(result: RunMetrics, seen: Observed, name: str) -> None:
         result.validity.warnings.append(f"{name} could not be written: {seen.file_problems[name]}")
 
 
-def _backend_warnings(backend: dict[str, Any]) -> list[str]:
+def _backend_warnings(backend: BackendFacts) -> list[str]:
     out = []
-    if backend.get("recompiles_in_window"):
+    if backend.recompiles_in_window:
         out.append(
-            f"torch.compile built {backend['recompiles_in_window']} graph(s) inside the "
+            f"torch.compile built {backend.recompiles_in_window} graph(s) inside the "
             "measurement window: those requests waited for a compilation (warm-up missed a shape)"
         )
-    if backend.get("stamp_mismatches"):
+    if backend.stamp_mismatches:
         out.append(
-            f"{backend['stamp_mismatches']} batch(es) had a different number of token stamps than "
+            f"{backend.stamp_mismatches} batch(es) had a different number of token stamps than "
             "tokens generated: the per-step stamp hook did not match this transformers version; "
             "report it"
         )
@@ -163,16 +163,17 @@ def _judged_outside(scenario: Scenario, rec: Recorder, window: Any) -> list[Stab
 def _roofline(metrics: RunMetrics, env: dict) -> dict | None:
     """MBU/MFU and a diagnosis, for in-process models (transformers)."""
     backend = metrics.backend
-    acct, config = backend.get("roofline_acct"), backend.get("shape_config")
-    if not acct or not config:
+    acct: dict = dict(backend.roofline_acct or {})
+    config, weights, width = backend.shape_config, backend.parameter_bytes, backend.dtype_bytes
+    if not acct or not config or weights is None or width is None:
         return None
     from loadtest.telemetry import roofline
 
     estimated = None
-    if not acct.get("decode_steps") and backend.get("mode") == "continuous":
+    if not acct.get("decode_steps") and backend.mode == "continuous":
         acct, estimated = _estimated(metrics), roofline.ESTIMATED_NOTE
-    shape = roofline.model_shape(config, backend["parameter_bytes"], backend["dtype_bytes"])
-    name = backend.get("device_name")
+    shape = roofline.model_shape(config, weights, width)
+    name = backend.device_name
     uuid = next((g.get("uuid") for g in env.get("gpus") or [] if g.get("name") == name), None)
     result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
     if estimated:

@@ -83,7 +83,7 @@ def run_html(m: RunMetrics) -> str:
     backend = m.backend
     header = (
         f"<h1>{esc(m.name)}</h1><p class=meta>status <b class='{esc(m.status)}'>{esc(m.status)}</b>"
-        f" · started {esc(m.started_at)} · backend {esc(backend.get('name') or backend.get('kind'))}"
+        f" · started {esc(m.started_at)} · backend {esc(backend.name or backend.kind)}"
         f" · scenario {esc(m.scenario_file)}</p>"
     )
     return page(m.name, header, run_strip(m), run_sections(m))

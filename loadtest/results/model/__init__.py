@@ -22,6 +22,7 @@ from loadtest.results.model.base import (
 )
 from loadtest.results.model.reading import ResultReadError, read_repeat, read_run, read_sweep
 from loadtest.results.model.run import (
+    BackendFacts,
     Check,
     GoodputResult,
     Harness,
@@ -55,6 +56,7 @@ from loadtest.results.model.sets import (
 )
 
 __all__ = [
+    "BackendFacts",
     "HEADLINE",
     "REPEAT_SCHEMA",
     "RUN_SCHEMA",

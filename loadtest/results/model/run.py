@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, RunStatus, VerdictName, _Doc
 
@@ -224,6 +232,51 @@ class Timeseries(_Doc):
     points: list[IntervalPoint]
 
 
+Number = int | float  # as the backend gave it: an int stays an int in the JSON
+
+
+class BackendFacts(_Doc):
+    """What the backend said about itself: its kind and name, the facts generic code reads
+    (typed here), and every fact of its own kind (kept as given: each kind has its own). Written
+    with exactly the keys given, none added."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    kind: str
+    name: str | None = None
+    error: str | None = None  # why it did not start, or failed to report
+    warnings: list[str] = Field(default_factory=list)  # what the backend saw that casts doubt
+    peak_mem_mb: Number | None = None
+    recompiles_in_window: int | None = None  # torch.compile graphs built inside the window
+    stamp_mismatches: int | None = None  # batches whose stamps did not match their tokens
+    mode: str | None = None  # an engine's batching mode
+    device_name: str | None = None
+    parameter_bytes: int | None = None
+    dtype_bytes: int | None = None
+    shape_config: dict[str, Any] | None = None  # the model's shape, for the roofline
+    roofline_acct: dict[str, Number] | None = None  # the engine's step accounting
+    ray: dict[str, Any] | None = None  # the Ray cluster the workers ran on
+
+    _order: list[str] = PrivateAttr(default_factory=list)  # the keys as given, in order
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> BackendFacts:
+        facts = handler(data)
+        if isinstance(data, dict):
+            facts._order = list(data)
+        return facts
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped = handler(self)
+        given = self.model_fields_set | set(self.model_extra or {})
+        order = [k for k in self._order if k in dumped] + [
+            k for k in dumped if k not in self._order
+        ]
+        return {k: dumped[k] for k in order if k in given}
+
+
 class RunMetrics(_Doc):
     """``metrics.json``: one run, whatever its status. A run that never started has only the
     identity, the environment, ``requests`` and ``validity`` (with the reason); the measured
@@ -237,7 +290,7 @@ class RunMetrics(_Doc):
     scenario_file: str
     scenario: dict[str, Any]
     environment: dict[str, Any]
-    backend: dict[str, Any]
+    backend: BackendFacts
     requests: Requests
     window: Window | None = None
     latency_ms: dict[str, LatencySummary] | None = None

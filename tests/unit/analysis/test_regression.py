@@ -48,7 +48,7 @@ def synthetic_run(
         scenario_file="",
         scenario={},
         environment={},
-        backend={},
+        backend={"kind": "sim"},
         requests=Requests(),
         validity=Validity(valid=True),
         timeseries=Timeseries(interval_s=1.0, points=points),

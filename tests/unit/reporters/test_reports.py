@@ -6,6 +6,7 @@ import pytest
 
 from loadtest.reporters import html, markdown
 from loadtest.results.model import (
+    BackendFacts,
     IntervalPoint,
     LatencySummary,
     RunMetrics,
@@ -212,7 +213,7 @@ def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_know
                     dispatch_lag_ms=lag(7.5), loop_lag_ms=lag(0.1), host="h2",
                     ip="10.0.0.2", node="99998888", clock=None),
     ]  # fmt: skip
-    backend = {"ray": {"ray": "2.60.0", "address": "head:6379", "cpus": 8}}
+    backend = BackendFacts(kind="sim", ray={"ray": "2.60.0", "address": "head:6379", "cpus": 8})
     rows = dict(insight.workers_rows(workers, backend))
     assert rows["workers"] == "2 Ray actors on 2 node(s)"
     assert rows["Ray cluster"] == "head:6379 (Ray 2.60.0, 8 CPUs)"
@@ -222,7 +223,8 @@ def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_know
         "0.2 ms, loop lag p99 0.05 ms; clock +5000.000 ± 0.010 ms (udp), drift -0.002 ms"
     )
     assert rows["worker 1"].startswith("ok, could not keep up; h2 10.0.0.2 node 99998888;")
-    assert dict(insight.workers_rows(workers[:1], {}))["workers"] == "1 process here"
+    here = BackendFacts(kind="sim")
+    assert dict(insight.workers_rows(workers[:1], here))["workers"] == "1 process here"
     m = run_virtual_fn(
         {
             "name": "w",
@@ -230,8 +232,6 @@ def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_know
             "load": {"arrival": {"kind": "constant", "rate": 10}, "duration": "1s"},
         }
     )
-    doc = RunMetrics.model_validate(m).model_copy(
-        update={"workers": workers, "backend": {**m["backend"], **backend}}
-    )
+    doc = RunMetrics.model_validate(m).model_copy(update={"workers": workers, "backend": backend})
     md = markdown.render(doc)
     assert "## Client workers" in md and "&lt;b&gt;h1&lt;/b&gt;" in md and "<b>h1" not in md

@@ -67,7 +67,7 @@ def _minimal_result(**fields):
         scenario_file="s.yml",
         scenario={},
         environment={},
-        backend={},
+        backend={"kind": "sim"},
         requests=Requests(),
         validity=Validity(valid=False, reasons=["r"]),
     )
