@@ -281,20 +281,8 @@ def roofline_plot(roofline: dict | None) -> str | None:
     plot = Plot("roof", height=3.6)
     ax = plot.axes[0]
     peaks = r.get("peaks")
-    xs = [p["intensity_flop_per_byte"] for _, p in pts]
-    lo, hi = min(xs + [1.0]) / 4, max(xs + [1000.0]) * 4
     if peaks:
-        bw, top = peaks["bw_gb_s"] * 1e9, peaks["tflops"] * 1e12
-        ridge = top / bw
-        roof_x = [lo, ridge, hi]
-        roof_y = [min(top, bw * x) / 1e12 for x in roof_x]
-        ax.plot(
-            roof_x,
-            roof_y,
-            color="#444",
-            lw=1.5,
-            label=f"roof: {peaks['bw_gb_s']:g} GB/s, {peaks['tflops']:g} TFLOP/s",
-        )
+        _roof(ax, peaks, [p["intensity_flop_per_byte"] for _, p in pts])
     for phase, p in pts:
         extra = (f", MBU {p['mbu']:.1%}" if p.get("mbu") is not None else "") + (
             f", MFU {p['mfu']:.2%}" if p.get("mfu") is not None else ""
@@ -325,3 +313,17 @@ def roofline_plot(roofline: dict | None) -> str | None:
     )
     ax.legend(fontsize=8)
     return plot.svg()
+
+
+def _roof(ax: Any, peaks: dict, xs: list[float]) -> None:
+    """The device's roof: the bandwidth slope up to the ridge, then the compute ceiling."""
+    lo, hi = min(xs + [1.0]) / 4, max(xs + [1000.0]) * 4
+    bw, top = peaks["bw_gb_s"] * 1e9, peaks["tflops"] * 1e12
+    roof_x = [lo, top / bw, hi]
+    ax.plot(
+        roof_x,
+        [min(top, bw * x) / 1e12 for x in roof_x],
+        color="#444",
+        lw=1.5,
+        label=f"roof: {peaks['bw_gb_s']:g} GB/s, {peaks['tflops']:g} TFLOP/s",
+    )

@@ -61,42 +61,10 @@ def sweep_plots(curve: list[CurvePoint], axis: str, knee: Any) -> list[tuple[str
 
     if not any(finite(c.output_tokens_per_s) for c in curve):
         return []
-    out = []
-    plot = Plot("sw-tput")
-    ax = plot.axes[0]
-    _sweep_series(plot, ax, curve, "x", "output_tokens_per_s", "output tok/s", tip)
-    if knee is not None:
-        ax.axvline(knee, color="grey", linestyle="--", label=f"knee ({knee})")
-    ax.set_xlabel(axis)
-    ax.set_ylabel("output tok/s")
-    ax.set_title(f"Throughput vs {axis}")
-    ax.legend(fontsize=8)
-    out.append(("Throughput", plot.svg()))
-    plot = Plot("sw-lat")
-    ax = plot.axes[0]
-    for key in ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
-        _sweep_series(
-            plot,
-            ax,
-            curve,
-            "x",
-            key,
-            key.replace("_ms", "").replace("_", " "),
-            tip,
-            True,
-            COLORS[key.split("_")[0]],
-        )
-    for kind, (marker, kcolor, klabel) in list(STATUS_STYLE.items())[1:]:
-        if any(point_kind(c) == kind for c in curve):
-            ax.plot([], [], linestyle="none", marker=marker, color=kcolor, label=klabel)
-    if knee is not None:
-        ax.axvline(knee, color="grey", linestyle="--")
-    ax.set_yscale("log")
-    ax.set_xlabel(axis)
-    ax.set_ylabel("ms")
-    ax.set_title(f"p99 latencies vs {axis}")
-    ax.legend(fontsize=8)
-    out.append(("Latency", plot.svg()))
+    out = [
+        ("Throughput", _throughput(curve, axis, knee, tip)),
+        ("Latency", _latencies(curve, axis, knee, tip)),
+    ]
     if any(finite(c.e2e_p99_ms) for c in curve):
         plot = Plot("sw-front")
         ax = plot.axes[0]
@@ -107,3 +75,36 @@ def sweep_plots(curve: list[CurvePoint], axis: str, knee: Any) -> list[tuple[str
         ax.legend(fontsize=8)
         out.append(("Frontier", plot.svg()))
     return out
+
+
+def _throughput(curve: list[CurvePoint], axis: str, knee: Any, tip: Any) -> str:
+    plot = Plot("sw-tput")
+    ax = plot.axes[0]
+    _sweep_series(plot, ax, curve, "x", "output_tokens_per_s", "output tok/s", tip)
+    if knee is not None:
+        ax.axvline(knee, color="grey", linestyle="--", label=f"knee ({knee})")
+    ax.set_xlabel(axis)
+    ax.set_ylabel("output tok/s")
+    ax.set_title(f"Throughput vs {axis}")
+    ax.legend(fontsize=8)
+    return plot.svg()
+
+
+def _latencies(curve: list[CurvePoint], axis: str, knee: Any, tip: Any) -> str:
+    plot = Plot("sw-lat")
+    ax = plot.axes[0]
+    for key in ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms"):
+        label = key.replace("_ms", "").replace("_", " ")
+        color = COLORS[key.split("_")[0]]
+        _sweep_series(plot, ax, curve, "x", key, label, tip, True, color)
+    for kind, (marker, kcolor, klabel) in list(STATUS_STYLE.items())[1:]:
+        if any(point_kind(c) == kind for c in curve):
+            ax.plot([], [], linestyle="none", marker=marker, color=kcolor, label=klabel)
+    if knee is not None:
+        ax.axvline(knee, color="grey", linestyle="--")
+    ax.set_yscale("log")
+    ax.set_xlabel(axis)
+    ax.set_ylabel("ms")
+    ax.set_title(f"p99 latencies vs {axis}")
+    ax.legend(fontsize=8)
+    return plot.svg()
