@@ -18,7 +18,7 @@ from loadtest.config.scenario import Scenario
 from loadtest.config.workload import FixedLength, LognormalLength, NormalLength, UniformLength
 from loadtest.core.errors import ScenarioError
 from loadtest.workload.arrivals import ClosedLoop, ThinkTime, make_arrival
-from loadtest.workload.datasets import DatasetPrompt, read_dataset
+from loadtest.workload.datasets import DatasetPrompt, DatasetRows, read_dataset
 from loadtest.workload.tokenizer import ByteTokenizer, Tokenizer
 
 
@@ -283,19 +283,7 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
     """Every request of the run, fixed before t0 from the scenario's seeds."""
     load = scenario.load
     w = scenario.workload
-    dataset = (
-        read_dataset(
-            w.dataset,
-            tokenizer,
-            resolve=resolve,
-            split=w.dataset_split,
-            columns=w.dataset_columns,
-            sessions=w.multi_turn is not None,
-            max_rows=w.dataset_max_rows,
-        )
-        if w.dataset
-        else None
-    )
+    dataset = _dataset(scenario, tokenizer, resolve)
     source = RequestSource(scenario, dataset)
     mt = w.multi_turn
     turn_think = None if mt is None else ThinkTime(mt.think_time, mt.think == "exponential")
@@ -344,6 +332,24 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
         prefix=prefix,
         turn_think=turn_think,
         turn_think_rng=turn_think_rng,
+    )
+
+
+def _dataset(
+    scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str], Path]
+) -> DatasetRows | None:
+    """The scenario's dataset read (its rows, or its conversations for sessions), or None."""
+    w = scenario.workload
+    if not w.dataset:
+        return None
+    return read_dataset(
+        w.dataset,
+        tokenizer,
+        resolve=resolve,
+        split=w.dataset_split,
+        columns=w.dataset_columns,
+        sessions=w.multi_turn is not None,
+        max_rows=w.dataset_max_rows,
     )
 
 
