@@ -20,7 +20,7 @@ with the order alternating, at each batch size B (static mode, 128 in / 128 out,
 Output tokens per second of each; the median of the per-round ratios loadtest / bare with a 95%
 bootstrap interval (rounds are independent pairs; adjacent in time, so a slow host moment hits
 both sides of a pair). Both sides share the process, the model and the compiled graph: what
-differs is only the harness. Run ``python bench/overhead_split.py`` to see where a gap comes from.
+differs is only the harness. Run ``python bench/investigations/overhead_split.py`` to see where a gap comes from.
 """
 
 from __future__ import annotations

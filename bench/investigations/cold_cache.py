@@ -1,5 +1,5 @@
 """A bench variant in a child process of its own, with empty inductor and Triton caches: what a
-first compile on a fresh machine costs (bench/compile_warmup.py, bench/regional_compile.py)."""
+first compile on a fresh machine costs (bench/investigations/compile_warmup.py, bench/investigations/regional_compile.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 from an empty compile cache, where that time goes, and the decode speed they give. GPU machine;
 each variant in a fresh process with empty inductor and Triton caches.
 
-    PYTHONPATH=. python bench/compile_warmup.py [--model llama-3.2-1b] [--only 1,2]
+    PYTHONPATH=. python bench/investigations/compile_warmup.py [--model llama-3.2-1b] [--only 1,2]
 
 Each variant runs generate (static cache, 256-token prompts, 32 new tokens) at each of its batch
 sizes in its order (seconds per size: which one built a graph, and its cost), as the engine's

@@ -1,7 +1,7 @@
 """Per-call CPU cost, on this host, of ways to get one decode step's tokens to the host before
 generate()'s stop check (bench for AfterSyncStamps.copy_tokens; GPU machine).
 
-    PYTHONPATH=. python bench/copy_cost.py
+    PYTHONPATH=. python bench/investigations/copy_cost.py
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 static graph, ``batch_buckets: [16]``) costs per step. GPU machine; each variant in a fresh
 process with empty compile caches.
 
-    PYTHONPATH=. python bench/decode_kernels.py [--model llama-3.2-1b] [--only 1,2]
+    PYTHONPATH=. python bench/investigations/decode_kernels.py [--model llama-3.2-1b] [--only 1,2]
 
 Each variant compiles as the engine does (static cache for 512-token prompts and 96 new tokens,
 loadtest's compile options, CUDA graphs) and warms its sizes. At each size, the decode step is

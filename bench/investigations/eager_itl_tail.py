@@ -2,7 +2,7 @@
 each step timed, with loadtest's GPU sampler on and off in alternate windows. GPU machine; each
 variant in a fresh process.
 
-    PYTHONPATH=. python bench/eager_itl_tail.py [--model llama-3.2-1b] [--only 1,2]
+    PYTHONPATH=. python bench/investigations/eager_itl_tail.py [--model llama-3.2-1b] [--only 1,2]
 
 Each variant runs back-to-back greedy generate() calls for DURATION_S on dummy:<model> in bf16,
 eager, with the engine's attention choices: batches of 1-16 rows, lognormal prompts around 256

@@ -1,6 +1,6 @@
 """Where does the harness's per-step cost come from? (issue 3, compiled static decode; GPU machine)
 
-    PYTHONPATH=. python bench/overhead_split.py --batch-sizes 8,32 --rounds 12
+    PYTHONPATH=. python bench/investigations/overhead_split.py --batch-sizes 8,32 --rounds 12
 
 One process, one model, compiled once per batch size (static cache + torch.compile, as
 ``compile: true``), then in rounds with the order rotated, one ``generate()`` of 128 in / 128 out

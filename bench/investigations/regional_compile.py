@@ -2,7 +2,7 @@
 true`` uses) against regional compilation (each decoder layer compiled; the layers share one
 graph). GPU machine; each variant in a fresh process with an empty compile cache.
 
-    PYTHONPATH=. python bench/regional_compile.py [--model llama-3.2-1b]
+    PYTHONPATH=. python bench/investigations/regional_compile.py [--model llama-3.2-1b]
 
 Prints, per variant: warm-up (generate at batch 1, 4 and 16, 256-token prompts, 128 new tokens,
 static cache: every graph built) and the time per generated token at batch 1 and 16 after it.

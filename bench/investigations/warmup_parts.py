@@ -1,7 +1,7 @@
 """Where a cold compiled warm-up's time goes besides code generation, and levers on it. GPU
 machine; each variant in a fresh process with empty inductor and Triton caches.
 
-    PYTHONPATH=. python bench/warmup_parts.py [--model llama-3.2-1b] [--only 1,2,3,1,2,3]
+    PYTHONPATH=. python bench/investigations/warmup_parts.py [--model llama-3.2-1b] [--only 1,2,3,1,2,3]
 
 Each variant loads ``dummy:<arch>``, then runs the engine's compiled warm-up in parts: a first
 generate() of one token (torch.compile's set-up, which imports the compiler, and the eager

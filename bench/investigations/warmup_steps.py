@@ -3,7 +3,7 @@
 whether the shorter one leaves anything to build in the window. GPU machine; each variant in a
 fresh process with empty inductor and Triton caches.
 
-    PYTHONPATH=. python bench/warmup_steps.py [--model llama-3.2-1b] [--only 1,2,1,2]
+    PYTHONPATH=. python bench/investigations/warmup_steps.py [--model llama-3.2-1b] [--only 1,2,1,2]
 
 Each variant warms batch sizes 2, 4, 8 and 16 as the engine does (static cache for 512-token
 prompts and 96 new tokens, the batch dimension marked dynamic, loadtest's compile options),
