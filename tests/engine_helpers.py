@@ -28,8 +28,8 @@ class Inline(Recorder):
 def make_engine(model_dir, **overrides):
     """An engine on the CPU around the model in ``model_dir``, loaded through the real path,
     and the outbox it writes to (``overrides``: spec fields)."""
+    from loadtest.backends.transformers.engine import Engine
     from loadtest.backends.transformers.loading import load_model
-    from loadtest.backends.transformers.worker import Engine
 
     spec = {
         "model": str(model_dir),

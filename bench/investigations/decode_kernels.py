@@ -60,8 +60,8 @@ def child(name: str, arch: str) -> dict:
         batch_dynamic_while_warming,
         decode_compile_config,
     )
+    from loadtest.backends.transformers.engine import WARM_STEPS, StopAfterSteps
     from loadtest.backends.transformers.padded_decode import PaddedDecode
-    from loadtest.backends.transformers.worker import WARM_STEPS, StopAfterSteps
 
     sizes, marked, extra, attn = VARIANTS[name]
     torch.manual_seed(0)

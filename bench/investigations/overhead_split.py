@@ -114,10 +114,10 @@ def main() -> None:
     import transformers
 
     from loadtest.backends.transformers import stamping as engine_worker
+    from loadtest.backends.transformers.engine import Engine
     from loadtest.backends.transformers.loading import load_model
     from loadtest.backends.transformers.outbox import Outbox
     from loadtest.backends.transformers.stamping import AFTER_SYNC, STREAMER
-    from loadtest.backends.transformers.worker import Engine
     from loadtest.core.heap import settle_heap
 
     print(

@@ -210,8 +210,8 @@ def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_
 ):
 
     from loadtest.backends.transformers.compiling import compiled_graphs
+    from loadtest.backends.transformers.engine import WARM_STEPS
     from loadtest.backends.transformers.stamping import AFTER_SYNC
-    from loadtest.backends.transformers.worker import WARM_STEPS
 
     eng, out = make_engine(tiny_model_dir, compile=True)
     compile_eagerly(eng.model)

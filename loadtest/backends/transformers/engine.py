@@ -1,0 +1,405 @@
+"""The engine: the loaded model, the static batcher and its bookkeeping, inside the worker
+process. It forms batches from the inbox, runs one padded generate() a batch with its tokens
+stamped after each step's device sync (stamping.py), warms up every shape the run will use,
+opens and closes profiler windows between steps, and reports its facts (steps for the roofline,
+garbage-collector pauses, compiled graphs, peak memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from loadtest.backends.transformers import messages
+from loadtest.backends.transformers.compiling import (
+    batch_bucket,
+    batch_dynamic_while_warming,
+    batching_details,
+    compile_cache_counts,
+    compile_seconds,
+    compiled_graphs,
+    marks_batch_dynamic,
+)
+from loadtest.backends.transformers.padded_decode import PaddedDecode
+from loadtest.backends.transformers.stamping import (
+    AFTER_SYNC,
+    STREAMER,
+    AfterSyncStamps,
+    NullOut,
+    StepStreamer,
+    choose_stamp_source,
+    new_accounting,
+    nothing,
+)
+from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
+
+# Steps a warm-up generate() runs, one token each (the prefill's, then decode steps). Its cache
+# is sized for the run's longest output (shorter outputs reuse a static cache; a longer one is a
+# new cache, and a new graph inside the window), but after the first few steps the rest only
+# repeat them: the first decode step compiles, CUDA graph trees warm it up and record it over
+# the next, and every later step replays the recording: running to the whole output costs the
+# warm-up time per batch size and builds nothing more (bench/investigations/warmup_steps.py).
+WARM_STEPS = 8
+
+
+class StopAfterSteps:
+    """A stopping criterion for generate(): done after ``steps`` tokens, every row. Plain
+    and picklable: tensor-parallel followers receive it with the generate() call it stops."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.seen = steps, 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.seen += 1
+        return input_ids.new_full((input_ids.shape[0],), self.seen >= self.steps).bool()
+
+
+class Engine:
+    """The loaded model, the static batcher and its bookkeeping, in the worker process."""
+
+    def __init__(
+        self, spec: dict, base_dir: str, out, loaded: tuple | None = None, layout=None
+    ) -> None:
+        """``loaded``: (model, device, info) already loaded (bench/investigations/overhead_split.py drives this
+        engine's own generate path on a model it compiled once). ``layout``: this engine is
+        rank 0 of a tensor-parallel group, whose followers run each generate() it announces."""
+        import torch
+
+        from loadtest.backends.transformers.loading import load_model
+
+        self.spec, self.out, self.torch = spec, out, torch
+        t = time.monotonic()
+        self.model, self.device, self.info = loaded or load_model(spec, base_dir, layout)
+        self.padded = PaddedDecode(self.model) if self.info.get("pad_decode") else None
+        self.lockstep = None
+        if layout is not None and layout.size > 1:
+            from loadtest.backends.transformers.parallel import Lockstep, control_group
+
+            self.lockstep = Lockstep(control_group())
+        self.info["load_s"] = round(time.monotonic() - t, 3)
+        self.stamp_source = choose_stamp_source(self.device)
+        self.info["stamp_source"] = self.stamp_source
+        self.stamp_mismatches = (
+            0  # batches since the last facts whose stamp count differed from their tokens
+        )
+        self.batches = 0
+        self._batches_reported = 0
+        self.acct = new_accounting()
+        self.gc = process_gc_pauses()
+        self.profiler: Any = None  # a WorkerProfiler while a capture window is open
+        self.pending_export: Any = (
+            None  # (profiler, out_dir): a closed window, exported at the end of the run
+        )
+        self.urgent: deque = (
+            deque()
+        )  # checked every decode step: a deque's emptiness test takes no lock
+        # Called with (engine, batch number) before each batch runs (engine hooks install them).
+        self.before_batch: list = []
+        self.graphs_at_window: int | None = None  # compiled graphs when the window opened
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def serve(self, inbox: queue.Queue, cancelled: set) -> None:
+        """Form batches from the inbox (up to max_batch_size, waiting at most max_wait_ms) and run them until stopped."""
+        while True:
+            max_bs = 1 if self.spec["mode"] == "single" else self.spec["max_batch_size"]
+            max_wait = 0.0 if self.spec["mode"] == "single" else self.spec["max_wait_ms"] / 1000
+            msg = inbox.get()
+            if msg[0] == "stop":
+                break
+            if self.handle_control(msg):
+                continue
+            batch = [msg]
+            deadline = time.monotonic() + max_wait
+            while len(batch) < max_bs:
+                try:
+                    nxt = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if nxt[0] != "req":
+                    if nxt[0] != "stop" and self.handle_control(nxt):
+                        continue  # control first: behind a stream of requests it would wait forever
+                    inbox.put(nxt)  # stop: after this batch
+                    break
+                batch.append(nxt)
+            batch = [r for r in batch if r[1] not in cancelled]
+            if batch:
+                self._run_batch(batch, cancelled)
+        if self.lockstep is not None:
+            self.lockstep.finish()
+        self.out.send(("stopped", self._facts()))
+
+    def handle_control(self, msg) -> bool:
+        """warmup / configure / facts / bare: True when ``msg`` was one of them."""
+        if msg[0] == "warmup":
+            self._warmup(msg[1])
+        elif msg[0] == "configure":
+            self.spec = {**self.spec, **msg[1]}
+            self.info.update(batching_details(self.spec, self.padded is not None))
+        elif msg[0] == "facts":
+            self.out.send(("facts", self._facts(reset=True)))
+        elif msg[0] == "call":
+            try:
+                self.out.send(("called", resolve_hook(msg[1])(self, *msg[2])))
+            except Exception as exc:
+                self.out.send(("call_failed", f"{msg[1]}: {type(exc).__name__}: {exc}"))
+        elif msg[0] == "urgent":
+            self.poll_urgent()
+        else:
+            return False
+        return True
+
+    def _after_step(self) -> None:
+        self.poll_urgent()
+        if self.profiler is not None:
+            self.profiler.decode_step()
+
+    def poll_urgent(self) -> None:
+        """Profiler on/off now (between batches, or between two decode steps of one). Exporting
+        the trace waits for the end of the run (``_facts``): it takes seconds."""
+        while self.urgent:
+            msg = self.urgent.popleft()
+            if msg[0] == "profile_start" and self.profiler is None:
+                from loadtest.backends.transformers.profiling import WorkerProfiler
+
+                self.profiler = WorkerProfiler(self.torch, self.device, msg[1])
+                self.profiler.start()
+                self.out.send(("profiling", time.monotonic_ns()))
+            elif msg[0] == "window_start":  # the measurement window opened: count from here
+                self.acct = new_accounting()  # steps handed over from now on count in this one
+                self.gc.summary(reset=True)
+                self.graphs_at_window = compiled_graphs()
+            elif msg[0] == "profile_stop":
+                if self.profiler is not None:
+                    self.profiler.stop_capture()
+                    self.pending_export = (self.profiler, msg[1])
+                    self.profiler = None
+                self.out.send(("profile_stopped", time.monotonic_ns()))
+
+    def _run_batch(self, batch: list, cancelled: set) -> None:
+        torch = self.torch
+        rids = [r[1] for r in batch]
+        finished: set = set()  # rows already reported done: a late failure spares them
+        self.out.send(messages.admitted(time.monotonic_ns(), rids))
+        self.batches += 1
+        try:
+            for hook in self.before_batch:
+                hook(self, self.batches)
+            self.stamp_mismatches += self._generate(batch, cancelled, self.out, finished)
+        except torch.OutOfMemoryError as exc:
+            self._fail_rest(rids, finished, "CudaOOM", str(exc)[:200])
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self._unless_split()
+        except Exception as exc:
+            self._fail_rest(rids, finished, type(exc).__name__, str(exc)[:200])
+            self._unless_split()
+
+    def _unless_split(self) -> None:
+        """A step that failed on rank 0 left the other ranks inside a collective: the group
+        cannot go on, so the engine stops here (the run ends with what it measured)."""
+        if self.lockstep is not None:
+            raise RuntimeError(
+                "a batch failed on rank 0 of the tensor-parallel group; the ranks cannot resume"
+            )
+
+    def _fail_rest(self, rids, finished: set, error_type: str, message: str) -> None:
+        """Fail the rows not yet reported done, after the outbox has processed the batch's steps."""
+        t = time.monotonic_ns()
+
+        def failed():
+            pending = [rid for rid in rids if rid not in finished]
+            return [messages.failed(t, pending, error_type, message)] if pending else []
+
+        self.out.call(failed)
+
+    def _generate(
+        self, batch: list, cancelled: set, out, finished: set, steps: int | None = None
+    ) -> int:
+        """One padded generate() for the batch (at most ``steps`` tokens, its cache sized for the
+        batch's whole output all the same); returns 1 if the number of step stamps
+        differed from the number of tokens generate() returned, else 0."""
+        torch = self.torch
+        bucket = self.info.get("prompt_bucket") or 1
+        width = -(-max(len(r[2]) for r in batch) // bucket) * bucket  # up to the bucket
+        pad = self.info.get("pad_token_id", 0)
+        buckets = self.info.get("batch_buckets")
+        rows = batch_bucket(len(batch), buckets) if buckets else len(batch)
+        ids = torch.full((rows, width), pad, dtype=torch.long)
+        mask = torch.zeros((rows, width), dtype=torch.long)
+        for i, r in enumerate(
+            batch
+        ):  # left padding: every row's next token lands in the last column
+            ids[i, width - len(r[2]) :] = torch.tensor(r[2], dtype=torch.long)
+            mask[i, width - len(r[2]) :] = 1
+        # Throw-away rows up to the warmed size: copies of the first row, which under greedy
+        # decoding emit its tokens and so stop with it (at its EOS or its length): they add no
+        # steps, and nothing reads their tokens.
+        ids[len(batch) :], mask[len(batch) :] = ids[0], mask[0]
+        real = not isinstance(out, NullOut)
+        # A step counts for the roofline in the accounting current when it is handed over (the
+        # window's, once it opened), and not while a profiler is on: its overhead is not the model's.
+        streamer = StepStreamer(
+            batch,
+            out,
+            cancelled,
+            finished,
+            width,
+            self._after_step if real else None,
+            accounting=(lambda: self.acct if self.profiler is None else None) if real else None,
+        )
+        kwargs = self._generate_kwargs(
+            width, max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5]
+        )
+        if steps is not None:
+            from transformers import StoppingCriteriaList
+
+            kwargs["stopping_criteria"] = StoppingCriteriaList([StopAfterSteps(steps)])
+        hook = None
+        if self.stamp_source == AFTER_SYNC:
+            hook = AfterSyncStamps(torch, streamer)
+        else:
+            kwargs["streamer"] = streamer
+        label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
+        if self.lockstep is not None:  # every rank runs this generate(), with these inputs
+            self.lockstep.announce(ids, mask, {k: v for k, v in kwargs.items() if k != "streamer"})
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        with torch.inference_mode(), self.profiler.annotate(label) if label else nothing():
+            if hook is not None:
+                hook.install()
+                streamer.start(time.monotonic_ns())
+            try:
+                sequences = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            finally:
+                if hook is not None:
+                    hook.remove()
+        if self.profiler is not None:
+            self.profiler.end_steps()
+        streamer.close_rest()
+        generated = sequences.shape[-1] - width
+        return 0 if hook is None or hook.stamps == generated else 1
+
+    def _generate_kwargs(self, width: int, max_new: int, ignore_eos: bool, eos) -> dict:
+        """generate()'s settings for a batch of prompts ``width`` tokens wide."""
+        kwargs = dict(
+            max_new_tokens=max_new,
+            do_sample=False,
+            pad_token_id=self.info.get("pad_token_id", 0),
+            eos_token_id=None if ignore_eos else eos,
+        )
+        if ignore_eos:
+            kwargs["min_new_tokens"] = max_new
+        if self.padded is not None:  # its own cache, at the decode steps' rows
+            rows = self.info["decode_batch_size"]
+            kwargs.update(self.padded.generate_kwargs(rows, width + max_new))
+        elif self.spec.get("compile"):
+            kwargs["cache_implementation"] = "static"
+        return kwargs
+
+    def _warmup(self, shapes: list) -> None:
+        with (
+            self.warming(),
+            batch_dynamic_while_warming(self.model)
+            if self.spec.get("compile")
+            and self.spec["mode"] == "static"
+            and self.padded is None
+            and marks_batch_dynamic(self.spec, self.info.get("batch_buckets"))
+            else nothing(),
+        ):
+            self._warm_shapes(shapes)
+
+    @contextlib.contextmanager
+    def warming(self) -> Iterator[None]:
+        """The warm-up inside it: timed, and told to the harness with what of it went to
+        compiling graphs and to garbage collection (a cold compile is most of a compiled
+        warm-up). The heap is settled first (counted in the warm-up): the model load's objects
+        out of the collector's reach, and the load's collections not the warm-up's. Inside, the
+        collector is paused and the warm-up's garbage collected once at its end, which halves
+        the collector's share of a cold compile (bench/investigations/warmup_parts.py). Nothing
+        is told if the warm-up raises."""
+        t = time.monotonic()
+        self.settle()
+        compiled = compile_seconds()
+        with collector_paused():
+            yield
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+        settle_heap()  # the one collection of the warm-up's garbage, counted in its gc_s
+        details = {
+            "compile_s": round(compile_seconds() - compiled, 3),
+            "gc_s": round(self.gc.summary(reset=True)["total_ms"] / 1e3, 3),
+        }
+        self.out.send(("warmed", round(time.monotonic() - t, 3), details))
+
+    def _warm_shapes(self, shapes: list) -> None:
+        for batch_size, prompt_len, new_tokens in shapes:
+            fake = [
+                messages.req(-1 - i, [65] * prompt_len, new_tokens, True, None)
+                for i in range(batch_size)
+            ]
+            if self._generate(fake, set(), NullOut(), set(), steps=WARM_STEPS):
+                # Not one stamp per token: this transformers' loop does not call its stop check
+                # the way AfterSyncStamps expects. Stamp from the streamer instead.
+                self.stamp_source = STREAMER
+                self.info["stamp_source"] = (
+                    f"{STREAMER} (the after-sync hook miscounted in warm-up)"
+                )
+
+    def settle(self) -> None:
+        """After warm-up: the heap frozen, and the collections so far (that one included) not
+        counted as the run's."""
+        settle_heap()
+        self.gc.summary(reset=True)
+
+    def _facts(self, reset: bool = False) -> dict:
+        torch = self.torch
+        self.out.flush()  # the accounting is updated on the outbox's thread
+        facts: dict[str, Any] = {
+            "batches": self.batches - self._batches_reported,
+            "roofline_acct": dict(self.acct),
+            "stamp_mismatches": self.stamp_mismatches,
+            "gc_pauses": self.gc.summary(reset),
+        }
+        graphs = compiled_graphs()
+        if graphs is not None and self.graphs_at_window is not None:
+            # torch.compile building graphs inside the window: seconds charged to requests
+            facts["recompiles_in_window"] = graphs - self.graphs_at_window
+        cache = compile_cache_counts()
+        if cache is not None:
+            facts["compile_cache"] = cache
+        if reset:
+            self.graphs_at_window = None
+        if reset and self.pending_export is not None:
+            profiler, out_dir = self.pending_export
+            self.pending_export = None
+            facts["profile_export"] = profiler.export(out_dir)
+        if reset:
+            self._batches_reported = self.batches
+            self.acct = new_accounting()
+            self.stamp_mismatches = 0
+        if self.device.type == "cuda":
+            facts["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+            if reset:
+                torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            import resource
+
+            facts["peak_rss_mb"] = round(
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+            )
+        return facts
+
+
+def resolve_hook(target: str):
+    """``"package.module:function"`` -> the function (an engine hook)."""
+    import importlib
+
+    module, _, name = target.partition(":")
+    if not module or not name:
+        raise ValueError(f"engine hook {target!r}: expected module:function")
+    return getattr(importlib.import_module(module), name)
