@@ -14,7 +14,7 @@ import gc
 import itertools
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.config.scenario import Load
@@ -26,8 +26,8 @@ from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.request import LATE_FLOOR_NS, RequestState
+from loadtest.execution.users import SessionCounts, Users
 from loadtest.workload.plan import Plan, PlannedRequest
-from loadtest.workload.sessions import Conversation
 
 LOOP_PROBE_NS = 10_000_000
 START_DELAY_NS = 1_000_000  # t0 is this far ahead of run(): the first send is on time
@@ -40,18 +40,6 @@ FLUSH_NS_PER_TOKEN = 2_000
 # ... unless this many finished requests wait: then the machine cannot keep up anyway, and
 # recording must not fall ever further behind.
 FLUSH_BACKLOG = 2_000
-
-
-@dataclass
-class SessionCounts:
-    """Multi-turn sessions: how they went, for the result's ``sessions`` section."""
-
-    started: int = 0
-    completed: int = 0  # every planned turn answered
-    ended_by_failure: int = 0  # a failed turn ends its session (its history is broken)
-    cut_at_window_end: int = 0  # the next turn fell after the window's end, so was not sent
-    turns_sent: int = 0
-    stand_in_replies: int = 0  # the backend gave no text: a same-length stand-in was used
 
 
 @dataclass
@@ -73,7 +61,7 @@ class RunOutcome:
     workers: list[Any] | None = None  # worker processes' parts (``workers.WorkerPart``)
 
 
-class Runner:
+class Runner(Users):
     """Sends the plan on its clock, drives every request, drains, and watches for silence."""
 
     def __init__(
@@ -273,99 +261,6 @@ class Runner:
                 self._spawn(self._drive(req, intended, held_until))
         finally:
             self._next_due_ns = None
-
-    async def _dispatch_closed(self) -> None:
-        cl = self.plan.closed_loop
-        assert cl is not None
-        counter = itertools.count(*self.plan.stride)
-        users = [asyncio.create_task(self._user(counter)) for _ in range(cl.users)]
-        try:
-            await asyncio.gather(*users)
-        finally:
-            for u in users:
-                u.cancel()
-
-    async def _user(self, counter) -> None:
-        plan = self.plan
-        t0, rec = self._origin()
-        assert plan.source is not None and self._think_times is not None  # a closed-loop plan
-        end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
-        intended = t0
-        while True:
-            if end is not None and intended >= end:
-                return
-            index = next(counter)
-            if plan.planned_count is not None and index >= plan.planned_count:
-                return
-            warmup = (
-                (intended - t0 < plan.warmup_ns)
-                if plan.warmup_ns is not None
-                else index < (plan.warmup_requests or 0)
-            )
-            if plan.multi_turn:
-                turns = plan.source.next_session(index, None, warmup, next(self._session_ids))
-                after = await self._session(turns, intended, counter, first_index=index)
-                if after is None:
-                    return
-                intended = after + next(self._think_times)
-                continue
-            req = plan.source.next(index, None, warmup)
-            await self.clock.sleep_until(intended)
-            held_until = await self._throttle()
-            if not warmup:
-                if rec.window_start is None:
-                    self.backend.window_started()  # a count-based window opens with its first request
-                rec.set_window_start(intended)
-            task = self._spawn(self._drive(req, intended, held_until))
-            st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
-            intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
-
-    async def _session(
-        self, turns: list[PlannedRequest], intended: int, counter, first_index: int | None = None
-    ) -> int | None:
-        """One multi-turn session: each turn sent ``turn_think`` after the previous reply, its
-        prompt the history so far. A session belongs to the phase (warm-up or measured) of its
-        first turn. Closed loop (``counter``): turns take their indexes from the users' counter;
-        returns when the session ended, or None when the plan's request count is reached."""
-        plan, counts = self.plan, self.sessions
-        assert counts is not None and self._turn_think is not None  # a multi-turn plan
-        t0, rec = self._origin()
-        end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
-        conversation = Conversation(plan, self.tokenizer, turns[0])
-        counts.started += 1
-        for k, planned in enumerate(turns):
-            if k:
-                if end is not None and intended >= end:
-                    counts.cut_at_window_end += 1
-                    return intended
-                index = planned.index if counter is None else next(counter)
-                if counter is not None and plan.planned_count is not None:
-                    if index >= plan.planned_count:  # the count-based window is full
-                        counts.cut_at_window_end += 1
-                        return None
-                planned = replace(planned, index=index)
-            elif first_index is not None:
-                planned = replace(planned, index=first_index)
-            req, prompt_ids = conversation.turn(planned)
-            await self.clock.sleep_until(intended)
-            held_until = await self._throttle()
-            if counter is not None and not req.warmup:
-                if rec.window_start is None:
-                    self.backend.window_started()
-                rec.set_window_start(intended)
-            counts.turns_sent += 1
-            task = self._spawn(self._drive(req, intended, held_until, prompt_ids))
-            st = await asyncio.shield(task)  # cancelled: the turn is left to the drain
-            if st.error is not None:
-                counts.ended_by_failure += 1
-                return max(st.done_ns or self.clock.now_ns(), intended)
-            counts.stand_in_replies += st.reply is None
-            conversation.reply(req, st.reply, len(st.stamps))
-            intended = max(st.done_ns or self.clock.now_ns(), intended)
-            if k + 1 < len(turns):
-                intended += next(self._turn_think)
-        counts.completed += 1
-        return intended
 
     async def _tell_window_start(self, at_ns: int) -> None:
         await self.clock.sleep_until(at_ns)

@@ -30,7 +30,8 @@ from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.clock_sync import SAME_CLOCK, ClockOffset
 from loadtest.execution.merge import merge
 from loadtest.execution.recorder import LIVE_METRICS, Recorder, live_percentiles_ms
-from loadtest.execution.runner import RunOutcome, SessionCounts
+from loadtest.execution.runner import RunOutcome
+from loadtest.execution.users import SessionCounts
 from loadtest.execution.worker_side import HEARTBEAT_S, STOP_GRACE_S
 
 SILENT_AFTER_S = 15.0  # no word from a running worker for this long: it is stuck

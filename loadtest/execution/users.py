@@ -1,0 +1,153 @@
+"""Closed-loop users and multi-turn sessions, as the runner drives them: each user sends its next
+request ``think`` after its previous response; each session sends its turns in order, ``turn_think``
+after the previous reply, its prompt the conversation so far. The runner's own dispatch, request
+driving and recording are in ``runner``; this is its part that follows the responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.sessions import Conversation
+
+if TYPE_CHECKING:
+    from loadtest.core.clock import Clock
+    from loadtest.execution.recorder import Recorder
+    from loadtest.execution.request import RequestState
+    from loadtest.workload.plan import Plan
+
+
+@dataclass
+class SessionCounts:
+    """Multi-turn sessions: how they went, for the result's ``sessions`` section."""
+
+    started: int = 0
+    completed: int = 0  # every planned turn answered
+    ended_by_failure: int = 0  # a failed turn ends its session (its history is broken)
+    cut_at_window_end: int = 0  # the next turn fell after the window's end, so was not sent
+    turns_sent: int = 0
+    stand_in_replies: int = 0  # the backend gave no text: a same-length stand-in was used
+
+
+class Users:
+    """The runner's closed loop and sessions (a part of ``runner.Runner``, which provides the
+    plan, the clock, the backend and the dispatch primitives named below)."""
+
+    if TYPE_CHECKING:
+        plan: Plan
+        clock: Clock
+        backend: Any
+        tokenizer: Any
+        sessions: SessionCounts | None
+        _think_times: Iterator[int] | None
+        _turn_think: Iterator[int] | None
+        _session_ids: Iterator[int]
+
+        def _origin(self) -> tuple[int, Recorder]: ...
+        async def _throttle(self) -> int: ...
+        def _spawn(self, coro: Any, request: bool = True) -> asyncio.Task: ...
+        async def _drive(
+            self,
+            req: PlannedRequest,
+            intended: int,
+            held_until: int,
+            prompt_ids: list[int] | None = None,
+        ) -> RequestState: ...
+
+    async def _dispatch_closed(self) -> None:
+        cl = self.plan.closed_loop
+        assert cl is not None
+        counter = itertools.count(*self.plan.stride)
+        users = [asyncio.create_task(self._user(counter)) for _ in range(cl.users)]
+        try:
+            await asyncio.gather(*users)
+        finally:
+            for u in users:
+                u.cancel()
+
+    async def _user(self, counter) -> None:
+        plan = self.plan
+        t0, rec = self._origin()
+        assert plan.source is not None and self._think_times is not None  # a closed-loop plan
+        end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
+        intended = t0
+        while True:
+            if end is not None and intended >= end:
+                return
+            index = next(counter)
+            if plan.planned_count is not None and index >= plan.planned_count:
+                return
+            warmup = (
+                (intended - t0 < plan.warmup_ns)
+                if plan.warmup_ns is not None
+                else index < (plan.warmup_requests or 0)
+            )
+            if plan.multi_turn:
+                turns = plan.source.next_session(index, None, warmup, next(self._session_ids))
+                after = await self._session(turns, intended, counter, first_index=index)
+                if after is None:
+                    return
+                intended = after + next(self._think_times)
+                continue
+            req = plan.source.next(index, None, warmup)
+            await self.clock.sleep_until(intended)
+            held_until = await self._throttle()
+            if not warmup:
+                if rec.window_start is None:
+                    self.backend.window_started()  # a count-based window opens with its first request
+                rec.set_window_start(intended)
+            task = self._spawn(self._drive(req, intended, held_until))
+            st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
+            intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
+
+    async def _session(
+        self, turns: list[PlannedRequest], intended: int, counter, first_index: int | None = None
+    ) -> int | None:
+        """One multi-turn session: each turn sent ``turn_think`` after the previous reply, its
+        prompt the history so far. A session belongs to the phase (warm-up or measured) of its
+        first turn. Closed loop (``counter``): turns take their indexes from the users' counter;
+        returns when the session ended, or None when the plan's request count is reached."""
+        plan, counts = self.plan, self.sessions
+        assert counts is not None and self._turn_think is not None  # a multi-turn plan
+        t0, rec = self._origin()
+        end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
+        conversation = Conversation(plan, self.tokenizer, turns[0])
+        counts.started += 1
+        for k, planned in enumerate(turns):
+            if k:
+                if end is not None and intended >= end:
+                    counts.cut_at_window_end += 1
+                    return intended
+                index = planned.index if counter is None else next(counter)
+                if counter is not None and plan.planned_count is not None:
+                    if index >= plan.planned_count:  # the count-based window is full
+                        counts.cut_at_window_end += 1
+                        return None
+                planned = replace(planned, index=index)
+            elif first_index is not None:
+                planned = replace(planned, index=first_index)
+            req, prompt_ids = conversation.turn(planned)
+            await self.clock.sleep_until(intended)
+            held_until = await self._throttle()
+            if counter is not None and not req.warmup:
+                if rec.window_start is None:
+                    self.backend.window_started()
+                rec.set_window_start(intended)
+            counts.turns_sent += 1
+            task = self._spawn(self._drive(req, intended, held_until, prompt_ids))
+            st = await asyncio.shield(task)  # cancelled: the turn is left to the drain
+            if st.error is not None:
+                counts.ended_by_failure += 1
+                return max(st.done_ns or self.clock.now_ns(), intended)
+            counts.stand_in_replies += st.reply is None
+            conversation.reply(req, st.reply, len(st.stamps))
+            intended = max(st.done_ns or self.clock.now_ns(), intended)
+            if k + 1 < len(turns):
+                intended += next(self._turn_think)
+        counts.completed += 1
+        return intended
