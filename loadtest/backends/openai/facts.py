@@ -7,77 +7,51 @@ from collections import Counter
 
 from loadtest.backends.openai.stream import MAX_REPLY_CHARS
 
+# Each counter that is a problem when not zero, and what it says: a template filled from the
+# counters (0 where one was never counted) and the client's settings.
+WARNINGS = {
+    "usage_implausible": "{usage_implausible} requests: the server's usage claimed "
+    "{usage_implausible_reported} output tokens where {usage_implausible_streamed} were "
+    "streamed; not plausible, so the streamed count was used",
+    "replies_cut": "{replies_cut} session replies were longer than {reply_mib} MiB: the history "
+    "of their next turns holds the start of each only",
+    "bad_response": "{bad_response} responses were not OpenAI-shaped streams (bad_response)",
+    "connection_waits": "{connection_waits} requests waited for a free connection in the "
+    "client's pool (max_connections: {max_connections}), {connection_wait_ms:.1f} ms in all: "
+    "client lag, counted in dispatch lag, not in the server's latency",
+    "short_outputs": "{short_outputs} requests returned fewer tokens than the fixed output "
+    "length (fixed output via {fixed_via}): the server stopped early",
+    "fixed_unsupported": "no fixed-length option (fixed_output: {fixed_via}): "
+    "{fixed_unsupported} requests asked for a fixed length and could stop at EOS",
+    "prompt_token_mismatch": "{prompt_token_mismatch} requests: the server counted a different "
+    "prompt length than planned, {prompt_tokens_off} tokens off in all (its tokenizer or chat "
+    "template differs from the client's; requests.jsonl has each request's input_tokens beside "
+    "planned_input_tokens)",
+}
+
 
 def report(facts: Counter, max_connections: int, fixed_via: str | None) -> dict:
     """The counters as the result's ``backend.http``, with the warnings they call for."""
     out: dict = {"http": dict(facts)}
-    warnings = [
-        describe(facts, max_connections, fixed_via) for key, describe in _WARNINGS if facts[key]
-    ]
+    values = _Filled(
+        facts,
+        max_connections=max_connections,
+        fixed_via=fixed_via,
+        reply_mib=MAX_REPLY_CHARS >> 20,
+        connection_wait_ms=facts["connection_wait_ns"] / 1e6,
+    )
+    warnings = [text.format_map(values) for key, text in WARNINGS.items() if facts[key]]
     if warnings:
         out["warnings"] = warnings
     return out
 
 
-def _implausible(facts: Counter, max_connections: int, fixed_via: str | None) -> str:
-    return (
-        f"{facts['usage_implausible']} requests: the server's usage claimed "
-        f"{facts['usage_implausible_reported']} output tokens where "
-        f"{facts['usage_implausible_streamed']} were streamed; not plausible, so the "
-        "streamed count was used"
-    )
+class _Filled(dict):
+    """A template's values: the client's settings, then its counters (0 when never counted)."""
 
+    def __init__(self, counters: Counter, **settings: object) -> None:
+        super().__init__(settings)
+        self.counters = counters
 
-def _replies_cut(facts: Counter, max_connections: int, fixed_via: str | None) -> str:
-    return (
-        f"{facts['replies_cut']} session replies were longer than {MAX_REPLY_CHARS >> 20} MiB: "
-        "the history of their next turns holds the start of each only"
-    )
-
-
-def _bad_response(facts: Counter, max_connections: int, fixed_via: str | None) -> str:
-    return f"{facts['bad_response']} responses were not OpenAI-shaped streams (bad_response)"
-
-
-def _connection_waits(facts: Counter, max_connections: int, fixed_via: str | None) -> str:
-    return (
-        f"{facts['connection_waits']} requests waited for a free connection in the "
-        f"client's pool (max_connections: {max_connections}), "
-        f"{facts['connection_wait_ns'] / 1e6:.1f} ms in all: client lag, counted in "
-        "dispatch lag, not in the server's latency"
-    )
-
-
-def _short_outputs(facts: Counter, max_connections: int, fixed_via: str | None) -> str:
-    return (
-        f"{facts['short_outputs']} requests returned fewer tokens than the fixed output length "
-        f"(fixed output via {fixed_via}): the server stopped early"
-    )
-
-
-def _fixed_unsupported(facts: Counter, max_connections: int, fixed_via: str | None) -> str:
-    return (
-        f"no fixed-length option (fixed_output: {fixed_via}): {facts['fixed_unsupported']} "
-        "requests asked for a fixed length and could stop at EOS"
-    )
-
-
-def _prompt_mismatch(facts: Counter, max_connections: int, fixed_via: str | None) -> str:
-    return (
-        f"{facts['prompt_token_mismatch']} requests: the server counted a different prompt "
-        f"length than planned, {facts['prompt_tokens_off']} tokens off in all (its tokenizer "
-        "or chat template differs from the client's; requests.jsonl has each request's "
-        "input_tokens beside planned_input_tokens)"
-    )
-
-
-# each counter that is a problem when not zero, and what it says
-_WARNINGS = (
-    ("usage_implausible", _implausible),
-    ("replies_cut", _replies_cut),
-    ("bad_response", _bad_response),
-    ("connection_waits", _connection_waits),
-    ("short_outputs", _short_outputs),
-    ("fixed_unsupported", _fixed_unsupported),
-    ("prompt_token_mismatch", _prompt_mismatch),
-)
+    def __missing__(self, key: str) -> object:
+        return self.counters[key]
