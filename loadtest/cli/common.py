@@ -5,7 +5,7 @@ command's coroutine with loadtest's errors mapped to their exit codes (``core.ex
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -69,7 +69,7 @@ def claim(out: Path | None, loaded: Any, overwrite: bool, suffix: str = "") -> P
         usage_error(str(exc))
 
 
-def run_async(go: Callable[[], Awaitable[T]]) -> T:
+def run_async(go: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a command's coroutine; map loadtest's errors to their exit codes."""
     import asyncio
 
@@ -77,7 +77,7 @@ def run_async(go: Callable[[], Awaitable[T]]) -> T:
     from loadtest.session import ResultWriteError
 
     try:
-        return asyncio.run(go())  # type: ignore[arg-type]
+        return asyncio.run(go())
     except ScenarioError as exc:
         usage_error(*exc.problems)
     except OutputError as exc:

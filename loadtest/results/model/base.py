@@ -45,5 +45,6 @@ class _Doc(BaseModel):
         return self.model_dump_json(by_alias=True, indent=2)
 
     def view(self) -> dict[str, Any]:
-        """The JSON-shaped mapping, as written: what templates and ad-hoc readers walk."""
+        """The JSON-shaped mapping, as written: for JSON and CSV writers and the Python API
+        (readers in the package take the typed document)."""
         return self.model_dump(mode="json", by_alias=True)
