@@ -133,7 +133,7 @@ def start_vllm(
         str(python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir), "--served-model-name", SERVED_NAME,
         "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", "2048", "--seed", "0", *extra,
+        "--max-model-len", str(_max_model_len(model_dir)), "--seed", "0", *extra,
     ]  # fmt: skip
     if profiler is not None:
         profile_dir = workdir / "profiles"
@@ -159,16 +159,33 @@ def start_vllm(
     url = f"http://127.0.0.1:{port}"
     _wait_ready(proc, url + "/v1/models", log, "vLLM", START_TIMEOUT_S)
     server = Server(url + "/v1", proc, log, SERVED_NAME, model_dir, profile_dir)
-    _first_request(server)
+    _first_request(server, "--runner" in extra and extra[extra.index("--runner") + 1])
     return server
 
 
-def _first_request(server: Server) -> None:
+def _max_model_len(model_dir: Path) -> int:
+    """2048 tokens, or the model's own limit where it is less (the tiny BERT's 512)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    return min(2048, int(config.get("max_position_embeddings", 2048)))
+
+
+def _first_request(server: Server, runner: str | bool) -> None:
     """One request before the tests: vLLM compiles its model on the first, which takes tens of
-    seconds here and would otherwise land in the first test's measurements."""
-    body = json.dumps({"model": server.served_name, "prompt": "hello", "max_tokens": 2}).encode()
+    seconds here and would otherwise land in the first test's measurements. A pooling model
+    (``--runner pooling``) answers embeddings or rerank, as its head says."""
+    name = server.served_name
+    path, body = "/completions", {"model": name, "prompt": "hello", "max_tokens": 2}
+    if runner == "pooling":
+        cross_encoder = (
+            "ForSequenceClassification" in (server.model_dir / "config.json").read_text()
+        )
+        path, body = (
+            ("/rerank", {"model": name, "query": "hello", "documents": ["hello"]})
+            if cross_encoder
+            else ("/embeddings", {"model": name, "input": ["hello"]})
+        )
     req = urllib.request.Request(
-        server.url + "/completions", body, {"Content-Type": "application/json"}
+        server.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=START_TIMEOUT_S) as r:
         r.read()
@@ -211,10 +228,23 @@ def start_fast_server() -> Server:
 
 
 def build_vllm_model(out: Path) -> Path:
-    """The tiny Llama and its trained tokenizer, with head size 32 (vLLM's CPU attention)."""
+    """The tiny Llama and its trained tokenizer, with head size 32 (vLLM's CPU attention). Its
+    tokenizer has every printable ASCII character (``ascii_alphabet``): vLLM's structured
+    outputs and tool calls need tokens for JSON's punctuation, which the training text alone
+    does not give it."""
     from tests.tiny_model import build_tiny_model
 
-    return build_tiny_model(out, hidden_size=64, heads=2, kv_heads=1, max_positions=2048)
+    return build_tiny_model(
+        out, hidden_size=64, heads=2, kv_heads=1, max_positions=2048, ascii_alphabet=True
+    )
+
+
+def build_vllm_encoder(out: Path, cross_encoder: bool) -> Path:
+    """A tiny BERT vLLM serves with ``--runner pooling``: an embedding model, or with
+    ``cross_encoder`` a one-label sequence classifier, which vLLM serves as a reranker."""
+    from tests.tiny_model import build_tiny_encoder
+
+    return build_tiny_encoder(out, cross_encoder=cross_encoder)
 
 
 if __name__ == "__main__":

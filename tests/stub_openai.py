@@ -3,6 +3,12 @@
 It streams ``max_tokens`` one-word chunks whose words say which request they answer (so a test
 can find a reply in a later request's history), keeps every request body, and can offer the
 extra endpoints some servers have: vLLM's ``/tokenize`` and ``/start_profile``/``/stop_profile``.
+
+It also answers the other APIs the way vLLM does: ``/embeddings`` (a 4-float embedding an
+input, 3 prompt tokens an input), ``/rerank`` (a score a document, 5 tokens a document) and
+``/responses`` (the Responses API's events, a word a delta); a chat request with ``tools``
+gets one tool call whose arguments ``tool_arguments`` gives, streamed in 3 fragments, and
+``reasoning`` makes a chat answer's first that many words reasoning_content.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ class StubServer:
     calls: list[str] = field(default_factory=list)  # paths of every non-generation request
     arrivals: dict[str, int] = field(default_factory=dict)  # reply tag -> monotonic ns on arrival
     url: str = ""
+    reasoning: int = 0  # a chat answer's first words that are reasoning_content
+    tool_arguments: str = '{"city": "Paris"}'  # a tool call's arguments, as streamed
+    answer: str = '{"title": "t", "score": 7}'  # what a request with response_format gets
 
     def __enter__(self) -> StubServer:
         ready = threading.Event()
@@ -46,6 +55,9 @@ class StubServer:
         app = web.Application()
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/v1/chat/completions", self._generate)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/rerank", self._rerank)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         if self.tokenize:
             app.router.add_post("/tokenize", self._tokenize)
@@ -87,20 +99,86 @@ class StubServer:
         self.arrivals[tag] = arrived
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        deltas = [
+            {"reasoning_content" if i < self.reasoning else "content": f"{tag}w{i} "}
+            for i in range(n)
+        ]
+        if chat and body.get("tools"):  # one call to the first tool, its arguments in 3 parts
+            name = body["tools"][0]["function"]["name"]
+            a = self.tool_arguments
+            cuts = [0, len(a) // 3, 2 * len(a) // 3, len(a)]
+            deltas = [{"tool_calls": [{"index": 0, "id": "call0", "function": {"name": name}}]}]
+            deltas += [
+                {"tool_calls": [{"index": 0, "function": {"arguments": a[x:y]}}]}
+                for x, y in zip(cuts, cuts[1:])
+            ]
+            n = len(deltas)
+        elif chat and body.get("response_format"):  # the answer, in up to n parts
+            a, k = self.answer, min(n, len(self.answer))
+            cuts = [len(a) * j // k for j in range(k + 1)]
+            deltas = [{"content": a[x:y]} for x, y in zip(cuts, cuts[1:])]
+            n = len(deltas)
+        reason = (
+            "tool_calls"
+            if chat and body.get("tools")
+            else "stop"
+            if chat and body.get("response_format")
+            else "length"
+        )
         for i in range(n):
             word = f"{tag}w{i} "
-            choice = (
-                {"index": 0, "delta": {"content": word}} if chat else {"index": 0, "text": word}
-            )
+            choice = {"index": 0, "delta": deltas[i]} if chat else {"index": 0, "text": word}
             chunk = {"id": tag, "model": body["model"], "choices": [choice]}
             await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         last = {
             "id": tag,
             "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "length", "delta": {}, "text": ""}],
+            "choices": [{"index": 0, "finish_reason": reason, "delta": {}, "text": ""}],
             "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
         }
         await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.bodies.append(body)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [
+            {"index": i, "object": "embedding", "embedding": [0.5, -0.5, 0.25, 0.0]}
+            for i in range(len(inputs))
+        ]
+        usage = {"prompt_tokens": 3 * len(inputs), "total_tokens": 3 * len(inputs)}
+        return web.json_response({"id": f"e{len(self.bodies)}", "data": data, "usage": usage})
+
+    async def _rerank(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.bodies.append(body)
+        docs = body["documents"]
+        results = [{"index": i, "relevance_score": 1 / (i + 1)} for i in range(len(docs))]
+        usage = {"total_tokens": 5 * len(docs)}
+        return web.json_response({"id": f"k{len(self.bodies)}", "results": results, "usage": usage})
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        n = int(body.get("max_output_tokens") or 4)
+        tag = f"r{len(self.bodies)}"
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        response = {"id": tag, "model": body["model"], "status": "in_progress"}
+
+        async def send(kind: str, **fields) -> None:
+            event = {"type": kind, **fields}
+            await resp.write(f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode())
+
+        await send("response.created", response=response)
+        for i in range(n):
+            await send("response.output_text.delta", delta=f"{tag}w{i} ", output_index=0)
+        usage = {"input_tokens": 2, "output_tokens": n, "total_tokens": n + 2}
+        await send(
+            "response.completed", response={**response, "status": "completed", "usage": usage}
+        )
         await resp.write_eof()
         return resp
 

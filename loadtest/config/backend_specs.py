@@ -100,8 +100,11 @@ class OpenAISpec(Spec):
         return v
 
     model: str = Field(description="The model name the server expects in each request.")
-    api: Literal["chat", "completions"] = Field(
-        "chat", description="/chat/completions (messages) or /completions (prompt)."
+    api: Literal["chat", "completions", "responses", "embeddings", "rerank"] = Field(
+        "chat",
+        description="/chat/completions (messages), /completions (prompt), /responses (the "
+        "Responses API, streamed), /embeddings (workload.inputs_per_request texts a request) "
+        "or /rerank (a query and workload.documents documents; vLLM, Jina, Cohere shape).",
     )
     tokenizer: str | None = Field(
         None,

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from loadtest.config.content import Audio, Images, ResponseFormat, Tools
 from loadtest.config.types import Duration, StrictModel
 
 _Model = StrictModel
@@ -134,6 +135,36 @@ class Workload(_Model):
     )
     output: Literal["fixed", "natural"] = Field(
         "fixed", description="fixed: ignore EOS, generate exactly; natural: stop at EOS."
+    )
+    inputs_per_request: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="api: embeddings: texts a request embeds, each sized like a prompt "
+        "(default 1).",
+    )
+    documents: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="api: rerank: documents ranked against each request's query (the prompt), "
+        "each sized like a prompt.",
+    )
+    tools: Tools | None = Field(
+        None,
+        description="Tools offered with each request (chat, responses): a JSON file of tool "
+        "definitions or {count: N} synthetic ones, and tool_choice as `choice`.",
+    )
+    response_format: ResponseFormat | None = Field(
+        None,
+        description="The answer's required form (chat, responses): json_object, or "
+        "{type: json_schema, schema: {...}}; outputs that do not parse or validate are counted.",
+    )
+    images: Images | None = Field(
+        None, description="Synthetic images sent with each request (chat, responses)."
+    )
+    audio: Audio | None = Field(
+        None, description="Synthetic audio clips sent with each request (chat)."
     )
 
     @model_validator(mode="before")

@@ -77,6 +77,7 @@ _SUMMED = (
     "token_count_mismatch",
     "output_tokens_measured",
     "input_tokens_measured",
+    "reasoning_tokens_measured",
     "window_tokens",
     "window_input_tokens",
     "window_completions",

@@ -30,9 +30,26 @@ from loadtest.execution.request import (
 from loadtest.execution.timeline import Timeline
 
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
-WHOLE_ONLY_METRICS = ("ttft_service", "tpot", "e2e_service", "queue", "dispatch_lag")
+WHOLE_ONLY_METRICS = (
+    "ttft_service",
+    "ttft_answer",
+    "tpot",
+    "e2e_service",
+    "queue",
+    "dispatch_lag",
+)
 TURN_BUCKETS = 16  # multi-turn TTFT is kept per turn up to here; later turns share the last
-ALL_METRICS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
+ALL_METRICS = (
+    "ttft",
+    "ttft_service",
+    "ttft_answer",
+    "itl",
+    "tpot",
+    "e2e",
+    "e2e_service",
+    "queue",
+    "dispatch_lag",
+)
 
 
 @dataclass
@@ -66,6 +83,7 @@ class Recorder:
         self.single_token = 0  # requests with <2 tokens: TPOT undefined, counted not recorded
         self.token_count_mismatch = 0
         self.output_tokens_measured = self.input_tokens_measured = 0
+        self.reasoning_tokens_measured = 0  # of output_tokens_measured, reasoning
         self.window_tokens = self.window_input_tokens = self.window_completions = 0
         self._after_last_measured: list[RequestState] = []
         self.last_measured_done: int | None = None
@@ -142,8 +160,15 @@ class Recorder:
         assert self.goodput is not None
         ttft, tpot, e2e = self.goodput
         stamps = st.stamps
-        if st.error is not None or not stamps:
+        if st.error is not None:
             return 0
+        if not stamps:  # no token stream (embeddings, rerank): only e2e can be set
+            return int(
+                ttft is None
+                and tpot is None
+                and e2e is not None
+                and st.done - st.intended_ns <= e2e
+            )
         if ttft is not None and stamps[0] - st.intended_ns > ttft:
             return 0
         if e2e is not None and st.done - st.intended_ns > e2e:
@@ -170,6 +195,10 @@ class Recorder:
                 self.turn_ttft[turn] = LatencyHistogram()
             if stamps:
                 self.turn_ttft[turn].record_ns(stamps[0] - intended)
+        if st.reasoning_tokens:
+            self.reasoning_tokens_measured += st.reasoning_tokens
+        if st.first_answer_ns is not None:
+            self.whole["ttft_answer"].record_ns(st.first_answer_ns - intended)
         if stamps:
             h["ttft"].record_ns(stamps[0] - intended)
             self.whole["ttft_service"].record_ns(stamps[0] - sent)
@@ -222,6 +251,11 @@ class Recorder:
         hi = len(stamps) if end is None else bisect_left(stamps, end)
         self.window_tokens += sign * max(0, hi - lo)
         if lo == 0 and hi > 0:
+            self.window_input_tokens += sign * st.input_tokens
+        elif (
+            not stamps and st.error is None and st.done >= start and (end is None or st.done < end)
+        ):
+            # an answer with no token stream (embeddings, rerank): its input counts when done
             self.window_input_tokens += sign * st.input_tokens
         if st.error is None and st.done >= start and (end is None or st.done < end):
             self.window_completions += sign
@@ -278,6 +312,8 @@ class Recorder:
                 "input_tokens": st.input_tokens,
                 "planned_input_tokens": st.req.input_tokens,
                 "output_tokens": len(stamps),
+                "reasoning_tokens": st.reasoning_tokens,
+                "ttft_answer_ms": ms(st.first_answer_ns, st.intended_ns),
                 "reported_output_tokens": st.reported_tokens
                 if st.reported_tokens is not None
                 else st.output_tokens,
@@ -312,6 +348,8 @@ class Recorder:
             for st in self._after_last_measured:  # finished after the window closed
                 self.window_tokens -= len(st.stamps) - bisect_left(st.stamps, self.window_end)
                 if st.stamps and st.stamps[0] >= self.window_end:
+                    self.window_input_tokens -= st.input_tokens
+                elif not st.stamps and st.error is None and st.done >= self.window_end:
                     self.window_input_tokens -= st.input_tokens
                 if st.error is None and st.done >= self.window_end:
                     self.window_completions -= 1

@@ -68,12 +68,16 @@ class RequestState:
     # of a late send: the loop thread's wait for a CPU up to it (-1: the kernel does not say)
     cpu_wait_ns: int = -1
     wire: Sent | None = None  # the backend's own stamp of the send, with its parts
+    reasoning_tokens: int = 0  # of the output, a reasoning model's thinking
+    first_answer_ns: int | None = None  # a reasoning model's first answer token
 
     @property
     def input_tokens(self) -> int:
         """The prompt's tokens: the server's count where it gave one (what it processed),
         else the client's."""
-        return self.req.input_tokens if self.prompt_tokens is None else self.prompt_tokens
+        if self.prompt_tokens is not None:
+            return self.prompt_tokens
+        return self.req.input_tokens * self.req.inputs
 
     @property
     def done(self) -> int:

@@ -396,6 +396,7 @@ class Runner(Users):
                 st.done_ns, st.output_tokens = ev.t_ns, ev.output_tokens
                 st.response_id, st.reported_tokens = ev.response_id, ev.reported_tokens
                 st.reply, st.prompt_tokens = ev.text, ev.input_tokens
+                st.reasoning_tokens, st.first_answer_ns = ev.reasoning_tokens, ev.first_answer_ns
             elif kind is Failed:
                 st.done_ns, st.error = ev.t_ns, ev.error_type
         if st.done_ns is None:

@@ -7,12 +7,99 @@ from __future__ import annotations
 from typing import Any
 
 from loadtest.results.model import (
+    ApiResult,
     BackendFacts,
     GoodputResult,
+    RunMetrics,
     SessionsResult,
     Stability,
+    Throughput,
     WorkerStats,
 )
+
+LATENCY_ROWS = (
+    "ttft",
+    "ttft_service",
+    "ttft_answer",
+    "itl",
+    "tpot",
+    "e2e",
+    "e2e_service",
+    "queue",
+    "dispatch_lag",
+)
+STREAM_METRICS = ("ttft", "ttft_service", "ttft_answer", "itl", "tpot")
+
+
+def latency_rows(m: RunMetrics) -> list[str]:
+    """The latency metrics a report shows: those the run has, without the token stream's where
+    its API streams none (embeddings, rerank: no TTFT is claimed)."""
+    streams = m.api is None or m.api.streams_tokens
+    return [
+        k
+        for k in LATENCY_ROWS
+        if k in (m.latency_ms or {}) and (streams or k not in STREAM_METRICS)
+    ]
+
+
+def api_rows(api: ApiResult | None, t: Throughput | None) -> list[tuple[str, str]]:
+    """Label/value rows of what the API carried: inputs a request and their rate, reasoning
+    and answer tokens, tool calls and structured answers checked, media sent."""
+    if api is None:
+        return []
+    rows = [("API", api.name + ("" if api.streams_tokens else " (one JSON answer, no stream)"))]
+    unit = "documents" if api.name == "rerank" else "inputs"
+    if api.inputs_per_request is not None:
+        rows.append((f"{unit} per request", str(api.inputs_per_request)))
+        if t is not None:
+            rows.append((f"{unit}/s", _f(t.inputs_per_s, "{:.4g}")))
+            rows.append(("input tokens/s", _f(t.input_tokens_per_s, "{:.4g}")))
+    if api.reasoning_tokens is not None:
+        rows.append(("reasoning / answer tokens", f"{api.reasoning_tokens} / {api.answer_tokens}"))
+    tc = api.tool_calls
+    if tc is not None:
+        rows.append(
+            (
+                "tool calls",
+                f"{tc.calls} in {tc.requests_with_calls} of {tc.requests} requests "
+                f"({tc.offered} tools offered, tool_choice {tc.choice})",
+            )
+        )
+        rows.append(
+            (
+                "tool calls not usable",
+                f"{tc.bad_json} not JSON, {tc.schema_mismatch} break the schema, "
+                f"{tc.unknown_tool} name no offered tool; {tc.cut_at_length} cut by the "
+                f"output length; {tc.missing} requests made no required call",
+            )
+        )
+    sc = api.structured
+    if sc is not None:
+        rows.append(
+            (
+                f"structured answers ({sc.format})",
+                f"{sc.checked} checked: {sc.bad_json} not JSON, {sc.schema_mismatch} break "
+                f"the schema, {sc.cut_at_length} cut by the output length",
+            )
+        )
+    media = api.media
+    if media is not None and media.images_per_request:
+        rows.append(
+            (
+                "images per request",
+                f"{media.images_per_request} x {media.image_size}, "
+                f"{_f(media.image_bytes_mean, '{:.4g}')} bytes each (mean, encoded)",
+            )
+        )
+    if media is not None and media.audio_per_request:
+        rows.append(
+            (
+                "audio per request",
+                f"{media.audio_per_request} x {media.audio_seconds:g} s WAV, "
+                f"{_f(media.audio_bytes_mean, '{:.4g}')} bytes each (mean)",
+            )
+        )
+    return rows
 
 
 def _f(x: Any, fmt: str = "{:.3g}") -> str:

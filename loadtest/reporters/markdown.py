@@ -15,7 +15,6 @@ from loadtest.results.model import (
     Verdict,
 )
 
-ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
 COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
@@ -40,7 +39,9 @@ def render(metrics: RunMetrics) -> str:
     m = visible_doc(metrics)  # outside text in it is shown, never obeyed
     lines = [f"# {_esc(m.name)}", "", f"status: **{m.status}**  started: {m.started_at}", ""]
     if m.latency_ms and m.throughput and m.definitions:
-        lines += _headline(m.latency_ms, m.throughput, m.definitions, m.requests)
+        lines += _headline(
+            m.latency_ms, m.throughput, m.definitions, m.requests, insight.latency_rows(m)
+        )
     v = m.validity
     lines += ["", "## Validity", "", "valid" if v.valid else "**invalid**"]
     lines += [f"- {_esc(x)}" for x in v.reasons + v.warnings]
@@ -48,6 +49,7 @@ def render(metrics: RunMetrics) -> str:
         lines += _sla(m.sla)
     for title, rows in (
         ("Stability", insight.stability_rows(m.stability)),
+        ("API", insight.api_rows(m.api, m.throughput)),
         ("Goodput", insight.goodput_rows(m.goodput)),
         ("Sessions", insight.sessions_rows(m.sessions)),
         ("Server", insight.server_rows(m.server)),
@@ -75,6 +77,7 @@ def _headline(
     t: Throughput,
     definitions: dict[str, str],
     r: Requests,
+    rows: list[str],
 ) -> list[str]:
     lines = [
         "## Headline",
@@ -90,7 +93,7 @@ def _headline(
         "| metric | " + " | ".join(COLS) + " |",
         "|---" * (len(COLS) + 1) + "|",
     ]
-    for name in ROWS:
+    for name in rows:
         s = latency[name]
         lines.append(f"| {name} | " + " | ".join(_cell(getattr(s, c)) for c in COLS) + " |")
     lines += ["", "Definitions:", ""] + [f"- **{k}**: {v}" for k, v in definitions.items()]

@@ -43,17 +43,25 @@ def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True
         for reason in m.validity.reasons:
             console.print(f"  {reason}", style="red")
         return
-    console.print(_latency_table(m.latency_ms))
+    console.print(_latency_table(m.latency_ms, insight.latency_rows(m)))
     r, t = m.requests, m.throughput
     console.print(
         f"requests: {r.completed} completed, {r.failed} failed, {r.warmup} warmup, {r.cancelled} cancelled"
         + (f"  errors: {r.errors_by_type}" if r.errors_by_type else "")
     )
-    if t.window_s:
+    if t.window_s and t.inputs_per_s is not None:
+        unit = "documents" if m.api and m.api.name == "rerank" else "inputs"
+        console.print(
+            f"throughput over {t.window_s:.3g} s window: {t.requests_per_s:.2f} req/s, "
+            f"{t.inputs_per_s:.1f} {unit}/s, {t.input_tokens_per_s:.1f} input tok/s"
+        )
+    elif t.window_s:
         console.print(
             f"throughput over {t.window_s:.3g} s window: {t.output_tokens_per_s:.1f} output tok/s, "
             f"{t.total_tokens_per_s:.1f} total tok/s, {t.requests_per_s:.2f} req/s"
         )
+    for label, value in insight.api_rows(m.api, None)[1:]:
+        console.print(f"{label}: {value}")
     _render_traffic(m, console)
     loop, lag = m.harness.loop_lag_ms, m.latency_ms["dispatch_lag"]
     console.print(
@@ -72,13 +80,13 @@ def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True
         render_sla(m.sla, console)
 
 
-def _latency_table(latency: dict[str, LatencySummary]) -> Table:
+def _latency_table(latency: dict[str, LatencySummary], rows: list[str]) -> Table:
     table = Table(title="latency (ms)", title_justify="left")
     table.add_column("metric", no_wrap=True, min_width=max(len(m) for m in ROWS))
     table.add_column("count", justify="right")
     for c in COLS:
         table.add_column(c, justify="right")
-    for name in ROWS:
+    for name in rows:
         s = latency[name]
         table.add_row(name, str(s.count), *(_ms(getattr(s, c)) for c in COLS))
     return table

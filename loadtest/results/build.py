@@ -10,22 +10,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loadtest.config.scenario import Scenario
+from loadtest.config.scenario import POOLING_APIS, Scenario
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.finish import Observed, finish
 from loadtest.results.model import (
+    ApiResult,
     BackendFacts,
     GoodputResult,
     Harness,
     IntervalPoint,
     LatencySummary,
+    MediaSent,
     Requests,
     RunMetrics,
     SessionsResult,
+    StructuredChecks,
     Throughput,
     Timeseries,
+    ToolCallChecks,
     TurnStats,
     Validity,
     Verdict,
@@ -36,6 +40,7 @@ from loadtest.results.validity import judge_run, window_seconds
 DEFINITIONS = {
     "ttft": "time to first token: first token on the host - intended send time",
     "ttft_service": "first token - actual send time (hides client lag; kept for comparison)",
+    "ttft_answer": "a reasoning model's first answer token (not reasoning) - intended send time",
     "itl": "inter-token latency: every gap between consecutive tokens, pooled over requests",
     "tpot": "time per output token: (last token - first token) / (tokens - 1), per request with >= 2 tokens",
     "e2e": "end to end: last token - intended send time",
@@ -91,14 +96,23 @@ def build_result(
     validity, workers, stability = judge_run(scenario, outcome, hists, facts.warnings)
     status = outcome.status if outcome.status != "ok" else ("ok" if validity.valid else "invalid")
     window_s = window_seconds(rec)
+    api = _api(scenario, rec, facts)
+    pooled = api is not None and not api.streams_tokens
+    requests_per_s = _rate(rec.window_completions, window_s)
     throughput = Throughput(
-        requests_per_s=_rate(rec.window_completions, window_s),
+        requests_per_s=requests_per_s,
         output_tokens_per_s=_rate(rec.window_tokens, window_s),
         total_tokens_per_s=_rate(rec.window_tokens + rec.window_input_tokens, window_s),
         output_tokens_in_window=rec.window_tokens,
         window_s=window_s,
+        input_tokens_per_s=_rate(rec.window_input_tokens, window_s) if pooled else None,
+        inputs_per_s=None
+        if not pooled or requests_per_s is None or api is None
+        else requests_per_s * (api.inputs_per_request or 1),
     )
-    latency = {m: LatencySummary(**hists[m].summary_ms()) for m in ALL_METRICS}
+    # a reasoning model's time to its answer: only where some stream carried reasoning
+    shown = [m for m in ALL_METRICS if m != "ttft_answer" or rec.reasoning_tokens_measured]
+    latency = {m: LatencySummary(**hists[m].summary_ms()) for m in shown}
     e2e = latency["e2e"]
     result = RunMetrics(
         status=status,
@@ -115,10 +129,11 @@ def build_result(
         stability=stability,
         goodput=_goodput(scenario, rec, window_s),
         sessions=_sessions(outcome),
+        api=api,
         workers=workers,
         timeseries=Timeseries(interval_s=rec.interval_ns / 1e9, points=_points(rec)),
-        histograms={m: hists[m].encode() for m in ALL_METRICS},
-        histograms_over_range={m: hists[m].over_range for m in ALL_METRICS},
+        histograms={m: hists[m].encode() for m in shown},
+        histograms_over_range={m: hists[m].over_range for m in shown},
         loop_lag_histogram=outcome.loop_lag.encode(),
         definitions=DEFINITIONS,
         output_tokens_per_s=throughput.output_tokens_per_s,
@@ -145,6 +160,31 @@ def _requests(outcome: RunOutcome, planned: int | None) -> Requests:
         under_two_tokens=rec.single_token,
         output_tokens=rec.output_tokens_measured,
         input_tokens=rec.input_tokens_measured,
+        reasoning_tokens=rec.reasoning_tokens_measured or None,
+    )
+
+
+def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | None:
+    """The API's own section: set for every API but plain chat and completions with nothing
+    checked (their figures are the token stream's, already in the result)."""
+    name = getattr(scenario.backend, "api", None) or "chat"
+    checks = facts.checks or {}
+    w = scenario.workload
+    reasoning = rec.reasoning_tokens_measured
+    plain = name in ("chat", "completions", "generate") and not checks and not reasoning
+    if plain:
+        return None
+    pooled = name in POOLING_APIS
+    inputs = (w.inputs_per_request or 1) if name == "embeddings" else (w.documents or 1)
+    return ApiResult(
+        name=name,
+        streams_tokens=not pooled,
+        inputs_per_request=inputs if pooled else None,
+        reasoning_tokens=reasoning if reasoning else None,
+        answer_tokens=rec.output_tokens_measured - reasoning if reasoning else None,
+        tool_calls=ToolCallChecks(**checks["tool_calls"]) if "tool_calls" in checks else None,
+        structured=StructuredChecks(**checks["structured"]) if "structured" in checks else None,
+        media=MediaSent(**checks["media"]) if "media" in checks else None,
     )
 
 

@@ -11,14 +11,16 @@ import json
 import math
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from loadtest.config.scenario import Scenario
 from loadtest.config.workload import FixedLength, LognormalLength, NormalLength, UniformLength
 from loadtest.core.errors import ScenarioError
 from loadtest.workload.arrivals import ClosedLoop, ThinkTime, make_arrival
+from loadtest.workload.content import Content, load_content
 from loadtest.workload.datasets import DatasetPrompt, DatasetRows, read_dataset
+from loadtest.workload.media import MediaSet, require_pillow
 from loadtest.workload.tokenizer import ByteTokenizer, Tokenizer
 
 
@@ -40,6 +42,9 @@ class PlannedRequest:
     # multi_turn: the conversation so far, this turn's message last; set when the turn is sent
     # (it holds the earlier replies), and then ``input_tokens`` counts the whole history
     history: tuple[dict, ...] | None = None
+    # texts the request carries, each ``input_tokens`` long: an embeddings request's inputs,
+    # a rerank request's query and documents
+    inputs: int = 1
 
 
 # --- lengths ------------------------------------------------------------------------------
@@ -77,6 +82,7 @@ class RequestSource:
         self._dataset = dataset
         self._order: list[int] = []
         self._ignore_eos = w.output == "fixed"
+        self._inputs = inputs_per_request(scenario)
         mt = w.multi_turn
         self._turns = None if mt is None else _sampler(3 if mt.turns is None else mt.turns)
         self._max_turns = None if mt is None else mt.max_turns
@@ -99,8 +105,9 @@ class RequestSource:
             n_in += self._prefix.tokens
         seed = self._prompts.getrandbits(63)
         return PlannedRequest(
-            index, offset_ns, n_in, out, seed, row, warmup, self._ignore_eos, group
-        )
+            index, offset_ns, n_in, out, seed, row, warmup, self._ignore_eos, group,
+            inputs=self._inputs,
+        )  # fmt: skip
 
     def next_session(
         self, index: int, offset_ns: int | None, warmup: bool, session: int
@@ -169,6 +176,8 @@ class Plan:
     turn_think_rng: random.Random | None = None
     # closed loop: the request (and session) indexes this plan takes, ``start::step`` (a worker's)
     stride: tuple[int, int] = (0, 1)
+    content: Content = field(default_factory=Content)  # tools and the answer's format
+    media: MediaSet | None = None  # images and audio each request carries
 
     @property
     def multi_turn(self) -> bool:
@@ -232,6 +241,22 @@ class Plan:
             return tokenizer.random_prompt_ids(rng, max(n, tokens), keep=shared)
         return tokenizer.random_prompt_ids(rng, n)
 
+    def input_ids(self, req: PlannedRequest, tokenizer: Tokenizer) -> list[list[int]]:
+        """Each text a multi-input request carries (embeddings' inputs; rerank's query, then
+        its documents): the first is the request's prompt, the others seeded from it (or the
+        dataset's next rows)."""
+        first = self.prompt_ids(req, tokenizer)
+        out = [first]
+        for k in range(1, req.inputs):
+            if req.dataset_row is not None:
+                assert self.dataset is not None
+                row = self.dataset[(req.dataset_row + k) % len(self.dataset)]
+                out.append(list(row.token_ids))
+            else:
+                rng = random.Random(req.prompt_seed + k)
+                out.append(tokenizer.random_prompt_ids(rng, len(first)))
+        return out
+
     def share(self, worker: int, workers: int) -> Plan:
         """Worker ``worker`` of ``workers``' part of this plan; the parts together are the plan.
 
@@ -292,6 +317,12 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
     sp = scenario.workload.shared_prefix
     # each group's prefix is seeded from the prompts seed: the same prefixes in every replicate
     prefix = None if sp is None else (sp.tokens, scenario.seeds.prompts * 1_000_003)
+    content = load_content(scenario, resolve)
+    media = None
+    if w.images is not None or w.audio is not None:
+        if w.images is not None:
+            require_pillow()
+        media = MediaSet(w.images, w.audio, scenario.seeds.prompts)
     arrival = make_arrival(load.arrival, resolve)
     schedule_rng = random.Random(scenario.seeds.schedule)
     if isinstance(arrival, ClosedLoop):
@@ -309,6 +340,8 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
             prefix=prefix,
             turn_think=turn_think,
             turn_think_rng=turn_think_rng,
+            content=content,
+            media=media,
         )
     requests = list(
         _open_loop(load, arrival.offsets_ns(schedule_rng), source, multi_turn=mt is not None)
@@ -332,7 +365,21 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
         prefix=prefix,
         turn_think=turn_think,
         turn_think_rng=turn_think_rng,
+        content=content,
+        media=media,
     )
+
+
+def inputs_per_request(scenario: Scenario) -> int:
+    """Texts each request carries: an embeddings request's inputs, a rerank request's query
+    and its documents, else one prompt."""
+    api = getattr(scenario.backend, "api", None)
+    w = scenario.workload
+    if api == "embeddings":
+        return w.inputs_per_request or 1
+    if api == "rerank":
+        return 1 + (w.documents or 1)
+    return 1
 
 
 def _dataset(

@@ -1,5 +1,10 @@
-"""Request bodies: what each planned request asks the server for, streamed, with usage, and
-(when the plan fixes output lengths) the server's own way of asking for exactly ``n`` tokens."""
+"""Request bodies: what each planned request asks the server for, in its API's shape.
+
+Chat, completions and the Responses API are streamed, with usage, and (when the plan fixes
+output lengths) the server's own way of asking for exactly ``n`` tokens; tools, an answer
+format and media go the way each API takes them. Embeddings and rerank are one JSON answer
+each: their bodies carry the request's texts (``Plan.input_ids``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,18 @@ from collections import Counter
 from typing import Any
 
 from loadtest.backends.openai.tokens import fit_in_template
+from loadtest.workload.content import Content
 from loadtest.workload.tokenizer import render_messages_plainly
+
+POOLING_APIS = ("embeddings", "rerank")
+TEMPLATED_APIS = ("chat", "responses")  # the server wraps the prompt in the chat template
+PATHS = {
+    "chat": "/chat/completions",
+    "completions": "/completions",
+    "responses": "/responses",
+    "embeddings": "/embeddings",
+    "rerank": "/rerank",
+}
 
 
 class RequestBodies:
@@ -17,52 +33,117 @@ class RequestBodies:
 
     def __init__(self, spec: Any, tokenizer: Any, fit: bool) -> None:
         self.spec = spec
+        self.api: str = spec.api
         self.tokenizer = tokenizer
         self.fit = fit
         self.plan: Any = None  # dataset rows are sent as their text (or chat messages)
         self.fixed_via: str | None = None  # how the server takes a fixed length (the probe's)
 
+    @property
+    def content(self) -> Content:
+        return self.plan.content if self.plan is not None else Content()
+
     def for_request(self, req: Any, prompt_ids: Any, facts: Counter) -> dict:
         """A planned request's body: a session turn's conversation, a dataset row, or the
-        synthetic prompt's text."""
+        synthetic prompt's text; for embeddings and rerank, all of its texts."""
+        if self.api in POOLING_APIS:
+            return self.pooled(req, prompt_ids)
         fixed = self.fixed_via if req.ignore_eos else None
+        media = () if self.plan is None or self.plan.media is None else (
+            self.plan.media.for_request(req.index).parts
+        )  # fmt: skip
         if req.history is not None:  # a session's turn: the conversation so far
             history = list(req.history)
             text = (
                 ""
-                if self.spec.api == "chat"
+                if self.api in TEMPLATED_APIS
                 else self.tokenizer.render_chat(history) or render_messages_plainly(history)
             )
-            return self.streaming(text, req.history, req.output_tokens, fixed, facts)
+            return self.streaming(text, req.history, req.output_tokens, fixed, facts, media)
         row = (
             self.plan.dataset[req.dataset_row]
             if req.dataset_row is not None and self.plan
             else None
         )
         text = row.text if row else self.tokenizer.decode(prompt_ids)
-        if row is None and self.spec.api == "chat" and self.fit:
+        if row is None and self.api in TEMPLATED_APIS and self.fit:
             text = fit_in_template(self.tokenizer, text, req.input_tokens)
         messages = row.messages if row else None
-        return self.streaming(text, messages, req.output_tokens, fixed, facts)
+        return self.streaming(text, messages, req.output_tokens, fixed, facts, media)
 
     def streaming(
-        self, text: str, messages: Any, n: int, fixed_via: str | None, facts: Counter
+        self,
+        text: str,
+        messages: Any,
+        n: int,
+        fixed_via: str | None,
+        facts: Counter,
+        media: tuple[dict, ...] = (),
     ) -> dict:
         """A streaming request for ``n`` tokens; ``fixed_via``: how to ask for exactly ``n``."""
-        body: dict[str, Any] = {
-            "model": self.spec.model,
-            "stream": True,
-            "max_tokens": n,
-            "stream_options": {"include_usage": True},
-        }
-        if self.spec.api == "chat":
-            body["messages"] = list(messages) if messages else [{"role": "user", "content": text}]
+        body: dict[str, Any] = {"model": self.spec.model, "stream": True}
+        if self.api == "responses":
+            body["max_output_tokens"] = n
+            msgs = list(messages) if messages else [{"role": "user", "content": text}]
+            body["input"] = _responses_input(_with_media(msgs, media, responses=True))
         else:
-            body["prompt"] = text
+            body["max_tokens"] = n
+            body["stream_options"] = {"include_usage": True}
+            if self.api == "chat":
+                msgs = list(messages) if messages else [{"role": "user", "content": text}]
+                body["messages"] = _with_media(msgs, media, responses=False)
+            else:
+                body["prompt"] = text
+        self._add_content(body)
         if fixed_via is not None:
             self._ask_fixed(body, n, fixed_via, facts)
         body.update(self.spec.extra_body)
         return body
+
+    def pooled(self, req: Any, prompt_ids: Any) -> dict:
+        """An embeddings request (its inputs) or a rerank request (a query, its documents)."""
+        plan = self.plan
+        if plan is not None and req.dataset_row is not None:
+            rows = plan.dataset
+            texts = [rows[(req.dataset_row + k) % len(rows)].text for k in range(req.inputs)]
+        elif plan is not None:
+            texts = [self.tokenizer.decode(ids) for ids in plan.input_ids(req, self.tokenizer)]
+        else:
+            texts = [self.tokenizer.decode(prompt_ids)] * req.inputs
+        return self.pooled_body(texts)
+
+    def pooled_body(self, texts: list[str]) -> dict:
+        body: dict[str, Any] = {"model": self.spec.model}
+        if self.api == "embeddings":
+            body.update(input=texts, encoding_format="float")
+        else:
+            body.update(query=texts[0], documents=texts[1:] or [texts[0]])
+        body.update(self.spec.extra_body)
+        return body
+
+    def _add_content(self, body: dict) -> None:
+        """Tools, tool_choice and the answer format, in the API's shape."""
+        c = self.content
+        if c.tools:
+            if self.api == "responses":  # flat: {"type": "function", "name", "parameters"}
+                body["tools"] = [{"type": "function", **t["function"]} for t in c.tools]
+                choice = c.tool_choice
+                if isinstance(choice, dict):
+                    choice = {"type": "function", "name": choice["function"]["name"]}
+                body["tool_choice"] = choice
+            else:
+                body["tools"] = c.tools
+                body["tool_choice"] = c.tool_choice
+        if c.response_format is not None:
+            if self.api == "responses":
+                fmt = c.response_format
+                body["text"] = {
+                    "format": {"type": "json_schema", **fmt["json_schema"]}
+                    if fmt["type"] == "json_schema"
+                    else {"type": "json_object"}
+                }
+            else:
+                body["response_format"] = c.response_format
 
     def _ask_fixed(self, body: dict, n: int, via: str, facts: Counter) -> None:
         if via == "ignore_eos":
@@ -74,3 +155,28 @@ class RequestBodies:
             body["generation_config"] = json.dumps(config)
         else:
             facts["fixed_unsupported"] += 1
+
+
+def _with_media(messages: list, parts: tuple[dict, ...], responses: bool) -> list:
+    """The messages with ``parts`` (images, audio) added to the last one's content."""
+    if not parts:
+        return messages
+    last = dict(messages[-1])
+    text = last.get("content")
+    content = list(text) if isinstance(text, list) else [{"type": "text", "text": text or ""}]
+    if responses:
+        content = [
+            {"type": "input_text", "text": p["text"]} if p.get("type") == "text" else p
+            for p in content
+        ] + [{"type": "input_image", "image_url": p["image_url"]["url"]} for p in parts]
+    else:
+        content += list(parts)
+    last["content"] = content
+    return [*messages[:-1], last]
+
+
+def _responses_input(messages: list) -> str | list:
+    """The Responses API's ``input``: a lone user message as its text, else the messages."""
+    if len(messages) == 1 and isinstance(messages[0].get("content"), str):
+        return messages[0]["content"]
+    return messages

@@ -25,10 +25,12 @@ from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai import connection
-from loadtest.backends.openai.bodies import RequestBodies
+from loadtest.backends.openai.bodies import PATHS, POOLING_APIS, TEMPLATED_APIS, RequestBodies
 from loadtest.backends.openai.connection import Wire, error_text, failure_kind
 from loadtest.backends.openai.discovery import authorization, server_root, without_credentials
 from loadtest.backends.openai.facts import report
+from loadtest.backends.openai.outputs import OutputChecks
+from loadtest.backends.openai.pooling import read_answer
 from loadtest.backends.openai.sse import SseParser
 from loadtest.backends.openai.stream import (
     BadResponse,
@@ -44,6 +46,7 @@ from loadtest.backends.openai.tokens import (
 )
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed, Finished, Tokens
+from loadtest.workload.content import Content
 from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer
 
 PROBE_TOKENS = 2
@@ -61,15 +64,16 @@ class OpenAIBackend(Backend):
         self.base_dir = Path((context or {}).get("base_dir", "."))
         # requests go to the URL without its credentials; they travel as a header (start())
         self._base = without_credentials(spec.base_url)
-        self.url = self._base.rstrip("/") + (
-            "/chat/completions" if spec.api == "chat" else "/completions"
-        )
+        self.url = self._base.rstrip("/") + PATHS[spec.api]
+        self._pooled = spec.api in POOLING_APIS
         self._session: Any = None
         self._tokens = TokenCounter(None, clock.now_ns)
         self._bodies = RequestBodies(spec, ByteTokenizer(), fit=False)
         self._connect_errors_in_a_row = 0
         self.facts: Counter[str] = Counter()
         self.server_model: str | None = None
+        self._checks = OutputChecks(Content())
+        self._described: dict = {}  # what the run's requests carry and are checked for
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -118,11 +122,12 @@ class OpenAIBackend(Backend):
         """How prompts are sized, and the tokenizer that sizes them: the model's (the server's
         additions counted in), else bytes scaled by the server's ``/tokenize``, else bytes."""
         if self._tokens.count:
-            tokenizer.prompt_overhead = prompt_overhead(tokenizer, self.spec.api)
+            templated = self.spec.api in TEMPLATED_APIS
+            tokenizer.prompt_overhead = prompt_overhead(tokenizer, templated)
             return tokenizer, (
                 f"the model's tokenizer: each prompt is input_tokens as the server counts it, "
                 f"{tokenizer.prompt_overhead} of them added by the server "
-                + ("(the chat template)" if self.spec.api == "chat" else "(special tokens)")
+                + ("(the chat template)" if templated else "(special tokens)")
             )
         per_token = await self._server_bytes_per_token()
         if per_token is None:
@@ -151,14 +156,22 @@ class OpenAIBackend(Backend):
         )
 
     async def prepare(self, plan) -> dict:
-        """Keep the plan: dataset rows are sent as their text or chat messages."""
+        """Keep the plan (dataset rows are sent as their text or chat messages, with its tools
+        and answer format), and render its media before t0."""
         self._bodies.plan = plan
-        return {}
+        self._checks = OutputChecks(plan.content)
+        self._described = self._checks.describe()
+        if plan.media is not None:
+            count = plan.planned_count or len(plan.requests) or 1
+            await asyncio.to_thread(plan.media.render, count)
+            self._described["media"] = plan.media.describe()
+            self._described["media"]["distinct_sets"] = len(plan.media.sets)
+        return {"content": self._described} if self._described else {}
 
     async def point_facts(self) -> dict:
         """What the client saw this point: HTTP statuses, pool waits, bad responses, usage checks."""
         facts, self.facts = self.facts, Counter()
-        return report(facts, self.spec.max_connections, self._bodies.fixed_via)
+        return report(facts, self.spec.max_connections, self._bodies.fixed_via, self._described)
 
     @classmethod
     def combine_facts(cls, spec, details: dict, parts: list[dict]) -> dict:
@@ -166,7 +179,9 @@ class OpenAIBackend(Backend):
         total: Counter[str] = Counter()
         for part in parts:
             total.update(part.get("http", {}))
-        return report(total, spec.max_connections, details.get("fixed_output_via"))
+        return report(
+            total, spec.max_connections, details.get("fixed_output_via"), details.get("content")
+        )
 
     async def stop(self) -> dict:
         if self._session is not None:
@@ -181,7 +196,13 @@ class OpenAIBackend(Backend):
         # warm-up requests are not the run's: what they show is not reported
         facts = self.facts if not req.warmup else Counter()
         body = self._bodies.for_request(req, prompt_ids, facts)
-        stream = Stream(self.spec.api, req.output_tokens, keep_reply=req.history is not None)
+        stream = Stream(
+            self.spec.api,
+            req.output_tokens,
+            keep_reply=req.history is not None,
+            keep_answer=self._checks.active,
+        )
+        pooled: tuple[int | None, str | None] | None = None
         wire = Wire()
         failure: Failed | None = None
         partial = True  # a failed stream's tokens so far are kept (not when it never started)
@@ -196,8 +217,11 @@ class OpenAIBackend(Backend):
                     facts[f"http_{resp.status}"] += 1
                     yield Failed(now(), f"http_{resp.status}", await error_text(resp))
                     return
-                failure = await stream.read(resp.content, now)
-                partial = failure is None or failure.error_type != "server_error"
+                if self._pooled:
+                    pooled = await read_answer(resp.content, self.spec.api, req.inputs)
+                else:
+                    failure = await stream.read(resp.content, now)
+                    partial = failure is None or failure.error_type != "server_error"
         except Exception as exc:
             failed = self._failed(exc, facts)
             if failed is None:
@@ -213,6 +237,12 @@ class OpenAIBackend(Backend):
                 yield Tokens(tuple(stamps(self._tokens.counted(stream.chunks))))
             yield failure
             return
+        if pooled is not None:  # one JSON answer: no tokens, its end is the request's
+            prompt_tokens, response_id = pooled
+            yield Finished(now(), 0, prompt_tokens, response_id)
+            return
+        if self._checks.active:
+            self._checks.check(stream, facts)
         for event in self._finished(req, stream, facts):
             yield event
 
@@ -240,7 +270,13 @@ class OpenAIBackend(Backend):
         token_stamps = (
             [t for t, _ in chunks]  # a chunk a token, as the server says: nothing to count
             if served is not None and served == len(chunks)
-            else self._tokens.reconcile(self._tokens.counted(chunks), usage, stream.chars, facts)
+            else self._tokens.reconcile(
+                self._tokens.counted(chunks),
+                usage,
+                stream.chars,
+                facts,
+                req.output_tokens if stream.tool_calls else None,
+            )
         )
         if stream.reply_cut:
             facts["replies_cut"] += 1
@@ -251,6 +287,7 @@ class OpenAIBackend(Backend):
         if self._tokens.count and prompt_tokens is not None and prompt_tokens != req.input_tokens:
             facts["prompt_token_mismatch"] += 1
             facts["prompt_tokens_off"] += abs(prompt_tokens - req.input_tokens)
+        reasoning = self._reasoning_tokens(stream, len(token_stamps))
         return [
             Tokens(tuple(token_stamps)),
             Finished(
@@ -259,9 +296,22 @@ class OpenAIBackend(Backend):
                 prompt_tokens,
                 stream.response_id,
                 served,
-                None if stream.reply is None else "".join(stream.reply),
+                None if req.history is None else stream.answer,
+                reasoning,
+                stream.first_answer_ns if reasoning else None,
             ),
         ]
+
+    def _reasoning_tokens(self, stream: Stream, total: int) -> int:
+        """Output tokens that were reasoning: the server's count where its usage gives one,
+        else the reasoning chunks' (counted as the stream's tokens are), at most ``total``."""
+        if not stream.reasoning:
+            return 0
+        details = (stream.usage or {}).get("completion_tokens_details")
+        served = usage_count(details, "reasoning_tokens")
+        if served is None:
+            served = sum(n or 1 for _, n in self._tokens.counted(stream.reasoning))
+        return min(served, total)
 
     def _connect_failed(self, exc: Exception) -> None:
         self._connect_errors_in_a_row += 1
@@ -274,7 +324,13 @@ class OpenAIBackend(Backend):
     # -- set-up -------------------------------------------------------------------------------
 
     async def _probe(self) -> str:
-        """Reach the server (a 2-token request) and find how it takes fixed output lengths."""
+        """Reach the server (a 2-token request) and find how it takes fixed output lengths;
+        embeddings and rerank: one small request (they have no output to fix)."""
+        if self._pooled:
+            status, text = await self._probe_once(None)
+            if status >= 400:
+                raise BackendError(f"{self.url}: probe request failed: HTTP {status}: {text}")
+            return "none"
         modes = (
             [self.spec.fixed_output]
             if self.spec.fixed_output != "auto"
@@ -302,13 +358,20 @@ class OpenAIBackend(Backend):
     async def _probe_once(self, via: str | None) -> tuple[int, str]:
         import aiohttp
 
-        body = self._bodies.streaming("hello", None, PROBE_TOKENS, via, Counter())
+        body = (
+            self._bodies.pooled_body(["hello", "hello"])
+            if self._pooled
+            else self._bodies.streaming("hello", None, PROBE_TOKENS, via, Counter())
+        )
         try:
             async with self._session.post(
                 self.url, data=json.dumps(body), trace_request_ctx=Wire()
             ) as resp:
                 if resp.status >= 400:
                     return resp.status, await error_text(resp)
+                if self._pooled:
+                    await read_answer(resp.content, self.spec.api, 2)
+                    return resp.status, ""
                 raw = await resp.content.read(1 << 20)  # a 2-token answer is a few hundred bytes
                 for data in SseParser().feed(raw):
                     if data != "[DONE]":

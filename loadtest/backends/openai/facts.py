@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from loadtest.backends.openai.outputs import summary
 from loadtest.backends.openai.stream import MAX_REPLY_CHARS
 
 # Each counter that is a problem when not zero, and what it says: a template filled from the
@@ -23,6 +24,16 @@ WARNINGS = {
     "length (fixed output via {fixed_via}): the server stopped early",
     "fixed_unsupported": "no fixed-length option (fixed_output: {fixed_via}): "
     "{fixed_unsupported} requests asked for a fixed length and could stop at EOS",
+    "tool_calls_bad_json": "{tool_calls_bad_json} of {tool_calls} tool calls had arguments "
+    "that are not JSON",
+    "tool_calls_schema_mismatch": "{tool_calls_schema_mismatch} of {tool_calls} tool calls had "
+    "arguments that break the tool's schema",
+    "tool_calls_unknown_tool": "{tool_calls_unknown_tool} tool calls named a tool not offered",
+    "tool_calls_missing": "{tool_calls_missing} requests had to call a tool and did not",
+    "structured_bad_json": "{structured_bad_json} of {structured_checked} answers asked for as "
+    "JSON were not JSON",
+    "structured_schema_mismatch": "{structured_schema_mismatch} of {structured_checked} answers "
+    "broke the schema they were asked to follow",
     "prompt_token_mismatch": "{prompt_token_mismatch} requests: the server counted a different "
     "prompt length than planned, {prompt_tokens_off} tokens off in all (its tokenizer or chat "
     "template differs from the client's; requests.jsonl has each request's input_tokens beside "
@@ -30,9 +41,15 @@ WARNINGS = {
 }
 
 
-def report(facts: Counter, max_connections: int, fixed_via: str | None) -> dict:
-    """The counters as the result's ``backend.http``, with the warnings they call for."""
+def report(
+    facts: Counter, max_connections: int, fixed_via: str | None, described: dict | None = None
+) -> dict:
+    """The counters as the result's ``backend.http``, with the warnings they call for; and,
+    where outputs were checked or media sent (``described``), ``backend.checks``."""
     out: dict = {"http": dict(facts)}
+    checks = summary(facts, described or {})
+    if checks:
+        out["checks"] = checks
     values = _Filled(
         facts,
         max_connections=max_connections,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from loadtest.backends.openai.sse import EventTooLarge, SseParser
 from loadtest.core.events import Failed
@@ -28,18 +28,25 @@ class BadResponse(Exception):
 
 class Stream:
     """What one streamed response brought: each chunk's arrival and text, the characters in
-    all, the reply a session keeps, the server's usage, finish reason, response id and model."""
+    all, the reply a session keeps, the server's usage, finish reason, response id and model;
+    its reasoning apart, its tool calls' names and arguments, and (``keep_answer``) its answer."""
 
-    def __init__(self, api: str, output_tokens: int, keep_reply: bool) -> None:
+    def __init__(
+        self, api: str, output_tokens: int, keep_reply: bool, keep_answer: bool = False
+    ) -> None:
         self.api = api
         self.chunks: list[tuple[int, str]] = []  # (arrival ns, its text)
         self.chars = 0  # characters of text streamed: bounds what the server's usage may claim
-        self.reply: list[str] | None = [] if keep_reply else None
+        self.reply: list[str] | None = [] if keep_reply or keep_answer else None
         self.reply_chars = 0  # of the reply: past MAX_REPLY_CHARS the history keeps its start
         self.usage: Any = None
         self.finish_reason: str | None = None
         self.response_id: str | None = None  # the server's id: per-request exports join on it
         self.model: str | None = None
+        self.reasoning: list[tuple[int, str]] = []  # the chunks that were reasoning
+        self.first_answer_ns: int | None = None  # the first chunk that was not reasoning
+        # tool calls by their index in the answer: [name, argument fragments]
+        self.tool_calls: dict[int, list] = {}
         # more chunks or text than the tokens asked for could hold: a server that does not stop
         self.max_chunks = MAX_CHUNKS_PER_TOKEN * output_tokens + MAX_CHUNKS_SLACK
         self.output_tokens = output_tokens
@@ -58,8 +65,9 @@ class Stream:
                 if data == "[DONE]":
                     return None
                 event = parse_event(data)
-                if "error" in event:
-                    return Failed(t, "server_error", str(event["error"])[:300])
+                failed = _error_in(event)
+                if failed is not None:
+                    return Failed(t, "server_error", failed)
                 self._take(t, event)
         if self.finish_reason is None:
             return Failed(
@@ -72,11 +80,16 @@ class Stream:
         """The reply was longer than a session's history keeps."""
         return self.reply_chars > MAX_REPLY_CHARS
 
+    @property
+    def answer(self) -> str | None:
+        """The answer's text (content, not reasoning), where it was kept."""
+        return None if self.reply is None else "".join(self.reply)
+
     def _take(self, t: int, event: dict) -> None:
-        text, reason, content = tokens_in(event, self.api)
-        if text is not None:
-            self.chunks.append((t, text))
-            self.chars += len(text)
+        d = responses_delta(event) if self.api == "responses" else tokens_in(event, self.api)
+        if d.text is not None:
+            self.chunks.append((t, d.text))
+            self.chars += len(d.text)
             if len(self.chunks) > self.max_chunks or (
                 self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks
             ):
@@ -84,47 +97,165 @@ class Stream:
                     f"the stream ran past {len(self.chunks)} chunks, {self.chars} "
                     f"characters, for {self.output_tokens} tokens asked"
                 )
-        if self.reply is not None and content:
-            self.reply_chars += len(content)
+            if d.reasoning:
+                self.reasoning.append((t, d.reasoning))
+            elif self.first_answer_ns is None and (d.content or d.tools):
+                self.first_answer_ns = t
+        for index, name, args in d.tools:
+            call = self.tool_calls.setdefault(index, [None, []])
+            call[0] = call[0] or name
+            if args:
+                call[1].append(args)
+        if self.reply is not None and d.content:
+            self.reply_chars += len(d.content)
             if self.reply_chars <= MAX_REPLY_CHARS:
-                self.reply.append(content)
-        self.finish_reason = reason or self.finish_reason
-        self.usage = event.get("usage") or self.usage
+                self.reply.append(d.content)
+        self.finish_reason = d.reason or self.finish_reason
+        self.usage = d.usage or self.usage
         if self.response_id is None:
-            self.response_id = _response_id(event)
-        if self.model is None and event.get("choices") and isinstance(event.get("model"), str):
-            self.model = event["model"]
+            self.response_id = _response_id(d.source)
+        if self.model is None and d.has_choice and isinstance(d.source.get("model"), str):
+            self.model = d.source["model"]
 
 
-def tokens_in(obj: dict, api: str) -> tuple[str | None, str | None, str | None]:
-    """One streamed event's output text, its finish_reason and its content (not reasoning)
-    text (``BadResponse`` when the event is not shaped like an OpenAI chunk).
+class Delta(NamedTuple):
+    """What one streamed event carried: its output text (None: no token; empty: a token with
+    no text), the answer's part of it, the reasoning's, tool-call fragments ``(index, name,
+    arguments)``, a finish reason and usage, and the object its id and model are read from."""
+
+    text: str | None
+    reason: str | None = None
+    content: str | None = None
+    reasoning: str | None = None
+    tools: tuple[tuple[int, str | None, str], ...] = ()
+    usage: Any = None
+    source: dict = {}
+    has_choice: bool = False
+
+
+def tokens_in(obj: dict, api: str) -> Delta:
+    """One chat or completions chunk's output (``BadResponse`` when the event is not shaped
+    like an OpenAI chunk).
 
     The text is None for an event that carries no token (usage only; chat's opening chunk,
     which names the role before any text), and empty for a choice with no text: a token whose
-    text is empty (a special token, the first bytes of a character) arrives in it."""
+    text is empty (a special token, the first bytes of a character) arrives in it. A tool
+    call's argument fragments are output text like any other."""
     choices = obj.get("choices") or []
     if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
         raise BadResponse(f"choices: expected a list of objects, got {str(choices)[:80]}")
+    usage = obj.get("usage")
     if not choices:
-        return None, None, None
+        return Delta(None, usage=usage, source=obj)
     choice = choices[0]
+    tools: tuple = ()
     if api == "chat":
         delta = choice.get("delta") or {}
         if not isinstance(delta, dict):
             raise BadResponse(f"delta: expected an object, got {str(delta)[:80]}")
-        parts = (delta.get("content"), delta.get("reasoning_content") or delta.get("reasoning"))
+        content, reasoning = (
+            delta.get("content"),
+            (delta.get("reasoning_content") or delta.get("reasoning")),
+        )
+        if delta.get("tool_calls"):
+            tools = _tool_fragments(delta["tool_calls"])
     else:
-        parts = (choice.get("text"), None)
-    if not all(p is None or isinstance(p, str) for p in parts):
+        content, reasoning = choice.get("text"), None
+    if not all(p is None or isinstance(p, str) for p in (content, reasoning)):
         raise BadResponse("content: expected text")
-    text = "".join(p for p in parts if p)
+    text = (content or "") + (reasoning or "") + "".join(a for _, _, a in tools)
     reason = choice.get("finish_reason")
     reason = reason if isinstance(reason, str) else None
-    if not text:
+    if not text and not tools:
         opening = api == "chat" and "role" in (choice.get("delta") or {})
-        return (None if opening else ""), reason, None
-    return text, reason, parts[0]
+        return Delta(None if opening else "", reason, None, None, (), usage, obj, True)
+    return Delta(text, reason, content or None, reasoning or None, tools, usage, obj, True)
+
+
+def _tool_fragments(calls: Any) -> tuple[tuple[int, str | None, str], ...]:
+    """A chat delta's ``tool_calls``: ``(index, name or None, argument fragment)`` each."""
+    if not isinstance(calls, list):
+        raise BadResponse(f"tool_calls: expected a list, got {str(calls)[:80]}")
+    out = []
+    for k, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            raise BadResponse(f"tool_calls: expected function objects, got {str(call)[:80]}")
+        index = call.get("index", k)
+        name, args = fn.get("name"), fn.get("arguments") or ""
+        if not isinstance(index, int) or not isinstance(args, str):
+            raise BadResponse("tool_calls: index or arguments of the wrong type")
+        out.append((index, name if isinstance(name, str) else None, args))
+    return tuple(out)
+
+
+# Responses API events: what each carries (the rest, such as *.done and part events, none)
+_RESPONSES_TEXT = {
+    "response.output_text.delta": "content",
+    "response.reasoning_text.delta": "reasoning",
+    "response.reasoning_summary_text.delta": "reasoning",
+    "response.function_call_arguments.delta": "tool",
+}
+
+
+def responses_delta(event: dict) -> Delta:
+    """One Responses API event's output: text deltas (answer, reasoning, a function call's
+    arguments), a function call's start, and the final response's usage and status."""
+    kind = event.get("type")
+    part = _RESPONSES_TEXT.get(kind) if isinstance(kind, str) else None
+    if part is not None:
+        delta = event.get("delta")
+        if not isinstance(delta, str):
+            raise BadResponse(f"{kind}: delta: expected text")
+        if part == "tool":
+            index = event.get("output_index", 0)
+            return Delta(delta, tools=((index, None, delta),), source=event, has_choice=True)
+        if part == "reasoning":
+            return Delta(delta, reasoning=delta or None, source=event, has_choice=True)
+        return Delta(delta, content=delta or None, source=event, has_choice=True)
+    if kind == "response.output_item.added":
+        item = event.get("item") or {}
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            index = event.get("output_index", 0)
+            name = item.get("name") if isinstance(item.get("name"), str) else None
+            return Delta("", tools=((index, name, ""),), source=event, has_choice=True)
+        return Delta(None, source=event)
+    response = event.get("response")
+    if not isinstance(response, dict):
+        return Delta(None, source=event)
+    if kind in ("response.completed", "response.incomplete"):
+        usage = response.get("usage")
+        reason = "length" if response.get("status") == "incomplete" else "stop"
+        return Delta(None, reason, usage=_chat_usage(usage), source=response, has_choice=True)
+    return Delta(None, source=response, has_choice=kind == "response.created")
+
+
+def _chat_usage(usage: Any) -> Any:
+    """The Responses API's usage under chat's names (prompt_tokens, completion_tokens)."""
+    if not isinstance(usage, dict):
+        return None
+    out = dict(usage)
+    out.setdefault("prompt_tokens", usage.get("input_tokens"))
+    out.setdefault("completion_tokens", usage.get("output_tokens"))
+    details = usage.get("output_tokens_details")
+    if isinstance(details, dict):
+        out.setdefault("completion_tokens_details", details)
+    return out
+
+
+def _error_in(event: dict) -> str | None:
+    """A stream's error event (chat's ``{"error": ...}``; the Responses API's ``error`` and
+    ``response.failed`` events), as text; None for any other event."""
+    kind = event.get("type")
+    if kind == "response.failed":
+        response = event.get("response")
+        error = response.get("error") if isinstance(response, dict) else None
+        return str(error or "response.failed")[:300]
+    if "error" in event:
+        return str(event["error"])[:300]
+    if kind == "error":
+        return str(event.get("message") or event)[:300]
+    return None
 
 
 def parse_event(data: str) -> dict:

@@ -83,10 +83,11 @@ def fit_in_template(tok: Any, text: str, n: int) -> str:
     return text
 
 
-def prompt_overhead(tokenizer: Any, api: str) -> int:
+def prompt_overhead(tokenizer: Any, templated: bool) -> int:
     """Tokens the server adds to a prompt's text: the special tokens its tokenizer adds
-    (completions), or what the chat template wraps a user message in (chat)."""
-    if api != "chat":
+    (completions, embeddings), or what the chat template wraps a user message in (chat, the
+    Responses API)."""
+    if not templated:
         return max(0, tokenizer.special_tokens_added())
     sample = tokenizer.decode(tokenizer.random_prompt_ids(random.Random(0), 16))
     rendered = tokenizer.render_chat([{"role": "user", "content": sample}])
@@ -126,7 +127,12 @@ class TokenCounter:
         return [(t, max(1, len(count(text))) if text else 0) for t, text in chunks]
 
     def reconcile(
-        self, chunks: list[tuple[int, int]], usage: object, chars: int, facts: Counter
+        self,
+        chunks: list[tuple[int, int]],
+        usage: object,
+        chars: int,
+        facts: Counter,
+        withheld_cap: int | None = None,
     ) -> list[int]:
         """One stamp per token, agreeing with the server's count when it gives one.
 
@@ -135,7 +141,9 @@ class TokenCounter:
         of its text (a word piece alone may tokenize into two). Otherwise tokens the text does
         not account for go first to the chunks that came with no text, at their own arrival,
         then to the last chunk; an over-count is taken from multi-token chunks, latest first.
-        Without ``usage``, a chunk with no text is taken as one token."""
+        Without ``usage``, a chunk with no text is taken as one token. ``withheld_cap``: the
+        server streamed only part of what it generated (a tool parser keeps the call's markup
+        back), so its count is plausible up to the tokens asked for, whatever the text."""
         served = usage_count(usage, "completion_tokens")
         if served is None:
             return stamps([(t, n or 1) for t, n in chunks])
@@ -144,7 +152,12 @@ class TokenCounter:
         counted = sum(n for _, n in chunks)
         if served == counted:
             return stamps(chunks)
-        if not self.plausible(served, counted, chunks, chars):
+        plausible = (
+            served <= withheld_cap
+            if withheld_cap is not None
+            else self.plausible(served, counted, chunks, chars)
+        )
+        if not plausible:
             facts["usage_implausible"] += 1
             facts["usage_implausible_reported"] += served
             facts["usage_implausible_streamed"] += counted

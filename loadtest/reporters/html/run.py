@@ -9,9 +9,6 @@ from loadtest.reporters import insight, plots
 from loadtest.reporters.html.page import card, esc, num, page, pairs, svg, table
 from loadtest.results.model import RunMetrics, Validity, Verdict
 
-LAT_ROWS = ("ttft", "ttft_service", "itl", "tpot", "e2e", "e2e_service", "queue", "dispatch_lag")
-
-
 LAT_COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
 
 
@@ -36,9 +33,19 @@ def run_strip(m: RunMetrics) -> list[str]:
     if not m.latency_ms or m.throughput is None:
         return cards
     t, lat, r = m.throughput, m.latency_ms, m.requests
-    cards.append(card("output tok/s", num(t.output_tokens_per_s), "", f"over {t.window_s:g} s"))
+    shown: tuple[tuple[str, str], ...] = (
+        ("ttft", "TTFT p99"),
+        ("itl", "ITL p99"),
+        ("e2e", "E2E p99"),
+    )
+    if t.inputs_per_s is not None:  # no token stream: inputs a second, and the answer's latency
+        unit = "documents/s" if m.api and m.api.name == "rerank" else "inputs/s"
+        cards.append(card(unit, num(t.inputs_per_s), "", f"over {t.window_s:g} s"))
+        shown = (("e2e", "E2E p99"),)
+    else:
+        cards.append(card("output tok/s", num(t.output_tokens_per_s), "", f"over {t.window_s:g} s"))
     cards.append(card("requests/s", num(t.requests_per_s)))
-    for key, label in (("ttft", "TTFT p99"), ("itl", "ITL p99"), ("e2e", "E2E p99")):
+    for key, label in shown:
         s = lat.get(key)
         p50, p99 = (None, None) if s is None else (s.p50, s.p99)
         cards.append(card(label, num(p99, " ms"), "", f"p50 {num(p50, ' ms')}"))
@@ -95,6 +102,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
     traffic = [
         f"<h3>{esc(title)}</h3>" + pairs(rows)
         for title, rows in (
+            ("API", insight.api_rows(m.api, m.throughput)),
             ("Goodput", insight.goodput_rows(m.goodput)),
             ("Sessions", insight.sessions_rows(m.sessions)),
             ("Server", insight.server_rows(m.server)),
@@ -107,7 +115,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
         ("latency", "Latency", _latency(m)),
         ("time", "Over time", _over_time(m) if has_time else ""),
         ("engine", "GPU & roofline", _engine(m)),
-        ("traffic", "Goodput, sessions, server, workers", "".join(traffic)),
+        ("traffic", "API, goodput, sessions, server, workers", "".join(traffic)),
         (
             "env",
             "Environment",
@@ -160,7 +168,10 @@ def _latency(m: RunMetrics) -> str:
     """The percentile plot and the latency table with its definitions."""
     if not m.latency_ms or not m.definitions:
         return ""
-    rows: list = [[esc(k)] + [esc(getattr(m.latency_ms[k], c)) for c in LAT_COLS] for k in LAT_ROWS]
+    rows: list = [
+        [esc(k)] + [esc(getattr(m.latency_ms[k], c)) for c in LAT_COLS]
+        for k in insight.latency_rows(m)
+    ]
     return (
         svg(plots.percentile_plot([(m.name, m.histograms or {})]), "percentile plot")
         + "<h3>Latency (ms)</h3>"

@@ -22,18 +22,22 @@ from loadtest.results.model.base import (
 )
 from loadtest.results.model.reading import ResultReadError, read_repeat, read_run, read_sweep
 from loadtest.results.model.run import (
+    ApiResult,
     BackendFacts,
     Check,
     GoodputResult,
     Harness,
     IntervalPoint,
     LatencySummary,
+    MediaSent,
     Requests,
     RunMetrics,
     SessionsResult,
     Stability,
+    StructuredChecks,
     Throughput,
     Timeseries,
+    ToolCallChecks,
     Trend,
     TurnStats,
     Validity,
@@ -56,6 +60,7 @@ from loadtest.results.model.sets import (
 )
 
 __all__ = [
+    "ApiResult",
     "BackendFacts",
     "HEADLINE",
     "REPEAT_SCHEMA",
@@ -69,6 +74,7 @@ __all__ = [
     "IntervalPoint",
     "LatencySummary",
     "MaxRate",
+    "MediaSent",
     "Regression",
     "RegressionCheck",
     "RepeatDoc",
@@ -80,11 +86,13 @@ __all__ = [
     "RunStatus",
     "SessionsResult",
     "Stability",
+    "StructuredChecks",
     "SweepDoc",
     "SweepPoint",
     "SweepStatus",
     "Throughput",
     "Timeseries",
+    "ToolCallChecks",
     "Trend",
     "TurnStats",
     "Validity",

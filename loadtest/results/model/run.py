@@ -47,6 +47,7 @@ class Requests(_Doc):
     under_two_tokens: int | None = None
     output_tokens: int | None = None
     input_tokens: int | None = None
+    reasoning_tokens: int | None = None  # of output_tokens: a reasoning model's thinking
     profiled: int | None = None
 
 
@@ -70,6 +71,8 @@ class Throughput(_Doc):
     total_tokens_per_s: float | None
     output_tokens_in_window: int
     window_s: float | None
+    input_tokens_per_s: float | None = None  # APIs with no token stream (embeddings, rerank)
+    inputs_per_s: float | None = None  # texts embedded, or documents ranked, a second
 
 
 class Harness(_Doc):
@@ -78,6 +81,58 @@ class Harness(_Doc):
     loop_lag_ms: LatencySummary
     throttled_requests: int
     failure: str | None
+
+
+class ToolCallChecks(_Doc):
+    """Tool calls the measured requests returned, and how many were not usable: arguments
+    that are not JSON, or JSON that breaks the tool's schema, or a call to no offered tool."""
+
+    offered: int  # tools offered with each request
+    choice: str  # tool_choice as sent
+    requests: int  # measured requests checked
+    requests_with_calls: int
+    calls: int
+    bad_json: int
+    schema_mismatch: int
+    unknown_tool: int
+    cut_at_length: int  # arguments cut off by the output length (not parsed: incomplete)
+    missing: int  # requests that had to call a tool (required, or one named) and did not
+
+
+class StructuredChecks(_Doc):
+    """Answers asked for in a format (json_object or a JSON schema), and how many broke it."""
+
+    format: str  # json_object | json_schema
+    checked: int
+    bad_json: int
+    schema_mismatch: int
+    cut_at_length: int  # answers cut off by the output length (not parsed: incomplete)
+
+
+class MediaSent(_Doc):
+    """Images and audio each request carried (seeded synthetic, encoded as sent)."""
+
+    images_per_request: int = 0
+    image_size: str | None = None  # "512x512 png"
+    image_bytes_mean: float | None = None  # encoded, before base64
+    audio_per_request: int = 0
+    audio_seconds: float | None = None
+    audio_bytes_mean: float | None = None
+    distinct_sets: int | None = None  # rendered before t0; more requests than this cycle them
+
+
+class ApiResult(_Doc):
+    """What the API carried beyond a token stream: inputs a request (embeddings, rerank),
+    reasoning, tool calls and structured answers checked, media sent."""
+
+    name: str  # chat | completions | responses | embeddings | rerank (generate: an engine)
+    streams_tokens: bool  # False: one JSON answer, no TTFT/ITL/TPOT claimed
+    inputs_per_request: int | None = None  # texts embedded / documents ranked
+    reasoning_tokens: int | None = None
+    answer_tokens: int | None = None
+    tool_calls: ToolCallChecks | None = None
+    structured: StructuredChecks | None = None
+    media: MediaSent | None = None
 
 
 class WorkerClock(_Doc):
@@ -256,6 +311,7 @@ class BackendFacts(_Doc):
     shape_config: dict[str, Any] | None = None  # the model's shape, for the roofline
     roofline_acct: dict[str, Number] | None = None  # the engine's step accounting
     ray: dict[str, Any] | None = None  # the Ray cluster the workers ran on
+    checks: dict[str, Any] | None = None  # outputs checked: tool calls, structured answers, media
 
     _order: list[str] = PrivateAttr(default_factory=list)  # the keys as given, in order
 
@@ -300,6 +356,7 @@ class RunMetrics(_Doc):
     stability: Stability | None = None
     goodput: GoodputResult | None = None
     sessions: SessionsResult | None = None
+    api: ApiResult | None = None  # set where the API is not plain streamed chat or completions
     workers: list[WorkerStats] | None = None  # load.workers > 1: each client process
     timeseries: Timeseries | None = None
     histograms: dict[str, str] | None = None

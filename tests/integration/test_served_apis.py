@@ -1,0 +1,274 @@
+"""Every API a deployment serves, against the recording stub (tests/stub_openai.py), with
+figures computed by hand from what the stub answers: embeddings and rerank (one JSON answer,
+inputs a request), the Responses API, tool calls (arguments stamped and checked), structured
+answers, reasoning, and images and audio sent with each request."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import wave
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from loadtest.config.loading import load_scenario
+from loadtest.core.errors import ScenarioError
+from loadtest.session import run_scenario
+from tests.conftest import LENIENT, write_scenario
+from tests.stub_openai import StubServer
+
+
+def scenario(url: str, api: str, workload: dict, requests: int = 6, **extra) -> dict:
+    return {
+        "name": f"stub-{api}",
+        "backend": {"kind": "openai", "base_url": url, "model": "stub", "api": api},
+        "workload": workload,
+        "load": {
+            "arrival": {"kind": "concurrency", "users": 2},
+            "requests": requests,
+            "validity": LENIENT,
+        },
+        "outputs": {"requests_jsonl": True},
+        "telemetry": {"gpu": False, "server": False},
+        **extra,
+    }
+
+
+def run(tmp_path, data: dict) -> dict:
+    return run_scenario(load_scenario(write_scenario(tmp_path, data), []), tmp_path / "run").metrics
+
+
+def report_md(tmp_path) -> str:
+    from loadtest.reporters import markdown
+    from loadtest.results.model import read_run
+
+    return markdown.render(read_run(tmp_path / "run" / "metrics.json"))
+
+
+def report_html(tmp_path) -> str:
+    from loadtest.reporters.html.run import run_html
+    from loadtest.results.model import read_run
+
+    return run_html(read_run(tmp_path / "run" / "metrics.json"))
+
+
+def records(tmp_path) -> list[dict]:
+    lines = (tmp_path / "run" / "requests.jsonl").read_text().splitlines()
+    return [json.loads(x) for x in lines]
+
+
+def test_embeddings_send_every_input_and_claim_no_token_figures(tmp_path):
+    with StubServer() as stub:
+        m = run(
+            tmp_path,
+            scenario(
+                stub.url, "embeddings", {"input_tokens": 5, "inputs_per_request": 4},
+                goodput={"e2e": "10s"}, sla={"e2e_p99": "10s"},
+            ),
+        )  # fmt: skip
+        bodies = [b for b in stub.bodies if b["input"] != ["hello", "hello"]]  # not the probe
+    assert m["status"] == "ok", m["validity"]
+    assert len(bodies) == 6 and all(len(b["input"]) == 4 for b in bodies)
+    assert all(len(set(b["input"])) == 4 for b in bodies)  # four texts, not one four times
+    api = m["api"]
+    assert api["name"] == "embeddings" and api["streams_tokens"] is False
+    assert api["inputs_per_request"] == 4
+    assert m["requests"]["completed"] == 6 and m["requests"]["input_tokens"] == 6 * 12
+    lat = m["latency_ms"]
+    assert lat["e2e"]["count"] == 6 and lat["ttft"]["count"] == 0 and lat["itl"]["count"] == 0
+    t = m["throughput"]
+    assert t["inputs_per_s"] == pytest.approx(4 * t["requests_per_s"])
+    assert t["input_tokens_per_s"] == pytest.approx(12 * t["requests_per_s"])
+    assert m["goodput"]["good"] == 6  # judged on e2e alone: a request with no token is good
+    assert [c["name"] for c in m["sla"]["checks"]] == ["e2e_p99"]
+    assert all(r["output_tokens"] == 0 and r["ttft_ms"] is None for r in records(tmp_path))
+    report = report_md(tmp_path)
+    assert "| inputs/s |" in report and "| ttft |" not in report
+
+
+def test_rerank_sends_a_query_and_its_documents(tmp_path):
+    with StubServer() as stub:
+        m = run(tmp_path, scenario(stub.url, "rerank", {"input_tokens": 5, "documents": 3}))
+        bodies = stub.bodies[1:]
+    assert m["status"] == "ok", m["validity"]
+    assert all(isinstance(b["query"], str) and len(b["documents"]) == 3 for b in bodies)
+    assert m["api"]["inputs_per_request"] == 3
+    assert m["requests"]["input_tokens"] == 6 * 15  # the stub: 5 tokens a document
+    t = m["throughput"]
+    assert t["inputs_per_s"] == pytest.approx(3 * t["requests_per_s"])
+    html = report_html(tmp_path)
+    assert "documents/s" in html
+
+
+def test_the_responses_api_streams_its_deltas_as_tokens(tmp_path):
+    with StubServer() as stub:
+        m = run(tmp_path, scenario(stub.url, "responses", {"input_tokens": 5, "output_tokens": 7}))
+        body = stub.bodies[-1]
+    assert m["status"] == "ok", m["validity"]
+    assert body["max_output_tokens"] == 7 and body["stream"] is True
+    assert isinstance(body["input"], str)
+    assert m["requests"]["output_tokens"] == 6 * 7  # a delta a token, as usage says
+    assert m["latency_ms"]["ttft"]["count"] == 6 and m["latency_ms"]["itl"]["count"] == 6 * 6
+    assert m["backend"]["http"].get("usage_implausible", 0) == 0
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+@pytest.mark.parametrize(
+    "arguments, bad_json, mismatch",
+    [('{"city": "Paris"}', 0, 0), ('{"city": 5}', 0, 6), ('{"city": "Par', 6, 0)],
+)
+def test_tool_call_arguments_are_stamped_tokens_and_checked(
+    tmp_path, arguments, bad_json, mismatch
+):
+    (tmp_path / "tools.json").write_text(json.dumps(TOOLS))
+    with StubServer(tool_arguments=arguments) as stub:
+        workload = {
+            "input_tokens": 5,
+            "output_tokens": 16,
+            "output": "natural",
+            "tools": {"file": "tools.json", "choice": "required"},
+        }
+        m = run(tmp_path, scenario(stub.url, "chat", workload))
+        body = stub.bodies[-1]
+    assert body["tools"] == TOOLS and body["tool_choice"] == "required"
+    tc = m["api"]["tool_calls"]
+    assert (tc["requests"], tc["requests_with_calls"], tc["calls"]) == (6, 6, 6)
+    assert (tc["bad_json"], tc["schema_mismatch"], tc["missing"]) == (bad_json, mismatch, 0)
+    # the name's chunk and the arguments' three: four tokens a call, each stamped on arrival
+    assert m["requests"]["output_tokens"] == 6 * 4
+    assert all(len(r["token_ns"]) == 4 for r in records(tmp_path))
+    assert m["latency_ms"]["itl"]["count"] == 6 * 3
+    report = report_md(tmp_path)
+    assert "| tool calls | 6 in 6 of 6 requests (1 tools offered, tool_choice required) |" in report
+
+
+def test_synthetic_tools_are_seeded_and_a_named_choice_forces_one(tmp_path):
+    with StubServer() as stub:
+        workload = {"input_tokens": 5, "tools": {"count": 3, "choice": "tool_1"}}
+        m = run(tmp_path, scenario(stub.url, "chat", workload, requests=2))
+        body = stub.bodies[-1]
+    assert [t["function"]["name"] for t in body["tools"]] == ["tool_0", "tool_1", "tool_2"]
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "tool_1"}}
+    # the stub calls the first tool offered: a call, but not the one forced; its arguments
+    # break tool_0's schema (which requires parameters the stub does not send, or mismatches)
+    assert m["api"]["tool_calls"]["calls"] == 2
+
+
+@pytest.mark.parametrize(
+    "answer, bad_json, mismatch",
+    [('{"title": "t", "score": 7}', 0, 0), ('{"title": "t"}', 0, 2), ("title: t", 2, 0)],
+)
+def test_structured_answers_are_checked_against_their_schema(tmp_path, answer, bad_json, mismatch):
+    schema = {
+        "type": "object",
+        "properties": {"title": {"type": "string"}, "score": {"type": "integer"}},
+        "required": ["title", "score"],
+    }
+    with StubServer(answer=answer) as stub:
+        workload = {
+            "input_tokens": 5,
+            "output_tokens": 32,
+            "output": "natural",
+            "response_format": {"type": "json_schema", "schema": schema},
+        }
+        m = run(tmp_path, scenario(stub.url, "chat", workload, requests=2))
+        body = stub.bodies[-1]
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "answer", "schema": schema},
+    }
+    sc = m["api"]["structured"]
+    assert (sc["checked"], sc["bad_json"], sc["schema_mismatch"]) == (2, bad_json, mismatch)
+
+
+def test_reasoning_tokens_are_counted_apart_with_the_time_to_the_answer(tmp_path):
+    with StubServer(reasoning=3) as stub:
+        m = run(tmp_path, scenario(stub.url, "chat", {"input_tokens": 5, "output_tokens": 8}))
+    assert m["status"] == "ok", m["validity"]
+    assert m["requests"]["reasoning_tokens"] == 6 * 3
+    assert (m["api"]["reasoning_tokens"], m["api"]["answer_tokens"]) == (18, 30)
+    lat = m["latency_ms"]
+    assert lat["ttft_answer"]["count"] == 6
+    assert lat["ttft_answer"]["min"] >= lat["ttft"]["min"]
+    for r in records(tmp_path):
+        assert r["reasoning_tokens"] == 3
+        # the answer's first token is the 4th stamp: its time from the intended send
+        assert r["ttft_answer_ms"] == pytest.approx((r["token_ns"][3] - r["intended_ns"]) / 1e6)
+
+
+def test_images_and_audio_go_with_each_request_as_real_files(tmp_path):
+    PIL = pytest.importorskip("PIL.Image")
+    with StubServer() as stub:
+        workload = {
+            "input_tokens": 5,
+            "output_tokens": 2,
+            "images": {"count": 2, "width": 64, "height": 48, "format": "png"},
+            "audio": {"seconds": 0.5, "sample_rate": 8000},
+        }
+        m = run(tmp_path, scenario(stub.url, "chat", workload, requests=3))
+        bodies = stub.bodies[1:]
+    parts = [b["messages"][0]["content"] for b in bodies]
+    assert all(
+        [p["type"] for p in c] == ["text", "image_url", "image_url", "input_audio"] for c in parts
+    )
+    urls = {c[1]["image_url"]["url"] for c in parts}
+    assert len(urls) == 3  # every request its own images (seeded)
+    head, data = parts[0][1]["image_url"]["url"].split(",", 1)
+    assert head == "data:image/png;base64"
+    image = PIL.open(io.BytesIO(base64.b64decode(data)))
+    assert (image.format, image.size) == ("PNG", (64, 48))
+    clip = wave.open(io.BytesIO(base64.b64decode(parts[0][3]["input_audio"]["data"])))
+    assert (clip.getframerate(), clip.getnframes(), clip.getsampwidth()) == (8000, 4000, 2)
+    media = m["api"]["media"]
+    assert media["images_per_request"] == 2 and media["image_size"] == "64x48 png"
+    assert media["audio_per_request"] == 1 and media["audio_seconds"] == 0.5
+    assert media["audio_bytes_mean"] == 44 + 2 * 4000  # a WAV header and 16-bit samples
+    assert media["distinct_sets"] == 3  # one a request
+
+
+@pytest.mark.parametrize(
+    "api, workload, expected",
+    [
+        ("chat", {"inputs_per_request": 4}, "workload.inputs_per_request: inputs_per_request is for api: embeddings"),
+        ("embeddings", {"documents": 4}, "documents is for api: rerank"),
+        ("completions", {"images": {"count": 1}}, "images is for api: chat or responses"),
+        ("chat", {"images": {"width": 0}}, "workload.images.width"),
+        ("chat", {"tools": {"count": 2, "file": "t.json"}}, "give file"),
+        ("chat", {"tools": "missing.json"}, "workload.tools.file: file not found"),
+        ("chat", {"tools": "notalist.json"}, "notalist.json: workload.tools.file: expected a JSON list"),
+        ("chat", {"tools": "broken.json"}, "broken.json:3: workload.tools.file: not JSON"),
+        ("chat", {"tools": "noname.json"}, "noname.json: tool [0]: function.name"),
+        ("chat", {"response_format": {"type": "json_schema"}}, "needs one of schema"),
+        ("chat", {"response_format": {"type": "json_schema", "schema": {"type": 5}}}, "not a valid JSON Schema"),
+        ("chat", {"tools": {"count": 1, "choice": "nope"}}, "'nope' is not auto, required"),
+    ],
+)  # fmt: skip
+def test_bad_api_input_is_refused_naming_the_field(tmp_path, api, workload, expected):
+    (tmp_path / "notalist.json").write_text('{"type": "function"}')
+    (tmp_path / "broken.json").write_text('[\n  {"type": \n')
+    (tmp_path / "noname.json").write_text('[{"type": "function", "function": {}}]')
+    data = scenario("http://127.0.0.1:9/v1", api, {"input_tokens": 5, **workload})
+    path = write_scenario(tmp_path, data)
+    from loadtest.workload.plan import check_plan
+
+    with pytest.raises(ScenarioError) as err:
+        loaded = load_scenario(path, [])
+        check_plan(loaded.scenario, lambda n: tmp_path / n)
+    assert expected in str(err.value)
