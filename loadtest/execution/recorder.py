@@ -310,7 +310,7 @@ class Recorder:
                 else None,
                 "itl_max_ms": max(gaps) / 1e6 if gaps else None,
                 "input_tokens": st.input_tokens,
-                "planned_input_tokens": st.req.input_tokens,
+                "planned_input_tokens": st.req.input_tokens * st.req.inputs,
                 "output_tokens": len(stamps),
                 "reasoning_tokens": st.reasoning_tokens,
                 "ttft_answer_ms": ms(st.first_answer_ns, st.intended_ns),

@@ -239,6 +239,10 @@ class OpenAIBackend(Backend):
             return
         if pooled is not None:  # one JSON answer: no tokens, its end is the request's
             prompt_tokens, response_id = pooled
+            planned = req.input_tokens * req.inputs  # each input as planned (not rerank's pairs)
+            if self._tokens.count and self.spec.api == "embeddings" and prompt_tokens != planned:
+                facts["prompt_token_mismatch"] += 1
+                facts["prompt_tokens_off"] += abs((prompt_tokens or 0) - planned)
             yield Finished(now(), 0, prompt_tokens, response_id)
             return
         if self._checks.active:

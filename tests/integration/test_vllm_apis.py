@@ -1,0 +1,196 @@
+"""The APIs beyond streamed chat against a real vLLM (PyPI's CPU build, tests/real_servers.py),
+through the CLI and the shipped scenarios, as a user would run them: embeddings and rerank
+from tiny BERTs served with ``--runner pooling``, and the Responses API, structured answers
+and tool calls from the session's tiny Llama (tool calls parsed by hermes).
+
+The checks of tool calls and structured answers are compared with what the server answers
+the same prompt without streaming, at temperature 0, judged here by hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LENIENT
+
+pytest.importorskip("aiohttp")
+jsonschema = pytest.importorskip("jsonschema")
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = "what is the weather in the city of the quick brown fox"
+
+
+def run(scenario: str, server, out: Path, *sets: str) -> dict:
+    """``loadtest run scenarios/<scenario> --set ...`` against ``server``: its result."""
+    overrides = [
+        f"backend.base_url={server.url}",
+        f"backend.model={server.served_name}",
+        "outputs.requests_jsonl=true",
+        f"load.validity={json.dumps(LENIENT)}",
+        *sets,
+    ]
+    args = [
+        sys.executable,
+        "-m",
+        "loadtest",
+        "run",
+        str(ROOT / "scenarios" / scenario),
+        "-o",
+        str(out),
+        "-q",
+    ]
+    for item in overrides:
+        args += ["--set", item]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert (out / "metrics.json").is_file(), r.stderr[-3000:]
+    return json.loads((out / "metrics.json").read_text())
+
+
+def records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+
+
+def post(server, path: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        server.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def one_prompt_dataset(tmp_path: Path) -> str:
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"prompt": PROMPT}) + "\n")
+    return str(path)
+
+
+def test_embeddings_each_request_embeds_its_inputs_sized_by_the_servers_count(
+    vllm_pooling, tmp_path
+):
+    out = tmp_path / "embed"
+    m = run(
+        "served-embeddings.yml", vllm_pooling["embed"], out,
+        "load.arrival.rate=4", "load.duration=3s", "load.warmup=1s", "workload.input_tokens=32",
+    )  # fmt: skip
+    assert m["requests"]["failed"] == 0 and m["requests"]["completed"] >= 6
+    assert m["api"]["name"] == "embeddings" and m["api"]["inputs_per_request"] == 8
+    lat = m["latency_ms"]
+    assert lat["ttft"]["count"] == 0 and lat["e2e"]["count"] == m["requests"]["completed"]
+    t = m["throughput"]
+    assert t["inputs_per_s"] == pytest.approx(8 * t["requests_per_s"])
+    # 8 texts of 32 tokens as the server counts them ([CLS] and [SEP] included); a random
+    # WordPiece text may split one word more when the server tokenizes it again
+    counts = [r["input_tokens"] for r in records(out)]
+    assert all(8 * 32 <= n <= 8 * 34 for n in counts), counts
+    assert sum(n == 8 * 32 for n in counts) >= len(counts) // 2, counts
+    assert all(r["planned_input_tokens"] == 8 * 32 for r in records(out))
+
+
+def test_rerank_ranks_every_document_against_the_query(vllm_pooling, tmp_path):
+    out = tmp_path / "rerank"
+    m = run(
+        "served-rerank.yml", vllm_pooling["rerank"], out,
+        "load.arrival.rate=4", "load.duration=3s", "load.warmup=1s",
+        "workload.input_tokens=20", "workload.documents=4",
+    )  # fmt: skip
+    assert m["requests"]["failed"] == 0 and m["requests"]["completed"] >= 6
+    assert m["api"]["inputs_per_request"] == 4
+    # each (query, document) pair: 18 + 18 tokens of text and BERT's [CLS] [SEP] [SEP]
+    counts = [r["input_tokens"] for r in records(out)]
+    assert all(4 * 39 <= n <= 4 * 41 for n in counts), counts
+    assert sum(n == 4 * 39 for n in counts) >= len(counts) // 2, counts
+
+
+def _verdict(text: str, schema: dict, cut: bool) -> str:
+    if cut:
+        return "cut_at_length"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return "bad_json"
+    return "ok" if jsonschema.Draft202012Validator(schema).is_valid(value) else "schema_mismatch"
+
+
+def test_structured_answers_through_the_responses_api(vllm_server, tmp_path):
+    """Every request the same prompt at temperature 0: each answer is the one the server gives
+    without streaming, and its verdict is the one judged here."""
+    import yaml
+
+    scenario = yaml.safe_load((ROOT / "scenarios" / "served-structured.yml").read_text())
+    schema = scenario["workload"]["response_format"]["schema"]
+    body = {
+        "model": vllm_server.served_name,
+        "input": PROMPT,
+        "max_output_tokens": 48,
+        "temperature": 0,
+        "text": {"format": {"type": "json_schema", "name": "answer", "schema": schema}},
+    }
+    answer = post(vllm_server, "/responses", body)
+    text = "".join(
+        part.get("text", "")
+        for item in answer["output"]
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+    )
+    expected = _verdict(text, schema, answer["status"] == "incomplete")
+    out = tmp_path / "structured"
+    m = run(
+        "served-structured.yml", vllm_server, out,
+        "workload.input_tokens=null", f"workload.dataset={one_prompt_dataset(tmp_path)}",
+        "workload.output_tokens=48",
+        "backend.extra_body.temperature=0", "load.arrival={kind: concurrency, users: 1}",
+        "load.requests=4", "load.warmup=0s", "load.duration=null",
+    )  # fmt: skip
+    assert m["requests"]["completed"] == 4, m["validity"]
+    sc = m["api"]["structured"]
+    assert sc["checked"] == 4
+    assert {k: sc[k] for k in ("bad_json", "schema_mismatch", "cut_at_length")} == {
+        k: 4 * (k == expected) for k in ("bad_json", "schema_mismatch", "cut_at_length")
+    }
+    assert m["requests"]["output_tokens"] == 4 * answer["usage"]["output_tokens"]
+
+
+def test_tool_call_arguments_are_stamped_and_checked(vllm_server, tmp_path):
+    tools = json.loads((ROOT / "scenarios" / "data" / "tools.json").read_text())
+    body = {
+        "model": vllm_server.served_name,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 128,
+        "temperature": 0,
+        "tools": tools,
+        "tool_choice": "required",
+    }
+    answer = post(vllm_server, "/chat/completions", body)
+    choice = answer["choice"] if "choice" in answer else answer["choices"][0]
+    calls = choice["message"].get("tool_calls") or []
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    cut = choice["finish_reason"] == "length"
+    verdicts = [
+        _verdict(
+            c["function"]["arguments"], schemas[c["function"]["name"]], cut and k == len(calls) - 1
+        )
+        for k, c in enumerate(calls)
+    ]
+    out = tmp_path / "tools"
+    m = run(
+        "served-tools.yml", vllm_server, out,
+        "workload.input_tokens=null", f"workload.dataset={one_prompt_dataset(tmp_path)}",
+        "workload.output_tokens=128",
+        "backend.extra_body.temperature=0", "load.arrival={kind: concurrency, users: 1}",
+        "load.requests=4", "load.warmup=0s", "load.duration=null",
+    )  # fmt: skip
+    assert m["requests"]["completed"] == 4, m["validity"]
+    tc = m["api"]["tool_calls"]
+    assert (tc["requests"], tc["calls"]) == (4, 4 * len(calls))
+    assert tc["missing"] == 4 * (not calls)
+    for k in ("bad_json", "schema_mismatch", "cut_at_length"):
+        assert tc[k] == 4 * verdicts.count(k), (k, verdicts, tc)
+    # the server's count of output tokens, each stamped (the parser withholds the call's
+    # markup: fewer chunks than tokens, and the usage is trusted up to the tokens asked for)
+    assert m["requests"]["output_tokens"] == 4 * answer["usage"]["completion_tokens"]
+    assert all(len(r["token_ns"]) == answer["usage"]["completion_tokens"] for r in records(out))
