@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -133,30 +134,37 @@ def vllm_server(vllm_python, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def vllm_pooling(vllm_python, tmp_path_factory):
-    """Two vLLMs serving tiny BERTs with ``--runner pooling``, started at once: an embedding
-    model and a reranker (a one-label sequence classifier), as ``{"embed": ..., "rerank": ...}``."""
+def vllm_more(vllm_python, tmp_path_factory):
+    """Three more vLLMs, started at once: tiny BERTs served with ``--runner pooling`` (an
+    embedding model, and a one-label sequence classifier vLLM serves as a reranker), and the
+    tiny Llama with n-gram speculative decoding; as ``{"embed", "rerank", "spec"}``."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tests import real_servers
 
-    models = {}
-    for kind in ("embed", "rerank"):  # built here: transformers' lazy imports race in threads
+    launches = {}
+    for kind in ("embed", "rerank", "spec"):  # built here: transformers' lazy imports race
         work = tmp_path_factory.mktemp(f"vllm-{kind}")
-        models[kind] = real_servers.build_vllm_encoder(work / "model", kind == "rerank"), work
+        if kind == "spec":
+            model = real_servers.build_vllm_model(work / "model")
+            extra: tuple = ("--speculative-config", json.dumps(real_servers.NGRAM_SPEC))
+        else:
+            model = real_servers.build_vllm_encoder(work / "model", kind == "rerank")
+            extra = ("--runner", "pooling")
+        launches[kind] = (model, work, extra)
 
     def start(kind: str):
-        model, work = models[kind]
-        return real_servers.start_vllm(vllm_python, model, work, None, "--runner", "pooling")
+        model, work, extra = launches[kind]
+        return real_servers.start_vllm(vllm_python, model, work, None, *extra)
 
-    with ThreadPoolExecutor(2) as pool:
-        futures = {kind: pool.submit(start, kind) for kind in ("embed", "rerank")}
+    with ThreadPoolExecutor(len(launches)) as pool:
+        futures = {kind: pool.submit(start, kind) for kind in launches}
         servers = {}
         try:
             for kind, future in futures.items():
                 servers[kind] = future.result()
         finally:
-            if len(servers) < 2:  # one failed to start: stop the other before failing
+            if len(servers) < len(futures):  # one failed to start: stop the others first
                 for future in futures.values():
                     if future.exception() is None:
                         future.result().stop()

@@ -38,6 +38,13 @@ START_TIMEOUT_S = 240.0  # a cold vLLM start here: 35-60 s, more on a busy machi
 # vLLM parses tool calls in the model's output with a parser named at start (hermes: the
 # <tool_call> tags of Qwen and Hermes models); tool_choice required or named needs none
 TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+# n-gram speculative decoding (drafts looked up in the prompt): the kind vLLM runs on a CPU
+NGRAM_SPEC = {
+    "method": "ngram",
+    "num_speculative_tokens": 3,
+    "prompt_lookup_max": 3,
+    "prompt_lookup_min": 1,
+}
 SERVED_NAME = "tiny"  # the name vLLM serves the model under: not its folder, as in production
 
 

@@ -71,7 +71,7 @@ def build_tiny_encoder(out: Path, cross_encoder: bool = False, hidden_size: int 
     """A 2-layer BERT and a WordPiece tokenizer trained here: an embedding model (``BertModel``),
     or with ``cross_encoder`` a one-label sequence classifier (a reranker's shape)."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import (
         BertConfig,
         BertForSequenceClassification,
@@ -83,6 +83,7 @@ def build_tiny_encoder(out: Path, cross_encoder: bool = False, hidden_size: int 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece()  # "##" pieces join the word before, as BERT's do
     tok.train_from_iterator(
         CORPUS, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials)
     )

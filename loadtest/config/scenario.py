@@ -265,6 +265,25 @@ class Telemetry(_Model):
     devices: list[int] | None = Field(
         None, description="NVML device indices to sample (default: all)."
     )
+    dcgm: str | None = Field(
+        None,
+        description="A DCGM exporter's /metrics URL (e.g. http://gpu-host:9400/metrics): the "
+        "served model's GPUs are sampled from it every server_interval, in place of this "
+        "host's NVML, with the same columns, summary and joules per token.",
+    )
+
+    @field_validator("dcgm")
+    @classmethod
+    def _dcgm_url(cls, v: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if v is not None and (
+            urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).hostname
+        ):
+            raise ValueError(
+                f"{v!r}: give the exporter's http:// URL, such as http://host:9400/metrics"
+            )
+        return v
 
 
 class Profile(_Model):
@@ -410,4 +429,8 @@ class Scenario(_Model):
         body fields) masked, by name, whatever their values."""
         data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
         data["backend"] = self.backend.redact(data["backend"])
+        if data.get("telemetry", {}).get("dcgm"):
+            from loadtest.core import secrets
+
+            data["telemetry"]["dcgm"] = secrets.redact_url(data["telemetry"]["dcgm"])
         return data

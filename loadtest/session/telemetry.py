@@ -13,6 +13,8 @@ def gpu_off_reason(scenario: Scenario) -> str | None:
     gpu = scenario.telemetry.gpu
     if gpu is False:
         return "telemetry.gpu: false"
+    if scenario.telemetry.dcgm is not None:
+        return None
     served_at = scenario.backend.served_at()
     if gpu == "auto" and served_at is not None:
         from urllib.parse import urlsplit
@@ -53,6 +55,12 @@ def gpu_sampler(scenario: Scenario) -> Any:
     """A started GPU sampler, or None when the scenario turns sampling off."""
     if gpu_off_reason(scenario) is not None:
         return None
+    if scenario.telemetry.dcgm is not None:  # the server's GPUs, from its DCGM exporter
+        from loadtest.telemetry.dcgm import DcgmSampler
+
+        dcgm = DcgmSampler(scenario.telemetry.dcgm, scenario.telemetry.server_interval / 1e9)
+        dcgm.start()
+        return dcgm
     from loadtest.telemetry.gpu_sampler import GpuSampler
 
     sampler = GpuSampler(scenario.telemetry.interval / 1e9, devices=scenario.telemetry.devices)
@@ -62,6 +70,8 @@ def gpu_sampler(scenario: Scenario) -> Any:
 
 def gpu_scope(scenario: Scenario) -> str:
     """Whose GPUs the sampled ones are: a served model's may be elsewhere, never labelled as its."""
+    if scenario.telemetry.dcgm is not None:
+        return f"the server's, from its DCGM exporter ({scenario.telemetry.dcgm})"
     if scenario.backend.served_at() is not None:
         return "this host (the load generator's); the server's own GPUs are not sampled"
     return "this host (the engine's)"

@@ -8,9 +8,10 @@ and TGI from their documentation), each followed by older names kept as fallback
   label sets: mean, max and last over the window, and a column per sample in ``server.csv``;
 - histograms (TTFT, ITL, TPOT, end to end, queue, prefill and decode time), whose ``_sum`` and
   ``_count`` give the mean over the window and over each sample interval;
-- counters (prompt and generation tokens, preemptions, prefix-cache hits and queries), whose
-  change over the window is reported, and whose ratios (the prefix-cache hit rate) are taken
-  over the window and over each sample interval.
+- counters (prompt and generation tokens, preemptions, prefix-cache hits and queries,
+  speculative decoding's drafts, draft tokens and accepted tokens), whose change over the
+  window is reported, and whose ratios (the prefix-cache hit rate, the draft acceptance rate
+  and the mean acceptance length) are taken over the window and over each sample interval.
 
 Samples are taken on a thread (an HTTP GET must not run on the dispatching event loop), stamped
 with ``time.monotonic_ns()``: the clock the latencies are measured on, so ``server.csv`` lines up
@@ -50,9 +51,20 @@ RATIOS: dict[str, tuple[tuple[str, str], ...]] = {
         ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
         ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
     ),
+    # speculative decoding: draft tokens accepted / proposed, and tokens a verification step
+    # yields (the accepted drafts and the target model's own token: vLLM's 1 + accepted/drafts)
+    "spec_acceptance_rate": (
+        ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
+    ),
+    "spec_accept_length": (
+        ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total"),
+    ),
 }
+RATIO_OFFSETS = {"spec_accept_length": 1.0}  # added to a ratio of counters (not to a gauge)
 RATIO_GAUGES: dict[str, tuple[str, ...]] = {
     "prefix_cache_hit_rate": ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate"),
+    "spec_acceptance_rate": ("sglang:spec_accept_rate",),
+    "spec_accept_length": ("sglang:spec_accept_length",),
 }
 # common name -> histogram base names (``_sum``/``_count`` are read), in seconds
 HISTOGRAMS: dict[str, tuple[str, ...]] = {
@@ -86,12 +98,20 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
     "preemptions": ("vllm:num_preemptions_total",),
     "requests_finished": ("vllm:request_success_total", "sglang:num_requests_total"),
+    "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
 }
 UNITS = {
     "requests_running": "requests",
     "requests_waiting": "requests",
     "kv_cache_usage": "fraction of the KV cache (0-1)",
     "prefix_cache_hit_rate": "fraction of prompt tokens found in the cache (0-1)",
+    "spec_acceptance_rate": "fraction of draft tokens accepted (0-1)",
+    "spec_accept_length": "tokens a verification step yields (accepted drafts + 1)",
+    "spec_drafts": "speculation steps",
+    "spec_draft_tokens": "tokens",
+    "spec_accepted_tokens": "tokens",
     **{name: "seconds" for name in HISTOGRAMS},
     "prompt_tokens": "tokens",
     "generation_tokens": "tokens",
@@ -99,7 +119,7 @@ UNITS = {
     "requests_finished": "requests",
 }
 # the columns server.csv holds per sample: gauges, then per-interval ratios and means
-CSV_COLUMNS = ["t_s", *GAUGES, "prefix_cache_hit_rate", *(f"{h}_mean" for h in HISTOGRAMS)]
+CSV_COLUMNS = ["t_s", *GAUGES, *RATIOS, *(f"{h}_mean" for h in HISTOGRAMS)]
 MAX_BODY = 8 << 20  # a metrics page larger than this is not read whole
 # the names a sample keeps: a line of any other metric is skipped unread (pages of tens of
 # MB exist; read line by line, no single step holds the interpreter long enough to delay the
@@ -173,9 +193,9 @@ def _ratio(first: dict, last: dict, common: str) -> tuple[float | None, str | No
     for num, den in RATIOS.get(common, ()):
         if num in last and den in last:
             moved = _delta(first, last, den)
-            return (_delta(first, last, num) / moved if moved > 0 else None), num.removesuffix(
-                "_total"
-            )
+            offset = RATIO_OFFSETS.get(common, 0.0)
+            value = _delta(first, last, num) / moved + offset if moved > 0 else None
+            return value, num.removesuffix("_total")
     gauge = _first(RATIO_GAUGES.get(common, ()), last)
     return (None, None) if gauge is None else (last[gauge], gauge)
 
@@ -297,9 +317,8 @@ class ServerSampler:
             for common, names in GAUGES.items():
                 name = _first(names, values)
                 row[common] = None if name is None else values[name]
-            row["prefix_cache_hit_rate"] = (
-                _ratio(previous, values, "prefix_cache_hit_rate")[0] if previous else None
-            )
+            for common in RATIOS:
+                row[common] = _ratio(previous, values, common)[0] if previous else None
             for common in HISTOGRAMS:
                 row[f"{common}_mean"] = (
                     _hist_mean(previous, values, common)[0] if previous else None

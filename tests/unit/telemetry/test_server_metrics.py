@@ -143,3 +143,42 @@ def test_a_huge_page_is_read_line_by_line_keeping_only_mapped_names_up_to_a_limi
     assert not cut
     values, cut = read_page(io.BytesIO(page), 1 << 16)  # past the limit: what came before it
     assert values == {"vllm:num_requests_running": 3.0} and cut
+
+
+def _spec_page(drafts: int, draft_tokens: int, accepted: int) -> str:
+    return (
+        f'vllm:spec_decode_num_drafts_total{{engine="0"}} {drafts}\n'
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0"}} {draft_tokens}\n'
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0"}} {accepted}\n'
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="0"}} 99\n'
+    )
+
+
+def test_speculative_decoding_gives_the_acceptance_rate_and_length_over_the_window():
+    s = ServerSampler("http://x/metrics", 1.0)
+    s.rows = [
+        (0, parse(_spec_page(10, 30, 12))),
+        (1_000_000_000, parse(_spec_page(20, 60, 30))),
+        (2_000_000_000, parse(_spec_page(40, 120, 54))),
+    ]
+    out = s.summary(0, (1_000_000_000, 2_000_000_000))
+    m = out["metrics"]
+    # in the window: 20 drafts of 60 tokens, 24 accepted: 0.4 accepted, 1 + 24/20 tokens a step
+    assert m["spec_acceptance_rate"] == {"window": 0.4}
+    assert m["spec_accept_length"] == {"window": 2.2}
+    # over the run: the counters' change from the first sample to the last
+    assert m["spec_drafts"] == {"run_change": 30.0}
+    assert m["spec_accepted_tokens"] == {"run_change": 42.0}
+    assert out["units"]["spec_accept_length"].startswith("tokens a verification step")
+    rows = s.csv_rows(0)  # per interval: 18/30 then 24/60, and 1 + 18/10, 1 + 24/20
+    assert [r["spec_acceptance_rate"] for r in rows] == [None, 0.6, 0.4]
+    assert [r["spec_accept_length"] for r in rows] == [None, 2.8, 2.2]
+
+
+def test_sglang_publishes_its_speculative_figures_as_gauges():
+    s = ServerSampler("http://x/metrics", 1.0)
+    page = 'sglang:spec_accept_length{model_name="m"} 3.1\nsglang:spec_accept_rate{model_name="m"} 0.7\n'
+    s.rows = [(0, parse(page)), (1, parse(page))]
+    m = s.summary(0, None)["metrics"]
+    assert m["spec_accept_length"] == {"window": 3.1}
+    assert m["spec_acceptance_rate"] == {"window": 0.7}

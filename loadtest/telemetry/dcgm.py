@@ -1,0 +1,197 @@
+"""GPU telemetry of a remote server, from an NVIDIA DCGM exporter's Prometheus ``/metrics``
+(``telemetry.dcgm: URL``): the same columns, summary and ``gpu.csv`` as the local NVML sampler,
+so a served run has utilisation, memory, power and joules per output token like a local one.
+
+The exporter's default fields are mapped to the NVML sampler's columns (units converted: DCGM
+reports energy in mJ since the driver loaded, profiling activities as fractions); each GPU is a
+label set (``gpu``, ``UUID``, ``modelName``). The page is read on a thread, every ``interval``,
+stamped with ``time.monotonic_ns()``: the run's clock. DCGM itself samples its fields on its own
+period (the exporter's ``-c``, 30 s by default; set it near the scenario's interval), so values
+may repeat between its updates. Nothing here fails a run: an exporter that does not answer
+leaves the section unavailable with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from loadtest.core.secrets import redact_url
+from loadtest.telemetry.gpu_columns import COLUMNS
+from loadtest.telemetry.gpu_summary import device_summary
+
+# DCGM field -> (the sampler's column, factor to its unit)
+FIELDS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization.gpu", 1.0),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("utilization.memory", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("memory.used", 1.0),  # MiB
+    "DCGM_FI_DEV_POWER_USAGE": ("power.draw", 1.0),  # W
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy", 1e-3),  # mJ -> J
+    "DCGM_FI_DEV_SM_CLOCK": ("clocks.sm", 1.0),
+    "DCGM_FI_DEV_MEM_CLOCK": ("clocks.mem", 1.0),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature.gpu", 1.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("gpm.sm_activity", 100.0),  # fraction -> %
+    "DCGM_FI_PROF_SM_OCCUPANCY": ("gpm.sm_occupancy", 100.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gpm.tensor_activity", 100.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("gpm.dram_bw_util", 100.0),
+}
+MAX_PAGE = 8 << 20
+_LINE = re.compile(r"^(DCGM_FI_[A-Z0-9_]+)\{([^}]*)\}\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class DcgmDevice:
+    """One GPU the exporter reports, as the summary reads a device."""
+
+    index: int
+    name: str
+    uuid: str | None
+    host: str | None = None
+    unsupported: dict = field(default_factory=dict)
+    energy0_j: float | None = None
+
+
+def parse_page(text: str) -> dict[tuple[int, str | None, str | None, str | None], dict]:
+    """An exporter page -> ``{(gpu, UUID, modelName, Hostname): {column: value}}``."""
+    out: dict = {}
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m is None or m.group(1) not in FIELDS:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if not math.isfinite(value):
+            continue
+        labels = dict(_LABEL.findall(m.group(2)))
+        try:
+            gpu = int(labels.get("gpu", "0"))
+        except ValueError:
+            continue
+        key = (gpu, labels.get("UUID"), labels.get("modelName"), labels.get("Hostname"))
+        column, factor = FIELDS[m.group(1)]
+        out.setdefault(key, {})[column] = value * factor
+    return out
+
+
+class DcgmSampler:
+    """Reads ``url`` every ``interval_s`` on its own thread: ``rows`` as the NVML sampler's."""
+
+    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 2.0) -> None:
+        self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
+        self.devices: list[DcgmDevice] = []
+        self.rows: list[dict] = []
+        self.errors = 0
+        self.last_error: str | None = None
+        self.unavailable: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="loadtest-dcgm")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(self.timeout_s + self.interval_s + 1)
+        if not self.rows:
+            self.unavailable = f"the DCGM exporter at {redact_url(self.url)} gave no GPU sample" + (
+                f" ({self.last_error})" if self.last_error else ""
+            )
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            self._sample()
+            next_t += self.interval_s
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+        self._sample()  # the end of the drain
+
+    def _sample(self) -> None:
+        t = time.monotonic_ns()
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as r:
+                page = r.read(MAX_PAGE).decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:200]
+            return
+        for (gpu, uuid, model, host), values in sorted(parse_page(page).items(), key=_by_gpu):
+            device = self._device(gpu, uuid, model, host)
+            row = {"t_ns": t, "index": device.index, **values}
+            if "energy" in values:  # joules since the sampler started, as the NVML sampler's
+                if device.energy0_j is None:
+                    device.energy0_j = values["energy"]
+                row["energy"] = values["energy"] - device.energy0_j
+            self.rows.append(row)
+
+    def _device(self, gpu: int, uuid: str | None, model: str | None, host: str | None):
+        for d in self.devices:
+            if d.index == gpu and d.uuid == uuid and d.host == host:
+                return d
+        d = DcgmDevice(gpu, model or f"GPU {gpu}", uuid, host)
+        self.devices.append(d)
+        return d
+
+    def latest_utilization(self) -> list[float] | None:
+        latest: dict[int, float] = {}
+        for row in reversed(self.rows[-4 * max(1, len(self.devices)) :]):
+            if row.get("utilization.gpu") is not None:
+                latest.setdefault(row["index"], row["utilization.gpu"])
+        return [latest[i] for i in sorted(latest)] or None
+
+    def csv_text(self, t0_ns: int) -> str:
+        """The samples as gpu.csv (the NVML sampler's columns; those DCGM lacks are empty)."""
+        header = ["timestamp_ns", "t_s", "index"] + [f"{c} [{u}]" for c, u in COLUMNS]
+        lines = [",".join(header)]
+        for r in self.rows:
+            cells = [str(r["t_ns"]), f"{(r['t_ns'] - t0_ns) / 1e9:.3f}", str(r["index"])]
+            cells += ["" if r.get(c) is None else f"{r[c]:.6g}" for c, _ in COLUMNS]
+            lines.append(",".join(cells))
+        return "\n".join(lines) + "\n"
+
+    def summary(
+        self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None
+    ) -> dict:
+        """The ``gpu`` section, as the NVML sampler's, with the exporter as its source."""
+        if self.unavailable:
+            return {
+                "available": False,
+                "reason": redact_url(self.unavailable),
+                "source": redact_url(self.url),
+            }
+        lo, hi = window if window else (-math.inf, math.inf)
+        devices = []
+        for d in self.devices:
+            rows = [r for r in self.rows if r["index"] == d.index]
+            inside = [r for r in rows if lo <= r["t_ns"] <= hi] or rows
+            entry = device_summary(
+                d, rows, inside, t0_ns, output_tokens if len(self.devices) == 1 else None
+            )
+            entry["host"] = d.host
+            devices.append(entry)
+        return {
+            "available": True,
+            "source": f"DCGM exporter {redact_url(self.url)}",
+            "interval_s": self.interval_s,
+            "devices": devices,
+            "sampler": {"samples": len(self.rows), "errors": self.errors},
+            "definitions": {
+                "utilization.gpu": "DCGM_FI_DEV_GPU_UTIL: share of time a kernel was running",
+                "gpm.sm_activity": "DCGM_FI_PROF_SM_ACTIVE: share of SMs busy",
+                "energy_j": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION difference across the window",
+                "joules_per_output_token": "energy_j / energy_span_s x window length / output "
+                "tokens in the window",
+            },
+        }
+
+
+def _by_gpu(item: tuple) -> tuple:
+    (gpu, uuid, _model, host), _ = item
+    return (host or "", gpu, uuid or "")

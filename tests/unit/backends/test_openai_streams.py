@@ -1,0 +1,183 @@
+"""Streams of every API read event by event, on recorded bytes: the Responses API's events,
+tool calls' argument fragments, reasoning apart from the answer; and the checks of a finished
+stream's tool calls and structured answer, each against a verdict worked out by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+from loadtest.backends.openai.outputs import OutputChecks, summary
+from loadtest.backends.openai.stream import Stream
+from loadtest.workload.content import Content, synthetic_tools
+
+
+class Recorded:
+    """A response body's reads, as aiohttp's ``iter_any`` gives them."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = reads
+
+    async def iter_any(self):
+        for r in self.reads:
+            yield r
+
+
+def sse(*events: dict, done: bool = True) -> list[bytes]:
+    out = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events]
+    return out + ([b"data: [DONE]\n\n"] if done else [])
+
+
+def read(api: str, reads: list[bytes], keep_answer: bool = False) -> tuple[Stream, object]:
+    clock = iter(range(1000, 10_000, 100))  # each read stamped 100 ns after the one before
+    stream = Stream(api, 32, keep_reply=False, keep_answer=keep_answer)
+    failure = asyncio.run(stream.read(Recorded(reads), lambda: next(clock)))
+    return stream, failure
+
+
+def chat(delta: dict, reason: str | None = None) -> dict:
+    return {
+        "id": "c1",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": reason}],
+    }
+
+
+def test_tool_call_argument_fragments_are_output_text_stamped_on_arrival():
+    s, failure = read(
+        "chat",
+        sse(
+            chat({"role": "assistant", "content": ""}),
+            chat({"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f"}}]}),
+            chat({"tool_calls": [{"index": 0, "function": {"arguments": '{"x": '}}]}),
+            chat({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+            chat({}, "tool_calls"),
+        ),
+    )
+    assert failure is None
+    # the opening chunk carries no token; the name's chunk and the closing one may each be a
+    # token with no text (the server's usage decides)
+    assert s.chunks == [(1100, ""), (1200, '{"x": '), (1300, "1}"), (1400, "")]
+    assert s.tool_calls == {0: ["f", ['{"x": ', "1}"]]}
+    assert s.first_answer_ns == 1100 and s.reasoning == []
+
+
+def test_reasoning_is_kept_apart_and_the_answer_starts_after_it():
+    s, _ = read(
+        "chat",
+        sse(
+            chat({"reasoning_content": "let me"}),
+            chat({"reasoning": " think"}),  # vLLM's newer name
+            chat({"content": "Paris"}),
+            chat({}, "stop"),
+        ),
+        keep_answer=True,
+    )
+    assert s.reasoning == [(1000, "let me"), (1100, " think")]
+    assert s.first_answer_ns == 1200 and s.answer == "Paris"
+    assert [t for t, _ in s.chunks] == [1000, 1100, 1200, 1300]
+
+
+def test_the_responses_api_events_give_text_usage_and_the_end():
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1", "model": "m"}},
+        {"type": "response.reasoning_text.delta", "delta": "hmm", "output_index": 0},
+        {"type": "response.output_text.delta", "delta": "Hello", "output_index": 1},
+        {"type": "response.output_text.delta", "delta": " world", "output_index": 1},
+        {"type": "response.output_text.done", "text": "Hello world"},
+        {
+            "type": "response.completed",
+            "response": {
+                "id": "resp_1",
+                "status": "completed",
+                "usage": {
+                    "input_tokens": 5,
+                    "output_tokens": 3,
+                    "output_tokens_details": {"reasoning_tokens": 1},
+                },
+            },
+        },
+    ]
+    s, failure = read("responses", sse(*events, done=False), keep_answer=True)
+    assert failure is None and s.finish_reason == "stop"
+    assert s.chunks == [(1100, "hmm"), (1200, "Hello"), (1300, " world")]
+    assert s.answer == "Hello world" and s.first_answer_ns == 1200
+    assert (s.usage["prompt_tokens"], s.usage["completion_tokens"]) == (5, 3)
+    assert s.usage["completion_tokens_details"] == {"reasoning_tokens": 1}
+    assert (s.response_id, s.model) == ("resp_1", "m")
+
+
+def test_a_responses_function_call_and_an_incomplete_end():
+    events = [
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {"type": "function_call", "name": "get_weather"}},
+        {"type": "response.function_call_arguments.delta", "output_index": 0, "delta": '{"city"'},
+        {"type": "response.function_call_arguments.delta", "output_index": 0, "delta": ': "P'},
+        {"type": "response.incomplete", "response": {"status": "incomplete", "usage": None}},
+    ]  # fmt: skip
+    s, failure = read("responses", sse(*events, done=False))
+    assert failure is None and s.finish_reason == "length"
+    assert s.tool_calls == {0: ["get_weather", ['{"city"', ': "P']]}
+    assert [text for _, text in s.chunks] == ["", '{"city"', ': "P']
+
+
+def test_a_responses_failure_is_a_server_error():
+    events = [{"type": "response.failed", "response": {"error": {"message": "boom"}}}]
+    _, failure = read("responses", sse(*events, done=False))
+    assert failure.error_type == "server_error" and "boom" in failure.message
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}},
+]  # fmt: skip
+
+
+def finished(tool_calls: dict, answer: str = "", reason: str = "stop") -> Stream:
+    s = Stream("chat", 32, keep_reply=False, keep_answer=True)
+    s.tool_calls, s.finish_reason = tool_calls, reason
+    s.reply = [answer]
+    return s
+
+
+def test_tool_calls_are_judged_against_the_called_tools_schema():
+    checks = OutputChecks(Content(tools=TOOLS, tool_choice="required"))
+    facts: Counter = Counter()
+    checks.check(finished({0: ["f", ['{"x": 1}']], 1: ["f", ['{"x": "a"}']]}), facts)
+    checks.check(finished({0: ["f", ['{"x": ']]}), facts)
+    checks.check(finished({0: ["g", ["{}"]]}), facts)
+    checks.check(finished({}), facts)  # required, and no call
+    checks.check(finished({0: ["f", ['{"x"']]}, reason="length"), facts)  # cut: not judged
+    out = summary(facts, checks.describe())["tool_calls"]
+    assert out == {
+        "offered": 1, "choice": "required", "requests": 5, "requests_with_calls": 4,
+        "calls": 5, "bad_json": 1, "schema_mismatch": 1, "unknown_tool": 1,
+        "cut_at_length": 1, "missing": 1,
+    }  # fmt: skip
+
+
+def test_structured_answers_are_judged_against_the_schema_or_as_a_json_object():
+    schema = {"type": "object", "required": ["a"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}
+    checks = OutputChecks(Content(response_format=fmt, answer_schema=schema))
+    facts: Counter = Counter()
+    for answer in ('{"a": 1}', '{"b": 1}', "[1, 2]", "a: 1"):
+        checks.check(finished({}, answer), facts)
+    out = summary(facts, checks.describe())["structured"]
+    assert (out["checked"], out["bad_json"], out["schema_mismatch"]) == (4, 1, 2)
+    objects = OutputChecks(Content(response_format={"type": "json_object"}))
+    facts = Counter()
+    for answer in ('{"b": 1}', "[1]"):
+        objects.check(finished({}, answer), facts)
+    assert (facts["structured_ok"], facts["structured_schema_mismatch"]) == (1, 1)
+
+
+def test_synthetic_tools_are_seeded_and_valid():
+    assert synthetic_tools(4, 7) == synthetic_tools(4, 7) != synthetic_tools(4, 8)
+    import jsonschema
+
+    for tool in synthetic_tools(8, 1):
+        fn = tool["function"]
+        jsonschema.Draft202012Validator.check_schema(fn["parameters"])
+        assert set(fn["parameters"]["required"]) == set(fn["parameters"]["properties"])
