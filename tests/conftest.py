@@ -101,6 +101,15 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory) -> Path:
+    """A tiny BERT + trained WordPiece tokenizer (see tests/tiny_model.py)."""
+    pytest.importorskip("transformers")
+    from tests.tiny_model import build_tiny_encoder
+
+    return build_tiny_encoder(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="session")
 def vllm_python() -> Path:
     """vLLM's interpreter (its own venv: ``python -m tests.real_servers install``). Outside CI
     a missing vLLM skips its tests; in CI (``CI=true``) it fails them: CI installs it."""

@@ -26,7 +26,43 @@ _QWEN25 = dict(
     eos_token_id=151643,
 )
 
+# Encoders (api: embeddings): one forward pass a batch, a pooled vector a text.
+ENCODER_TYPES = ("bert", "roberta", "xlm-roberta", "modernbert", "distilbert")
+
 DUMMY_ARCHITECTURES: dict[str, dict] = {
+    # CPU-sized encoder: for tests (byte-level vocabulary, as tiny-llama).
+    "tiny-bert": dict(
+        model_type="bert",
+        vocab_size=258,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=512,
+        pad_token_id=0,
+    ),
+    # BERT-base's shape (bge-base-en, e5-base and most base-size embedding models share it).
+    "bert-base": dict(
+        model_type="bert",
+        vocab_size=30522,
+        hidden_size=768,
+        intermediate_size=3072,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        max_position_embeddings=512,
+        pad_token_id=0,
+    ),
+    # BERT-large's (bge-large-en, e5-large).
+    "bert-large": dict(
+        model_type="bert",
+        vocab_size=30522,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        max_position_embeddings=512,
+        pad_token_id=0,
+    ),
     # CPU-sized: for tests and the out-of-the-box scenario (byte-level vocabulary).
     "tiny-llama": dict(
         model_type="llama",

@@ -43,6 +43,12 @@ class TransformersSpec(Spec):
     model: str = Field(
         description="Local model directory, hub id (from the local cache), or dummy:<architecture>."
     )
+    api: Literal["generate", "embeddings"] = Field(
+        "generate",
+        description="generate: a causal LM's tokens; embeddings: an encoder's pooled vector "
+        "a text (workload.inputs_per_request texts a request), a forward pass a batch, batched "
+        "by the static batcher (mode static or single).",
+    )
     mode: Literal["single", "static", "continuous"] = Field(
         "static",
         description="single: batch 1; static: padded dynamic batches; continuous: in-flight batching.",
@@ -213,7 +219,39 @@ class TransformersSpec(Spec):
         """Problems found before loading: the device layout, padded decode steps without
         compiled static batches, an unknown ``dummy:`` architecture, a missing or non-model
         path, a model that does not split."""
-        return self.layout_problems() + self._decode_problems() + self._model_problems(base_dir)
+        return (
+            self.layout_problems()
+            + self._decode_problems()
+            + self._api_problems()
+            + self._model_problems(base_dir)
+        )
+
+    def _api_problems(self) -> list[tuple[tuple, str]]:
+        """An embeddings engine runs one forward pass a batch: the static batcher's, eager."""
+        if self.api != "embeddings":
+            return []
+        out = []
+        if self.mode == "continuous":
+            out.append((("backend", "mode"), "api: embeddings batches with mode static or single"))
+        if self.compile:
+            out.append((("backend", "compile"), "api: embeddings runs eager (compile: false)"))
+        if self.tensor_parallel > 1:
+            out.append(
+                (("backend", "tensor_parallel"), "api: embeddings runs on one device a replica")
+            )
+        if self.model.startswith("dummy:"):
+            from loadtest.config.model_shapes import DUMMY_ARCHITECTURES, ENCODER_TYPES
+
+            arch = DUMMY_ARCHITECTURES.get(self.model.split(":", 1)[1], {})
+            if arch and arch.get("model_type") not in ENCODER_TYPES:
+                out.append(
+                    (
+                        ("backend", "model"),
+                        f"{self.model} is a decoder: api: embeddings takes an encoder "
+                        "(dummy:tiny-bert, dummy:bert-base, dummy:bert-large, or a folder)",
+                    )
+                )
+        return out
 
     def _decode_problems(self) -> list[tuple[tuple, str]]:
         if self.pad_decode and not (self.compile and self.mode == "static"):

@@ -283,3 +283,43 @@ def test_call_in_engine_runs_a_hook_beside_the_model_and_reports_its_errors(tiny
             await backend.stop()
 
     asyncio.run(go())
+
+
+def test_a_local_encoder_embeds_every_text_of_a_request_in_batches(tmp_path, tiny_encoder_dir):
+    """api: embeddings: 6 requests of 3 texts of 20 tokens, through the static batcher (at
+    most 4 requests a batch); each request done when its batch's vectors are on the host."""
+    m, rows = run(
+        tmp_path,
+        tiny_encoder_dir,
+        {"api": "embeddings", "mode": "static", "max_batch_size": 4, "max_wait_ms": 50},
+        {"arrival": {"kind": "concurrency", "users": 6}, "requests": 6},
+        workload={"input_tokens": 20, "inputs_per_request": 3},
+    )
+    assert m["status"] == "ok", m["validity"]
+    assert m["requests"]["completed"] == 6 and m["requests"]["input_tokens"] == 6 * 3 * 20
+    assert m["api"] == {
+        "name": "embeddings", "streams_tokens": False, "inputs_per_request": 3,
+        "reasoning_tokens": None, "answer_tokens": None, "tool_calls": None,
+        "structured": None, "media": None,
+    }  # fmt: skip
+    lat = m["latency_ms"]
+    assert lat["ttft"]["count"] == 0 and lat["e2e"]["count"] == lat["queue"]["count"] == 6
+    assert all(r["output_tokens"] == 0 and r["planned_input_tokens"] == 60 for r in rows)
+    # a batch is done at once: its requests share one end; 6 requests make 2 batches or more
+    assert 2 <= len({r["done_ns"] for r in rows}) < 6
+    assert m["throughput"]["inputs_per_s"] == pytest.approx(3 * m["throughput"]["requests_per_s"])
+
+
+@pytest.mark.parametrize(
+    "backend, expected",
+    [
+        ({"model": "dummy:tiny-llama"}, "is a decoder: api: embeddings takes an encoder"),
+        ({"model": "dummy:tiny-bert", "mode": "continuous"}, "mode static or single"),
+        ({"model": "dummy:tiny-bert", "compile": True}, "runs eager"),
+    ],
+)
+def test_an_embeddings_engine_refuses_what_it_cannot_run(tmp_path, backend, expected):
+    from tests.conftest import refused_backend_output
+
+    out = refused_backend_output(tmp_path, {"api": "embeddings", **backend})
+    assert expected in out

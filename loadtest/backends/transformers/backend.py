@@ -64,6 +64,7 @@ class TransformersBackend(Backend):
         self._ready = False
         self._info: dict = {}  # what the worker reported when ready
         self._outq: queue.SimpleQueue = queue.SimpleQueue()
+        self._plan: Any = None  # kept at prepare(): an embeddings request's texts come from it
 
     async def start(self) -> BackendInfo:
         import multiprocessing as mp
@@ -132,6 +133,7 @@ class TransformersBackend(Backend):
 
     async def prepare(self, plan) -> dict:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""
+        self._plan = plan
         longest = plan.longest_prompt()
         # The static batcher can form any size up to max_batch_size: each is a new shape (a
         # compile, or in eager mode first-use costs such as attention plans). ``continuous`` warms
@@ -188,7 +190,12 @@ class TransformersBackend(Backend):
         rid = req.index
         self._queues[rid] = q
         eos = getattr(self.tokenizer, "eos_token_id", None)
-        self._send(messages.req(rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
+        if self.spec.api == "embeddings":  # every text the request carries; nothing generated
+            texts = self._plan.input_ids(req, self.tokenizer) if self._plan else [prompt_ids]
+            embed: messages.Req = ("req", rid, texts, 0, True, None)  # type: ignore[assignment]
+            self._send(embed)
+        else:
+            self._send(messages.req(rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
         finished = False
         try:
             while True:

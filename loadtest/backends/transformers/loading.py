@@ -100,6 +100,7 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         **({"pad_decode_off": unpadded_why} if unpadded_why else {}),
         **batching_details(spec, pad_decode),
         "mode": spec["mode"],
+        "api": spec.get("api", "generate"),
         "compile": spec["compile"],
         "compile_options": compile_options,
         "trust_remote_code": spec["trust_remote_code"],
@@ -117,15 +118,19 @@ def _built(spec: dict, base_dir: str, device, dtype, attn: dict, layout: Layout)
     name = spec["model"]
     if layout.size > 1:
         return _load_split(spec, base_dir, device, dtype, attn, layout)
+    # an encoder (api: embeddings) is its base model: its hidden states are what is pooled
+    auto = (
+        transformers.AutoModel
+        if spec.get("api") == "embeddings"
+        else transformers.AutoModelForCausalLM
+    )
     if name.startswith("dummy:"):
         arch = name.split(":", 1)[1]
         with torch.device(device):
-            model = transformers.AutoModelForCausalLM.from_config(
-                dummy_config(arch), dtype=dtype, **attn
-            )
+            model = auto.from_config(dummy_config(arch), dtype=dtype, **attn)
         return model, f"dummy weights, {arch} shapes", None
     target = _checkpoint(name, base_dir)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
+    model = auto.from_pretrained(
         target,
         dtype=dtype,
         local_files_only=True,
@@ -183,8 +188,9 @@ def _versions_and_shape(model, device, dtype) -> dict:
     import torch
     import transformers
 
-    pad = getattr(model.generation_config, "pad_token_id", None)
-    eos = getattr(model.generation_config, "eos_token_id", None)
+    generation = getattr(model, "generation_config", None) or model.config  # an encoder's: none
+    pad = getattr(generation, "pad_token_id", None)
+    eos = getattr(generation, "eos_token_id", None)
     if pad is None:
         pad = eos if isinstance(eos, int) else (eos[0] if eos else 0)
     return {
