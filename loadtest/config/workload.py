@@ -101,7 +101,8 @@ class Workload(_Model):
     )
     dataset: str | None = Field(
         None,
-        description='JSONL file: one {"prompt": ...} or {"messages": [...]} a line; or a '
+        description='JSONL file: one {"prompt": ...} or {"messages": [...]} a line (with '
+        '"images": [URL or file, ...] sent beside it to chat and responses); or a '
         "ShareGPT file (JSON or JSONL of {conversations: [{from, value}, ...]}, detected from "
         "its content: each conversation's first human turn is a prompt; with multi_turn, every "
         "turn). `hf:org/name` (or `hf:` and a local dataset folder): a Hugging Face dataset, "
@@ -115,10 +116,10 @@ class Workload(_Model):
         "counted, not kept (memory stays bounded), and the result says so.",
     )
     dataset_split: str = Field("train", description="hf: datasets: the split to read.")
-    dataset_columns: dict[Literal["prompt", "messages", "conversations"], str] = Field(
+    dataset_columns: dict[Literal["prompt", "messages", "conversations", "images"], str] = Field(
         default_factory=dict,
-        description="hf: datasets: which column holds the prompt, the messages or the "
-        "conversations, where it is not named so (e.g. {prompt: question}).",
+        description="hf: datasets: which column holds the prompt, the messages, the "
+        "conversations or the images, where it is not named so (e.g. {prompt: question}).",
     )
     shared_prefix: SharedPrefix | None = Field(
         None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class DatasetPrompt:
     turns: tuple[str, ...] = ()
     system: tuple[dict, ...] = ()
     turn_tokens: tuple[int, ...] = ()  # counted for sessions only
+    images: tuple[str, ...] = ()  # image URLs sent with it (files read into data: URIs)
 
 
 class DatasetRows(list):
@@ -62,10 +63,10 @@ def read_dataset(
     name = str(source)
     if name.startswith(HF_PREFIX):
         entries: Iterable[tuple[str, object]] = _hf_rows(name, split, columns or {}, resolve)
-        label = f"{name} ({split})"
+        label, folder = f"{name} ({split})", Path.cwd()
     else:
         path = resolve(name) if isinstance(source, str) else source
-        entries, label = _file_rows(path), str(path)
+        entries, label, folder = _file_rows(path), str(path), path.parent
     rows = DatasetRows()
     for where, row in entries:
         if max_rows is not None and len(rows) >= max_rows:
@@ -73,6 +74,9 @@ def read_dataset(
             continue
         prompt = _prompt(row, tokenizer, f"{label}:{where}", sessions)
         if prompt is not None:
+            if isinstance(row, dict) and row.get("images") is not None:
+                images = row_images(row["images"], folder, f"{label}:{where}")
+                prompt = replace(prompt, images=images)
             rows.append(prompt)
     if not rows:
         raise ScenarioError([f"{label}:1: the dataset holds no prompts"])
@@ -201,6 +205,48 @@ def _sharegpt_messages(turns: object, where: str) -> list[dict]:
         role = "user" if who in _SHAREGPT_USER else "system" if who == "system" else "assistant"
         out.append({"role": role, "content": value})
     return out
+
+
+MAX_IMAGE_BYTES = 20 << 20  # an image file a row names: larger is refused
+_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp",
+         ".gif": "image/gif"}  # fmt: skip
+
+
+def row_images(value: object, folder: Path, where: str) -> tuple[str, ...]:
+    """A row's ``images`` as the URLs a request sends: http(s) and data: URLs as they are; a
+    file (relative to the dataset's folder) read into a data: URI; a Hugging Face image
+    (PIL, or ``{"bytes": ...}``) encoded as PNG."""
+    import base64
+    import io
+
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, str) and item.startswith(("http://", "https://", "data:")):
+            out.append(item)
+            continue
+        if isinstance(item, str):
+            path = Path(item).expanduser()
+            path = path if path.is_absolute() else folder / path
+            mime = _MIME.get(path.suffix.lower())
+            if mime is None or not path.is_file():
+                why = "not found" if not path.is_file() else f"not an image ({path.suffix})"
+                raise ScenarioError([f"{where}: images: {path}: {why}"])
+            if path.stat().st_size > MAX_IMAGE_BYTES:
+                raise ScenarioError([f"{where}: images: {path}: over {MAX_IMAGE_BYTES >> 20} MiB"])
+            data, kind = path.read_bytes(), mime
+        elif isinstance(item, dict) and isinstance(item.get("bytes"), bytes):
+            data, kind = item["bytes"], "image/png"
+        elif hasattr(item, "save"):  # a PIL image (the datasets library's Image feature)
+            buf = io.BytesIO()
+            item.save(buf, format="PNG")
+            data, kind = buf.getvalue(), "image/png"
+        else:
+            raise ScenarioError(
+                [f"{where}: images: expected URLs or file paths, got {str(item)[:60]!r}"]
+            )
+        out.append(f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}")
+    return tuple(out)
 
 
 def _ids(ids: list[int]) -> array:

@@ -200,13 +200,16 @@ def test_structured_answers_are_checked_against_their_schema(tmp_path, answer, b
 
 def test_reasoning_tokens_are_counted_apart_with_the_time_to_the_answer(tmp_path):
     with StubServer(reasoning=3) as stub:
-        m = run(tmp_path, scenario(stub.url, "chat", {"input_tokens": 5, "output_tokens": 8}))
+        workload = {"input_tokens": 5, "output_tokens": 8}
+        m = run(tmp_path, scenario(stub.url, "chat", workload, sla={"ttft_answer_p99": "10s"}))
     assert m["status"] == "ok", m["validity"]
     assert m["requests"]["reasoning_tokens"] == 6 * 3
     assert (m["api"]["reasoning_tokens"], m["api"]["answer_tokens"]) == (18, 30)
     lat = m["latency_ms"]
     assert lat["ttft_answer"]["count"] == 6
     assert lat["ttft_answer"]["min"] >= lat["ttft"]["min"]
+    (check,) = m["sla"]["checks"]  # an SLA bound on it, judged on its 6 samples
+    assert (check["name"], check["samples"]) == ("ttft_answer_p99", 6)
     for r in records(tmp_path):
         assert r["reasoning_tokens"] == 3
         # the answer's first token is the 4th stamp: its time from the intended send
@@ -272,3 +275,87 @@ def test_bad_api_input_is_refused_naming_the_field(tmp_path, api, workload, expe
         loaded = load_scenario(path, [])
         check_plan(loaded.scenario, lambda n: tmp_path / n)
     assert expected in str(err.value)
+
+
+def test_a_datasets_images_are_sent_beside_its_prompts(tmp_path):
+    PIL = pytest.importorskip("PIL.Image")
+    image = tmp_path / "cat.png"
+    PIL.new("RGB", (8, 6), (200, 10, 10)).save(image)
+    rows = [
+        {"prompt": "what is this?", "images": ["cat.png", "https://example.com/dog.jpg"]},
+        {"messages": [{"role": "user", "content": "and this?"}], "images": "cat.png"},
+    ]
+    (tmp_path / "vision.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with StubServer() as stub:
+        workload = {"dataset": "vision.jsonl", "output_tokens": 2}
+        run(tmp_path, scenario(stub.url, "chat", workload, requests=4))
+        bodies = stub.bodies[1:]
+    expected_file = "data:image/png;base64," + base64.b64encode(image.read_bytes()).decode()
+    seen = set()
+    for b in bodies:
+        (message,) = b["messages"]
+        text, *images = message["content"]
+        seen.add(text["text"])
+        urls = [p["image_url"]["url"] for p in images]
+        if text["text"] == "what is this?":
+            assert urls == [expected_file, "https://example.com/dog.jpg"]
+        else:
+            assert urls == [expected_file]
+    assert seen == {"what is this?", "and this?"}
+
+
+def test_a_dataset_image_that_is_not_there_is_named_with_its_row(tmp_path):
+    (tmp_path / "vision.jsonl").write_text(
+        '{"prompt": "a"}\n{"prompt": "b", "images": ["gone.png"]}\n'
+    )
+    data = scenario("http://127.0.0.1:9/v1", "chat", {"dataset": "vision.jsonl"})
+    from loadtest.workload.plan import check_plan
+
+    loaded = load_scenario(write_scenario(tmp_path, data), [])
+    with pytest.raises(ScenarioError) as err:
+        check_plan(loaded.scenario, lambda n: tmp_path / n)
+    assert "vision.jsonl:2: images:" in str(err.value) and "gone.png: not found" in str(err.value)
+
+
+def test_a_dcgm_exporter_gives_a_served_run_the_servers_gpu_section(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    energy = iter(range(1_000_000, 10**9, 50_000))  # mJ: 50 J more at each read
+
+    class Exporter(BaseHTTPRequestHandler):
+        def do_GET(self):
+            labels = 'gpu="0",UUID="GPU-a",modelName="NVIDIA H100",Hostname="gpu-host"'
+            body = (
+                f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} 87\n"
+                f"DCGM_FI_DEV_FB_USED{{{labels}}} 70000\n"
+                f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} {next(energy)}\n"
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    exporter = ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{exporter.server_address[1]}/metrics"
+    try:
+        with StubServer() as stub:
+            data = scenario(stub.url, "chat", {"input_tokens": 5, "output_tokens": 4})
+            data["telemetry"] = {
+                "gpu": "auto", "server": False, "dcgm": url, "server_interval": "50ms",
+            }  # fmt: skip
+            m = run(tmp_path, data)
+    finally:
+        exporter.shutdown()
+    gpu = m["gpu"]
+    assert gpu["available"] and gpu["source"] == f"DCGM exporter {url}"
+    (device,) = gpu["devices"]
+    assert (device["name"], device["uuid"], device["host"]) == ("NVIDIA H100", "GPU-a", "gpu-host")
+    assert device["utilization_gpu_pct"]["mean"] == 87.0
+    assert device["peak_memory_mib"] == 70000.0
+    assert device["energy_j"] > 0 and device["energy_j"] % 50 == 0  # whole reads of 50 J each
+    assert (tmp_path / "run" / "gpu.csv").read_text().count("\n") >= 3

@@ -69,6 +69,10 @@ class RequestBodies:
         if row is None and self.api in TEMPLATED_APIS and self.fit:
             text = fit_in_template(self.tokenizer, text, req.input_tokens)
         messages = row.messages if row else None
+        if row is not None and row.images:  # the row's own images, after any synthetic ones
+            media = (*media, *({"type": "image_url", "image_url": {"url": u}} for u in row.images))
+            if messages is None:  # a prompt row: sent as a user message holding its images
+                messages = ({"role": "user", "content": text},)
         return self.streaming(text, messages, req.output_tokens, fixed, facts, media)
 
     def streaming(
