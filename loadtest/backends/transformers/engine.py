@@ -366,7 +366,7 @@ class Engine:
     def _warm_shapes(self, shapes: list) -> None:
         if self.spec.get("api") == "embeddings":  # a forward pass at each batch's size
             for batch_size, prompt_len, _ in shapes:
-                fake = [("req", -1 - i, [[65] * prompt_len], 0) for i in range(batch_size)]
+                fake: list = [("req", -1 - i, [[65] * prompt_len], 0) for i in range(batch_size)]
                 self._embed(fake, NullOut())
             return
         for batch_size, prompt_len, new_tokens in shapes:
