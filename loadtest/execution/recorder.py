@@ -365,7 +365,7 @@ class Recorder:
         return {m: (self.merged[m] if m in self.merged else self.whole[m]) for m in ALL_METRICS}
 
     def live_histograms(self) -> dict[str, LatencyHistogram]:
-        """TTFT and ITL over the open intervals (the last few seconds), each merged into a copy;
+        """TTFT, ITL and E2E over the open intervals (the last few seconds), each merged into a copy;
         the recorded histograms are not touched."""
         return {
             metric: merge_histograms(
@@ -375,11 +375,11 @@ class Recorder:
         }
 
     def live_percentiles_ms(self) -> dict[str, float | None]:
-        """For the progress display: TTFT and ITL p50/p99 over the open intervals."""
+        """For the progress display: TTFT, ITL and E2E p50/p99 over the open intervals."""
         return live_percentiles_ms(self.live_histograms())
 
 
-LIVE_METRICS = ("ttft", "itl")
+LIVE_METRICS = ("ttft", "itl", "e2e")  # e2e: the live figure of answers with no stream
 
 
 def live_percentiles_ms(histograms: dict[str, LatencyHistogram]) -> dict[str, float | None]:

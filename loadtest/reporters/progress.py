@@ -67,9 +67,15 @@ def fields(s: dict, offered: float | None, delivered: float | None) -> list[str]
         f"sent {s['sent']}{planned}, done {s['completed']}, in flight {s['in_flight']}, "
         f"failed {s['failed']}",
         f"offered {_rate(offered)} req/s, delivered {_rate(delivered)} req/s",
-        f"TTFT p50 {_ms(s.get('ttft_p50_ms'))} p99 {_ms(s.get('ttft_p99_ms'))} ms",
-        f"ITL p50 {_ms(s.get('itl_p50_ms'))} p99 {_ms(s.get('itl_p99_ms'))} ms",
     ]
+    if s.get("ttft_p50_ms") is None and s.get("e2e_p50_ms") is not None:
+        # answers with no token stream (embeddings, rerank): their latency is the whole answer's
+        out.append(f"E2E p50 {_ms(s['e2e_p50_ms'])} p99 {_ms(s.get('e2e_p99_ms'))} ms")
+    else:
+        out += [
+            f"TTFT p50 {_ms(s.get('ttft_p50_ms'))} p99 {_ms(s.get('ttft_p99_ms'))} ms",
+            f"ITL p50 {_ms(s.get('itl_p50_ms'))} p99 {_ms(s.get('itl_p99_ms'))} ms",
+        ]
     gpu = s.get("gpu_util_pct")
     if gpu:
         out.append("GPU " + " ".join(f"{u:.0f}%" for u in gpu))

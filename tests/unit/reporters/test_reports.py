@@ -235,3 +235,13 @@ def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_know
     doc = RunMetrics.model_validate(m).model_copy(update={"workers": workers, "backend": backend})
     md = markdown.render(doc)
     assert "## Client workers" in md and "&lt;b&gt;h1&lt;/b&gt;" in md and "<b>h1" not in md
+
+
+def test_the_progress_line_shows_e2e_for_answers_with_no_token_stream():
+    from loadtest.reporters.progress import fields
+
+    base = {"elapsed_s": 3.0, "sent": 9, "completed": 8, "in_flight": 1, "failed": 0}
+    pooled = fields({**base, "ttft_p50_ms": None, "e2e_p50_ms": 12.5, "e2e_p99_ms": 30.0}, 3, 3)
+    assert pooled[-1] == "E2E p50 12.5 p99 30 ms" and not any("TTFT" in f for f in pooled)
+    streamed = fields({**base, "ttft_p50_ms": 5.0, "ttft_p99_ms": 9.0, "e2e_p50_ms": 50.0}, 3, 3)
+    assert streamed[-2:] == ["TTFT p50 5 p99 9 ms", "ITL p50 - p99 - ms"]
