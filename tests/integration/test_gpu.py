@@ -7,7 +7,7 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 
-def _run(tmp_path, backend: dict, load: dict) -> dict:
+def _run(tmp_path, backend: dict, load: dict, workload: dict | None = None) -> dict:
     import yaml
 
     from loadtest.config.loading import load_scenario
@@ -24,7 +24,7 @@ def _run(tmp_path, backend: dict, load: dict) -> dict:
                     "device": "cuda",
                     **backend,
                 },
-                "workload": {"input_tokens": 128, "output_tokens": 16},
+                "workload": workload or {"input_tokens": 128, "output_tokens": 16},
                 "load": load,
             }
         )
@@ -49,6 +49,28 @@ def test_mode_on_gpu(tmp_path, backend):
     assert m["backend"]["device"].startswith("cuda") and m["backend"]["dtype"] == "bfloat16"
     assert m["latency_ms"]["itl"]["count"] == 16 * 15
     assert m["peak_mem_mb"] > 2000  # 1.24 B bf16 parameters alone are ~2.4 GB
+
+
+def test_a_bert_base_embeds_batches_on_the_gpu(tmp_path):
+    """api: embeddings on dummy:bert-base: 64 requests of 8 texts of 128 tokens, a burst through
+    the static batcher (16 requests, 128 texts a forward pass)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    m = _run(
+        tmp_path,
+        {"model": "dummy:bert-base", "api": "embeddings", "mode": "static", "max_batch_size": 16},
+        {"arrival": {"kind": "burst"}, "requests": 64},
+        {"input_tokens": 128, "inputs_per_request": 8},
+    )
+    assert m["status"] == "ok" and m["requests"]["completed"] == 64, m["validity"]
+    assert m["requests"]["input_tokens"] == 64 * 8 * 128
+    assert m["latency_ms"]["ttft"]["count"] == 0 and m["latency_ms"]["e2e"]["count"] == 64
+    t = m["throughput"]
+    print(
+        f"bert-base embeddings: {t['inputs_per_s']:.0f} texts/s, {t['input_tokens_per_s']:.0f} "
+        f"input tok/s, e2e p50 {m['latency_ms']['e2e']['p50']:.1f} ms"
+    )
 
 
 @pytest.mark.parametrize(
