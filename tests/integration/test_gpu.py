@@ -52,20 +52,20 @@ def test_mode_on_gpu(tmp_path, backend):
 
 
 def test_a_bert_base_embeds_batches_on_the_gpu(tmp_path):
-    """api: embeddings on dummy:bert-base: 64 requests of 8 texts of 128 tokens, a burst through
-    the static batcher (16 requests, 128 texts a forward pass)."""
+    """api: embeddings on dummy:bert-base: 256 requests of 8 texts of 128 tokens from 16 users
+    through the static batcher (up to 16 requests, 128 texts, a forward pass)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     m = _run(
         tmp_path,
         {"model": "dummy:bert-base", "api": "embeddings", "mode": "static", "max_batch_size": 16},
-        {"arrival": {"kind": "burst"}, "requests": 64},
+        {"arrival": {"kind": "concurrency", "users": 16}, "requests": 256},
         {"input_tokens": 128, "inputs_per_request": 8},
     )
-    assert m["status"] == "ok" and m["requests"]["completed"] == 64, m["validity"]
-    assert m["requests"]["input_tokens"] == 64 * 8 * 128
-    assert m["latency_ms"]["ttft"]["count"] == 0 and m["latency_ms"]["e2e"]["count"] == 64
+    assert m["status"] == "ok" and m["requests"]["completed"] == 256, m["validity"]
+    assert m["requests"]["input_tokens"] == 256 * 8 * 128
+    assert m["latency_ms"]["ttft"]["count"] == 0 and m["latency_ms"]["e2e"]["count"] == 256
     t = m["throughput"]
     print(
         f"bert-base embeddings: {t['inputs_per_s']:.0f} texts/s, {t['input_tokens_per_s']:.0f} "
@@ -87,7 +87,7 @@ def test_compiled_static_mode_on_gpu(tmp_path, fields, sizes, decode_rows):
         pytest.skip("no CUDA device")
     backend = {"mode": "static", "max_batch_size": 8, "max_wait_ms": 20, "compile": True}
     m = _run(tmp_path, {**backend, **fields}, {"arrival": {"kind": "burst"}, "requests": 16})
-    assert m["status"] == "ok" and m["requests"]["completed"] == 16
+    assert m["status"] == "ok" and m["requests"]["completed"] == 16, m["validity"]
     b = m["backend"]
     assert b["batch_buckets"] == sizes and b["warmup_batch_sizes"] == sizes
     assert b["pad_decode"] is (decode_rows is not None) and b["decode_batch_size"] == decode_rows
