@@ -52,7 +52,7 @@ def test_mode_on_gpu(tmp_path, backend):
 
 
 def test_a_bert_base_embeds_batches_on_the_gpu(tmp_path):
-    """api: embeddings on dummy:bert-base: 256 requests of 8 texts of 128 tokens from 16 users
+    """api: embeddings on dummy:bert-base: 200 requests a second of 8 texts of 128 tokens
     through the static batcher (up to 16 requests, 128 texts, a forward pass)."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
@@ -60,12 +60,13 @@ def test_a_bert_base_embeds_batches_on_the_gpu(tmp_path):
     m = _run(
         tmp_path,
         {"model": "dummy:bert-base", "api": "embeddings", "mode": "static", "max_batch_size": 16},
-        {"arrival": {"kind": "concurrency", "users": 16}, "requests": 256},
+        {"arrival": {"kind": "poisson", "rate": 200}, "duration": "5s", "warmup": "1s"},
         {"input_tokens": 128, "inputs_per_request": 8},
     )
-    assert m["status"] == "ok" and m["requests"]["completed"] == 256, m["validity"]
-    assert m["requests"]["input_tokens"] == 256 * 8 * 128
-    assert m["latency_ms"]["ttft"]["count"] == 0 and m["latency_ms"]["e2e"]["count"] == 256
+    done = m["requests"]["completed"]
+    assert m["status"] == "ok" and done > 800, m["validity"]
+    assert m["requests"]["input_tokens"] == done * 8 * 128
+    assert m["latency_ms"]["ttft"]["count"] == 0 and m["latency_ms"]["e2e"]["count"] == done
     t = m["throughput"]
     print(
         f"bert-base embeddings: {t['inputs_per_s']:.0f} texts/s, {t['input_tokens_per_s']:.0f} "
@@ -200,6 +201,7 @@ def test_a_profile_window_on_chat_traffic_is_said_to_perturb_not_overload(tmp_pa
     detail = (m["stability"], cost, m["validity"]["warnings"])
     assert not any(w.startswith("overloaded") for w in m["validity"]["warnings"]), detail
     said = m["validity"]["warnings"] + m["stability"]["reasons"]
-    if cost["backlog_peak"] > cost["backlog_at_open"] + 10:  # the capture made a backlog
+    b0 = cost["backlog_at_open"] or 0
+    if cost["backlog_peak"] > b0 + 3 * (b0 + 1) ** 0.5:  # past a queue's own wander: a backlog
         # said, with its cost: as a warning, or as why an otherwise steady run is perturbed
         assert any("the profiler's capture lasted" in w for w in said), said
