@@ -383,7 +383,7 @@ class Scenario(_Model):
     def api_problems(self) -> list[tuple[tuple, str]]:
         """Workload fields the backend's API cannot carry (``inputs_per_request`` on chat), and
         latency objectives on figures it does not have (TTFT of an embeddings request)."""
-        api = getattr(self.backend, "api", "chat")
+        api = getattr(self.backend, "api", "generate")  # sim, noop: tokens, no API
         w = self.workload
         problems: list[tuple[tuple, str]] = []
 

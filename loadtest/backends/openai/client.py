@@ -47,6 +47,7 @@ from loadtest.backends.openai.tokens import (
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed, Finished, Tokens
 from loadtest.workload.content import Content
+from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
 from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer
 
 PROBE_TOKENS = 2
@@ -162,7 +163,8 @@ class OpenAIBackend(Backend):
         self._checks = OutputChecks(plan.content)
         self._described = self._checks.describe()
         if plan.media is not None:
-            count = plan.planned_count or len(plan.requests) or 1
+            # a closed loop with no request count: as many sets as an open-ended run cycles
+            count = plan.planned_count or len(plan.requests) or MEDIA_SETS_OPEN_ENDED
             await asyncio.to_thread(plan.media.render, count)
             self._described["media"] = plan.media.describe()
             self._described["media"]["distinct_sets"] = len(plan.media.sets)
@@ -311,7 +313,8 @@ class OpenAIBackend(Backend):
         else the reasoning chunks' (counted as the stream's tokens are), at most ``total``."""
         if not stream.reasoning:
             return 0
-        details = (stream.usage or {}).get("completion_tokens_details")
+        usage = stream.usage if isinstance(stream.usage, dict) else {}
+        details = usage.get("completion_tokens_details")
         served = usage_count(details, "reasoning_tokens")
         if served is None:
             served = sum(n or 1 for _, n in self._tokens.counted(stream.reasoning))
