@@ -102,6 +102,14 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
     "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
 }
+# what only a server running speculative decoding publishes
+SPECULATIVE = (
+    "spec_acceptance_rate",
+    "spec_accept_length",
+    "spec_drafts",
+    "spec_draft_tokens",
+    "spec_accepted_tokens",
+)
 UNITS = {
     "requests_running": "requests",
     "requests_waiting": "requests",

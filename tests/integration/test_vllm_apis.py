@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.telemetry.server_metrics import SPECULATIVE
 from tests.conftest import LENIENT
 
 pytest.importorskip("aiohttp")
@@ -206,6 +207,7 @@ def test_speculative_decodings_acceptance_comes_from_the_servers_counters(vllm_m
     )  # fmt: skip
     assert m["requests"]["completed"] == 6, m["validity"]
     server = m["server"]["metrics"]
+    assert set(SPECULATIVE) <= set(m["server"]["server_names"])
     assert server["spec_drafts"]["run_change"] > 0
     drafts, accepted = (
         server["spec_drafts"]["run_change"],
