@@ -284,7 +284,7 @@ class OpenAIBackend(Backend):
                 req.output_tokens if stream.tool_calls else None,
             )
         )
-        if stream.reply_cut:
+        if stream.reply_cut and req.history is not None:  # a session's next turn loses it
             facts["replies_cut"] += 1
         fixed_via = self._bodies.fixed_via
         if req.ignore_eos and len(token_stamps) < req.output_tokens and fixed_via != "none":
