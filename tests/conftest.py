@@ -146,7 +146,8 @@ def vllm_server(vllm_python, tmp_path_factory):
 def vllm_more(vllm_python, tmp_path_factory):
     """Three more vLLMs, started at once: tiny BERTs served with ``--runner pooling`` (an
     embedding model, and a one-label sequence classifier vLLM serves as a reranker), and the
-    tiny Llama with n-gram speculative decoding; as ``{"embed", "rerank", "spec"}``."""
+    tiny Llama with n-gram speculative decoding and DeepSeek-R1's reasoning parser (its
+    tokenizer has ``<think>`` and ``</think>``); as ``{"embed", "rerank", "spec"}``."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tests import real_servers
@@ -154,9 +155,12 @@ def vllm_more(vllm_python, tmp_path_factory):
     launches = {}
     for kind in ("embed", "rerank", "spec"):  # built here: transformers' lazy imports race
         work = tmp_path_factory.mktemp(f"vllm-{kind}")
-        if kind == "spec":
-            model = real_servers.build_vllm_model(work / "model")
-            extra: tuple = ("--speculative-config", json.dumps(real_servers.NGRAM_SPEC))
+        if kind == "spec":  # and a reasoning parser: thinking models draft too
+            model = real_servers.build_vllm_model(work / "model", think_tokens=True)
+            extra: tuple = (
+                "--speculative-config", json.dumps(real_servers.NGRAM_SPEC),
+                "--reasoning-parser", "deepseek_r1",
+            )  # fmt: skip
         else:
             model = real_servers.build_vllm_encoder(work / "model", kind == "rerank")
             extra = ("--runner", "pooling")

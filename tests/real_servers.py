@@ -237,7 +237,7 @@ def start_fast_server() -> Server:
     return Server(url + "/v1", proc, log, "stub-model", root)
 
 
-def build_vllm_model(out: Path) -> Path:
+def build_vllm_model(out: Path, think_tokens: bool = False) -> Path:
     """The tiny Llama and its trained tokenizer, with head size 32 (vLLM's CPU attention). Its
     tokenizer has every printable ASCII character (``ascii_alphabet``): vLLM's structured
     outputs and tool calls need tokens for JSON's punctuation, which the training text alone
@@ -245,7 +245,13 @@ def build_vllm_model(out: Path) -> Path:
     from tests.tiny_model import build_tiny_model
 
     return build_tiny_model(
-        out, hidden_size=64, heads=2, kv_heads=1, max_positions=2048, ascii_alphabet=True
+        out,
+        hidden_size=64,
+        heads=2,
+        kv_heads=1,
+        max_positions=2048,
+        ascii_alphabet=True,
+        think_tokens=think_tokens,
     )
 
 

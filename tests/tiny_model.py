@@ -20,11 +20,13 @@ def build_tiny_model(
     kv_heads: int = 2,
     max_positions: int = 512,
     ascii_alphabet: bool = False,
+    think_tokens: bool = False,
 ) -> Path:
     """A 2-layer Llama of ``hidden_size`` with ``heads`` attention heads (head size
     ``hidden_size // heads``: vLLM's CPU attention takes 32 and up) and its tokenizer
     (``ascii_alphabet``: with a token for every printable ASCII character, so it can write JSON;
-    no token is part of a character, so every token's text streams on its own)."""
+    no token is part of a character, so every token's text streams on its own; ``think_tokens``:
+    with ``<think>`` and ``</think>``, the tokens a reasoning parser splits an answer at)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -49,6 +51,8 @@ def build_tiny_model(
     fast.chat_template = (
         "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
     )
+    if think_tokens:
+        fast.add_tokens(["<think>", "</think>"])
     fast.save_pretrained(out)
     torch.manual_seed(0)
     config = LlamaConfig(

@@ -52,8 +52,8 @@ class Finished:
     response_id: str | None = None  # the server's id for the response, where it gives one
     reported_tokens: int | None = None  # what the server's usage claimed, where it streams one
     text: str | None = None  # the reply's text: asked for by a multi-turn session's turn only
-    # a reasoning model's: output tokens that were reasoning, and when the first answer token
-    # (not reasoning) arrived; 0 and None where the stream carried no reasoning
+    # output tokens that were a reasoning model's thinking, and when the first answer token
+    # (not reasoning) arrived (None where none did, or the backend does not tell them apart)
     reasoning_tokens: int = 0
     first_answer_ns: int | None = None
 

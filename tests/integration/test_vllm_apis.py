@@ -219,3 +219,30 @@ def test_speculative_decodings_acceptance_comes_from_the_servers_counters(vllm_m
     assert 0 <= rate <= 1 and 1 <= length <= 4
     report = (out / "report.md").read_text()
     assert "spec_acceptance_rate (vllm:spec_decode_num_accepted_tokens)" in report
+
+
+def test_a_reasoning_parsers_split_is_counted_and_the_answer_timed(vllm_more, tmp_path):
+    """DeepSeek-R1's parser: everything before ``</think>`` is reasoning. The random model
+    emits ``</think>`` now and then, so some answers have an answer part and some do not."""
+    out = tmp_path / "reasoning"
+    m = run(
+        "served-reasoning.yml", vllm_more["spec"], out,
+        "workload.input_tokens=32", "workload.output_tokens=48", "workload.output=fixed",
+        "load.arrival={kind: concurrency, users: 2}", "load.requests=12", "load.warmup=0s",
+        "load.duration=null", "sla=null",
+    )  # fmt: skip
+    assert m["requests"]["completed"] == 12, m["validity"]
+    rows = records(out)
+    api = m["api"]
+    assert api["reasoning_tokens"] == sum(r["reasoning_tokens"] for r in rows) > 0
+    assert api["reasoning_tokens"] + api["answer_tokens"] == m["requests"]["output_tokens"]
+    answered = [r for r in rows if r["reasoning_tokens"] < r["output_tokens"]]
+    for r in rows:
+        assert 0 <= r["reasoning_tokens"] <= r["output_tokens"] == 48
+        # an answer after its reasoning (or straight away: its first token is the answer's)
+        assert (r["ttft_answer_ms"] is not None) == (r in answered), r
+        if r in answered:
+            assert r["ttft_answer_ms"] >= r["ttft_ms"]
+        if r in answered and r["reasoning_tokens"] == 0:
+            assert r["ttft_answer_ms"] == r["ttft_ms"]
+    assert m["latency_ms"]["ttft_answer"]["count"] == len(answered)

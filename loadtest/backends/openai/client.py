@@ -293,7 +293,8 @@ class OpenAIBackend(Backend):
         if self._tokens.count and prompt_tokens is not None and prompt_tokens != req.input_tokens:
             facts["prompt_token_mismatch"] += 1
             facts["prompt_tokens_off"] += abs(prompt_tokens - req.input_tokens)
-        reasoning = self._reasoning_tokens(stream, len(token_stamps))
+        per_chunk = served is not None and served == len(chunks)
+        reasoning, first_answer = self._reasoning(stream, token_stamps, per_chunk, facts)
         return [
             Tokens(tuple(token_stamps)),
             Finished(
@@ -304,21 +305,33 @@ class OpenAIBackend(Backend):
                 served,
                 None if req.history is None else stream.answer,
                 reasoning,
-                stream.first_answer_ns if reasoning else None,
+                first_answer,
             ),
         ]
 
-    def _reasoning_tokens(self, stream: Stream, total: int) -> int:
-        """Output tokens that were reasoning: the server's count where its usage gives one,
-        else the reasoning chunks' (counted as the stream's tokens are), at most ``total``."""
-        if not stream.reasoning:
-            return 0
+    def _reasoning(
+        self, stream: Stream, token_stamps: list[int], per_chunk: bool, facts: Counter
+    ) -> tuple[int, int | None]:
+        """Output tokens that were reasoning, and when the first answer token (not reasoning)
+        arrived, None where none did. Streamed reasoning is counted as the stream's tokens are
+        (a chunk a token where the server streams so), and a usage count that differs is
+        counted as a problem; reasoning the server did not stream (a hidden chain of thought)
+        is its usage's count, and the answer's first token is then the first streamed."""
         usage = stream.usage if isinstance(stream.usage, dict) else {}
-        details = usage.get("completion_tokens_details")
-        served = usage_count(details, "reasoning_tokens")
-        if served is None:
-            served = sum(n or 1 for _, n in self._tokens.counted(stream.reasoning))
-        return min(served, total)
+        served = usage_count(usage.get("completion_tokens_details"), "reasoning_tokens")
+        total = len(token_stamps)
+        if not stream.reasoning:
+            if served and token_stamps:
+                return min(served, total), token_stamps[0]
+            return 0, stream.first_answer_ns
+        streamed = (
+            len(stream.reasoning)
+            if per_chunk
+            else sum(n or 1 for _, n in self._tokens.counted(stream.reasoning))
+        )
+        if served is not None and served != streamed:
+            facts["reasoning_usage_mismatch"] += 1
+        return min(streamed, total), stream.first_answer_ns
 
     def _connect_failed(self, exc: Exception) -> None:
         self._connect_errors_in_a_row += 1

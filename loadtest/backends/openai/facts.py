@@ -34,6 +34,9 @@ WARNINGS = {
     "JSON were not JSON",
     "structured_schema_mismatch": "{structured_schema_mismatch} of {structured_checked} answers "
     "broke the schema they were asked to follow",
+    "reasoning_usage_mismatch": "{reasoning_usage_mismatch} requests: the server's usage "
+    "counted a different number of reasoning tokens than it streamed as reasoning (the "
+    "streamed split is reported)",
     "prompt_token_mismatch": "{prompt_token_mismatch} requests: the server counted a different "
     "prompt length than planned, {prompt_tokens_off} tokens off in all (its tokenizer or chat "
     "template differs from the client's; requests.jsonl has each request's input_tokens beside "

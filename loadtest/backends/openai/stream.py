@@ -99,8 +99,8 @@ class Stream:
                 )
             if d.reasoning:
                 self.reasoning.append((t, d.reasoning))
-            elif self.first_answer_ns is None and (d.content or d.tools):
-                self.first_answer_ns = t
+            if self.first_answer_ns is None and (d.content or d.tools):
+                self.first_answer_ns = t  # a chunk may end the reasoning and start the answer
         for index, name, args in d.tools:
             call = self.tool_calls.setdefault(index, [None, []])
             call[0] = call[0] or name
