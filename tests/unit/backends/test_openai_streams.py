@@ -181,3 +181,46 @@ def test_synthetic_tools_are_seeded_and_valid():
         fn = tool["function"]
         jsonschema.Draft202012Validator.check_schema(fn["parameters"])
         assert set(fn["parameters"]["required"]) == set(fn["parameters"]["properties"])
+
+
+def _backend():
+    from types import SimpleNamespace
+
+    from loadtest.backends.openai.client import OpenAIBackend
+    from loadtest.config.backend_specs import OpenAISpec
+
+    spec = OpenAISpec(base_url="http://127.0.0.1:9/v1", model="m")
+    return OpenAIBackend(spec, SimpleNamespace(now_ns=lambda: 0))
+
+
+def test_reasoning_is_the_streamed_split_and_a_usage_that_differs_is_counted():
+    s, _ = read(
+        "chat",
+        sse(
+            chat({"reasoning": "a"}),
+            chat({"reasoning": "b"}),
+            chat({"content": "c"}),
+            {"choices": [], "usage": {"completion_tokens": 3,
+                                      "completion_tokens_details": {"reasoning_tokens": 1}}},
+        ),
+    )  # fmt: skip
+    facts: Counter = Counter()
+    # a chunk a token (3 chunks, 3 tokens): 2 streamed as reasoning, whatever usage says
+    assert _backend()._reasoning(s, [1000, 1100, 1200], True, facts) == (2, 1200)
+    assert facts["reasoning_usage_mismatch"] == 1
+
+
+def test_hidden_reasoning_is_usages_count_and_the_answer_starts_with_the_stream():
+    s, _ = read(
+        "chat",
+        sse(
+            chat({"content": "x"}),
+            {"choices": [], "usage": {"completion_tokens": 9,
+                                      "completion_tokens_details": {"reasoning_tokens": 8}}},
+        ),
+    )  # fmt: skip
+    facts: Counter = Counter()
+    stamps = [1000] * 9  # reconciled: 8 unstreamed tokens at the chunk's arrival, and its own
+    assert _backend()._reasoning(s, stamps, False, facts) == (8, 1000) and not facts
+    plain, _ = read("chat", sse(chat({"content": "x"}), chat({"content": "y"})))
+    assert _backend()._reasoning(plain, [1000, 1100], True, Counter()) == (0, 1000)
