@@ -331,7 +331,11 @@ class OpenAIBackend(Backend):
         )
         if served is not None and served != streamed:
             facts["reasoning_usage_mismatch"] += 1
-        return min(streamed, total), stream.first_answer_ns
+        # counted from text, the split is approximate: it keeps to what the stream showed (no
+        # answer chunk: all reasoning; one: at least a token of answer)
+        if stream.first_answer_ns is None:
+            return total, None
+        return min(streamed, total - 1), stream.first_answer_ns
 
     def _connect_failed(self, exc: Exception) -> None:
         self._connect_errors_in_a_row += 1

@@ -180,5 +180,5 @@ def test_live_counts_leave_the_histograms_out_unless_a_display_asks(monkeypatch)
     assert seen["bare"]["ttft_p50_ms"] is None and seen["bare"]["sent"] == 50
     assert seen["shown"]["ttft_p50_ms"] == 0.0  # noop: no latency at all
     assert "live" not in seen["beat"] and seen["beat"]["sent"] == 50
-    assert set(seen["shown_beat"]["live"]) == {"ttft", "itl"}  # encoded, for the coordinator
+    assert set(seen["shown_beat"]["live"]) == {"ttft", "itl", "e2e"}  # encoded, for the coordinator
     assert merged == [1, 1]  # the display's poll and the display's heartbeat, no other
