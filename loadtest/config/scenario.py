@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, create_model, field_validator, model_validator
 
+from loadtest.config.apis import api_problems
 from loadtest.config.arrivals import Arrival
 from loadtest.config.backend_specs import BackendSpec, SimSpec
 from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel, as_written
@@ -147,9 +148,6 @@ class Load(_Model):
 
 # --- SLA: one optional field per metric and percentile, generated ----------------------------
 
-# APIs whose answer is one JSON document (no token stream): no TTFT, ITL or TPOT is claimed
-POOLING_APIS = ("embeddings", "rerank")
-STREAM_METRICS = ("ttft", "ttft_service", "itl", "tpot")
 SLA_METRICS = ("ttft", "ttft_service", "ttft_answer", "itl", "tpot", "e2e", "e2e_service", "queue")
 # field name -> (metric, percentile): the one table that says what ``ttft_p99`` means.
 SLA_LATENCY_FIELDS: dict[str, tuple[str, float]] = {
@@ -378,51 +376,7 @@ class Scenario(_Model):
                 problems.append(
                     (where, "Ray is not installed: pip install 'loadtest[distributed]'")
                 )
-        return problems + self.api_problems()
-
-    def api_problems(self) -> list[tuple[tuple, str]]:
-        """Workload fields the backend's API cannot carry (``inputs_per_request`` on chat), and
-        latency objectives on figures it does not have (TTFT of an embeddings request)."""
-        api = getattr(self.backend, "api", "generate")  # sim, noop: tokens, no API
-        w = self.workload
-        problems: list[tuple[tuple, str]] = []
-
-        def refuse(field: str, apis: tuple[str, ...]) -> None:
-            if getattr(w, field) is not None and api not in apis:
-                problems.append(
-                    (
-                        ("workload", field),
-                        f"{field} is for api: {' or '.join(apis)}, not {api} (backend.api)",
-                    )
-                )
-
-        refuse("inputs_per_request", ("embeddings",))
-        refuse("documents", ("rerank",))
-        refuse("tools", ("chat", "responses"))
-        refuse("response_format", ("chat", "responses"))
-        refuse("images", ("chat", "responses"))
-        refuse("audio", ("chat",))
-        if api in POOLING_APIS:
-            if w.multi_turn is not None:
-                problems.append(
-                    (("workload", "multi_turn"), f"api: {api} has no conversation to continue")
-                )
-            streamed = [
-                name
-                for name, (metric, _) in SLA_LATENCY_FIELDS.items()
-                if metric in STREAM_METRICS and self.sla and getattr(self.sla, name) is not None
-            ]
-            for name in streamed:
-                problems.append(
-                    (("sla", name), f"api: {api} streams no tokens: bound e2e or queue instead")
-                )
-            if self.goodput is not None and (
-                self.goodput.ttft is not None or self.goodput.tpot is not None
-            ):
-                problems.append(
-                    (("goodput",), f"api: {api} streams no tokens: set goodput.e2e only")
-                )
-        return problems
+        return problems + api_problems(self)
 
     def public_dump(self) -> dict:
         """The scenario as saved in a result: secrets (URL credentials, sensitive headers and

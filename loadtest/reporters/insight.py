@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadtest.config.apis import STREAM_METRICS
+from loadtest.execution.recorder import ALL_METRICS
 from loadtest.results.model import (
     ApiResult,
     BackendFacts,
@@ -17,28 +19,13 @@ from loadtest.results.model import (
     WorkerStats,
 )
 
-LATENCY_ROWS = (
-    "ttft",
-    "ttft_service",
-    "ttft_answer",
-    "itl",
-    "tpot",
-    "e2e",
-    "e2e_service",
-    "queue",
-    "dispatch_lag",
-)
-STREAM_METRICS = ("ttft", "ttft_service", "ttft_answer", "itl", "tpot")
-
 
 def latency_rows(m: RunMetrics) -> list[str]:
     """The latency metrics a report shows: those the run has, without the token stream's where
     its API streams none (embeddings, rerank: no TTFT is claimed)."""
     streams = m.api is None or m.api.streams_tokens
     return [
-        k
-        for k in LATENCY_ROWS
-        if k in (m.latency_ms or {}) and (streams or k not in STREAM_METRICS)
+        k for k in ALL_METRICS if k in (m.latency_ms or {}) and (streams or k not in STREAM_METRICS)
     ]
 
 

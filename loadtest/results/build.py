@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loadtest.config.scenario import POOLING_APIS, Scenario
+from loadtest.config.apis import POOLING_APIS, api_of
+from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, Recorder
 from loadtest.execution.runner import RunOutcome
@@ -167,7 +168,7 @@ def _requests(outcome: RunOutcome, planned: int | None) -> Requests:
 def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | None:
     """The API's own section: set for every API but plain chat and completions with nothing
     checked (their figures are the token stream's, already in the result)."""
-    name = getattr(scenario.backend, "api", None) or "chat"
+    name = api_of(scenario.backend)
     checks = facts.checks or {}
     w = scenario.workload
     reasoning = rec.reasoning_tokens_measured

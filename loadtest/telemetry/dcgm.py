@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from loadtest.core.secrets import redact_url
-from loadtest.telemetry.gpu_columns import COLUMNS
+from loadtest.telemetry.gpu_columns import latest_utilization, samples_csv
 from loadtest.telemetry.gpu_summary import device_summary
 
 # DCGM field -> (the sampler's column, factor to its unit)
@@ -140,21 +140,11 @@ class DcgmSampler:
         return d
 
     def latest_utilization(self) -> list[float] | None:
-        latest: dict[int, float] = {}
-        for row in reversed(self.rows[-4 * max(1, len(self.devices)) :]):
-            if row.get("utilization.gpu") is not None:
-                latest.setdefault(row["index"], row["utilization.gpu"])
-        return [latest[i] for i in sorted(latest)] or None
+        return latest_utilization(self.rows, len(self.devices))
 
     def csv_text(self, t0_ns: int) -> str:
         """The samples as gpu.csv (the NVML sampler's columns; those DCGM lacks are empty)."""
-        header = ["timestamp_ns", "t_s", "index"] + [f"{c} [{u}]" for c, u in COLUMNS]
-        lines = [",".join(header)]
-        for r in self.rows:
-            cells = [str(r["t_ns"]), f"{(r['t_ns'] - t0_ns) / 1e9:.3f}", str(r["index"])]
-            cells += ["" if r.get(c) is None else f"{r[c]:.6g}" for c, _ in COLUMNS]
-            lines.append(",".join(cells))
-        return "\n".join(lines) + "\n"
+        return samples_csv(self.rows, t0_ns)
 
     def summary(
         self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None

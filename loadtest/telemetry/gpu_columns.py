@@ -42,3 +42,28 @@ THROTTLE_REASONS = {
     0x80: "hw_power_brake_slowdown",
     0x10: "sync_boost",
 }
+
+
+def samples_csv(rows: list[dict], t0_ns: int) -> str:
+    """A sampler's rows as ``gpu.csv``: times in seconds from t0, a column each, empty where a
+    sample lacks one."""
+    header = ["timestamp_ns", "t_s", "index"] + [f"{c} [{u}]" for c, u in COLUMNS]
+    lines = [",".join(header)]
+    for r in rows:
+        cells = [str(r["t_ns"]), f"{(r['t_ns'] - t0_ns) / 1e9:.3f}", str(r["index"])]
+        for c, _ in COLUMNS:
+            v = r.get(c)
+            cells.append(
+                "" if v is None else (hex(v) if c == "clocks_event_reasons.active" else f"{v:.6g}")
+            )
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+def latest_utilization(rows: list[dict], devices: int) -> list[float] | None:
+    """Each device's latest kernel-active %, for the live display (None before a sample)."""
+    latest: dict[int, float] = {}
+    for row in reversed(rows[-4 * max(1, devices) :]):
+        if row.get("utilization.gpu") is not None:
+            latest.setdefault(row["index"], row["utilization.gpu"])
+    return [latest[i] for i in sorted(latest)] or None

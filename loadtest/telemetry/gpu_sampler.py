@@ -23,10 +23,11 @@ import time
 from dataclasses import dataclass, field
 
 from loadtest.telemetry.gpu_columns import (
-    COLUMNS,
     GPM_METRICS,
     SLOW_COLUMNS,
     SLOW_EVERY,
+    latest_utilization,
+    samples_csv,
 )
 from loadtest.telemetry.gpu_summary import device_summary
 
@@ -267,27 +268,11 @@ class GpuSampler:
 
     def latest_utilization(self) -> list[float] | None:
         """Each device's latest kernel-active %, for the live display (None before a sample)."""
-        latest: dict[int, float] = {}
-        for row in reversed(self.rows[-4 * max(1, len(self.devices)) :]):
-            if row.get("utilization.gpu") is not None:
-                latest.setdefault(row["index"], row["utilization.gpu"])
-        return [latest[i] for i in sorted(latest)] or None
+        return latest_utilization(self.rows, len(self.devices))
 
     def csv_text(self, t0_ns: int) -> str:
         """The samples as CSV, times in seconds from t0 (gpu.csv)."""
-        header = ["timestamp_ns", "t_s", "index"] + [f"{c} [{u}]" for c, u in COLUMNS]
-        lines = [",".join(header)]
-        for r in self.rows:
-            cells = [str(r["t_ns"]), f"{(r['t_ns'] - t0_ns) / 1e9:.3f}", str(r["index"])]
-            for c, _ in COLUMNS:
-                v = r.get(c)
-                cells.append(
-                    ""
-                    if v is None
-                    else (hex(v) if c == "clocks_event_reasons.active" else f"{v:.6g}")
-                )
-            lines.append(",".join(cells))
-        return "\n".join(lines) + "\n"
+        return samples_csv(self.rows, t0_ns)
 
     def summary(
         self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None

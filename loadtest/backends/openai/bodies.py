@@ -13,10 +13,10 @@ from collections import Counter
 from typing import Any
 
 from loadtest.backends.openai.tokens import fit_in_template
+from loadtest.config.apis import POOLING_APIS
 from loadtest.workload.content import Content
 from loadtest.workload.tokenizer import render_messages_plainly
 
-POOLING_APIS = ("embeddings", "rerank")
 TEMPLATED_APIS = ("chat", "responses")  # the server wraps the prompt in the chat template
 PATHS = {
     "chat": "/chat/completions",

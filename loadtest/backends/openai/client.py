@@ -25,7 +25,7 @@ from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai import connection
-from loadtest.backends.openai.bodies import PATHS, POOLING_APIS, TEMPLATED_APIS, RequestBodies
+from loadtest.backends.openai.bodies import PATHS, TEMPLATED_APIS, RequestBodies
 from loadtest.backends.openai.connection import Wire, error_text, failure_kind
 from loadtest.backends.openai.discovery import authorization, server_root, without_credentials
 from loadtest.backends.openai.facts import report
@@ -44,6 +44,7 @@ from loadtest.backends.openai.tokens import (
     stamps,
     usage_count,
 )
+from loadtest.config.apis import POOLING_APIS
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed, Finished, Tokens
 from loadtest.workload.content import Content
@@ -294,7 +295,7 @@ class OpenAIBackend(Backend):
             facts["prompt_token_mismatch"] += 1
             facts["prompt_tokens_off"] += abs(prompt_tokens - req.input_tokens)
         per_chunk = served is not None and served == len(chunks)
-        reasoning, first_answer = self._reasoning(stream, token_stamps, per_chunk, facts)
+        reasoning, first_answer = self._tokens.reasoning(stream, token_stamps, per_chunk, facts)
         return [
             Tokens(tuple(token_stamps)),
             Finished(
@@ -308,34 +309,6 @@ class OpenAIBackend(Backend):
                 first_answer,
             ),
         ]
-
-    def _reasoning(
-        self, stream: Stream, token_stamps: list[int], per_chunk: bool, facts: Counter
-    ) -> tuple[int, int | None]:
-        """Output tokens that were reasoning, and when the first answer token (not reasoning)
-        arrived, None where none did. Streamed reasoning is counted as the stream's tokens are
-        (a chunk a token where the server streams so), and a usage count that differs is
-        counted as a problem; reasoning the server did not stream (a hidden chain of thought)
-        is its usage's count, and the answer's first token is then the first streamed."""
-        usage = stream.usage if isinstance(stream.usage, dict) else {}
-        served = usage_count(usage.get("completion_tokens_details"), "reasoning_tokens")
-        total = len(token_stamps)
-        if not stream.reasoning:
-            if served and token_stamps:
-                return min(served, total), token_stamps[0]
-            return 0, stream.first_answer_ns
-        streamed = (
-            len(stream.reasoning)
-            if per_chunk
-            else sum(n or 1 for _, n in self._tokens.counted(stream.reasoning))
-        )
-        if served is not None and served != streamed:
-            facts["reasoning_usage_mismatch"] += 1
-        # counted from text, the split is approximate: it keeps to what the stream showed (no
-        # answer chunk: all reasoning; one: at least a token of answer)
-        if stream.first_answer_ns is None:
-            return total, None
-        return min(streamed, total - 1), stream.first_answer_ns
 
     def _connect_failed(self, exc: Exception) -> None:
         self._connect_errors_in_a_row += 1

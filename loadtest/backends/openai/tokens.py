@@ -12,11 +12,14 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest.backends.openai.discovery import model_root
 from loadtest.core.errors import BackendError
 from loadtest.workload.tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    from loadtest.backends.openai.stream import Stream
 
 FIT_TRIES = 8  # rounds to fit a synthetic chat message to its planned length in the template
 
@@ -196,3 +199,31 @@ class TokenCounter:
         if self.count is not None:
             return served <= counted + max(slack, counted // 4)
         return served <= chars + slack
+
+    def reasoning(
+        self, stream: Stream, token_stamps: list[int], per_chunk: bool, facts: Counter
+    ) -> tuple[int, int | None]:
+        """Output tokens that were reasoning, and when the first answer token (not reasoning)
+        arrived, None where none did. Streamed reasoning is counted as the stream's tokens are
+        (a chunk a token where the server streams so), and a usage count that differs is
+        counted as a problem; reasoning the server did not stream (a hidden chain of thought)
+        is its usage's count, and the answer's first token is then the first streamed."""
+        usage = stream.usage if isinstance(stream.usage, dict) else {}
+        served = usage_count(usage.get("completion_tokens_details"), "reasoning_tokens")
+        total = len(token_stamps)
+        if not stream.reasoning:
+            if served and token_stamps:
+                return min(served, total), token_stamps[0]
+            return 0, stream.first_answer_ns
+        streamed = (
+            len(stream.reasoning)
+            if per_chunk
+            else sum(n or 1 for _, n in self.counted(stream.reasoning))
+        )
+        if served is not None and served != streamed:
+            facts["reasoning_usage_mismatch"] += 1
+        # counted from text, the split is approximate: it keeps to what the stream showed (no
+        # answer chunk: all reasoning; one: at least a token of answer)
+        if stream.first_answer_ns is None:
+            return total, None
+        return min(streamed, total - 1), stream.first_answer_ns

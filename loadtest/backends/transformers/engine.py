@@ -24,6 +24,7 @@ from loadtest.backends.transformers.compiling import (
     compiled_graphs,
     marks_batch_dynamic,
 )
+from loadtest.backends.transformers.embedding import embed_batch
 from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.stamping import (
     AFTER_SYNC,
@@ -190,7 +191,7 @@ class Engine:
             for hook in self.before_batch:
                 hook(self, self.batches)
             if self.spec.get("api") == "embeddings":
-                self._embed(batch, self.out)
+                embed_batch(self, batch, self.out)
             else:
                 self.stamp_mismatches += self._generate(batch, cancelled, self.out, finished)
         except torch.OutOfMemoryError as exc:
@@ -286,30 +287,6 @@ class Engine:
         generated = sequences.shape[-1] - width
         return 0 if hook is None or hook.stamps == generated else 1
 
-    def _embed(self, batch: list, out) -> None:
-        """One forward pass of the encoder over every text of the batch's requests (a request
-        may carry several: its prompt ids are a list of them), right-padded; each text's
-        vector is its hidden states' mean over its tokens. A request is done when the vectors
-        are on the host: they are copied there, which waits for the device."""
-        torch = self.torch
-        texts = [ids for r in batch for ids in r[2]]
-        width = max(len(ids) for ids in texts)
-        pad = self.info.get("pad_token_id", 0) or 0
-        ids = torch.full((len(texts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(texts), width), dtype=torch.long)
-        for i, row in enumerate(texts):
-            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[i, : len(row)] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        with torch.inference_mode():
-            hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
-            weights = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-            pooled.float().cpu()
-        t = time.monotonic_ns()
-        for r in batch:
-            out.send(messages.done(t, r[1], 0))
-
     def _generate_kwargs(self, width: int, max_new: int, ignore_eos: bool, eos) -> dict:
         """generate()'s settings for a batch of prompts ``width`` tokens wide."""
         kwargs = dict(
@@ -367,7 +344,7 @@ class Engine:
         if self.spec.get("api") == "embeddings":  # a forward pass at each batch's size
             for batch_size, prompt_len, _ in shapes:
                 fake: list = [("req", -1 - i, [[65] * prompt_len], 0) for i in range(batch_size)]
-                self._embed(fake, NullOut())
+                embed_batch(self, fake, NullOut())
             return
         for batch_size, prompt_len, new_tokens in shapes:
             fake = [

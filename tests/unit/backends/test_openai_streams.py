@@ -206,7 +206,7 @@ def test_reasoning_is_the_streamed_split_and_a_usage_that_differs_is_counted():
     )  # fmt: skip
     facts: Counter = Counter()
     # a chunk a token (3 chunks, 3 tokens): 2 streamed as reasoning, whatever usage says
-    assert _backend()._reasoning(s, [1000, 1100, 1200], True, facts) == (2, 1200)
+    assert _backend()._tokens.reasoning(s, [1000, 1100, 1200], True, facts) == (2, 1200)
     assert facts["reasoning_usage_mismatch"] == 1
 
 
@@ -221,6 +221,6 @@ def test_hidden_reasoning_is_usages_count_and_the_answer_starts_with_the_stream(
     )  # fmt: skip
     facts: Counter = Counter()
     stamps = [1000] * 9  # reconciled: 8 unstreamed tokens at the chunk's arrival, and its own
-    assert _backend()._reasoning(s, stamps, False, facts) == (8, 1000) and not facts
+    assert _backend()._tokens.reasoning(s, stamps, False, facts) == (8, 1000) and not facts
     plain, _ = read("chat", sse(chat({"content": "x"}), chat({"content": "y"})))
-    assert _backend()._reasoning(plain, [1000, 1100], True, Counter()) == (0, 1000)
+    assert _backend()._tokens.reasoning(plain, [1000, 1100], True, Counter()) == (0, 1000)

@@ -1,0 +1,56 @@
+"""Which API a scenario's backend speaks, and what each API can carry: the workload fields that
+belong to some APIs only, and the figures an API with no token stream does not have."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loadtest.config.scenario import Scenario
+
+# APIs whose answer is one JSON document (no token stream): no TTFT, ITL or TPOT is claimed
+POOLING_APIS = ("embeddings", "rerank")
+# the latencies only a token stream has
+STREAM_METRICS = ("ttft", "ttft_service", "ttft_answer", "itl", "tpot")
+# workload field -> the APIs that carry it
+API_FIELDS = {
+    "inputs_per_request": ("embeddings",),
+    "documents": ("rerank",),
+    "tools": ("chat", "responses"),
+    "response_format": ("chat", "responses"),
+    "images": ("chat", "responses"),
+    "audio": ("chat",),
+}
+
+
+def api_of(backend: Any) -> str:
+    """The backend's API (``generate`` for the simulator and noop: tokens, no API)."""
+    return getattr(backend, "api", "generate")
+
+
+def api_problems(scenario: Scenario) -> list[tuple[tuple, str]]:
+    """Workload fields the backend's API cannot carry (``inputs_per_request`` on chat), and
+    objectives on figures it does not have (TTFT of an embeddings request)."""
+    from loadtest.config.scenario import SLA_LATENCY_FIELDS
+
+    api = api_of(scenario.backend)
+    w = scenario.workload
+    problems: list[tuple[tuple, str]] = [
+        (("workload", field), f"{field} is for api: {' or '.join(apis)}, not {api} (backend.api)")
+        for field, apis in API_FIELDS.items()
+        if getattr(w, field) is not None and api not in apis
+    ]
+    if api not in POOLING_APIS:
+        return problems
+    if w.multi_turn is not None:
+        problems.append((("workload", "multi_turn"), f"api: {api} has no conversation to continue"))
+    sla = scenario.sla
+    problems += [
+        (("sla", name), f"api: {api} streams no tokens: bound e2e or queue instead")
+        for name, (metric, _) in SLA_LATENCY_FIELDS.items()
+        if metric in STREAM_METRICS and sla is not None and getattr(sla, name) is not None
+    ]
+    g = scenario.goodput
+    if g is not None and (g.ttft is not None or g.tpot is not None):
+        problems.append((("goodput",), f"api: {api} streams no tokens: set goodput.e2e only"))
+    return problems
