@@ -3,10 +3,9 @@ belong to some APIs only, and the figures an API with no token stream does not h
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from loadtest.config.scenario import Scenario
+from loadtest.config.workload import Workload
 
 # APIs whose answer is one JSON document (no token stream): no TTFT, ITL or TPOT is claimed
 POOLING_APIS = ("embeddings", "rerank")
@@ -28,29 +27,24 @@ def api_of(backend: Any) -> str:
     return getattr(backend, "api", "generate")
 
 
-def api_problems(scenario: Scenario) -> list[tuple[tuple, str]]:
-    """Workload fields the backend's API cannot carry (``inputs_per_request`` on chat), and
-    objectives on figures it does not have (TTFT of an embeddings request)."""
-    from loadtest.config.scenario import SLA_LATENCY_FIELDS
-
-    api = api_of(scenario.backend)
-    w = scenario.workload
+def api_problems(api: str, workload: Workload, sla: Any, goodput: Any) -> list[tuple[tuple, str]]:
+    """Workload fields ``api`` cannot carry (``inputs_per_request`` on chat), and objectives
+    (``sla``, ``goodput``) on figures it does not have (TTFT of an embeddings request)."""
     problems: list[tuple[tuple, str]] = [
         (("workload", field), f"{field} is for api: {' or '.join(apis)}, not {api} (backend.api)")
         for field, apis in API_FIELDS.items()
-        if getattr(w, field) is not None and api not in apis
+        if getattr(workload, field) is not None and api not in apis
     ]
     if api not in POOLING_APIS:
         return problems
-    if w.multi_turn is not None:
+    if workload.multi_turn is not None:
         problems.append((("workload", "multi_turn"), f"api: {api} has no conversation to continue"))
-    sla = scenario.sla
+    bounds = sla.latency_bounds() if sla is not None else []
     problems += [
         (("sla", name), f"api: {api} streams no tokens: bound e2e or queue instead")
-        for name, (metric, _) in SLA_LATENCY_FIELDS.items()
-        if metric in STREAM_METRICS and sla is not None and getattr(sla, name) is not None
+        for name, metric, _, _ in bounds
+        if metric in STREAM_METRICS
     ]
-    g = scenario.goodput
-    if g is not None and (g.ttft is not None or g.tpot is not None):
+    if goodput is not None and (goodput.ttft is not None or goodput.tpot is not None):
         problems.append((("goodput",), f"api: {api} streams no tokens: set goodput.e2e only"))
     return problems

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, create_model, field_validator, model_validator
 
-from loadtest.config.apis import api_problems
+from loadtest.config.apis import api_of, api_problems
 from loadtest.config.arrivals import Arrival
 from loadtest.config.backend_specs import BackendSpec, SimSpec
 from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel, as_written
@@ -376,7 +376,7 @@ class Scenario(_Model):
                 problems.append(
                     (where, "Ray is not installed: pip install 'loadtest[distributed]'")
                 )
-        return problems + api_problems(self)
+        return problems + api_problems(api_of(self.backend), self.workload, self.sla, self.goodput)
 
     def public_dump(self) -> dict:
         """The scenario as saved in a result: secrets (URL credentials, sensitive headers and

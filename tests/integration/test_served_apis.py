@@ -359,3 +359,18 @@ def test_a_dcgm_exporter_gives_a_served_run_the_servers_gpu_section(tmp_path):
     assert device["peak_memory_mib"] == 70000.0
     assert device["energy_j"] > 0 and device["energy_j"] % 50 == 0  # whole reads of 50 J each
     assert (tmp_path / "run" / "gpu.csv").read_text().count("\n") >= 3
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ({"sla": {"ttft_p99": "1s"}}, "sla.ttft_p99: api: embeddings streams no tokens"),
+        ({"sla": {"ttft_answer_p99": "1s"}}, "sla.ttft_answer_p99: api: embeddings streams"),
+        ({"goodput": {"tpot": "5ms"}}, "goodput: api: embeddings streams no tokens"),
+    ],
+)
+def test_objectives_on_figures_an_api_does_not_have_are_refused(tmp_path, extra, expected):
+    data = scenario("http://127.0.0.1:9/v1", "embeddings", {"input_tokens": 5}, **extra)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write_scenario(tmp_path, data), [])
+    assert expected in str(err.value)
