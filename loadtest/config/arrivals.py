@@ -1,5 +1,5 @@
-"""Arrival processes: when requests are sent (constant, Poisson, gamma, a closed loop of users,
-a burst at t0, a trace), each by ``kind``."""
+"""Arrival processes: when requests are sent (constant, Poisson, gamma, a ramp, steps, a closed
+loop of users, a burst at t0, a trace), each by ``kind``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from loadtest.config.types import Duration, Rate, StrictModel
+from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel
 
 _Model = StrictModel
 
@@ -76,12 +76,45 @@ class TraceArrival(_Model):
     )
 
 
+class RampArrival(_Model):
+    """Open loop: Poisson arrivals whose rate rises (or falls) linearly from ``from`` to ``to``
+    over ``over``, then holds at ``to``."""
+
+    kind: Literal["ramp"]
+    from_: Rate = Field(alias="from", description="Requests per second at t0.")
+    to: Rate = Field(description="Requests per second at the ramp's end, and after it.")
+    over: PositiveDuration = Field(
+        description="How long the rate takes to go from one to the other."
+    )
+
+
+class Step(_Model):
+    """One step of a staircase: Poisson arrivals at ``rate`` for ``for``."""
+
+    rate: Rate = Field(description="Requests per second in this step.")
+    for_: PositiveDuration = Field(alias="for", description="How long the step lasts.")
+
+
+class StepsArrival(_Model):
+    """Open loop: Poisson arrivals at each step's rate in turn (a staircase), each step judged
+    on its own."""
+
+    kind: Literal["steps"]
+    steps: list[Step] = Field(min_length=1, max_length=1000, description="The steps, in order.")
+
+    @property
+    def total_ns(self) -> int:
+        return sum(step.for_ for step in self.steps)
+
+
 Arrival = Annotated[
     ConstantArrival
     | PoissonArrival
     | GammaArrival
     | ConcurrencyArrival
     | BurstArrival
-    | TraceArrival,
+    | TraceArrival
+    | RampArrival
+    | StepsArrival,
     Field(discriminator="kind"),
 ]

@@ -115,8 +115,9 @@ class Load(_Model):
 
     @model_validator(mode="after")
     def _window(self):
-        trace = self.arrival.kind == "trace"
-        if (self.duration is None) == (self.requests is None) and not trace:
+        # a trace and a staircase end by themselves: their window may end with their last request
+        ends = self.arrival.kind in ("trace", "steps")
+        if (self.duration is None) == (self.requests is None) and not ends:
             raise ValueError("give exactly one of duration or requests")
         if self.duration is not None and self.requests is not None:
             raise ValueError("give exactly one of duration or requests")
@@ -139,7 +140,11 @@ class Load(_Model):
         arrival = self.arrival
         count = (self.requests or 0) + (self.warmup_requests or 0)
         rate = getattr(arrival, "rate", None)
-        if rate is not None and (self.duration is not None or self.warmup is not None):
+        if arrival.kind == "ramp":
+            rate = max(arrival.from_, arrival.to)
+        if arrival.kind == "steps":
+            count += sum(step.rate * step.for_ for step in arrival.steps) / 1e9
+        elif rate is not None and (self.duration is not None or self.warmup is not None):
             count += rate * ((self.duration or 0) + (self.warmup or 0)) / 1e9
         if arrival.kind == "concurrency":
             count = max(count, arrival.users)

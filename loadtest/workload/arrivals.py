@@ -22,6 +22,8 @@ from loadtest.config.arrivals import (
     ConstantArrival,
     GammaArrival,
     PoissonArrival,
+    RampArrival,
+    StepsArrival,
     TraceArrival,
 )
 from loadtest.core import outside
@@ -72,6 +74,50 @@ class Gamma:
         while True:
             yield round(t * NS_PER_S)
             t += rng.gammavariate(shape, scale)
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """Poisson arrivals at a rate going linearly from ``r0`` to ``r1`` over ``over_s``, then
+    ``r1``: a non-homogeneous Poisson process, drawn by time rescaling (unit-rate exponential
+    gaps in the integrated rate Λ(t), mapped back through its inverse)."""
+
+    r0: float
+    r1: float
+    over_s: float
+
+    def offsets_ns(self, rng: random.Random) -> Iterator[int]:
+        s = 0.0  # Λ of the next arrival
+        while True:
+            yield round(self.time_at(s) * NS_PER_S)
+            s += rng.expovariate(1.0)
+
+    def time_at(self, s: float) -> float:
+        """The time t at which Λ(t) = s."""
+        r0, r1, d = self.r0, self.r1, self.over_s
+        whole = (r0 + r1) / 2 * d  # Λ at the ramp's end
+        if s >= whole:
+            return d + (s - whole) / r1
+        a = (r1 - r0) / (2 * d)  # Λ(t) = r0 t + a t², solved for t
+        if abs(a) < 1e-15:
+            return s / r0
+        return (-r0 + math.sqrt(r0 * r0 + 4 * a * s)) / (2 * a)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Poisson arrivals at each step's rate for its length, in turn; none after the last."""
+
+    steps: tuple[tuple[float, int], ...]  # (rate, length ns)
+
+    def offsets_ns(self, rng: random.Random) -> Iterator[int]:
+        start = 0
+        for rate, length in self.steps:
+            t = rng.expovariate(rate) * NS_PER_S  # memoryless: a step starts afresh
+            while t < length:
+                yield start + round(t)
+                t += rng.expovariate(rate) * NS_PER_S
+            start += length
 
 
 @dataclass(frozen=True)
@@ -161,6 +207,8 @@ ARRIVALS: dict[str, Callable] = {
     "burst": lambda s, _: Burst(),
     "trace": lambda s, resolve: Trace(read_trace(resolve(s.file), s.time_scale)),
     "concurrency": lambda s, _: ClosedLoop(s.users, s.think_time, s.think == "exponential"),
+    "ramp": lambda s, _: Ramp(s.from_, s.to, s.over / NS_PER_S),
+    "steps": lambda s, _: Steps(tuple((step.rate, step.for_) for step in s.steps)),
 }
 
 
@@ -170,7 +218,9 @@ def make_arrival(
     | GammaArrival
     | BurstArrival
     | TraceArrival
-    | ConcurrencyArrival,
+    | ConcurrencyArrival
+    | RampArrival
+    | StepsArrival,
     resolve: Callable[[str], Path],
 ) -> ArrivalProcess | ClosedLoop:
     """The arrival process for a scenario's ``load.arrival``."""

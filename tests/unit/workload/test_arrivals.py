@@ -61,3 +61,83 @@ def test_trace_rejects_going_backwards_with_the_line(tmp_path):
         assert f"{p}:3:" in str(exc)
     else:
         raise AssertionError("expected ScenarioError")
+
+
+def test_a_ramps_integrated_rate_is_inverted_exactly():
+    from loadtest.workload.arrivals import Ramp
+
+    ramp = Ramp(1.0, 3.0, 2.0)  # rate 1 + t over 2 s: Λ(t) = t + t²/2, then 3 a second
+    assert ramp.time_at(0.0) == 0.0
+    assert ramp.time_at(1.5) == __import__("pytest").approx(1.0)  # 1 + 1/2
+    assert ramp.time_at(4.0) == __import__("pytest").approx(2.0)  # the ramp's end: (1 + 3) / 2 x 2
+    assert ramp.time_at(7.0) == __import__("pytest").approx(3.0)  # then 3 a second
+    down = Ramp(3.0, 1.0, 2.0)  # falling: Λ(t) = 3t - t²/2
+    assert down.time_at(2.5) == __import__("pytest").approx(1.0)
+
+
+def test_a_ramp_sends_its_expected_count_each_second():
+    """10 -> 50 req/s over 10 s: second k expects 10 + 4 (k + 1/2) = 12 + 4k requests; over 40
+    seeded runs each second's mean is within 4 standard errors of it."""
+    from loadtest.workload.arrivals import Ramp
+
+    counts = [[0] * 12 for _ in range(40)]
+    for seed in range(40):
+        for t in Ramp(10.0, 50.0, 10.0).offsets_ns(random.Random(seed)):
+            if t >= 12 * 10**9:
+                break
+            counts[seed][t // 10**9] += 1
+    for k in range(12):
+        expected = 12 + 4 * k if k < 10 else 50  # after the ramp: its end rate
+        mean = statistics.fmean(c[k] for c in counts)
+        assert abs(mean - expected) < 4 * (expected / 40) ** 0.5, (k, mean, expected)
+
+
+def test_steps_send_each_rate_for_its_length_and_stop():
+    from loadtest.workload.arrivals import Steps
+
+    process = Steps(((5.0, 2 * 10**9), (20.0, 10**9)))
+    per_step = [[], []]
+    for seed in range(200):
+        offsets = list(process.offsets_ns(random.Random(seed)))
+        assert offsets == sorted(offsets) and offsets[-1] < 3 * 10**9  # none after the last
+        per_step[0].append(sum(t < 2 * 10**9 for t in offsets))
+        per_step[1].append(sum(t >= 2 * 10**9 for t in offsets))
+    # 5/s for 2 s, then 20/s for 1 s: 10 and 20 expected, within 4 standard errors
+    assert abs(statistics.fmean(per_step[0]) - 10) < 4 * (10 / 200) ** 0.5
+    assert abs(statistics.fmean(per_step[1]) - 20) < 4 * (20 / 200) ** 0.5
+
+
+def test_a_staircase_runs_to_its_last_step_without_a_duration(tmp_path):
+    from tests.conftest import run_virtual_scenario
+
+    data = {
+        "name": "steps",
+        "backend": {"kind": "sim", "max_concurrency": 64, "decode_ms_per_token": 1},
+        "workload": {"input_tokens": 8, "output_tokens": 4},
+        "load": {
+            "arrival": {
+                "kind": "steps",
+                "steps": [{"rate": 20, "for": "2s"}, {"rate": 40, "for": "1s"}],
+            },
+        },
+    }
+    m = run_virtual_scenario(tmp_path, data)
+    assert m["status"] == "ok", m["validity"]
+    done = m["requests"]["completed"]
+    assert 50 < done < 110 and m["requests"]["planned"] == done  # about 20 x 2 + 40 x 1
+    assert m["window"]["end_s"] < 3.1  # the window ends with the last step's last request
+
+
+def test_a_ramp_needs_a_window(tmp_path):
+    import pytest
+
+    from loadtest.config.loading import load_scenario
+    from tests.conftest import write_scenario
+
+    data = {
+        "name": "ramp",
+        "load": {"arrival": {"kind": "ramp", "from": 1, "to": 5, "over": "10s"}},
+    }
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write_scenario(tmp_path, data), [])
+    assert "give exactly one of duration or requests" in str(err.value)
