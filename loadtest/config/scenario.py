@@ -138,7 +138,7 @@ class Load(_Model):
     def planned_estimate(self) -> float | None:
         """About how many requests the plan holds (warmup included), before building it."""
         arrival = self.arrival
-        count = (self.requests or 0) + (self.warmup_requests or 0)
+        count: float = (self.requests or 0) + (self.warmup_requests or 0)
         rate = getattr(arrival, "rate", None)
         if arrival.kind == "ramp":
             rate = max(arrival.from_, arrival.to)
