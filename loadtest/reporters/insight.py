@@ -15,6 +15,7 @@ from loadtest.results.model import (
     RunMetrics,
     SessionsResult,
     Stability,
+    StepsResult,
     Throughput,
     WorkerStats,
 )
@@ -367,4 +368,34 @@ def workers_rows(
                 f"clock {c.offset_ms:+.3f} ± {c.uncertainty_ms:.3f} ms ({c.method}){drift}"
             )
         rows.append((f"worker {w.index}", "; ".join(parts)))
+    return rows
+
+
+def steps_rows(steps: StepsResult | None) -> list[tuple[str, str]]:
+    """Label/value rows of a staircase: each step's verdict, rate and percentiles, then the knee."""
+    if steps is None:
+        return []
+    rows = []
+    for st in steps.steps:
+        verdict = (
+            "-" if st.stability is None else ("steady" if st.stability.steady else "NOT carried")
+        )
+        rows.append(
+            (
+                f"step {st.index}: {st.rate:g} req/s ({st.start_s:g}-{st.end_s:g} s)",
+                f"{verdict}; delivered {_f(st.delivered_rps, '{:.4g}')} req/s; "
+                f"TTFT p50 {_g(st.ttft_ms.p50)} p99 {_g(st.ttft_ms.p99)} ms; "
+                f"E2E p50 {_g(st.e2e_ms.p50)} p99 {_g(st.e2e_ms.p99)} ms; {st.requests} requests",
+            )
+        )
+    knee = steps.knee
+    if knee is None:
+        rows.append(("knee", "none: every step was carried"))
+    else:
+        carried = (
+            f"carried {knee.last_steady_rate:g} req/s, not {knee.first_unsteady_rate:g}"
+            if knee.last_steady_rate is not None
+            else f"not even the first step, {knee.first_unsteady_rate:g} req/s"
+        )
+        rows.append(("knee", f"{carried} (step {knee.step}): " + "; ".join(knee.reasons)))
     return rows

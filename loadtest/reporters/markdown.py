@@ -49,6 +49,7 @@ def render(metrics: RunMetrics) -> str:
         lines += _sla(m.sla)
     for title, rows in (
         ("Stability", insight.stability_rows(m.stability)),
+        ("Steps", insight.steps_rows(m.steps)),
         ("API", insight.api_rows(m.api, m.throughput)),
         ("Goodput", insight.goodput_rows(m.goodput)),
         ("Sessions", insight.sessions_rows(m.sessions)),

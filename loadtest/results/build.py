@@ -27,6 +27,7 @@ from loadtest.results.model import (
     Requests,
     RunMetrics,
     SessionsResult,
+    StepsResult,
     StructuredChecks,
     Throughput,
     Timeseries,
@@ -36,6 +37,7 @@ from loadtest.results.model import (
     Verdict,
     Window,
 )
+from loadtest.results.steps import judge_steps
 from loadtest.results.validity import judge_run, window_seconds
 
 DEFINITIONS = {
@@ -131,6 +133,7 @@ def build_result(
         goodput=_goodput(scenario, rec, window_s),
         sessions=_sessions(outcome),
         api=api,
+        steps=_steps(scenario, outcome),
         workers=workers,
         timeseries=Timeseries(interval_s=rec.interval_ns / 1e9, points=_points(rec)),
         histograms={m: hists[m].encode() for m in shown},
@@ -163,6 +166,16 @@ def _requests(outcome: RunOutcome, planned: int | None) -> Requests:
         input_tokens=rec.input_tokens_measured,
         reasoning_tokens=rec.reasoning_tokens_measured or None,
     )
+
+
+def _steps(scenario: Scenario, outcome: RunOutcome) -> StepsResult | None:
+    """A staircase's steps judged one by one (``results.steps``)."""
+    arrival = scenario.load.arrival
+    if arrival.kind != "steps":
+        return None
+    rec = outcome.recorder
+    steps = [(step.rate, step.for_) for step in arrival.steps]
+    return judge_steps(steps, rec.timeline, outcome.t0_ns, rec.interval_ns)
 
 
 def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | None:

@@ -102,6 +102,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
     traffic = [
         f"<h3>{esc(title)}</h3>" + pairs(rows)
         for title, rows in (
+            ("Steps", insight.steps_rows(m.steps)),
             ("API", insight.api_rows(m.api, m.throughput)),
             ("Goodput", insight.goodput_rows(m.goodput)),
             ("Sessions", insight.sessions_rows(m.sessions)),
@@ -115,7 +116,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
         ("latency", "Latency", _latency(m)),
         ("time", "Over time", _over_time(m) if has_time else ""),
         ("engine", "GPU & roofline", _engine(m)),
-        ("traffic", "API, goodput, sessions, server, workers", "".join(traffic)),
+        ("traffic", "Steps, API, goodput, sessions, server, workers", "".join(traffic)),
         (
             "env",
             "Environment",

@@ -83,6 +83,39 @@ class Harness(_Doc):
     failure: str | None
 
 
+class StepResult(_Doc):
+    """One step of a staircase (``arrival: {kind: steps}``), judged on its own span: its
+    requests (by intended send time), their TTFT and E2E, and whether the step was carried."""
+
+    index: int  # 1 = the first step
+    rate: float  # offered, as planned (req/s)
+    start_s: float  # from t0
+    end_s: float
+    requests: int  # measured requests intended inside the step
+    delivered_rps: float | None
+    ttft_ms: LatencySummary
+    e2e_ms: LatencySummary
+    stability: Stability | None
+
+
+class Knee(_Doc):
+    """Where the staircase stopped being carried: the last steady step's rate and the first
+    unsteady one's (capacity lies between them), with why."""
+
+    last_steady_rate: float | None  # None: the first step was already not carried
+    first_unsteady_rate: float
+    step: int  # the first unsteady step (1-based)
+    reasons: list[str]
+
+
+class StepsResult(_Doc):
+    """A staircase's steps, each with its own percentiles and verdict, and its knee (None
+    when every step was carried)."""
+
+    steps: list[StepResult]
+    knee: Knee | None = None
+
+
 class ToolCallChecks(_Doc):
     """Tool calls the measured requests returned, and how many were not usable: arguments
     that are not JSON, or JSON that breaks the tool's schema, or a call to no offered tool."""
@@ -357,6 +390,7 @@ class RunMetrics(_Doc):
     goodput: GoodputResult | None = None
     sessions: SessionsResult | None = None
     api: ApiResult | None = None  # set where the API is not plain streamed chat or completions
+    steps: StepsResult | None = None  # arrival: {kind: steps}
     workers: list[WorkerStats] | None = None  # load.workers > 1: each client process
     timeseries: Timeseries | None = None
     histograms: dict[str, str] | None = None

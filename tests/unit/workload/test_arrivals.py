@@ -141,3 +141,36 @@ def test_a_ramp_needs_a_window(tmp_path):
     with pytest.raises(ScenarioError) as err:
         load_scenario(write_scenario(tmp_path, data), [])
     assert "give exactly one of duration or requests" in str(err.value)
+
+
+def test_each_step_is_judged_on_its_own_and_the_knee_is_where_the_server_fell_behind(tmp_path):
+    """A FIFO server of one slot, 8 prompt tokens at 0.1 ms (the first token) and 3 more tokens
+    at 5 ms: 15.8 ms a request, about 63 req/s at most. Steps of 10, 20 and 80 req/s for 10 s
+    each: the first two are carried, the third is not, so the knee is between 20 and 80."""
+    from tests.conftest import run_virtual_scenario
+
+    data = {
+        "name": "staircase",
+        "backend": {"kind": "sim", "max_concurrency": 1, "prefill_ms_per_token": 0.1,
+                    "decode_ms_per_token": 5},
+        "workload": {"input_tokens": 8, "output_tokens": 4},
+        "load": {
+            "arrival": {"kind": "steps", "steps": [
+                {"rate": 10, "for": "10s"}, {"rate": 20, "for": "10s"}, {"rate": 80, "for": "10s"}]},
+            "drain_timeout": "5m",
+        },
+    }  # fmt: skip
+    m = run_virtual_scenario(tmp_path, data)
+    steps = m["steps"]["steps"]
+    assert [(s["index"], s["rate"], s["start_s"], s["end_s"]) for s in steps] == [
+        (1, 10, 0, 10), (2, 20, 10, 20), (3, 80, 20, 30),
+    ]  # fmt: skip
+    assert [s["stability"]["steady"] for s in steps] == [True, True, False]
+    # alone in the server, a request takes its service time: its first token after the 0.8 ms
+    # prompt, its last 15 ms later (a light queue at 10 req/s adds a little at the median)
+    assert 15.8 <= steps[0]["e2e_ms"]["p50"] < 20 and 0.8 <= steps[0]["ttft_ms"]["p50"] < 4
+    assert steps[2]["e2e_ms"]["p50"] > 10 * steps[0]["e2e_ms"]["p50"]  # a queue that grows
+    assert sum(s["requests"] for s in steps) == m["requests"]["completed"]
+    knee = m["steps"]["knee"]
+    assert (knee["last_steady_rate"], knee["first_unsteady_rate"], knee["step"]) == (20, 80, 3)
+    assert any("delivered" in r for r in knee["reasons"])
