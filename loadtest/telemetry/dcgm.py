@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from loadtest.core.secrets import redact_url
 from loadtest.telemetry.gpu_columns import latest_utilization, samples_csv
-from loadtest.telemetry.gpu_summary import device_summary
+from loadtest.telemetry.gpu_summary import device_summaries
 
 # DCGM field -> (the sampler's column, factor to its unit)
 FIELDS: dict[str, tuple[str, float]] = {
@@ -156,16 +156,9 @@ class DcgmSampler:
                 "reason": redact_url(self.unavailable),
                 "source": redact_url(self.url),
             }
-        lo, hi = window if window else (-math.inf, math.inf)
-        devices = []
-        for d in self.devices:
-            rows = [r for r in self.rows if r["index"] == d.index]
-            inside = [r for r in rows if lo <= r["t_ns"] <= hi] or rows
-            entry = device_summary(
-                d, rows, inside, t0_ns, output_tokens if len(self.devices) == 1 else None
-            )
+        devices = device_summaries(self.devices, self.rows, window, t0_ns, output_tokens)
+        for entry, d in zip(devices, self.devices):
             entry["host"] = d.host
-            devices.append(entry)
         return {
             "available": True,
             "source": f"DCGM exporter {redact_url(self.url)}",

@@ -29,7 +29,7 @@ from loadtest.telemetry.gpu_columns import (
     latest_utilization,
     samples_csv,
 )
-from loadtest.telemetry.gpu_summary import device_summary
+from loadtest.telemetry.gpu_summary import device_summaries
 
 
 def load_nvml():
@@ -280,16 +280,7 @@ class GpuSampler:
         """The ``gpu`` section of metrics.json: per device, over the measured window."""
         if self.unavailable:
             return {"available": False, "reason": self.unavailable}
-        lo, hi = window if window else (-math.inf, math.inf)
-        devices = []
-        for d in self.devices:
-            rows = [r for r in self.rows if r["index"] == d.index]
-            inside = [r for r in rows if lo <= r["t_ns"] <= hi] or rows
-            devices.append(
-                device_summary(
-                    d, rows, inside, t0_ns, output_tokens if len(self.devices) == 1 else None
-                )
-            )
+        devices = device_summaries(self.devices, self.rows, window, t0_ns, output_tokens)
         return {
             "available": True,
             "interval_s": self.interval_s,

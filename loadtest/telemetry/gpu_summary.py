@@ -4,9 +4,24 @@ same span for comparison), joules per output token, and the series the report pl
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from loadtest.telemetry.gpu_columns import GPM_METRICS, THROTTLE_REASONS
+
+
+def device_summaries(
+    devices: list, rows: list[dict], window: tuple[int, int] | None, t0_ns: int, tokens: int | None
+) -> list[dict]:
+    """Every device's entry over ``window`` (all its samples where none fall inside); joules
+    per output token only where one device did all the work."""
+    lo, hi = window if window else (-math.inf, math.inf)
+    out = []
+    for d in devices:
+        own = [r for r in rows if r["index"] == d.index]
+        inside = [r for r in own if lo <= r["t_ns"] <= hi] or own
+        out.append(device_summary(d, own, inside, t0_ns, tokens if len(devices) == 1 else None))
+    return out
 
 
 def device_summary(
