@@ -6,6 +6,8 @@ import random
 import re
 from collections.abc import Sequence
 
+from loadtest.workload import corpus
+
 FIT_TRIES = 12  # re-encode rounds before a prompt's text is taken as the nearest found
 
 
@@ -40,15 +42,19 @@ class HFTokenizer:
         server's completions API counts beyond the text's own."""
         return len(self._tok.encode("a", add_special_tokens=True)) - len(self.encode("a"))
 
-    def random_prompt_ids(self, rng: random.Random, n: int, keep: Sequence[int] = ()) -> list[int]:
-        """``n`` seeded token ids from the ordinary (non-special) vocabulary, starting with
-        ``keep``, that are exactly what their text tokenizes to: a prompt sent as text is then
-        ``n`` tokens to the server too, and a shared prefix the same tokens in every prompt.
+    def sample_ids(
+        self, rng: random.Random, n: int, keep: Sequence[int] = (), natural: bool = False
+    ) -> list[int]:
+        """``n`` seeded token ids, starting with ``keep``, that are exactly what their text
+        tokenizes to: a prompt sent as text is then ``n`` tokens to the server too, and a shared
+        prefix the same tokens in every prompt. The ids are a passage of the corpus
+        (``natural``), or drawn at random from the ordinary (non-special) vocabulary.
 
-        Random ids decode to text that re-tokenizes differently (neighbours merge, a byte
-        sequence splits), so the ids are re-encoded and trimmed or extended until they are a
-        fixed point, as vLLM's benchmark does; a few ids that never settle are redrawn."""
-        ids = list(keep) + rng.choices(self._ordinary, k=max(0, n - len(keep)))
+        Ids cut from a longer text, or drawn at random, may decode to text that re-tokenizes
+        differently (neighbours merge, a byte sequence splits), so they are re-encoded and
+        trimmed or extended until they are a fixed point, as vLLM's benchmark does."""
+        draw = self._passage if natural else self._random
+        ids = list(keep) + draw(rng, n - len(keep))
         for _ in range(FIT_TRIES):
             again = self.encode(self.decode(ids))
             if again == ids:
@@ -56,9 +62,23 @@ class HFTokenizer:
             # text that spells a special token ("<s>") is read as it by a server: redrawn
             again = [i if i not in self._special else rng.choice(self._ordinary) for i in again]
             if list(again[: len(keep)]) != list(keep):  # the prefix merged into what follows
-                again = list(keep) + rng.choices(self._ordinary, k=max(0, n - len(keep)))
-            ids = again[:n] + rng.choices(self._ordinary, k=max(0, n - len(again)))
+                again = list(keep) + draw(rng, n - len(keep))
+            ids = again[:n] + draw(rng, n - len(again))
         return self.encode(self.decode(ids))  # the nearest: its length is reported by the server
+
+    def _random(self, rng: random.Random, k: int) -> list[int]:
+        return rng.choices(self._ordinary, k=max(0, k))
+
+    def _passage(self, rng: random.Random, k: int) -> list[int]:
+        """The first ``k`` tokens of a seeded passage of the corpus."""
+        if k <= 0:
+            return []
+        start, chars = corpus.word_start(rng), 4 * k + 32  # English runs ~4 characters a token
+        while True:
+            ids = self.encode(corpus.passage(start, chars))
+            if len(ids) > k:  # cut inside the text: its last token is a whole one
+                return ids[:k]
+            chars *= 2
 
 
 def load_tokenizer(model: str, base_dir, trust_remote_code: bool, download: bool = False):

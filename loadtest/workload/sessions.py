@@ -36,6 +36,8 @@ class Conversation:
         """The assistant's answer joins the history: the text given, or a stand-in of
         ``tokens`` tokens (seeded by the turn, so a replicate sends the same history)."""
         if text is None:
-            ids = self._tok.random_prompt_ids(random.Random(req.prompt_seed ^ 0x5EED), tokens)
+            ids = self._tok.sample_ids(
+                random.Random(req.prompt_seed ^ 0x5EED), tokens, natural=self._plan.natural
+            )
             text = self._tok.decode(ids)
         self.messages.append({"role": "assistant", "content": text})

@@ -11,6 +11,8 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
+from loadtest.workload import corpus
+
 
 class Tokenizer(Protocol):
     """What the plan needs of a tokenizer: counts, chat rendering and seeded random prompts."""
@@ -25,9 +27,12 @@ class Tokenizer(Protocol):
     def render_chat(self, messages: list[dict]) -> str | None:
         """The prompt text for a chat, or None when there is no chat template."""
 
-    def random_prompt_ids(self, rng: random.Random, n: int, keep: Sequence[int] = ()) -> list[int]:
-        """``n`` ids of ordinary (non-special) tokens, the first of them ``keep`` (a shared
-        prefix), whose text tokenizes back to the same ids."""
+    def sample_ids(
+        self, rng: random.Random, n: int, keep: Sequence[int] = (), natural: bool = False
+    ) -> list[int]:
+        """``n`` seeded ids of ordinary (non-special) tokens, the first of them ``keep`` (a
+        shared prefix), whose text tokenizes back to the same ids: a passage of the corpus
+        (``natural``), or ids drawn at random."""
 
 
 _PRINTABLE = range(32, 127)
@@ -52,25 +57,36 @@ class ByteTokenizer:
 
     prompt_overhead = 0  # tokens a server adds around a prompt's text (none known here)
 
-    def random_prompt_ids(self, rng: random.Random, n: int, keep: Sequence[int] = ()) -> list[int]:
-        # Printable ASCII: a synthetic prompt that reads as text when logged.
-        return list(keep) + rng.choices(_PRINTABLE, k=max(0, self._bytes(n) - len(keep)))
+    def sample_ids(
+        self, rng: random.Random, n: int, keep: Sequence[int] = (), natural: bool = False
+    ) -> list[int]:
+        k = max(0, self._bytes(n, natural) - len(keep))
+        if natural:  # the corpus is ASCII: a character is a byte
+            return list(keep) + list(corpus.passage(corpus.word_start(rng), k).encode("ascii"))
+        # printable ASCII: a random prompt that still reads as characters when logged
+        return list(keep) + rng.choices(_PRINTABLE, k=k)
 
-    def _bytes(self, n: int) -> int:
+    def _bytes(self, n: int, natural: bool) -> int:
         return n
 
 
 class ScaledByteTokenizer(ByteTokenizer):
     """Bytes, with synthetic prompts scaled to the server's tokens: where the model's tokenizer
     is not here but the server counts text (``/tokenize``), an n-token prompt is
-    ``n × bytes_per_token`` bytes of the same printable text the server's count was taken on."""
+    ``n × bytes a token`` bytes, by the server's count on the same kind of text (a passage of
+    the corpus, or random printable characters: they differ by about three times)."""
 
-    def __init__(self, bytes_per_token: float) -> None:
+    def __init__(self, bytes_per_token: float, natural_bytes_per_token: float) -> None:
         self.bytes_per_token = bytes_per_token
-        self.name = f"loadtest-bytes scaled by the server ({bytes_per_token:.3g} bytes a token)"
+        self.natural_bytes_per_token = natural_bytes_per_token
+        self.name = (
+            f"loadtest-bytes scaled by the server ({natural_bytes_per_token:.3g} bytes a token "
+            f"of natural text, {bytes_per_token:.3g} of random characters)"
+        )
 
-    def _bytes(self, n: int) -> int:
-        return max(1, round(n * self.bytes_per_token))
+    def _bytes(self, n: int, natural: bool) -> int:
+        per = self.natural_bytes_per_token if natural else self.bytes_per_token
+        return max(1, round(n * per))
 
 
 def render_messages_plainly(messages: list[dict]) -> str:

@@ -61,7 +61,7 @@ def _tokenizer_at(name: str, base_dir: Path) -> Any:
         return ByteTokenizer()
 
 
-def fit_in_template(tok: Any, text: str, n: int) -> str:
+def fit_in_template(tok: Any, text: str, n: int, natural: bool = False) -> str:
     """A synthetic chat message whose rendered prompt is ``n`` tokens: inside the template its
     first and last tokens may merge with the template's text (``user: `` + ``hello``), so its
     length is checked there and trimmed or extended by the difference."""
@@ -75,11 +75,11 @@ def fit_in_template(tok: Any, text: str, n: int) -> str:
         ids = tok.encode(text)
         rng = random.Random(n * FIT_TRIES + extra)
         if off > 0 and len(ids) - off < 1:  # as short as it goes: another token instead
-            ids = tok.random_prompt_ids(rng, 1)
+            ids = tok.sample_ids(rng, 1, natural=natural)
         elif off > 0:
             ids = ids[: len(ids) - off]
         else:
-            ids = ids + tok.random_prompt_ids(rng, -off)
+            ids = ids + tok.sample_ids(rng, -off, natural=natural)
         text = tok.decode(ids)
     # the nearest found (a planned length under the template's own is out of reach): the
     # server's count is reported beside the plan's
@@ -92,7 +92,7 @@ def prompt_overhead(tokenizer: Any, templated: bool) -> int:
     Responses API)."""
     if not templated:
         return max(0, tokenizer.special_tokens_added())
-    sample = tokenizer.decode(tokenizer.random_prompt_ids(random.Random(0), 16))
+    sample = tokenizer.decode(tokenizer.sample_ids(random.Random(0), 16, natural=True))
     rendered = tokenizer.render_chat([{"role": "user", "content": sample}])
     if rendered is None:  # no template here: the server's own, unknown to the client
         return 0

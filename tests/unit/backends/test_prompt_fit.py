@@ -23,7 +23,7 @@ def test_prompts_are_exactly_their_length_after_a_round_trip(tok):
     naive_off = 0
     for seed in range(100):
         for n in (1, 7, 128, 500):
-            ids = tok.random_prompt_ids(random.Random(seed), n)
+            ids = tok.sample_ids(random.Random(seed), n)
             assert len(ids) == n
             assert raw.encode(tok.decode(ids), add_special_tokens=False) == ids
         # what random ids did before: their text re-tokenizes to another count
@@ -33,9 +33,9 @@ def test_prompts_are_exactly_their_length_after_a_round_trip(tok):
 
 
 def test_a_shared_prefix_is_the_same_tokens_in_every_prompt(tok):
-    prefix = tok.random_prompt_ids(random.Random(1), 64)
+    prefix = tok.sample_ids(random.Random(1), 64)
     for seed in range(50):
-        ids = tok.random_prompt_ids(random.Random(seed), 100, keep=prefix)
+        ids = tok.sample_ids(random.Random(seed), 100, keep=prefix)
         again = tok._tok.encode(tok.decode(ids), add_special_tokens=False)
         assert again == ids and again[:64] == prefix
 
@@ -43,5 +43,5 @@ def test_a_shared_prefix_is_the_same_tokens_in_every_prompt(tok):
 def test_no_prompt_text_spells_a_special_token(tok):
     special = set(tok._tok.all_special_ids)
     for seed in range(100):
-        ids = tok.random_prompt_ids(random.Random(seed), 64)
+        ids = tok.sample_ids(random.Random(seed), 64)
         assert not special & set(tok._tok.encode(tok.decode(ids), add_special_tokens=False))
