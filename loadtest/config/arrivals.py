@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel
 
@@ -65,15 +65,48 @@ class BurstArrival(_Model):
 
 
 class TraceArrival(_Model):
-    """Send times replayed from a file (seconds, one a line, or JSONL with an ``offset`` key)."""
+    """Requests replayed from a trace file: their send times and, in the public trace formats,
+    their lengths (and, in Mooncake's, which prompts share which prefix)."""
 
     kind: Literal["trace"]
-    file: str = Field(
-        description="Offsets to replay: one number of seconds a line, or JSONL with an 'offset' key."
+    file: str = Field(description="The trace: see format. Relative to the scenario's folder.")
+    format: Literal["offsets", "mooncake", "burstgpt", "azure"] = Field(
+        "offsets",
+        description="offsets: one number of seconds a line, or JSONL with an 'offset' key. "
+        "mooncake: JSONL of {timestamp (ms), input_length, output_length, hash_ids}. "
+        "burstgpt: BurstGPT's CSV (Timestamp in s, Request tokens, Response tokens). "
+        "azure: the Azure LLM inference trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens).",
     )
     time_scale: float = Field(
         1.0, gt=0, le=1e6, description="Multiply every offset (0.5 = twice as fast)."
     )
+    rate: Rate | None = Field(
+        None,
+        description="Replay at this mean rate (requests per second) instead: the trace's times "
+        "scaled so its requests span count/rate seconds.",
+    )
+    lengths: Literal["trace", "workload"] = Field(
+        "trace",
+        description="Where a request's input and output lengths come from, for the formats "
+        "that carry them: the trace's row, or the workload's lengths.",
+    )
+    block_tokens: int = Field(
+        512,
+        ge=1,
+        le=1_000_000,
+        description="mooncake: the tokens each hash_id names (512 in Mooncake's traces).",
+    )
+
+    @model_validator(mode="after")
+    def _one_speed(self):
+        if self.rate is not None and self.time_scale != 1.0:
+            raise ValueError("give time_scale or rate, not both")
+        return self
+
+    @property
+    def carries_lengths(self) -> bool:
+        """Whether each request's lengths come from the trace's rows."""
+        return self.format != "offsets" and self.lengths == "trace"
 
 
 class RampArrival(_Model):

@@ -26,9 +26,8 @@ from loadtest.config.arrivals import (
     StepsArrival,
     TraceArrival,
 )
-from loadtest.core import outside
 from loadtest.core.clock import NS_PER_S
-from loadtest.core.errors import ScenarioError
+from loadtest.workload.traces import Trace
 
 
 class ArrivalProcess(Protocol):
@@ -129,16 +128,6 @@ class Burst:
 
 
 @dataclass(frozen=True)
-class Trace:
-    """Send times replayed from a trace file."""
-
-    offsets: tuple[int, ...]
-
-    def offsets_ns(self, rng: random.Random) -> Iterator[int]:
-        return iter(self.offsets)
-
-
-@dataclass(frozen=True)
 class ThinkTime:
     """The pause between a response and the next request: fixed, or exponential with that mean."""
 
@@ -165,50 +154,17 @@ class ClosedLoop:
         return ThinkTime(self.think_ns, self.exponential).times_ns(rng)
 
 
-MAX_TRACE_S = 366 * 86400  # a trace longer than a year is no load test: refused by line
-
-
-def read_trace(path: Path, time_scale: float) -> tuple[int, ...]:
-    """One offset in seconds a line, or JSONL objects with ``offset`` (s); ``#`` comments allowed."""
-    offsets, previous = [], 0
-    text = outside.read_input(path, "trace")
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            value = outside.loads(line)
-            seconds = float(value["offset"] if isinstance(value, dict) else value)
-            if not math.isfinite(seconds) or seconds * time_scale > MAX_TRACE_S:
-                raise ValueError
-        except (ValueError, KeyError, TypeError):
-            raise ScenarioError(
-                [
-                    f'{path}:{lineno}: offset: expected seconds or {{"offset": seconds}}, got {line[:60]!r}'
-                ]
-            ) from None
-        ns = round(seconds * time_scale * NS_PER_S)
-        if ns < 0 or ns < previous:
-            raise ScenarioError(
-                [f"{path}:{lineno}: offset: offsets must be non-negative and non-decreasing"]
-            )
-        offsets.append(ns)
-        previous = ns
-    if not offsets:
-        raise ScenarioError([f"{path}:1: offset: the trace holds no offsets"])
-    return tuple(offsets)
-
-
-# kind -> factory(spec, resolve_path) ; ``resolve_path`` maps a scenario-relative name to a Path.
+# kind -> factory(spec, resolve, max_rows): ``resolve`` maps a scenario-relative name to a Path;
+# a trace holds at most ``max_rows`` requests
 ARRIVALS: dict[str, Callable] = {
-    "constant": lambda s, _: Constant(s.rate),
-    "poisson": lambda s, _: Poisson(s.rate),
-    "gamma": lambda s, _: Gamma(s.rate, s.cv),
-    "burst": lambda s, _: Burst(),
-    "trace": lambda s, resolve: Trace(read_trace(resolve(s.file), s.time_scale)),
-    "concurrency": lambda s, _: ClosedLoop(s.users, s.think_time, s.think == "exponential"),
-    "ramp": lambda s, _: Ramp(s.from_, s.to, s.over / NS_PER_S),
-    "steps": lambda s, _: Steps(tuple((step.rate, step.for_) for step in s.steps)),
+    "constant": lambda s, *_: Constant(s.rate),
+    "poisson": lambda s, *_: Poisson(s.rate),
+    "gamma": lambda s, *_: Gamma(s.rate, s.cv),
+    "burst": lambda s, *_: Burst(),
+    "trace": lambda s, resolve, max_rows: Trace(resolve(s.file), s, max_rows),
+    "concurrency": lambda s, *_: ClosedLoop(s.users, s.think_time, s.think == "exponential"),
+    "ramp": lambda s, *_: Ramp(s.from_, s.to, s.over / NS_PER_S),
+    "steps": lambda s, *_: Steps(tuple((step.rate, step.for_) for step in s.steps)),
 }
 
 
@@ -222,6 +178,7 @@ def make_arrival(
     | RampArrival
     | StepsArrival,
     resolve: Callable[[str], Path],
+    max_rows: int = 10**9,
 ) -> ArrivalProcess | ClosedLoop:
     """The arrival process for a scenario's ``load.arrival``."""
-    return ARRIVALS[spec.kind](spec, resolve)
+    return ARRIVALS[spec.kind](spec, resolve, max_rows)

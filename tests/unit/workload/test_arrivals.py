@@ -2,10 +2,11 @@ import itertools
 import random
 import statistics
 
+import pytest
 from scipy import stats
 
 from loadtest.core.errors import ScenarioError
-from loadtest.workload.arrivals import Constant, Gamma, Poisson, read_trace
+from loadtest.workload.arrivals import Constant, Gamma, Poisson
 
 
 def take(process, n, seed=0):
@@ -25,7 +26,7 @@ def test_constant_rate_does_not_drift():
 def test_poisson_gaps_are_exponential_ks():
     g = gaps_s(take(Poisson(50.0), 20_001, seed=7))
     assert stats.kstest(g, "expon", args=(0, 1 / 50.0)).pvalue > 0.01
-    assert statistics.fmean(g) == __import__("pytest").approx(1 / 50, rel=0.03)
+    assert statistics.fmean(g) == pytest.approx(1 / 50, rel=0.03)
 
 
 def test_poisson_is_seeded_and_seed_zero_is_a_seed():
@@ -46,33 +47,16 @@ def test_gamma_has_the_configured_cv_and_rate():
         assert abs(statistics.pstdev(g) / mean - cv) / cv < 0.08
 
 
-def test_trace_reads_seconds_and_jsonl(tmp_path):
-    p = tmp_path / "t.txt"
-    p.write_text('# offsets\n0\n0.5\n{"offset": 1.25}\n')
-    assert read_trace(p, 2.0) == (0, 1_000_000_000, 2_500_000_000)
-
-
-def test_trace_rejects_going_backwards_with_the_line(tmp_path):
-    p = tmp_path / "t.txt"
-    p.write_text("0\n2\n1\n")
-    try:
-        read_trace(p, 1.0)
-    except ScenarioError as exc:
-        assert f"{p}:3:" in str(exc)
-    else:
-        raise AssertionError("expected ScenarioError")
-
-
 def test_a_ramps_integrated_rate_is_inverted_exactly():
     from loadtest.workload.arrivals import Ramp
 
     ramp = Ramp(1.0, 3.0, 2.0)  # rate 1 + t over 2 s: Λ(t) = t + t²/2, then 3 a second
     assert ramp.time_at(0.0) == 0.0
-    assert ramp.time_at(1.5) == __import__("pytest").approx(1.0)  # 1 + 1/2
-    assert ramp.time_at(4.0) == __import__("pytest").approx(2.0)  # the ramp's end: (1 + 3) / 2 x 2
-    assert ramp.time_at(7.0) == __import__("pytest").approx(3.0)  # then 3 a second
+    assert ramp.time_at(1.5) == pytest.approx(1.0)  # 1 + 1/2
+    assert ramp.time_at(4.0) == pytest.approx(2.0)  # the ramp's end: (1 + 3) / 2 x 2
+    assert ramp.time_at(7.0) == pytest.approx(3.0)  # then 3 a second
     down = Ramp(3.0, 1.0, 2.0)  # falling: Λ(t) = 3t - t²/2
-    assert down.time_at(2.5) == __import__("pytest").approx(1.0)
+    assert down.time_at(2.5) == pytest.approx(1.0)
 
 
 def test_a_ramp_sends_its_expected_count_each_second():
@@ -129,7 +113,6 @@ def test_a_staircase_runs_to_its_last_step_without_a_duration(tmp_path):
 
 
 def test_a_ramp_needs_a_window(tmp_path):
-    import pytest
 
     from loadtest.config.loading import load_scenario
     from tests.conftest import write_scenario
