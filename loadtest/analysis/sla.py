@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 
 from loadtest.config.scenario import Sla
 from loadtest.core.histogram import LatencyHistogram
@@ -183,6 +184,23 @@ def evaluate(sla: Sla, evidence: Evidence) -> Verdict:
         bound = getattr(sla, name)
         if bound is not None:
             checks.append(floor_check(name, observed, bound, unit))
+    checks += _latency_checks(sla, evidence)
+    # a model mix: each model's latencies and errors judged on their own too (a floor on the
+    # run's throughput is the run's: the models share it)
+    for model, own in evidence.by_model.items():
+        mine = []
+        if sla.error_rate is not None:
+            mine.append(
+                error_rate_check(own.failed, own.failed + own.completed, sla.error_rate, confidence)
+            )
+        mine += _latency_checks(sla, replace(own, steady=evidence.steady, status=evidence.status))
+        checks += [c.model_copy(update={"name": f"{c.name} [{model}]"}) for c in mine]
+    return Verdict(verdict=overall(checks, evidence.status), checks=checks)
+
+
+def _latency_checks(sla: Sla, evidence: Evidence) -> list[Check]:
+    """Each latency bound of ``sla`` judged on ``evidence``'s histograms."""
+    confidence, checks = sla.confidence, []
     for name, metric, pct, bound_ns in sla.latency_bounds():
         hist = (evidence.histograms or {}).get(metric, LatencyHistogram())
         check = percentile_check(name, hist, pct, bound_ns / 1e6, confidence)
@@ -196,7 +214,7 @@ def evaluate(sla: Sla, evidence: Evidence) -> Verdict:
                 }
             )
         checks.append(check)
-    return Verdict(verdict=overall(checks, evidence.status), checks=checks)
+    return checks
 
 
 def overall(checks: Iterable[Check | str], status: str = "ok") -> str:

@@ -14,6 +14,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 from loadtest.config.apis import api_of, api_problems
 from loadtest.config.arrivals import Arrival
 from loadtest.config.backend_specs import BackendSpec, SimSpec
+from loadtest.config.traffic import Cancel, traffic_problems
 from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel, as_written
 from loadtest.config.workload import Workload
 from loadtest.core.units import PERCENTILE_NAMES
@@ -104,6 +105,11 @@ class Load(_Model):
         description="Client processes on this host sharing the plan (open loop: the arrivals; "
         "closed loop: the users), each with its own connections, from one t0: more load than "
         "one process can offer (--workers).",
+    )
+    cancel: Cancel | None = Field(
+        None,
+        description="Cancel a seeded share of requests mid-stream, as users abandon chats: "
+        "{fraction, after: duration from the intended send} or {fraction, after_tokens: N}.",
     )
     ray: str | None = Field(
         None,
@@ -381,6 +387,7 @@ class Scenario(_Model):
                 problems.append(
                     (where, "Ray is not installed: pip install 'loadtest[distributed]'")
                 )
+        problems += traffic_problems(self.backend, self.workload, self.load)
         return problems + api_problems(api_of(self.backend), self.workload, self.sla, self.goodput)
 
     def public_dump(self) -> dict:

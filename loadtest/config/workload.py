@@ -3,9 +3,10 @@ shared prefixes and multi-turn sessions."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from loadtest.config.content import Audio, Images, ResponseFormat, Tools
 from loadtest.config.types import Duration, StrictModel
@@ -13,6 +14,7 @@ from loadtest.config.types import Duration, StrictModel
 _Model = StrictModel
 
 MAX_TOKENS = 10_000_000  # per request, input or output: a typo must not exhaust memory
+MAX_MODELS = 64  # a model mix's names (each has its own histograms)
 
 
 class _Clipped(_Model):
@@ -131,6 +133,12 @@ class Workload(_Model):
         description="Multi-turn sessions (`true`, or {turns, max_turns, think_time, think}). "
         "Open loop: a session starts at each arrival; closed loop: each user runs sessions.",
     )
+    text: Literal["natural", "random"] = Field(
+        "natural",
+        description="Synthetic prompts' text (shared prefixes and session turns too): natural, "
+        "seeded passages of an English corpus shipped with loadtest, cut to length with the "
+        "model's tokenizer; random, seeded random tokens of its vocabulary.",
+    )
     output_tokens: LengthSpec = Field(
         128, description="Output length: exact (fixed) or the cap (natural)."
     )
@@ -167,6 +175,28 @@ class Workload(_Model):
     audio: Audio | None = Field(
         None, description="Synthetic audio clips sent with each request (chat)."
     )
+
+    models: dict[str, float] | None = Field(
+        None,
+        description="A model mix: each request (each session) goes to one of these served "
+        "models or LoRA adapters, drawn by the prompts seed in these shares (weights); the "
+        "result, the reports and the SLA checks break latency and throughput down per model. "
+        "kind: openai (names the server serves) and sim.",
+    )
+
+    @field_validator("models")
+    @classmethod
+    def _weights(cls, models):
+        if models is None:
+            return models
+        if not 1 <= len(models) <= MAX_MODELS:
+            raise ValueError(f"name 1 to {MAX_MODELS} models")
+        for name, weight in models.items():
+            if not name.strip():
+                raise ValueError("a model's name is empty")
+            if not (math.isfinite(weight) and weight > 0):
+                raise ValueError(f"{name}: a weight is a positive number, got {weight!r}")
+        return models
 
     @model_validator(mode="before")
     @classmethod

@@ -49,6 +49,8 @@ def merge(parts: list[Recorder]) -> Recorder:
             getattr(out.timeline, attr).extend(getattr(p.timeline, attr))
         for turn, h in p.turn_ttft.items():
             out.turn_ttft.setdefault(turn, LatencyHistogram()).add(h)
+        for model, tally in p.by_model.items():
+            out._tally(model).add(tally)
         out.turn_input_tokens.update(p.turn_input_tokens)
         out.turn_requests.update(p.turn_requests)
         # recount what a worker counted against its own, later, opening of the window
@@ -82,4 +84,6 @@ _SUMMED = (
     "window_input_tokens",
     "window_completions",
     "profiled",
+    "cancelled",
+    "cancelled_tokens",
 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
@@ -37,6 +37,8 @@ WHOLE_ONLY_METRICS = (
     "e2e_service",
     "queue",
     "dispatch_lag",
+    "cancelled_ttft",  # of requests the plan cancelled (load.cancel), apart from the others
+    "cancelled_at",  # when they were cancelled, from their intended send
 )
 TURN_BUCKETS = 16  # multi-turn TTFT is kept per turn up to here; later turns share the last
 ALL_METRICS = (
@@ -63,6 +65,29 @@ class Interval:
     output_tokens: int = 0  # stamped in this interval (any request)
 
 
+MODEL_METRICS = ("ttft", "itl", "tpot", "e2e")  # what a model mix breaks down per model
+
+
+@dataclass
+class ModelTally:
+    """One model's share of a model mix: its latencies and counts (measured requests)."""
+
+    histograms: dict[str, LatencyHistogram] = field(
+        default_factory=lambda: {m: LatencyHistogram() for m in MODEL_METRICS}
+    )
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    window_tokens: int = 0
+    window_completions: int = 0
+
+    def add(self, other: ModelTally) -> None:
+        for m, h in other.histograms.items():
+            self.histograms[m].add(h)
+        for name in ("completed", "failed", "cancelled", "window_tokens", "window_completions"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
 class Recorder:
     """Latency histograms (whole run and per interval), window counts and token bins, from finished requests."""
 
@@ -84,6 +109,9 @@ class Recorder:
         self.token_count_mismatch = 0
         self.output_tokens_measured = self.input_tokens_measured = 0
         self.reasoning_tokens_measured = 0  # of output_tokens_measured, reasoning
+        # measured requests the plan cancelled mid-stream, and the tokens they had received
+        self.cancelled = self.cancelled_tokens = 0
+        self.by_model: dict[str, ModelTally] = {}  # a model mix: each model's share
         self.window_tokens = self.window_input_tokens = self.window_completions = 0
         self._after_last_measured: list[RequestState] = []
         self.last_measured_done: int | None = None
@@ -120,21 +148,35 @@ class Recorder:
         self._count_window(st)
         if st.stamps:
             self.first_tokens.append((st.stamps[0], st.stamps[0] - st.sent_ns))
-        if self.goodput is not None and not st.req.warmup:
+        if self.goodput is not None and not st.req.warmup and not st.cancelled:
             st.good = self._is_good(st)  # once: the timeline and the exported record share it
         self.timeline.add(
             st.intended_ns,
             st.stamps[0] if st.stamps else None,
             st.admitted_ns,
             st.done,
-            not st.req.warmup,
+            not st.req.warmup and not st.cancelled,  # a cancelled one's latencies are cut short
             st.good,
         )
         if st.req.warmup:
             self.warmup += 1
             self._keep_record(st)
             return
+        tally = None if st.req.model is None else self._tally(st.req.model)
+        if st.cancelled:  # kept apart: its partial figures are not a finished request's
+            if tally is not None:
+                tally.cancelled += 1
+            self.cancelled += 1
+            self.cancelled_tokens += len(st.stamps)
+            if st.stamps:
+                self.whole["cancelled_ttft"].record_ns(st.stamps[0] - st.intended_ns)
+            self.whole["cancelled_at"].record_ns(st.done - st.intended_ns)
+            self._keep_record(st)
+            self._mark_measured_done(st)
+            return
         if st.error is not None:
+            if tally is not None:
+                tally.failed += 1
             self.failed += 1
             self.errors_by_type[st.error] += 1
             self._interval(st.done).failed += 1
@@ -152,8 +194,30 @@ class Recorder:
                 self._mark_measured_done(st)
                 return
         self._record_latencies(st)
+        if tally is not None:
+            self._record_model(st, tally)
         self._keep_record(st)
         self._mark_measured_done(st)
+
+    def _tally(self, model: str) -> ModelTally:
+        tally = self.by_model.get(model)
+        if tally is None:
+            tally = self.by_model[model] = ModelTally()
+        return tally
+
+    @staticmethod
+    def _record_model(st: RequestState, tally: ModelTally) -> None:
+        """A completed request's latencies into its model's histograms."""
+        stamps, h = st.stamps, tally.histograms
+        tally.completed += 1
+        h["e2e"].record_ns(st.done - st.intended_ns)
+        if stamps:
+            h["ttft"].record_ns(stamps[0] - st.intended_ns)
+            itl = h["itl"]
+            for a, b in zip(stamps, stamps[1:]):
+                itl.record_us((b - a) // 1000)
+            if len(stamps) >= 2:
+                h["tpot"].record_ns((stamps[-1] - stamps[0]) // (len(stamps) - 1))
 
     def _is_good(self, st: RequestState) -> int:
         """1 when a finished request met every goodput objective, else 0 (a failure never does)."""
@@ -250,15 +314,19 @@ class Recorder:
         lo = bisect_left(stamps, start)
         hi = len(stamps) if end is None else bisect_left(stamps, end)
         self.window_tokens += sign * max(0, hi - lo)
+        tally = None if st.req.model is None else self._tally(st.req.model)
+        if tally is not None:
+            tally.window_tokens += sign * max(0, hi - lo)
         if lo == 0 and hi > 0:
             self.window_input_tokens += sign * st.input_tokens
-        elif (
-            not stamps and st.error is None and st.done >= start and (end is None or st.done < end)
-        ):
+        finished = st.error is None and not st.cancelled
+        if not stamps and finished and st.done >= start and (end is None or st.done < end):
             # an answer with no token stream (embeddings, rerank): its input counts when done
             self.window_input_tokens += sign * st.input_tokens
-        if st.error is None and st.done >= start and (end is None or st.done < end):
+        if finished and st.done >= start and (end is None or st.done < end):
             self.window_completions += sign
+            if tally is not None:
+                tally.window_completions += sign
 
     def _mark_measured_done(self, st: RequestState) -> None:
         if self.window_end is None and st.error is None:
@@ -293,7 +361,14 @@ class Recorder:
                 "response_id": st.response_id,
                 "session": st.req.session,
                 "turn": None if st.req.session is None else st.req.turn,
-                "status": "failed" if st.error else ("warmup" if st.req.warmup else "ok"),
+                "model": st.req.model,
+                "status": "failed"
+                if st.error
+                else "warmup"
+                if st.req.warmup
+                else "cancelled"
+                if st.cancelled
+                else "ok",
                 "error": st.error,
                 "warmup": st.req.warmup,
                 "intended_ns": rel(st.intended_ns),

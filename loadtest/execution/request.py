@@ -70,6 +70,7 @@ class RequestState:
     wire: Sent | None = None  # the backend's own stamp of the send, with its parts
     reasoning_tokens: int = 0  # of the output, a reasoning model's thinking
     first_answer_ns: int | None = None  # a reasoning model's first answer token
+    cancelled: bool = False  # the plan cancelled it mid-stream (load.cancel): done_ns is when
 
     @property
     def input_tokens(self) -> int:

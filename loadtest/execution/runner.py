@@ -52,7 +52,7 @@ class RunOutcome:
     status: str  # ok | interrupted | failed (validity is judged later, from the numbers)
     loop_lag: LatencyHistogram
     sent: int
-    cancelled: int
+    interrupted: int  # in flight when the run was stopped (interrupted, failed)
     failure: str | None = None
     throttled: int = 0
     notes: list[str] = field(default_factory=list)
@@ -94,7 +94,7 @@ class Runner(Users):
         # the loop thread's time waiting for a CPU, (ns, wait ns) at each of the last probes
         self._cpu_wait_marks: deque[tuple[int, int]] = deque(maxlen=16)
         self.t0: int | None = None
-        self.sent = self.in_flight = self.cancelled = self.throttled = 0
+        self.sent = self.in_flight = self.interrupted = self.throttled = 0
         self._tasks: set[asyncio.Task] = set()
         self._finished: list[RequestState] = []  # recorded in batches, off the dispatch path
         cl = plan.closed_loop
@@ -210,7 +210,7 @@ class Runner(Users):
             status,
             loop_lag,
             self.sent,
-            self.cancelled,
+            self.interrupted,
             self._failure,
             self.throttled,
             sessions=self.sessions,
@@ -312,19 +312,21 @@ class Runner(Users):
         try:
             if self.profile is not None:
                 await self.profile.on_send(req.index)
-            if self.load.request_timeout is None:
+            limit, cancels = self._time_limit(st)
+            if limit is None:
                 await self._consume(st, prompt_ids)
             else:
-                await asyncio.wait_for(
-                    self._consume(st, prompt_ids), self.load.request_timeout / 1e9
-                )
+                await asyncio.wait_for(self._consume(st, prompt_ids), limit)
         except asyncio.TimeoutError:
-            self._fail(st, "Timeout")
+            if cancels:  # the user gave up: the stream is closed, the server sees it go
+                st.cancelled, st.done_ns = True, self.clock.now_ns()
+            else:
+                self._fail(st, "Timeout")
         except asyncio.CancelledError:
             if self._cancel_reason in (None, "drain"):
                 self._fail(st, "DrainTimeout")
             else:
-                self.cancelled += 1
+                self.interrupted += 1
                 self.in_flight -= 1
                 return st
         except BackendError as exc:
@@ -377,15 +379,41 @@ class Runner(Users):
             self._flush_handle = loop.call_later(FLUSH_S, self._flush)
         _collect_in_slack(due, now)
 
+    def _time_limit(self, st: RequestState) -> tuple[float | None, bool]:
+        """Seconds the request may run from now (None: no limit), and whether that limit is
+        the plan's cancellation (``load.cancel.after`` from the intended send) rather than
+        ``load.request_timeout``."""
+        now = self.clock.now_ns()
+        timeout = self.load.request_timeout
+        limit = None if timeout is None else timeout / 1e9
+        cancel = self.load.cancel
+        if st.req.cancel and cancel is not None and cancel.after is not None:
+            until = max(0.0, (st.intended_ns + cancel.after - now) / 1e9)
+            if limit is None or until < limit:
+                return until, True
+        return limit, False
+
     async def _consume(self, st: RequestState, prompt_ids: list[int] | None) -> None:
         if prompt_ids is None and self.backend.needs_prompt_ids:
             prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer)
+        cancel = self.load.cancel
+        after_tokens = cancel.after_tokens if st.req.cancel and cancel is not None else None
+        stream = self.backend.submit(st.req, prompt_ids)
+        try:
+            await self._read(st, stream, after_tokens)
+        finally:
+            await stream.aclose()  # a cancelled stream's connection closes now, not at GC
+
+    async def _read(self, st: RequestState, stream, after_tokens: int | None) -> None:
         now = self.clock.now_ns
-        async for ev in self.backend.submit(st.req, prompt_ids):
+        async for ev in stream:
             self._progress_ns = now()
             kind = type(ev)
             if kind is Tokens:
                 st.stamps.extend(ev.t_ns)
+                if after_tokens is not None and len(st.stamps) >= after_tokens:
+                    st.cancelled, st.done_ns = True, now()
+                    return
             elif kind is Sent:  # the backend saw the bytes leave: later than the hand-over
                 st.sent_ns, st.wire = max(st.sent_ns, ev.t_ns), ev
                 if st.sent_ns - (st.lag_from_ns or st.intended_ns) > LATE_FLOOR_NS:

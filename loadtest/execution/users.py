@@ -29,6 +29,7 @@ class SessionCounts:
     started: int = 0
     completed: int = 0  # every planned turn answered
     ended_by_failure: int = 0  # a failed turn ends its session (its history is broken)
+    ended_by_cancel: int = 0  # a cancelled turn (load.cancel) ends its session: the user left
     cut_at_window_end: int = 0  # the next turn fell after the window's end, so was not sent
     turns_sent: int = 0
     stand_in_replies: int = 0  # the backend gave no text: a same-length stand-in was used
@@ -143,6 +144,9 @@ class Users:
             st = await asyncio.shield(task)  # cancelled: the turn is left to the drain
             if st.error is not None:
                 counts.ended_by_failure += 1
+                return max(st.done_ns or self.clock.now_ns(), intended)
+            if st.cancelled:  # the user left mid-answer: the conversation ends there
+                counts.ended_by_cancel += 1
                 return max(st.done_ns or self.clock.now_ns(), intended)
             counts.stand_in_replies += st.reply is None
             conversation.reply(req, st.reply, len(st.stamps))

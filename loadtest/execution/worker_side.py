@@ -62,7 +62,11 @@ class WorkerSide:
         self._info = info = await backend.start()
         plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(self.loaded, name))
         self._share = plan.share(self.index, self.count)
-        details = {**info.details, **await backend.prepare(self._share)}
+        details = {
+            **info.details,
+            **await backend.prepare(self._share),
+            "traffic": plan.describe(),  # the whole plan's, the same from every worker
+        }
         settle_heap()  # before "ready": t0 is near once every worker is
         return {
             "name": info.name,

@@ -246,7 +246,7 @@ class WorkerGroup:
             status,
             loop_lag,
             sum(o.sent for o in outcomes),
-            sum(o.cancelled for o in outcomes),
+            sum(o.interrupted for o in outcomes),
             failure,
             sum(o.throttled for o in outcomes),
             sessions=_sum_sessions([o.sessions for o in outcomes]),

@@ -161,7 +161,9 @@ def sessions_rows(sessions: SessionsResult | None) -> list[tuple[str, str]]:
         (
             "sessions",
             f"{s.started} started, {s.completed} completed, {s.ended_by_failure} ended "
-            f"by a failed turn, {s.cut_at_window_end} cut at the window's end",
+            f"by a failed turn, "
+            + (f"{s.ended_by_cancel} by a cancelled one, " if s.ended_by_cancel else "")
+            + f"{s.cut_at_window_end} cut at the window's end",
         ),
         ("history", f"{s.history}; {s.turns_sent} turns sent"),
         (
@@ -399,3 +401,15 @@ def steps_rows(steps: StepsResult | None) -> list[tuple[str, str]]:
         )
         rows.append(("knee", f"{carried} (step {knee.step}): " + "; ".join(knee.reasons)))
     return rows
+
+
+def requests_line(r) -> str:
+    """The request counts in words: completed, failed, cancelled (by the plan), warm-up, and
+    those a stopped run left in flight."""
+    parts = [f"{r.completed} completed", f"{r.failed} failed"]
+    if r.cancelled:
+        parts.append(f"{r.cancelled} cancelled (load.cancel)")
+    parts.append(f"{r.warmup} warmup")
+    if r.interrupted:
+        parts.append(f"{r.interrupted} interrupted")
+    return ", ".join(parts)

@@ -102,8 +102,7 @@ def _headline(
         "",
         "## Requests",
         "",
-        f"{r.completed} completed, {r.failed} failed, {r.warmup} warmup, "
-        f"{r.cancelled} cancelled; errors: {_esc(r.errors_by_type or 'none')}",
+        f"{_esc(insight.requests_line(r))}; errors: {_esc(r.errors_by_type or 'none')}",
     ]
 
 

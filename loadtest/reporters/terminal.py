@@ -46,7 +46,7 @@ def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True
     console.print(_latency_table(m.latency_ms, insight.latency_rows(m)))
     r, t = m.requests, m.throughput
     console.print(
-        f"requests: {r.completed} completed, {r.failed} failed, {r.warmup} warmup, {r.cancelled} cancelled"
+        f"requests: {insight.requests_line(r)}"
         + (f"  errors: {r.errors_by_type}" if r.errors_by_type else "")
     )
     if t.window_s and t.inputs_per_s is not None:

@@ -19,11 +19,13 @@ from loadtest.results.finish import Observed, finish
 from loadtest.results.model import (
     ApiResult,
     BackendFacts,
+    CancelResult,
     GoodputResult,
     Harness,
     IntervalPoint,
     LatencySummary,
     MediaSent,
+    ModelResult,
     Requests,
     RunMetrics,
     SessionsResult,
@@ -32,6 +34,8 @@ from loadtest.results.model import (
     Throughput,
     Timeseries,
     ToolCallChecks,
+    TraceResult,
+    TrafficResult,
     TurnStats,
     Validity,
     Verdict,
@@ -75,6 +79,8 @@ def build_result(
     requests is added and ``judge`` gives the SLA verdict (``finish``). ``outcome`` is None for
     a run that never started (``start_failure`` says why): nothing was measured, and the result
     says so."""
+    backend = dict(backend)
+    planned_traffic = backend.pop("traffic", None)  # the plan's, not the backend's
     facts = BackendFacts.model_validate(backend)
     identity = dict(
         name=scenario.name,
@@ -134,6 +140,7 @@ def build_result(
         sessions=_sessions(outcome),
         api=api,
         steps=_steps(scenario, outcome),
+        traffic=_traffic(scenario, rec, planned_traffic, window_s),
         workers=workers,
         timeseries=Timeseries(interval_s=rec.interval_ns / 1e9, points=_points(rec)),
         histograms={m: hists[m].encode() for m in shown},
@@ -159,7 +166,8 @@ def _requests(outcome: RunOutcome, planned: int | None) -> Requests:
         completed=rec.completed,
         failed=rec.failed,
         warmup=rec.warmup,
-        cancelled=outcome.cancelled,
+        interrupted=outcome.interrupted,
+        cancelled=rec.cancelled or None,
         errors_by_type=dict(rec.errors_by_type),
         under_two_tokens=rec.single_token,
         output_tokens=rec.output_tokens_measured,
@@ -176,6 +184,55 @@ def _steps(scenario: Scenario, outcome: RunOutcome) -> StepsResult | None:
     rec = outcome.recorder
     steps = [(step.rate, step.for_) for step in arrival.steps]
     return judge_steps(steps, rec.timeline, outcome.t0_ns, rec.interval_ns)
+
+
+def _traffic(
+    scenario: Scenario, rec: Recorder, planned: dict | None, window_s: float | None
+) -> TrafficResult | None:
+    """The traffic's own section: where it is more than synthetic text at a rate (a trace,
+    cancellations, a model mix), or its text is not the default."""
+    planned = planned or {}
+    text = planned.get("text", scenario.workload.text)
+    cancel = scenario.load.cancel
+    trace = planned.get("trace")
+    if text == "natural" and trace is None and cancel is None and not rec.by_model:
+        return None
+    cancel_result = None
+    if cancel is not None:
+        ttft = rec.whole["cancelled_ttft"]
+        cancel_result = CancelResult(
+            fraction=cancel.fraction,
+            after_s=None if cancel.after is None else cancel.after / 1e9,
+            after_tokens=cancel.after_tokens,
+            planned=planned.get("planned_cancel"),
+            cancelled=rec.cancelled,
+            tokens_received=rec.cancelled_tokens,
+            ttft_ms=LatencySummary(**ttft.summary_ms()) if ttft.count else None,
+            cancelled_at_ms=LatencySummary(**rec.whole["cancelled_at"].summary_ms()),
+            delivered_tokens=sum(rec.token_bins.values()),
+        )
+    models = None
+    if rec.by_model:
+        shares = planned.get("planned_models", {})
+        models = {
+            name: ModelResult(
+                planned=shares.get(name) if shares else None,
+                completed=t.completed,
+                failed=t.failed,
+                cancelled=t.cancelled,
+                requests_per_s=_rate(t.window_completions, window_s),
+                output_tokens_per_s=_rate(t.window_tokens, window_s),
+                latency_ms={m: LatencySummary(**h.summary_ms()) for m, h in t.histograms.items()},
+                histograms={m: h.encode() for m, h in t.histograms.items()},
+            )
+            for name, t in sorted(rec.by_model.items())
+        }
+    return TrafficResult(
+        text=text,
+        trace=None if trace is None else TraceResult(**trace),
+        cancel=cancel_result,
+        models=models,
+    )
 
 
 def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | None:
@@ -235,6 +292,7 @@ def _sessions(outcome: RunOutcome) -> SessionsResult | None:
         started=counts.started,
         completed=counts.completed,
         ended_by_failure=counts.ended_by_failure,
+        ended_by_cancel=counts.ended_by_cancel,
         cut_at_window_end=counts.cut_at_window_end,
         turns_sent=counts.turns_sent,
         history=(

@@ -9,7 +9,7 @@ repeat set use all of its samples as evidence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadtest.core.histogram import LatencyHistogram
@@ -38,6 +38,8 @@ class Evidence:
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = None
     steady: bool | None = None  # False when any run was overloaded; None when not judged
+    # a model mix: each model's own evidence (its histograms and counts)
+    by_model: dict[str, Evidence] = field(default_factory=dict)
 
     @classmethod
     def of_run(cls, result: RunMetrics) -> Evidence:
@@ -94,6 +96,15 @@ class RunSet:
         else:
             otps, rps = (tokens / window, done / window) if window else (None, None)
         judged = [r.stability.steady for r in measured if r.stability is not None]
+        by_model: dict[str, Evidence] = {}
+        for r in measured:
+            for model, m in ((r.traffic.models or {}) if r.traffic else {}).items():
+                ev = by_model.setdefault(model, Evidence(status, [], {}))
+                for metric, text in m.histograms.items():
+                    h = LatencyHistogram.decode(text)
+                    ev.histograms.setdefault(metric, LatencyHistogram()).add(h)  # type: ignore[union-attr]
+                ev.completed += m.completed
+                ev.failed += m.failed
         return Evidence(
             status,
             reasons,
@@ -103,6 +114,7 @@ class RunSet:
             failed=sum(r.requests.failed for r in measured),
             output_tokens_per_s=otps,
             requests_per_s=rps,
+            by_model=by_model,
         )
 
 

@@ -137,7 +137,7 @@ class Session(StopOnSignals):
         assert self.backend is not None and self.info is not None
         self._name = self.info.name
         plan = build_plan(scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name))
-        details = dict(self.info.details)
+        details = {**self.info.details, "traffic": plan.describe()}
         if isinstance(plan.dataset, DatasetRows) and plan.dataset.cut:
             details["dataset_rows"] = len(plan.dataset)
             details["dataset_rows_cut"] = plan.dataset.cut

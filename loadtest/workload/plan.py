@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from loadtest.config.arrivals import TraceArrival
 from loadtest.config.scenario import Scenario
 from loadtest.config.workload import FixedLength, LognormalLength, NormalLength, UniformLength
 from loadtest.core.errors import ScenarioError
@@ -22,6 +25,9 @@ from loadtest.workload.content import Content, load_content
 from loadtest.workload.datasets import DatasetPrompt, DatasetRows, read_dataset
 from loadtest.workload.media import MediaSet, require_pillow
 from loadtest.workload.tokenizer import ByteTokenizer, Tokenizer
+from loadtest.workload.traces import Trace, prefix_reuse
+
+BLOCK_CACHE = 4096  # trace blocks kept tokenized (2 MB of ids at 512 tokens a block)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,11 @@ class PlannedRequest:
     # texts the request carries, each ``input_tokens`` long: an embeddings request's inputs,
     # a rerank request's query and documents
     inputs: int = 1
+    # a Mooncake trace's request: the hash ids of its prompt's blocks (``Plan.block_tokens``
+    # each); requests whose blocks start alike share exactly that prefix
+    blocks: tuple[int, ...] | None = None
+    model: str | None = None  # a model mix: the served model this request goes to
+    cancel: bool = False  # load.cancel: the client cancels this request mid-stream
 
 
 # --- lengths ------------------------------------------------------------------------------
@@ -72,8 +83,11 @@ def _sampler(spec) -> Callable[[random.Random], int]:
 class RequestSource:
     """The deterministic sequence of request contents (lengths, prompts), independent of timing."""
 
-    def __init__(self, scenario: Scenario, dataset: list[DatasetPrompt] | None) -> None:
+    def __init__(
+        self, scenario: Scenario, dataset: list[DatasetPrompt] | None, trace: Trace | None = None
+    ) -> None:
         w = scenario.workload
+        self._trace = trace  # a trace whose rows give each request's lengths (and blocks)
         self._lengths = random.Random(scenario.seeds.lengths)
         self._prompts = random.Random(scenario.seeds.prompts)
         self._input = None if dataset else _sampler(w.input_tokens)
@@ -86,11 +100,31 @@ class RequestSource:
         mt = w.multi_turn
         self._turns = None if mt is None else _sampler(3 if mt.turns is None else mt.turns)
         self._max_turns = None if mt is None else mt.max_turns
+        # streams of their own: a mix or a cancellation never shifts the lengths or prompts
+        models = w.models or {}
+        self._models, self._weights = list(models), list(models.values())
+        self._model_rng = random.Random(f"{scenario.seeds.prompts}/models")
+        cancel = scenario.load.cancel
+        self._cancel = 0.0 if cancel is None else cancel.fraction
+        self._cancel_rng = random.Random(f"{scenario.seeds.schedule}/cancel")
+
+    def _model(self) -> str | None:
+        if not self._models:
+            return None
+        return self._model_rng.choices(self._models, self._weights)[0]
+
+    def _cancelled(self) -> bool:
+        return bool(self._cancel) and self._cancel_rng.random() < self._cancel
 
     def next(self, index: int, offset_ns: int | None, warmup: bool) -> PlannedRequest:
         """The next request's contents (lengths, prompt), whatever its timing."""
         out = self._output(self._lengths)
-        if self._dataset is None:
+        blocks = None
+        if self._trace is not None:  # the trace's row, drawn with this request's offset
+            traced = self._trace.rows[index]
+            assert traced.input_tokens is not None and traced.output_tokens is not None
+            n_in, out, row, blocks = traced.input_tokens, traced.output_tokens, None, traced.blocks
+        elif self._dataset is None:
             assert self._input is not None  # no dataset: lengths come from the distribution
             n_in, row = self._input(self._lengths), None
         else:
@@ -106,7 +140,7 @@ class RequestSource:
         seed = self._prompts.getrandbits(63)
         return PlannedRequest(
             index, offset_ns, n_in, out, seed, row, warmup, self._ignore_eos, group,
-            inputs=self._inputs,
+            inputs=self._inputs, blocks=blocks, model=self._model(), cancel=self._cancelled(),
         )  # fmt: skip
 
     def next_session(
@@ -146,6 +180,8 @@ class RequestSource:
                     None,
                     session,
                     k,
+                    model=first.model,  # a session stays with its model
+                    cancel=self._cancelled(),
                 )
             )
         return turns
@@ -178,6 +214,37 @@ class Plan:
     stride: tuple[int, int] = (0, 1)
     content: Content = field(default_factory=Content)  # tools and the answer's format
     media: MediaSet | None = None  # images and audio each request carries
+    natural: bool = True  # synthetic text: passages of the corpus (else random token ids)
+    block_tokens: int = 512  # a trace's prompt blocks: tokens a hash id names
+    block_seed: int = 0  # seeds each block's text (with its hash id)
+    # hash id -> its block's ids, for ``_blocks_of``'s tokenizer; not sent to workers
+    _blocks: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
+    _blocks_of: object = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_blocks": OrderedDict(), "_blocks_of": None}
+
+    trace: dict | None = None  # a replayed trace: its format and where lengths come from
+    models: tuple[str, ...] = ()  # a model mix's names
+
+    def describe(self) -> dict:
+        """What the run's traffic is, as the result keeps it: the text, a trace's requests and
+        prefix reuse, and (open loop) the measured requests each model and the cancellation
+        were given."""
+        out: dict = {"text": "natural" if self.natural else "random"}
+        measured = [r for r in self.requests if not r.warmup]
+        if self.trace is not None:
+            out["trace"] = {
+                **self.trace,
+                "requests": len(self.requests),
+                "prefix_reuse": prefix_reuse(self.requests, self.block_tokens),
+            }
+        if self.closed_loop is None:
+            out["planned_cancel"] = sum(r.cancel for r in measured)
+            models = Counter(r.model for r in measured if r.model is not None)
+            if models:
+                out["planned_models"] = dict(models)
+        return out
 
     @property
     def multi_turn(self) -> bool:
@@ -235,11 +302,52 @@ class Plan:
         if whole_prompt:
             n = max(1, n - getattr(tokenizer, "prompt_overhead", 0))
         rng = random.Random(req.prompt_seed)
+        natural = self.natural
+        if req.blocks:
+            return self._block_prompt(req, tokenizer, n, rng)
         if req.prefix_group is not None and self.prefix is not None:
             tokens, seed = self.prefix
-            shared = tokenizer.random_prompt_ids(random.Random(seed + req.prefix_group), tokens)
-            return tokenizer.random_prompt_ids(rng, max(n, tokens), keep=shared)
-        return tokenizer.random_prompt_ids(rng, n)
+            shared = tokenizer.sample_ids(
+                random.Random(seed + req.prefix_group), tokens, natural=natural
+            )
+            return tokenizer.sample_ids(rng, max(n, tokens), keep=shared, natural=natural)
+        return tokenizer.sample_ids(rng, n, natural=natural)
+
+    def _block_prompt(
+        self, req: PlannedRequest, tokenizer: Tokenizer, n: int, rng: random.Random
+    ) -> list[int]:
+        """A trace request's prompt: its blocks' tokens in order, cut to ``n`` (a prompt longer
+        than its blocks goes on with text of its own). Each block's text is seeded by its hash id
+        alone, so prompts whose blocks start alike share exactly that prefix. The blocks are
+        each a fixed point of the tokenizer and start on a space, so joined they tokenize as
+        apart; where a tokenizer merges them anyway, the prompt is its re-tokenized text."""
+        assert req.blocks is not None
+        ids: list[int] = []
+        for h in req.blocks:
+            if len(ids) >= n:
+                break
+            ids.extend(self._block(h, tokenizer))
+        if len(ids) < n:
+            ids.extend(tokenizer.sample_ids(rng, n - len(ids), natural=self.natural))
+        ids = ids[:n]
+        again = tokenizer.encode(tokenizer.decode(ids))
+        return ids if again == ids else again
+
+    def _block(self, h: int, tokenizer: Tokenizer) -> list[int]:
+        """A hash id's block of tokens (the last few thousand kept: a trace reuses its blocks)."""
+        if self._blocks_of is not tokenizer:
+            self._blocks.clear()
+            self._blocks_of = tokenizer
+        ids = self._blocks.get(h)
+        if ids is None:
+            seed = random.Random(f"{self.block_seed}/{h}")
+            ids = tokenizer.sample_ids(seed, self.block_tokens, natural=self.natural)
+            self._blocks[h] = ids
+            if len(self._blocks) > BLOCK_CACHE:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(h)
+        return ids
 
     def input_ids(self, req: PlannedRequest, tokenizer: Tokenizer) -> list[list[int]]:
         """Each text a multi-input request carries (embeddings' inputs; rerank's query, then
@@ -254,7 +362,7 @@ class Plan:
                 out.append(list(row.token_ids))
             else:
                 rng = random.Random(req.prompt_seed + k)
-                out.append(tokenizer.random_prompt_ids(rng, len(first)))
+                out.append(tokenizer.sample_ids(rng, len(first), natural=self.natural))
         return out
 
     def share(self, worker: int, workers: int) -> Plan:
@@ -309,7 +417,11 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
     load = scenario.load
     w = scenario.workload
     dataset = _dataset(scenario, tokenizer, resolve)
-    source = RequestSource(scenario, dataset)
+    arrival = make_arrival(load.arrival, resolve, load.max_planned_requests)
+    spec = load.arrival
+    trace = arrival if isinstance(arrival, Trace) else None
+    traced = trace is not None and isinstance(spec, TraceArrival) and spec.carries_lengths
+    source = RequestSource(scenario, dataset, trace if traced else None)
     mt = w.multi_turn
     turn_think = None if mt is None else ThinkTime(mt.think_time, mt.think == "exponential")
     # a stream of its own: think times never shift the arrivals or the prompts
@@ -323,8 +435,16 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
         if w.images is not None:
             require_pillow()
         media = MediaSet(w.images, w.audio, scenario.seeds.prompts)
-    arrival = make_arrival(load.arrival, resolve)
     schedule_rng = random.Random(scenario.seeds.schedule)
+    text: dict[str, Any] = {
+        "trace": None
+        if not isinstance(spec, TraceArrival)
+        else {"format": spec.format, "lengths": "trace" if traced else "workload"},
+        "natural": w.text == "natural",
+        "models": tuple(w.models or ()),
+        "block_tokens": getattr(load.arrival, "block_tokens", 512),
+        "block_seed": scenario.seeds.prompts,
+    }
     if isinstance(arrival, ClosedLoop):
         return Plan(
             [],
@@ -342,6 +462,7 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
             turn_think_rng=turn_think_rng,
             content=content,
             media=media,
+            **text,
         )
     requests = list(
         _open_loop(load, arrival.offsets_ns(schedule_rng), source, multi_turn=mt is not None)
@@ -367,6 +488,7 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
         turn_think_rng=turn_think_rng,
         content=content,
         media=media,
+        **text,
     )
 
 

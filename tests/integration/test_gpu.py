@@ -144,7 +144,7 @@ def test_a_wedged_worker_on_the_gpu_fails_the_run_and_is_killed(tmp_path, monkey
     )
     assert m["status"] == "failed" and "stopped answering" in m["harness"]["failure"]
     r = m["requests"]  # batches 1 and 2 finished (up to 4 requests each), the rest cut off
-    assert 2 <= r["completed"] <= 8 and r["completed"] + r["cancelled"] == r["sent"] == 16
+    assert 2 <= r["completed"] <= 8 and r["completed"] + r["interrupted"] == r["sent"] == 16
     assert read_run(tmp_path / "run" / "metrics.json").status == "failed"
 
 

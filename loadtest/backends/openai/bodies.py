@@ -44,8 +44,15 @@ class RequestBodies:
         return self.plan.content if self.plan is not None else Content()
 
     def for_request(self, req: Any, prompt_ids: Any, facts: Counter) -> dict:
-        """A planned request's body: a session turn's conversation, a dataset row, or the
-        synthetic prompt's text; for embeddings and rerank, all of its texts."""
+        """A planned request's body, addressed to its model (a model mix's) or the backend's."""
+        body = self._body(req, prompt_ids, facts)
+        if req.model is not None:
+            body["model"] = req.model
+        return body
+
+    def _body(self, req: Any, prompt_ids: Any, facts: Counter) -> dict:
+        """A session turn's conversation, a dataset row, or the synthetic prompt's text; for
+        embeddings and rerank, all of its texts."""
         if self.api in POOLING_APIS:
             return self.pooled(req, prompt_ids)
         fixed = self.fixed_via if req.ignore_eos else None
@@ -67,7 +74,9 @@ class RequestBodies:
         )
         text = row.text if row else self.tokenizer.decode(prompt_ids)
         if row is None and self.api in TEMPLATED_APIS and self.fit:
-            text = fit_in_template(self.tokenizer, text, req.input_tokens)
+            text = fit_in_template(
+                self.tokenizer, text, req.input_tokens, self.plan is not None and self.plan.natural
+            )
         messages = row.messages if row else None
         if row is not None and row.images:  # the row's own images, after any synthetic ones
             media = (*media, *({"type": "image_url", "image_url": {"url": u}} for u in row.images))

@@ -137,16 +137,17 @@ class OpenAIBackend(Backend):
                 tokenizer,
                 "bytes of text: no tokenizer for the model here (one 'token' = one byte)",
             )
-        tokenizer = self._bodies.tokenizer = ScaledByteTokenizer(per_token)
+        tokenizer = self._bodies.tokenizer = ScaledByteTokenizer(*per_token)
         return tokenizer, (
-            f"bytes scaled by the server's /tokenize: {per_token:.3g} bytes of these "
-            "prompts a token (synthetic lengths approximate; input counts are the server's)"
+            f"bytes scaled by the server's /tokenize: {per_token[1]:.3g} bytes a token of "
+            f"natural text, {per_token[0]:.3g} of random characters (synthetic lengths "
+            "approximate; input counts are the server's)"
         )
 
     def _no_tokenizer_notice(self, tokenizer: Any) -> str:
         how = (
-            f"prompts are sized with the server's /tokenize ({tokenizer.bytes_per_token:.3g} "
-            "bytes a token, approximately)"
+            f"prompts are sized with the server's /tokenize ({tokenizer.natural_bytes_per_token:.3g} "
+            "bytes a token of natural text, approximately)"
             if isinstance(tokenizer, ScaledByteTokenizer)
             else "prompts are sized in bytes of text (a 256-token prompt is 256 bytes)"
         )
@@ -161,6 +162,7 @@ class OpenAIBackend(Backend):
         """Keep the plan (dataset rows are sent as their text or chat messages, with its tools
         and answer format), and render its media before t0."""
         self._bodies.plan = plan
+        await self._check_models(plan)
         self._checks = OutputChecks(plan.content)
         self._described = self._checks.describe()
         if plan.media is not None:
@@ -170,6 +172,20 @@ class OpenAIBackend(Backend):
             self._described["media"] = plan.media.describe()
             self._described["media"]["distinct_sets"] = len(plan.media.sets)
         return {"content": self._described} if self._described else {}
+
+    async def _check_models(self, plan) -> None:
+        """A model mix's names are each served (where the server lists its models): a name it
+        does not serve would fail every one of its requests, so the run does not start."""
+        mix = set(plan.models)
+        if not mix:
+            return
+        listed = await connection.served_models(self._session, self._base)
+        missing = sorted(mix - set(listed or mix))
+        if missing:
+            raise BackendError(
+                f"{self.url}: workload.models names {', '.join(map(repr, missing))}, which the "
+                f"server does not serve (it lists {', '.join(map(repr, listed or []))[:300]})"
+            )
 
     async def point_facts(self) -> dict:
         """What the client saw this point: HTTP statuses, pool waits, bad responses, usage checks."""
@@ -385,15 +401,23 @@ class OpenAIBackend(Backend):
                 f"{self.url}: cannot reach the server: {exc or type(exc).__name__}"
             ) from None
 
-    async def _server_bytes_per_token(self) -> float | None:
-        """Bytes a token of the kind of text synthetic prompts are, by the server's own
-        ``/tokenize`` (vLLM, SGLang), or None where it has none."""
-        sample = ByteTokenizer().random_prompt_ids(random.Random(0), TOKENIZE_SAMPLE_BYTES)
-        text = bytes(sample).decode("ascii")
-        count = await connection.server_token_count(
-            self._session, server_root(self._base), self.spec.model, text
-        )
-        return None if count is None else len(text) / count
+    async def _server_bytes_per_token(self) -> tuple[float, float] | None:
+        """Bytes a token of each kind of text synthetic prompts are (random characters, a
+        passage of the corpus), by the server's own ``/tokenize`` (vLLM, SGLang), or None where
+        it has none."""
+        out = []
+        for natural in (False, True):
+            sample = ByteTokenizer().sample_ids(
+                random.Random(0), TOKENIZE_SAMPLE_BYTES, natural=natural
+            )
+            text = bytes(sample).decode("ascii")
+            count = await connection.server_token_count(
+                self._session, server_root(self._base), self.spec.model, text
+            )
+            if not count:
+                return None
+            out.append(len(text) / count)
+        return out[0], out[1]
 
     def _api_key(self) -> str | None:
         return os.environ.get(self.spec.api_key_env) or None

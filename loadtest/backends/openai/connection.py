@@ -199,3 +199,20 @@ async def server_token_count(session: Any, root: str, model: str, text: str) -> 
     if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
         return None
     return count
+
+
+async def served_models(session: Any, base: str) -> list[str] | None:
+    """The model names the server lists at ``GET /models`` (under the API's base URL), or
+    None where it lists none (no such endpoint, or not the OpenAI shape)."""
+    try:
+        async with session.get(f"{base.rstrip('/')}/models", trace_request_ctx=Wire()) as resp:
+            if resp.status >= 400:
+                return None
+            body = await resp.content.read(1 << 20)  # a list of names: bounded
+        answer = outside.loads(body.decode("utf-8", "replace"))
+    except Exception:  # no such endpoint, or not JSON
+        return None
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, list):
+        return None
+    return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]

@@ -159,8 +159,7 @@ def _summary(m: RunMetrics) -> str:
         )
         r = m.requests
         out.append(
-            f"<p>{r.completed} completed, {r.failed} failed, {r.warmup} warmup, "
-            f"{r.cancelled} cancelled; errors: {esc(r.errors_by_type or 'none')}</p>"
+            f"<p>{esc(insight.requests_line(r))}; errors: {esc(r.errors_by_type or 'none')}</p>"
         )
     return "".join(out)
 

@@ -42,7 +42,8 @@ class Requests(_Doc):
     completed: int = 0
     failed: int = 0
     warmup: int | None = None
-    cancelled: int | None = None
+    interrupted: int | None = None  # in flight when the run was stopped early
+    cancelled: int | None = None  # cancelled mid-stream by the plan (load.cancel)
     errors_by_type: dict[str, int] = Field(default_factory=dict)
     under_two_tokens: int | None = None
     output_tokens: int | None = None
@@ -209,6 +210,56 @@ class Validity(_Doc):
     warnings: list[str] = Field(default_factory=list)
 
 
+class CancelResult(_Doc):
+    """Requests the plan cancelled mid-stream (``load.cancel``), apart from the others."""
+
+    fraction: float  # the share asked for
+    after_s: float | None = None
+    after_tokens: int | None = None
+    planned: int | None = None  # measured requests the plan marked (open loop)
+    cancelled: int  # measured requests cancelled mid-stream (the rest finished first)
+    tokens_received: int  # output tokens they had received
+    ttft_ms: LatencySummary | None = None  # of those that had a first token
+    cancelled_at_ms: LatencySummary  # when they were cancelled, from their intended send
+    # every output token the client received in the run (warm-up too): beside the server's
+    # own count of tokens generated, what it generated that nobody read
+    delivered_tokens: int
+
+
+class ModelResult(_Doc):
+    """One model of a model mix: its requests, latencies and throughput."""
+
+    planned: int | None = None  # measured requests the plan sent to it (open loop)
+    completed: int
+    failed: int
+    cancelled: int = 0
+    requests_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    latency_ms: dict[str, LatencySummary]
+    histograms: dict[str, str]  # encoded, as the run's: SLA checks are judged on them
+
+
+class TraceResult(_Doc):
+    """A replayed trace: its format, and how much of its prompts it sends twice."""
+
+    format: str
+    requests: int  # the plan's (warm-up included)
+    lengths: str  # where lengths came from: the trace or the workload
+    # mooncake: the share of measured prompt tokens an earlier request sent as the same
+    # prefix (what a cache with room for everything would hit); None without hash ids
+    prefix_reuse: float | None = None
+
+
+class TrafficResult(_Doc):
+    """What the traffic was, beyond arrivals and lengths: its text, a replayed trace,
+    cancellations, a model mix."""
+
+    text: str  # synthetic prompts' text: natural or random
+    trace: TraceResult | None = None
+    cancel: CancelResult | None = None
+    models: dict[str, ModelResult] | None = None
+
+
 class Check(_Doc):
     """One SLA check: the observed value against its bound, and why this verdict."""
 
@@ -283,6 +334,7 @@ class SessionsResult(_Doc):
     started: int
     completed: int  # every planned turn answered
     ended_by_failure: int  # a failed turn ends its session
+    ended_by_cancel: int = 0  # a cancelled turn (load.cancel) ends its session
     cut_at_window_end: int  # a next turn fell after the window's end, so was not sent
     turns_sent: int
     history: str  # what earlier replies in a turn's history are: the server's, or stand-ins
@@ -391,6 +443,7 @@ class RunMetrics(_Doc):
     sessions: SessionsResult | None = None
     api: ApiResult | None = None  # set where the API is not plain streamed chat or completions
     steps: StepsResult | None = None  # arrival: {kind: steps}
+    traffic: TrafficResult | None = None
     workers: list[WorkerStats] | None = None  # load.workers > 1: each client process
     timeseries: Timeseries | None = None
     histograms: dict[str, str] | None = None
