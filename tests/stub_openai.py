@@ -33,6 +33,8 @@ class StubServer:
     reasoning: int = 0  # a chat answer's first words that are reasoning_content
     tool_arguments: str = '{"city": "Paris"}'  # a tool call's arguments, as streamed
     answer: str = '{"title": "t", "score": 7}'  # what a request with response_format gets
+    word_gap_s: float = 0.0  # a pause before each streamed word (a decode step)
+    left: list[str] = field(default_factory=list)  # reply tags whose client left mid-stream
 
     def __enter__(self) -> StubServer:
         ready = threading.Event()
@@ -129,7 +131,13 @@ class StubServer:
             word = f"{tag}w{i} "
             choice = {"index": 0, "delta": deltas[i]} if chat else {"index": 0, "text": word}
             chunk = {"id": tag, "model": body["model"], "choices": [choice]}
-            await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            if self.word_gap_s:
+                await asyncio.sleep(self.word_gap_s)
+            try:
+                await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            except ConnectionResetError:  # the client closed the connection: stop, as vLLM does
+                self.left.append(tag)
+                return resp
         last = {
             "id": tag,
             "model": body["model"],

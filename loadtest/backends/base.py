@@ -55,6 +55,10 @@ class Backend:
 
     needs_prompt_ids: bool = True  # False: the runner skips materialising prompt token ids
     supports_profiling: bool = False  # an in-process profiler window (profile_start/stop)
+    # True: the backend stops a request the plan cancels itself (``req.stop_at_ns``,
+    # ``req.stop_after_tokens``), and yields what it read and ``Cancelled``; False: it yields
+    # tokens as they come, and the runner cancels it
+    stops_itself: bool = False
 
     async def start(self) -> BackendInfo:
         """Load; return what was loaded. Called once, before the plan is built; bounded by the

@@ -68,3 +68,11 @@ class Failed:
 
 
 BackendEvent = Sent | Admitted | Tokens | Finished | Failed
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The client cancelled the request mid-stream, as the plan said (``load.cancel``): it
+    closed the connection at ``t_ns``, after the ``Tokens`` it had read."""
+
+    t_ns: int

@@ -14,13 +14,13 @@ import gc
 import itertools
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock, cpu_wait_ns
 from loadtest.core.errors import BackendError
-from loadtest.core.events import Admitted, Failed, Finished, Sent, Tokens
+from loadtest.core.events import Admitted, Cancelled, Failed, Finished, Sent, Tokens
 from loadtest.core.heap import settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.rate_ceiling import RateCeiling
@@ -31,6 +31,8 @@ from loadtest.workload.plan import Plan, PlannedRequest
 
 LOOP_PROBE_NS = 10_000_000
 START_DELAY_NS = 1_000_000  # t0 is this far ahead of run(): the first send is on time
+# a backend that stops a cancelled request itself has this long before the runner cancels it
+CANCEL_GRACE_S = 1.0
 FLUSH_S = 0.005
 FLUSH_RETRY_S = 0.00005
 # Recording keeps clear of the dispatcher's next deadline: it stops this long before it, less
@@ -382,23 +384,34 @@ class Runner(Users):
     def _time_limit(self, st: RequestState) -> tuple[float | None, bool]:
         """Seconds the request may run from now (None: no limit), and whether that limit is
         the plan's cancellation (``load.cancel.after`` from the intended send) rather than
-        ``load.request_timeout``."""
+        ``load.request_timeout``. A backend that stops itself is given a moment more, so its
+        own stop (with the tokens it read) comes first."""
         now = self.clock.now_ns()
         timeout = self.load.request_timeout
         limit = None if timeout is None else timeout / 1e9
         cancel = self.load.cancel
         if st.req.cancel and cancel is not None and cancel.after is not None:
             until = max(0.0, (st.intended_ns + cancel.after - now) / 1e9)
+            until += CANCEL_GRACE_S if self.backend.stops_itself else 0.0
             if limit is None or until < limit:
                 return until, True
         return limit, False
+
+    def _with_stop(self, st: RequestState) -> PlannedRequest:
+        """The request as the backend gets it: one the plan cancels says when, or after how
+        many tokens."""
+        cancel, req = self.load.cancel, st.req
+        if not req.cancel or cancel is None:
+            return req
+        stop_at = None if cancel.after is None else st.intended_ns + cancel.after
+        return replace(req, stop_at_ns=stop_at, stop_after_tokens=cancel.after_tokens)
 
     async def _consume(self, st: RequestState, prompt_ids: list[int] | None) -> None:
         if prompt_ids is None and self.backend.needs_prompt_ids:
             prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer)
         cancel = self.load.cancel
         after_tokens = cancel.after_tokens if st.req.cancel and cancel is not None else None
-        stream = self.backend.submit(st.req, prompt_ids)
+        stream = self.backend.submit(self._with_stop(st), prompt_ids)
         try:
             await self._read(st, stream, after_tokens)
         finally:
@@ -427,6 +440,9 @@ class Runner(Users):
                 st.reasoning_tokens, st.first_answer_ns = ev.reasoning_tokens, ev.first_answer_ns
             elif kind is Failed:
                 st.done_ns, st.error = ev.t_ns, ev.error_type
+            elif kind is Cancelled:
+                st.cancelled, st.done_ns = True, ev.t_ns
+                return
         if st.done_ns is None:
             self._fail(st, "NoFinishEvent")
 

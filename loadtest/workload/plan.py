@@ -56,6 +56,10 @@ class PlannedRequest:
     blocks: tuple[int, ...] | None = None
     model: str | None = None  # a model mix: the served model this request goes to
     cancel: bool = False  # load.cancel: the client cancels this request mid-stream
+    # set by the runner as it sends a request the plan cancels: when (clock ns) or after how
+    # many tokens; a backend that reads its stream in one go stops itself there
+    stop_at_ns: int | None = None
+    stop_after_tokens: int | None = None
 
 
 # --- lengths ------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from loadtest.backends.openai.tokens import (
 )
 from loadtest.config.apis import POOLING_APIS
 from loadtest.core.errors import BackendError
-from loadtest.core.events import Failed, Finished, Tokens
+from loadtest.core.events import Cancelled, Failed, Finished, Tokens
 from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
 from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer
@@ -60,6 +60,7 @@ class OpenAIBackend(Backend):
 
     supports_profiling = True  # the server's own profiler, where it has endpoints for it
     needs_prompt_ids = True  # synthetic prompts are token ids of the model's tokenizer, as text
+    stops_itself = True  # a stream is read in one go: a cancelled one is stopped here
 
     def __init__(self, spec, clock, context=None) -> None:
         self.spec, self.clock = spec, clock
@@ -223,7 +224,7 @@ class OpenAIBackend(Backend):
         )
         pooled: tuple[int | None, str | None] | None = None
         wire = Wire()
-        failure: Failed | None = None
+        failure: Failed | Cancelled | None = None
         partial = True  # a failed stream's tokens so far are kept (not when it never started)
         try:
             async with self._session.post(
@@ -237,10 +238,20 @@ class OpenAIBackend(Backend):
                     yield Failed(now(), f"http_{resp.status}", await error_text(resp))
                     return
                 if self._pooled:
-                    pooled = await read_answer(resp.content, self.spec.api, req.inputs)
+                    pooled = await self._until_stop(
+                        req, read_answer(resp.content, self.spec.api, req.inputs)
+                    )
+                    if isinstance(pooled, Cancelled):
+                        failure, pooled = pooled, None
                 else:
-                    failure = await stream.read(resp.content, now)
-                    partial = failure is None or failure.error_type != "server_error"
+                    failure = await self._until_stop(
+                        req, stream.read(resp.content, now, req.stop_after_tokens)
+                    )
+                    partial = (
+                        not isinstance(failure, Failed) or failure.error_type != "server_error"
+                    )
+                if isinstance(failure, Cancelled):
+                    resp.close()  # the connection goes: the server sees the client leave
         except Exception as exc:
             failed = self._failed(exc, facts)
             if failed is None:
@@ -252,7 +263,7 @@ class OpenAIBackend(Backend):
                 facts["connection_waits"] += 1
                 facts["connection_wait_ns"] += wire.queued_ns
         if failure is not None:
-            if partial:
+            if partial and stream.chunks:
                 yield Tokens(tuple(stamps(self._tokens.counted(stream.chunks))))
             yield failure
             return
@@ -268,6 +279,29 @@ class OpenAIBackend(Backend):
             self._checks.check(stream, facts)
         for event in self._finished(req, stream, facts):
             yield event
+
+    async def _until_stop(self, req, reading: Any) -> Any:
+        """``reading``'s result, or ``Cancelled`` where the plan cancels the request at a time
+        (``req.stop_at_ns``) that comes first: the read is cancelled then, what it read kept."""
+        if req.stop_at_ns is None:
+            return await reading
+        task = asyncio.ensure_future(reading)
+        fired: list[int] = []
+
+        def stop() -> None:
+            fired.append(self.clock.now_ns())
+            task.cancel()
+
+        delay = max(0.0, (req.stop_at_ns - self.clock.now_ns()) / 1e9)  # clock may be offset
+        timer = asyncio.get_running_loop().call_later(delay, stop)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not fired or not task.cancelled():
+                raise  # the run's own cancellation (an interrupt, a drain deadline)
+            return Cancelled(fired[0])
+        finally:
+            timer.cancel()
 
     def _failed(self, exc: Exception, facts: Counter) -> tuple[Failed, bool] | None:
         """The failure a request ended in, classified, and whether the tokens it streamed are

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from loadtest.backends.openai.sse import EventTooLarge, SseParser
-from loadtest.core.events import Failed
+from loadtest.core.events import Cancelled, Failed
 
 # A stream may bring this many chunks a token asked for (reasoning, tool calls and empty chunks
 # included), plus a few, and this many characters a chunk; past it the server does not stop.
@@ -51,9 +51,13 @@ class Stream:
         self.max_chunks = MAX_CHUNKS_PER_TOKEN * output_tokens + MAX_CHUNKS_SLACK
         self.output_tokens = output_tokens
 
-    async def read(self, content: Any, now: Callable[[], int]) -> Failed | None:
+    async def read(
+        self, content: Any, now: Callable[[], int], stop_after: int | None = None
+    ) -> Failed | Cancelled | None:
         """Read to the end: None when the stream finished, else the failure it ended in (an
-        error event, or no end at all). ``BadResponse`` for anything not an OpenAI stream."""
+        error event, or no end at all), or ``Cancelled`` once ``stop_after`` chunks of text
+        came (a user who read that many tokens and left). ``BadResponse`` for anything not an
+        OpenAI stream."""
         parser = SseParser()
         async for raw in content.iter_any():
             t = now()
@@ -69,6 +73,8 @@ class Stream:
                 if failed is not None:
                     return Failed(t, "server_error", failed)
                 self._take(t, event)
+                if stop_after is not None and len(self.chunks) >= stop_after:
+                    return Cancelled(t)  # the rest of this read goes unread, as the user left
         if self.finish_reason is None:
             return Failed(
                 now(), "incomplete_stream", "the stream ended without [DONE] or a finish_reason"

@@ -224,3 +224,16 @@ def test_hidden_reasoning_is_usages_count_and_the_answer_starts_with_the_stream(
     assert _backend()._tokens.reasoning(s, stamps, False, facts) == (8, 1000) and not facts
     plain, _ = read("chat", sse(chat({"content": "x"}), chat({"content": "y"})))
     assert _backend()._tokens.reasoning(plain, [1000, 1100], True, Counter()) == (0, 1000)
+
+
+def test_a_stream_stopped_after_n_tokens_leaves_the_rest_of_the_read_unread():
+    """Five events in one read, a user who leaves after the third: three tokens, stamped with
+    the read's time, and ``Cancelled`` at that time; the other two never counted."""
+    from loadtest.core.events import Cancelled
+
+    chunk = {"id": "c", "model": "m", "choices": [{"index": 0, "text": "w "}]}
+    reads = [b"".join(sse(*[chunk] * 5, done=False))]
+    stream = Stream("completions", 32, keep_reply=False)
+    failure = asyncio.run(stream.read(Recorded(reads), lambda: 777, stop_after=3))
+    assert failure == Cancelled(777)
+    assert stream.chunks == [(777, "w ")] * 3
