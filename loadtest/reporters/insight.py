@@ -413,3 +413,77 @@ def requests_line(r) -> str:
     if r.interrupted:
         parts.append(f"{r.interrupted} interrupted")
     return ", ".join(parts)
+
+
+def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
+    """Label/value rows of the traffic beyond arrivals: its text, a replayed trace (with the
+    server's prefix-cache hit rate beside the trace's own reuse), cancellations (with what the
+    server generated that nobody read), and each model of a mix."""
+    t = m.traffic
+    if t is None:
+        return []
+    server = (m.server or {}).get("metrics", {}) if (m.server or {}).get("available") else {}
+    rows = [("text", "passages of the corpus" if t.text == "natural" else "random tokens")]
+    if t.trace is not None:
+        tr = t.trace
+        reuse = (
+            ""
+            if tr.prefix_reuse is None
+            else f"; {100 * tr.prefix_reuse:.1f}% of prompt tokens repeat an earlier prefix"
+        )
+        hit = (server.get("prefix_cache_hit_rate") or {}).get("window")
+        seen = "" if hit is None else f"; the server's prefix cache hit {100 * hit:.1f}%"
+        rows.append(
+            (
+                "trace",
+                f"{tr.format}, {tr.requests} requests, lengths from the {tr.lengths}{reuse}{seen}",
+            )
+        )
+    c = t.cancel
+    if c is not None:
+        when = (
+            f"after {c.after_s:g} s" if c.after_s is not None else f"after {c.after_tokens} tokens"
+        )
+        planned = "" if c.planned is None else f" of {c.planned} marked"
+        rows.append(
+            (
+                "cancelled",
+                f"{c.cancelled}{planned} ({100 * c.fraction:g}% {when}); {c.tokens_received} "
+                f"tokens received before; cancelled at p50 {_g(c.cancelled_at_ms.p50)} ms"
+                + ("" if c.ttft_ms is None else f", their TTFT p50 {_g(c.ttft_ms.p50)} ms"),
+            )
+        )
+        generated = (server.get("generation_tokens") or {}).get("run_change")
+        if generated is not None:
+            unread = max(0, round(generated) - c.delivered_tokens)
+            per = f" ({unread / c.cancelled:.3g} a cancellation)" if c.cancelled else ""
+            rows.append(
+                (
+                    "server after cancels",
+                    f"generated {round(generated)} tokens, the client read {c.delivered_tokens}: "
+                    f"{unread} nobody read{per}",
+                )
+            )
+        running = server.get("requests_running") or {}
+        if running.get("max") is not None:
+            rows.append(
+                (
+                    "server running requests",
+                    f"peak {running['max']:g}, {running.get('last', 0):g} at the last sample "
+                    "(server.csv has each sample: it drops as the server sees a client leave)",
+                )
+            )
+    for name, mr in (t.models or {}).items():
+        lat = mr.latency_ms
+        rows.append(
+            (
+                f"model {name}",
+                f"{mr.completed} completed, {mr.failed} failed"
+                + (f", {mr.cancelled} cancelled" if mr.cancelled else "")
+                + f"; {_f(mr.requests_per_s, '{:.4g}')} req/s, "
+                f"{_f(mr.output_tokens_per_s, '{:.4g}')} tok/s; TTFT p50 {_g(lat['ttft'].p50)} "
+                f"p99 {_g(lat['ttft'].p99)} ms; ITL p99 {_g(lat['itl'].p99)} ms; "
+                f"E2E p99 {_g(lat['e2e'].p99)} ms",
+            )
+        )
+    return rows

@@ -50,6 +50,7 @@ def render(metrics: RunMetrics) -> str:
     for title, rows in (
         ("Stability", insight.stability_rows(m.stability)),
         ("Steps", insight.steps_rows(m.steps)),
+        ("Traffic", insight.traffic_rows(m)),
         ("API", insight.api_rows(m.api, m.throughput)),
         ("Goodput", insight.goodput_rows(m.goodput)),
         ("Sessions", insight.sessions_rows(m.sessions)),

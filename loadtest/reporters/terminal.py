@@ -60,7 +60,8 @@ def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True
             f"throughput over {t.window_s:.3g} s window: {t.output_tokens_per_s:.1f} output tok/s, "
             f"{t.total_tokens_per_s:.1f} total tok/s, {t.requests_per_s:.2f} req/s"
         )
-    for label, value in insight.api_rows(m.api, None)[1:] + insight.steps_rows(m.steps):
+    rows = insight.api_rows(m.api, None)[1:] + insight.steps_rows(m.steps)
+    for label, value in rows + insight.traffic_rows(m):
         console.print(f"{label}: {value}")
     _render_traffic(m, console)
     loop, lag = m.harness.loop_lag_ms, m.latency_ms["dispatch_lag"]

@@ -103,6 +103,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
         f"<h3>{esc(title)}</h3>" + pairs(rows)
         for title, rows in (
             ("Steps", insight.steps_rows(m.steps)),
+            ("Traffic", insight.traffic_rows(m)),
             ("API", insight.api_rows(m.api, m.throughput)),
             ("Goodput", insight.goodput_rows(m.goodput)),
             ("Sessions", insight.sessions_rows(m.sessions)),
