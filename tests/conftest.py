@@ -128,15 +128,20 @@ def vllm_python() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_server(vllm_python, tmp_path_factory):
-    """One vLLM for the session, serving the tiny model as ``tiny``, its torch profiler on
-    call (without Python stacks: vLLM's default stack tracing stalls its engine here), and
-    tool calls parsed (hermes)."""
+    """One vLLM for the session, serving the tiny model as ``tiny`` (and as ``tiny-b``: two
+    served names for a model mix), its torch profiler on call (without Python stacks: vLLM's
+    default stack tracing stalls its engine here), and tool calls parsed (hermes)."""
     from tests import real_servers
 
     work = tmp_path_factory.mktemp("vllm")
     model = real_servers.build_vllm_model(work / "model")
     server = real_servers.start_vllm(
-        vllm_python, model, work, {"torch_profiler_with_stack": False}, *real_servers.TOOL_ARGS
+        vllm_python,
+        model,
+        work,
+        {"torch_profiler_with_stack": False},
+        *real_servers.TOOL_ARGS,
+        also_as=("tiny-b",),
     )
     yield server
     server.stop()

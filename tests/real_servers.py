@@ -132,16 +132,22 @@ def _wait_ready(proc: subprocess.Popen, url: str, log: Path, what: str, timeout_
 
 
 def start_vllm(
-    python: Path, model_dir: Path, workdir: Path, profiler: dict | None = None, *extra: str
+    python: Path,
+    model_dir: Path,
+    workdir: Path,
+    profiler: dict | None = None,
+    *extra: str,
+    also_as: tuple[str, ...] = (),
 ) -> Server:
-    """vLLM on loopback serving ``model_dir`` as ``tiny``; ``profiler``: its --profiler-config
-    (a torch profiler writing under ``workdir/profiles`` unless given otherwise)."""
+    """vLLM on loopback serving ``model_dir`` as ``tiny`` (and as each of ``also_as``: one
+    model under several served names); ``profiler``: its --profiler-config (a torch profiler
+    writing under ``workdir/profiles`` unless given otherwise)."""
     port = free_port()
     log = workdir / "vllm.log"
     profile_dir = None
     args = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", SERVED_NAME,
+        "--model", str(model_dir), "--served-model-name", SERVED_NAME, *also_as,
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(_max_model_len(model_dir)), "--seed", "0", *extra,
     ]  # fmt: skip
