@@ -15,6 +15,7 @@ _Model = StrictModel
 
 MAX_TOKENS = 10_000_000  # per request, input or output: a typo must not exhaust memory
 MAX_MODELS = 64  # a model mix's names (each has its own histograms)
+MAX_MODEL_NAME = 256
 
 
 class _Clipped(_Model):
@@ -194,6 +195,12 @@ class Workload(_Model):
         for name, weight in models.items():
             if not name.strip():
                 raise ValueError("a model's name is empty")
+            if not name.isprintable() or len(name) > MAX_MODEL_NAME:
+                # it is sent, and written into every report and SLA check's name
+                raise ValueError(
+                    f"{name[:40]!r}: a model's name is printable and at most {MAX_MODEL_NAME} "
+                    "characters"
+                )
             if not (math.isfinite(weight) and weight > 0):
                 raise ValueError(f"{name}: a weight is a positive number, got {weight!r}")
         return models

@@ -83,3 +83,26 @@ def test_a_scenario_is_frozen():
     s = scenario(duration="10s")
     with pytest.raises(ValidationError):
         s.name = "other"
+
+
+@pytest.mark.parametrize(
+    "models, said",
+    [
+        ({"a": 1, " ": 1}, "a model's name is empty"),
+        ({"a\x1b[2J": 1}, "printable"),
+        ({"x" * 257: 1}, "at most 256"),
+        ({"a": 0}, "a weight is a positive number"),
+        ({f"m{i}": 1 for i in range(65)}, "name 1 to 64 models"),
+    ],
+)
+def test_a_model_mix_refuses_names_it_could_not_send_or_show(models, said):
+    with pytest.raises(ValidationError, match=said) as err:
+        Scenario.model_validate(
+            {
+                "name": "s",
+                "backend": {"kind": "sim"},
+                "workload": {"models": models},
+                "load": {"arrival": {"kind": "poisson", "rate": 20}, "duration": "1s"},
+            }
+        )
+    assert err.value.errors()[0]["loc"][:2] == ("workload", "models")
