@@ -145,17 +145,18 @@ class Trace:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The file's lines, numbered, read as they are needed."""
+    """The file's lines, numbered, read as they are needed (each decoded on its own, so a
+    line that is not UTF-8 is named by its own number)."""
     try:
-        with open(path, encoding="utf-8", newline="") as f:
-            lineno = 0
-            try:
-                for lineno, line in enumerate(f, 1):
-                    yield lineno, line
-            except UnicodeDecodeError:
-                raise ScenarioError(
-                    [f"{path}:{lineno + 1}: not UTF-8 text (a binary file?)"]
-                ) from None
+        with open(path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ScenarioError(
+                        [f"{path}:{lineno}: not UTF-8 text (a binary file?)"]
+                    ) from None
+                yield lineno, line
     except OSError as exc:
         raise ScenarioError([f"{path}:1: cannot read the trace: {exc.strerror}"]) from None
 
