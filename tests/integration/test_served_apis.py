@@ -65,7 +65,7 @@ def test_embeddings_send_every_input_and_claim_no_token_figures(tmp_path):
         m = run(
             tmp_path,
             scenario(
-                stub.url, "embeddings", {"input_tokens": 5, "inputs_per_request": 4},
+                stub.url, "embeddings", {"input_tokens": 40, "inputs_per_request": 4},
                 goodput={"e2e": "10s"}, sla={"e2e_p99": "10s"},
             ),
         )  # fmt: skip
