@@ -411,6 +411,8 @@ class Runner(Users):
             prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer)
         cancel = self.load.cancel
         after_tokens = cancel.after_tokens if st.req.cancel and cancel is not None else None
+        if self.backend.stops_itself:
+            after_tokens = None  # the backend stops at the token, and says when (Cancelled)
         stream = self.backend.submit(self._with_stop(st), prompt_ids)
         try:
             await self._read(st, stream, after_tokens)
