@@ -31,11 +31,9 @@ from loadtest.backends.openai.discovery import authorization, server_root, witho
 from loadtest.backends.openai.facts import report
 from loadtest.backends.openai.outputs import OutputChecks
 from loadtest.backends.openai.pooling import read_answer
-from loadtest.backends.openai.sse import SseParser
 from loadtest.backends.openai.stream import (
     BadResponse,
     Stream,
-    parse_event,
 )
 from loadtest.backends.openai.tokens import (
     TokenCounter,
@@ -53,6 +51,16 @@ from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer
 
 PROBE_TOKENS = 2
 TOKENIZE_SAMPLE_BYTES = 4096  # text whose server token count sets bytes per token
+
+
+class _Read:
+    """Bytes already read, as a response body that gives them in one read."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    async def iter_any(self):
+        yield self.raw
 
 
 class OpenAIBackend(Backend):
@@ -75,6 +83,8 @@ class OpenAIBackend(Backend):
         self._connect_errors_in_a_row = 0
         self.facts: Counter[str] = Counter()
         self.server_model: str | None = None
+        # whether the server streams a chunk a token (its usage says, on a finished stream)
+        self._chunk_a_token: bool | None = None
         self._checks = OutputChecks(Content())
         self._described: dict = {}  # what the run's requests carry and are checked for
 
@@ -264,7 +274,7 @@ class OpenAIBackend(Backend):
                 facts["connection_wait_ns"] += wire.queued_ns
         if failure is not None:
             if partial and stream.chunks:
-                yield Tokens(tuple(stamps(self._tokens.counted(stream.chunks))))
+                yield Tokens(tuple(self._partial_stamps(stream)))
             yield failure
             return
         if pooled is not None:  # one JSON answer: no tokens, its end is the request's
@@ -319,8 +329,24 @@ class OpenAIBackend(Backend):
             self._connect_failed(exc)
         return Failed(t, kind, str(exc)[:300]), not connecting
 
+    def _learn_chunking(self, stream: Stream) -> None:
+        """Whether the server streams a chunk a token, from a finished stream's usage: a
+        stream cut short (cancelled, failed) has no usage, and is counted the same way."""
+        served = usage_count(stream.usage, "completion_tokens")
+        if served is not None:
+            self._chunk_a_token = served == len(stream.chunks)
+
+    def _partial_stamps(self, stream: Stream) -> list[int]:
+        """A stream cut short: a stamp a token, by the server's way of chunking where a
+        finished stream showed it (a word piece's text alone may tokenize into two), else
+        by the tokenizer's count of each chunk's text."""
+        if self._chunk_a_token:
+            return [t for t, _ in stream.chunks]
+        return stamps(self._tokens.counted(stream.chunks))
+
     def _finished(self, req, stream: Stream, facts: Counter) -> list:
         """A complete stream's tokens, one stamp each, and its end; and what it shows."""
+        self._learn_chunking(stream)
         usage = stream.usage
         served = usage_count(usage, "completion_tokens")
         chunks = stream.chunks
@@ -420,11 +446,10 @@ class OpenAIBackend(Backend):
                     await read_answer(resp.content, self.spec.api, 2)
                     return resp.status, ""
                 raw = await resp.content.read(1 << 20)  # a 2-token answer is a few hundred bytes
-                for data in SseParser().feed(raw):
-                    if data != "[DONE]":
-                        model = parse_event(data).get("model")
-                        if isinstance(model, str):
-                            self.server_model = self.server_model or model
+                stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
+                await stream.read(_Read(raw), self.clock.now_ns)
+                self.server_model = self.server_model or stream.model
+                self._learn_chunking(stream)
                 return resp.status, ""
         except BadResponse as exc:
             raise BackendError(
