@@ -223,9 +223,9 @@ def test_sse_events_split_across_reads():
     assert p.feed(b'data: {"a"') == []
     assert p.feed(
         b": 1}\n\ndata: x\r\n\r\n: a comment\n\nevent: e\ndata: line1\ndata:line2\n\nda"
-    ) == ['{"a": 1}', "x", "line1\nline2"]
+    ) == [b'{"a": 1}', b"x", b"line1\nline2"]
     assert p.pending == b"da"
-    assert p.feed(b"ta: [DONE]\n\n") == ["[DONE]"]
+    assert p.feed(b"ta: [DONE]\n\n") == [b"[DONE]"]
 
 
 def test_secret_fields_are_masked_in_the_saved_scenario(tmp_path):

@@ -30,9 +30,26 @@ class SseParser:
     def __init__(self) -> None:
         self._buf = b""
 
-    def feed(self, chunk: bytes) -> list[str]:
-        """The data of every event completed by ``chunk`` (events without data are skipped);
-        ``EventTooLarge`` when an event runs past ``MAX_EVENT_BYTES`` without ending."""
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data of every event completed by ``chunk`` (events without data are skipped),
+        as bytes (UTF-8, checked by whoever decodes it); ``EventTooLarge`` when an event runs
+        past ``MAX_EVENT_BYTES`` without ending."""
+        if not self._buf and chunk.endswith(b"\n\n") and b"\r" not in chunk:
+            # the common read, whole events of one ``data: `` line each, split in one pass;
+            # anything else (a comment, another field, an event cut across reads) goes by
+            # the general rules, which give the same events for these
+            body = chunk[:-2]
+            if b"\n" not in body:
+                if body.startswith(b"data: "):
+                    return [body[6:]]
+            else:
+                parts = body.split(b"\n\n")
+                if all(p.startswith(b"data: ") and b"\n" not in p for p in parts):
+                    return [p[6:] for p in parts]
+        return self.feed_general(chunk)
+
+    def feed_general(self, chunk: bytes) -> list[bytes]:
+        """``feed`` by the spec's rules alone, for any bytes."""
         buf = self._buf + chunk
         out = []
         start = 0
@@ -52,10 +69,10 @@ class SseParser:
         return self._buf
 
 
-def _event_data(block: bytes) -> str | None:
+def _event_data(block: bytes) -> bytes | None:
     parts = []
     for line in _LINE.split(block):
         if line.startswith(b"data:"):
             value = line[5:]
             parts.append(value[1:] if value.startswith(b" ") else value)
-    return b"\n".join(parts).decode("utf-8") if parts else None
+    return b"\n".join(parts) if parts else None

@@ -237,3 +237,73 @@ def test_a_stream_stopped_after_n_tokens_leaves_the_rest_of_the_read_unread():
     failure = asyncio.run(stream.read(Recorded(reads), lambda: 777, stop_after=3))
     assert failure == Cancelled(777)
     assert stream.chunks == [(777, "w ")] * 3
+
+
+# -- the fast paths give what the general ones give -------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from loadtest.backends.openai.sse import SseParser  # noqa: E402
+
+_DATA = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12).map(
+    lambda s: json.dumps({"choices": [{"index": 0, "text": s}]})
+)
+_EVENT = st.one_of(
+    _DATA.map(lambda d: f"data: {d}\n\n"),  # the common shape
+    _DATA.map(lambda d: f"data:{d}\n\n"),  # no space after the colon
+    _DATA.map(lambda d: f"data: {d}\r\n\r\n"),
+    _DATA.map(lambda d: f": keep-alive\n\ndata: {d}\n\n"),
+    _DATA.map(lambda d: f"event: e\nid: 7\ndata: {d}\n\n"),
+    st.just("data: [DONE]\n\n"),
+    st.just("\n"),  # a stray blank line
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_EVENT, max_size=12), st.lists(st.integers(0, 400), max_size=8), st.data())
+def test_the_fast_sse_path_reads_what_the_spec_rules_read(events, cuts, data):
+    """Any stream, cut into reads anywhere: the same events, read by read, whether each read
+    took the one-pass path or the general rules alone."""
+    raw = "".join(events).encode()
+    points = sorted({min(c, len(raw)) for c in cuts})
+    reads = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)]) if b > a]
+    fast, general = SseParser(), SseParser()
+    for r in reads:
+        assert fast.feed(r) == general.feed_general(r)
+    assert fast.pending == general.pending
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_DATA, min_size=1, max_size=20), st.lists(st.integers(1, 5), max_size=20))
+def test_stamps_are_those_of_the_general_path_on_recorded_streams(datas, groups):
+    """A recorded completions stream, events grouped into reads as a busy client reads them,
+    each read stamped: the fast path (one-pass SSE, orjson, the completions shortcut) keeps
+    the same (stamp, text) for every token as the general rules and the standard library."""
+    import loadtest.backends.openai.stream as stream_mod
+
+    events = [f"data: {d}\n\n".encode() for d in datas] + [b"data: [DONE]\n\n"]
+    reads, k = [], 0
+    for g in [*groups, len(events)]:
+        if k < len(events):
+            reads.append(b"".join(events[k : k + g]))
+            k += g
+
+    def chunks(fast: bool) -> list:
+        clock = iter(range(1000, 10_000_000, 100))
+        s = Stream("completions", 64, keep_reply=False)
+        if fast:
+            failure = asyncio.run(s.read(Recorded(reads), lambda: next(clock)))
+        else:
+            saved = (SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in)
+            SseParser.feed = SseParser.feed_general
+            stream_mod._fast_loads = json.loads
+            stream_mod.tokens_in = lambda obj, api: saved[2](obj, "general")
+            try:
+                failure = asyncio.run(s.read(Recorded(reads), lambda: next(clock)))
+            finally:
+                SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in = saved
+        assert failure is None
+        return s.chunks
+
+    assert chunks(True) == chunks(False)
