@@ -53,16 +53,6 @@ PROBE_TOKENS = 2
 TOKENIZE_SAMPLE_BYTES = 4096  # text whose server token count sets bytes per token
 
 
-class _Read:
-    """Bytes already read, as a response body that gives them in one read."""
-
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
-
-    async def iter_any(self):
-        yield self.raw
-
-
 class OpenAIBackend(Backend):
     """An OpenAI-compatible server over HTTP (chat or completions), streamed."""
 
@@ -83,8 +73,8 @@ class OpenAIBackend(Backend):
         self._connect_errors_in_a_row = 0
         self.facts: Counter[str] = Counter()
         self.server_model: str | None = None
-        # whether the server streams a chunk a token (its usage says, on a finished stream)
-        self._chunk_a_token: bool | None = None
+        # how the server streams tokens ("all", "text", None: _learn_chunking)
+        self._chunking: str | None = None
         self._checks = OutputChecks(Content())
         self._described: dict = {}  # what the run's requests carry and are checked for
 
@@ -330,18 +320,25 @@ class OpenAIBackend(Backend):
         return Failed(t, kind, str(exc)[:300]), not connecting
 
     def _learn_chunking(self, stream: Stream) -> None:
-        """Whether the server streams a chunk a token, from a finished stream's usage: a
-        stream cut short (cancelled, failed) has no usage, and is counted the same way."""
+        """How the server streams tokens, from a finished stream's usage: a chunk a token
+        ("all"), a chunk a token where a chunk has text ("text": its closing chunk carries only
+        the finish reason), or neither (None). A stream cut short (cancelled, failed) has no
+        usage, and is counted the same way."""
         served = usage_count(stream.usage, "completion_tokens")
         if served is not None:
-            self._chunk_a_token = served == len(stream.chunks)
+            with_text = sum(1 for _, text in stream.chunks if text)
+            self._chunking = (
+                "all" if served == len(stream.chunks) else "text" if served == with_text else None
+            )
 
     def _partial_stamps(self, stream: Stream) -> list[int]:
         """A stream cut short: a stamp a token, by the server's way of chunking where a
         finished stream showed it (a word piece's text alone may tokenize into two), else
         by the tokenizer's count of each chunk's text."""
-        if self._chunk_a_token:
+        if self._chunking == "all":
             return [t for t, _ in stream.chunks]
+        if self._chunking == "text":
+            return [t for t, text in stream.chunks if text]
         return stamps(self._tokens.counted(stream.chunks))
 
     def _finished(self, req, stream: Stream, facts: Counter) -> list:
@@ -445,9 +442,9 @@ class OpenAIBackend(Backend):
                 if self._pooled:
                     await read_answer(resp.content, self.spec.api, 2)
                     return resp.status, ""
-                raw = await resp.content.read(1 << 20)  # a 2-token answer is a few hundred bytes
+                # read to its end (bounded: a stream past a few chunks a token is refused)
                 stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
-                await stream.read(_Read(raw), self.clock.now_ns)
+                await stream.read(resp.content, self.clock.now_ns)
                 self.server_model = self.server_model or stream.model
                 self._learn_chunking(stream)
                 return resp.status, ""
