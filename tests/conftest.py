@@ -149,18 +149,22 @@ def vllm_server(vllm_python, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def vllm_more(vllm_python, tmp_path_factory):
-    """Three more vLLMs, started at once: tiny BERTs served with ``--runner pooling`` (an
-    embedding model, and a one-label sequence classifier vLLM serves as a reranker), and the
+    """Four more vLLMs, started at once: tiny BERTs served with ``--runner pooling`` (an
+    embedding model, and a one-label sequence classifier vLLM serves as a reranker), the
     tiny Llama with n-gram speculative decoding and DeepSeek-R1's reasoning parser (its
-    tokenizer has ``<think>`` and ``</think>``); as ``{"embed", "rerank", "spec"}``."""
+    tokenizer has ``<think>`` and ``</think>``), and the tiny Llama with vLLM's default
+    profiler (Python stacks: its stop may stall the engine, so one test has it to itself); as
+    ``{"embed", "rerank", "spec", "stacks"}``."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tests import real_servers
 
     launches = {}
-    for kind in ("embed", "rerank", "spec"):  # built here: transformers' lazy imports race
+    for kind in ("embed", "rerank", "spec", "stacks"):  # built here: lazy imports race
         work = tmp_path_factory.mktemp(f"vllm-{kind}")
-        if kind == "spec":  # and a reasoning parser: thinking models draft too
+        if kind == "stacks":
+            model, extra = real_servers.build_vllm_model(work / "model"), ()
+        elif kind == "spec":  # and a reasoning parser: thinking models draft too
             model = real_servers.build_vllm_model(work / "model", think_tokens=True)
             extra: tuple = (
                 "--speculative-config", json.dumps(real_servers.NGRAM_SPEC),
@@ -173,7 +177,8 @@ def vllm_more(vllm_python, tmp_path_factory):
 
     def start(kind: str):
         model, work, extra = launches[kind]
-        return real_servers.start_vllm(vllm_python, model, work, None, *extra)
+        profiler = {} if kind == "stacks" else None  # {}: vLLM's defaults
+        return real_servers.start_vllm(vllm_python, model, work, profiler, *extra)
 
     with ThreadPoolExecutor(len(launches)) as pool:
         futures = {kind: pool.submit(start, kind) for kind in launches}

@@ -233,15 +233,13 @@ def test_a_profile_window_runs_vllms_profiler(vllm, tmp_path):
 
 
 def test_a_profiler_stop_that_hangs_costs_nothing_and_a_sigterm_keeps_the_result(
-    vllm_python, tmp_path
+    vllm_more, tmp_path
 ):
     """vLLM's default profiler records Python stacks; on this machine its /stop_profile did not
     answer and its engine stalled. The window gives up at call_timeout, the run goes on and
-    says so, and a SIGTERM while it waits still writes the result."""
-    from tests import real_servers
-
-    model = real_servers.build_vllm_model(tmp_path / "model")
-    server = real_servers.start_vllm(vllm_python, model, tmp_path, {})  # vLLM's defaults
+    says so, and a SIGTERM while it waits still writes the result. The server is this test's
+    alone, and stopped after it (its engine may be stalled)."""
+    server = vllm_more["stacks"]
     try:
         path = write_scenario(
             tmp_path,

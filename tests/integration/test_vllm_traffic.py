@@ -118,7 +118,7 @@ def test_a_model_mix_over_two_served_names(vllm, tmp_path):
         "workload": {
             "input_tokens": 64, "output_tokens": 16, "models": {"tiny": 1, "tiny-b": 1},
         },
-        "load": {"arrival": {"kind": "poisson", "rate": 8}, "requests": 40, "validity": LENIENT},
+        "load": {"arrival": {"kind": "poisson", "rate": 12}, "requests": 24, "validity": LENIENT},
         "sla": {"ttft_p50": "5s"},
         "outputs": {"requests_jsonl": True},
     }  # fmt: skip
@@ -128,7 +128,7 @@ def test_a_model_mix_over_two_served_names(vllm, tmp_path):
     m = metrics(out)
     models = m["traffic"]["models"]
     assert set(models) == {"tiny", "tiny-b"}
-    assert sum(x["completed"] for x in models.values()) == 40
+    assert sum(x["completed"] for x in models.values()) == 24
     assert all(x["completed"] == x["planned"] > 0 for x in models.values())
     names = {c["name"] for c in m["sla"]["checks"]}
     assert {"ttft_p50 [tiny]", "ttft_p50 [tiny-b]"} <= names
