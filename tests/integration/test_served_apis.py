@@ -374,3 +374,25 @@ def test_objectives_on_figures_an_api_does_not_have_are_refused(tmp_path, extra,
     with pytest.raises(ScenarioError) as err:
         load_scenario(write_scenario(tmp_path, data), [])
     assert expected in str(err.value)
+
+
+def test_a_stream_whose_usage_matches_its_chunks_is_never_tokenized(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """The stub streams a chunk a token and closes with a chunk that has only the finish
+    reason; its usage says as many tokens as chunks with text. Each of those is a token,
+    stamped at its arrival: the tokenizer is not asked (it would split the stub's words, and
+    cost the client ~4 µs a chunk after every stream)."""
+    from loadtest.backends.openai import tokens
+
+    def refuse(self, chunks):
+        raise AssertionError("a chunk's text was tokenized")
+
+    monkeypatch.setattr(tokens.TokenCounter, "counted", refuse)
+    data = scenario("", "completions", {"input_tokens": 8, "output_tokens": 6})
+    data["backend"]["tokenizer"] = str(tiny_model_dir)
+    with StubServer() as stub:
+        data["backend"]["base_url"] = stub.url
+        m = run(tmp_path, data)
+    assert m["requests"]["completed"] == 6 and m["requests"]["failed"] == 0
+    assert [r["output_tokens"] for r in records(tmp_path)] == [6] * 6

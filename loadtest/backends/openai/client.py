@@ -319,17 +319,18 @@ class OpenAIBackend(Backend):
             self._connect_failed(exc)
         return Failed(t, kind, str(exc)[:300]), not connecting
 
-    def _learn_chunking(self, stream: Stream) -> None:
-        """How the server streams tokens, from a finished stream's usage: a chunk a token
-        ("all"), a chunk a token where a chunk has text ("text": its closing chunk carries only
-        the finish reason), or neither (None). A stream cut short (cancelled, failed) has no
-        usage, and is counted the same way."""
+    def _learn_chunking(self, stream: Stream) -> str | None:
+        """How the server streamed this finished stream's tokens, by its usage: a chunk a
+        token ("all"), a chunk a token where a chunk has text ("text": its closing chunk
+        carried only the finish reason), or neither (None, and None without usage). Kept:
+        a stream cut short (cancelled, failed) has no usage, and is counted the same way."""
         served = usage_count(stream.usage, "completion_tokens")
-        if served is not None:
-            with_text = sum(1 for _, text in stream.chunks if text)
-            self._chunking = (
-                "all" if served == len(stream.chunks) else "text" if served == with_text else None
-            )
+        if served is None:
+            return None
+        with_text = sum(1 for _, text in stream.chunks if text)
+        mode = "all" if served == len(stream.chunks) else "text" if served == with_text else None
+        self._chunking = mode
+        return mode
 
     def _partial_stamps(self, stream: Stream) -> list[int]:
         """A stream cut short: a stamp a token, by the server's way of chunking where a
@@ -343,21 +344,22 @@ class OpenAIBackend(Backend):
 
     def _finished(self, req, stream: Stream, facts: Counter) -> list:
         """A complete stream's tokens, one stamp each, and its end; and what it shows."""
-        self._learn_chunking(stream)
+        mode = self._learn_chunking(stream)
         usage = stream.usage
         served = usage_count(usage, "completion_tokens")
         chunks = stream.chunks
-        token_stamps = (
-            [t for t, _ in chunks]  # a chunk a token, as the server says: nothing to count
-            if served is not None and served == len(chunks)
-            else self._tokens.reconcile(
+        if mode == "all":
+            token_stamps = [t for t, _ in chunks]  # a chunk a token, as the server says
+        elif mode == "text":  # the same, and a closing chunk with no text and no token
+            token_stamps = [t for t, text in chunks if text]
+        else:  # the tokenizer's count of each chunk, reconciled to the server's where it gave one
+            token_stamps = self._tokens.reconcile(
                 self._tokens.counted(chunks),
                 usage,
                 stream.chars,
                 facts,
                 req.output_tokens if stream.tool_calls else None,
             )
-        )
         if stream.reply_cut and req.history is not None:  # a session's next turn loses it
             facts["replies_cut"] += 1
         fixed_via = self._bodies.fixed_via
@@ -367,7 +369,7 @@ class OpenAIBackend(Backend):
         if self._tokens.count and prompt_tokens is not None and prompt_tokens != req.input_tokens:
             facts["prompt_token_mismatch"] += 1
             facts["prompt_tokens_off"] += abs(prompt_tokens - req.input_tokens)
-        per_chunk = served is not None and served == len(chunks)
+        per_chunk = mode is not None  # reasoning chunks have text: a chunk a token either way
         reasoning, first_answer = self._tokens.reasoning(stream, token_stamps, per_chunk, facts)
         return [
             Tokens(tuple(token_stamps)),
