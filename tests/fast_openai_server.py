@@ -1,10 +1,18 @@
 """A fast OpenAI-compatible streaming endpoint for benchmarking the client (not a test double:
 the HTTP backend's tests run against the real ``transformers serve``).
 
-Lists one model at /v1/models; answers /v1/completions and /v1/chat/completions at once: ``max_tokens`` SSE chunks of one token
-each, a final chunk with ``usage``, then ``[DONE]``, with an optional delay between tokens.
+Lists one model at /v1/models; answers /v1/completions and /v1/chat/completions at once: as
+many SSE chunks of one token each as ``max_completion_tokens`` (else ``max_tokens``) asks, a
+final chunk with ``usage``, then ``[DONE]``, with an optional delay between tokens.
 
     python tests/fast_openai_server.py --port 8123 [--itl-ms 0] [--processes 1]
+    python tests/fast_openai_server.py --port 8123 --step-ms 1 --stats-dir DIR
+
+``--step-ms`` streams as a batching engine does: every step, one token to every running stream
+at once (one timer for all of them, so the server stays cheap however many streams run), and
+with ``--stats-dir`` each process writes the inter-token gaps it actually produced (a stream's
+consecutive writes) to ``DIR/<pid>.json`` as it exits: the true gap a client's ITL is judged
+against.
 
 ``--processes N`` serves from N processes on one port (SO_REUSEPORT), so that a client with many
 workers measures itself, not this server.
@@ -17,6 +25,7 @@ import asyncio
 import json
 import os
 import time
+from pathlib import Path
 
 from aiohttp import web
 
@@ -27,7 +36,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     arrived = f"arrived-{time.monotonic_ns()}"
     body = await request.json()
     chat = request.path.endswith("/chat/completions")
-    n = int(body.get("max_tokens") or 16)
+    n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+    if request.app["engine"] is not None:
+        return await request.app["engine"].stream(request, body, chat, n, arrived)
     itl = request.app["itl_s"]
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -65,18 +76,114 @@ async def handle(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+class Engine:
+    """Every ``step_s``, one token to each running stream, as one batched decode step does."""
+
+    GAPS_KEPT = 1_000_000  # gaps a process keeps for its percentiles (every one, up to this)
+
+    def __init__(self, step_s: float, text: str) -> None:
+        self.step_s, self.text = step_s, text
+        self.running: list[list] = []  # [response, tokens left, chunk bytes, last write ns]
+        self.gaps: list[int] = []
+        self.task: asyncio.Task | None = None
+        self.first_ns: int | None = None  # the first request's arrival
+        self.last_ns = 0  # the last token's write
+        self.tokens = 0
+
+    async def stream(self, request, body, chat: bool, n: int, rid: str) -> web.StreamResponse:
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        text = self.text
+        choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+        chunk = json.dumps({"id": rid, "object": kind, "model": body["model"], "choices": [choice]})
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        if self.first_ns is None:
+            self.first_ns = time.monotonic_ns()
+        done = asyncio.get_running_loop().create_future()
+        self.running.append([resp, n, b"data: " + chunk.encode() + b"\n\n", None, done])
+        if self.task is None:
+            self.task = asyncio.create_task(self._steps())
+        await done
+        end = {
+            "id": rid,
+            "object": kind,
+            "model": body["model"],
+            "choices": [
+                {"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}
+            ],
+            "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
+        }
+        await resp.write(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def _steps(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            now = time.monotonic_ns()
+            batch, self.running, still = self.running, [], []
+            for s in batch:
+                try:
+                    await s[0].write(s[2])
+                except ConnectionError:
+                    s[4].cancel()
+                    continue
+                if s[3] is not None and len(self.gaps) < self.GAPS_KEPT:
+                    self.gaps.append(now - s[3])
+                s[1] -= 1
+                s[3] = now
+                self.tokens += 1
+                self.last_ns = now
+                if s[1] > 0:
+                    still.append(s)
+                else:
+                    s[4].set_result(None)
+            self.running = still + self.running  # and those that came during the step
+            next_at += self.step_s
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+
+    def write_stats(self, folder: str) -> None:
+        gaps = sorted(self.gaps)
+        if not gaps:
+            return
+
+        def pct(q: float) -> float:
+            return gaps[min(len(gaps) - 1, int(q * len(gaps)))] / 1e6
+
+        Path(folder, f"{os.getpid()}.json").write_text(
+            json.dumps({"gaps": len(gaps), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
+                        "max_ms": gaps[-1] / 1e6, "tokens": self.tokens,
+                        "first_ns": self.first_ns, "last_ns": self.last_ns})
+        )  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--itl-ms", type=float, default=0.0)
     ap.add_argument("--model", default="stub-model", help="the id /v1/models lists")
     ap.add_argument("--processes", type=int, default=1, help="serving processes on the port")
+    ap.add_argument("--step-ms", type=float, help="a token to every stream each step")
+    ap.add_argument("--stats-dir", help="with --step-ms: write each process's true gaps here")
+    ap.add_argument("--text", default=" tok", help="with --step-ms: each token's text")
     args = ap.parse_args()
     for _ in range(args.processes - 1):
         if os.fork() == 0:  # a child serves too, on the same port
             break
     app = web.Application()
     app["itl_s"] = args.itl_ms / 1000
+    app["engine"] = engine = (
+        None if args.step_ms is None else Engine(args.step_ms / 1000, args.text)
+    )
+    if engine is not None and args.stats_dir:
+
+        async def stats(app: web.Application) -> None:
+            engine.write_stats(args.stats_dir)
+
+        app.on_shutdown.append(stats)
     app.router.add_post("/v1/completions", handle)
     app.router.add_post("/v1/chat/completions", handle)
 
