@@ -39,7 +39,6 @@ from loadtest.backends.openai.tokens import (
     TokenCounter,
     load_tokenizer,
     prompt_overhead,
-    stamps,
     usage_count,
 )
 from loadtest.config.apis import POOLING_APIS
@@ -73,8 +72,6 @@ class OpenAIBackend(Backend):
         self._connect_errors_in_a_row = 0
         self.facts: Counter[str] = Counter()
         self.server_model: str | None = None
-        # how the server streams tokens ("all", "text", None: _learn_chunking)
-        self._chunking: str | None = None
         self._checks = OutputChecks(Content())
         self._described: dict = {}  # what the run's requests carry and are checked for
 
@@ -264,7 +261,7 @@ class OpenAIBackend(Backend):
                 facts["connection_wait_ns"] += wire.queued_ns
         if failure is not None:
             if partial and stream.chunks:
-                yield Tokens(tuple(self._partial_stamps(stream)))
+                yield Tokens(tuple(self._tokens.partial(stream.chunks)))
             yield failure
             return
         if pooled is not None:  # one JSON answer: no tokens, its end is the request's
@@ -319,40 +316,13 @@ class OpenAIBackend(Backend):
             self._connect_failed(exc)
         return Failed(t, kind, str(exc)[:300]), not connecting
 
-    def _learn_chunking(self, stream: Stream) -> str | None:
-        """How the server streamed this finished stream's tokens, by its usage: a chunk a
-        token ("all"), a chunk a token where a chunk has text ("text": its closing chunk
-        carried only the finish reason), or neither (None, and None without usage). Kept:
-        a stream cut short (cancelled, failed) has no usage, and is counted the same way."""
-        served = usage_count(stream.usage, "completion_tokens")
-        if served is None:
-            return None
-        with_text = sum(1 for _, text in stream.chunks if text)
-        mode = "all" if served == len(stream.chunks) else "text" if served == with_text else None
-        self._chunking = mode
-        return mode
-
-    def _partial_stamps(self, stream: Stream) -> list[int]:
-        """A stream cut short: a stamp a token, by the server's way of chunking where a
-        finished stream showed it (a word piece's text alone may tokenize into two), else
-        by the tokenizer's count of each chunk's text."""
-        if self._chunking == "all":
-            return [t for t, _ in stream.chunks]
-        if self._chunking == "text":
-            return [t for t, text in stream.chunks if text]
-        return stamps(self._tokens.counted(stream.chunks))
-
     def _finished(self, req, stream: Stream, facts: Counter) -> list:
         """A complete stream's tokens, one stamp each, and its end; and what it shows."""
-        mode = self._learn_chunking(stream)
-        usage = stream.usage
+        usage, chunks = stream.usage, stream.chunks
         served = usage_count(usage, "completion_tokens")
-        chunks = stream.chunks
-        if mode == "all":
-            token_stamps = [t for t, _ in chunks]  # a chunk a token, as the server says
-        elif mode == "text":  # the same, and a closing chunk with no text and no token
-            token_stamps = [t for t, text in chunks if text]
-        else:  # the tokenizer's count of each chunk, reconciled to the server's where it gave one
+        mode = self._tokens.learn(chunks, usage)
+        token_stamps = self._tokens.by_chunk(chunks, mode)
+        if token_stamps is None:  # the tokenizer's count, reconciled to the server's
             token_stamps = self._tokens.reconcile(
                 self._tokens.counted(chunks),
                 usage,
@@ -448,7 +418,7 @@ class OpenAIBackend(Backend):
                 stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
                 await stream.read(resp.content, self.clock.now_ns)
                 self.server_model = self.server_model or stream.model
-                self._learn_chunking(stream)
+                self._tokens.learn(stream.chunks, stream.usage)
                 return resp.status, ""
         except BadResponse as exc:
             raise BackendError(

@@ -120,6 +120,38 @@ class TokenCounter:
     def __init__(self, count: Callable[[str], list[int]] | None, now: Callable[[], int]) -> None:
         self.count = count
         self._now = now
+        # how the server streams tokens, as its last finished stream showed ("all", "text",
+        # None: ``learn``); a stream cut short, with no usage, is counted the same way
+        self.chunking: str | None = None
+
+    def learn(self, chunks: list[tuple[int, str]], usage: object) -> str | None:
+        """How a finished stream's tokens were chunked, by its usage: a chunk a token ("all"),
+        a chunk a token where a chunk has text ("text": its closing chunk carried only the
+        finish reason), or neither (None; None without usage, and then nothing is learned)."""
+        served = usage_count(usage, "completion_tokens")
+        if served is None:
+            return None
+        with_text = sum(1 for _, text in chunks if text)
+        mode = "all" if served == len(chunks) else "text" if served == with_text else None
+        self.chunking = mode
+        return mode
+
+    @staticmethod
+    def by_chunk(chunks: list[tuple[int, str]], mode: str | None) -> list[int] | None:
+        """A stamp a token where ``mode`` says a chunk is a token (every chunk, or every chunk
+        with text): nothing to count; None where it does not say."""
+        if mode == "all":
+            return [t for t, _ in chunks]
+        if mode == "text":
+            return [t for t, text in chunks if text]
+        return None
+
+    def partial(self, chunks: list[tuple[int, str]]) -> list[int]:
+        """A stream cut short: a stamp a token, by the server's way of chunking where a
+        finished stream showed it (a word piece's text alone may tokenize into two), else by
+        the tokenizer's count of each chunk's text."""
+        by_chunk = self.by_chunk(chunks, self.chunking)
+        return stamps(self.counted(chunks)) if by_chunk is None else by_chunk
 
     def counted(self, chunks: list[tuple[int, str]]) -> list[tuple[int, int]]:
         """Each chunk's tokens by its text: the model's tokenizer where there is one (a chunk
