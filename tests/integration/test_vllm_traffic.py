@@ -7,30 +7,16 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import LENIENT, write_scenario
+from tests.integration.test_vllm import cli, metrics
 
 pytest.importorskip("aiohttp")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def cli(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "loadtest", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def metrics(run: Path) -> dict:
-    return json.loads((run / "metrics.json").read_text())
 
 
 def run_shipped(name: str, vllm, tmp_path: Path, *sets: str) -> dict:
