@@ -30,6 +30,20 @@ from pathlib import Path
 from aiohttp import web
 
 
+def closing(rid: str, kind: str, model: str, chat: bool, n: int) -> bytes:
+    """A stream's end: a chunk with the finish reason and ``usage`` (no text), then [DONE]."""
+    last = {
+        "id": rid,
+        "object": kind,
+        "model": model,
+        "choices": [
+            {"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}
+        ],
+        "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
+    }
+    return b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n"
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     # when the request reached the handler, on CLOCK_MONOTONIC: the response id carries it, so a
     # client's per-request export shows how late each request arrived (bench/send_lateness.py)
@@ -61,16 +75,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         )
         if itl:
             await asyncio.sleep(itl)
-    last = {
-        "id": arrived,
-        "object": kind,
-        "model": body["model"],
-        "choices": [
-            {"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}
-        ],
-        "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
-    }
-    await resp.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
+    await resp.write(closing(arrived, kind, body["model"], chat, n))
     request.app["state"]["running"] -= 1
     await resp.write_eof()
     return resp
@@ -106,16 +111,7 @@ class Engine:
         if self.task is None:
             self.task = asyncio.create_task(self._steps())
         await done
-        end = {
-            "id": rid,
-            "object": kind,
-            "model": body["model"],
-            "choices": [
-                {"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}
-            ],
-            "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n},
-        }
-        await resp.write(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+        await resp.write(closing(rid, kind, body["model"], chat, n))
         await resp.write_eof()
         return resp
 
