@@ -43,6 +43,7 @@ def test_a_mooncake_trace_shares_its_prefixes_in_the_servers_cache(vllm, tmp_pat
     m = run_shipped(
         "served-trace.yml", vllm, tmp_path,
         "--set", "load.arrival.rate=10", "--set", "load.warmup_requests=10",
+        "--set", "telemetry.server_interval=100ms",
     )  # fmt: skip
     trace = m["traffic"]["trace"]
     assert trace["format"] == "mooncake" and trace["requests"] == 120
@@ -51,12 +52,20 @@ def test_a_mooncake_trace_shares_its_prefixes_in_the_servers_cache(vllm, tmp_pat
     hit = m["server"]["metrics"]["prefix_cache_hit_rate"]["window"]
     assert abs(hit - reuse) < 0.05, (hit, reuse)
     assert m["requests"]["failed"] == 0 and m["requests"]["completed"] == 110
+    # the server's running gauge, sampled every 100 ms over the 12 s replay: requests in
+    # flight at some samples, and never more than were sent
+    out = tmp_path / "run"
+    running = [float(r["requests_running"]) for r in csv.DictReader(open(out / "server.csv"))]
+    assert len(running) >= 50 and 1 <= max(running) <= 120
+    assert m["server"]["metrics"]["requests_running"]["max"] == max(running)
 
 
 def test_cancelled_requests_stop_the_server_generating(vllm, tmp_path):
     """Ten requests for 1500 tokens each, every one cancelled after its fifth: the server
-    generates a few tokens past each disconnect, not the 14,950 nobody would read, and its
-    running gauge drops as they go."""
+    generates a few tokens past each disconnect, not the 14,950 nobody would read. (Its running
+    gauge is not asserted here: a request that lives 5 tokens can fall between any samples.
+    The trace test above checks the gauge; a larger stop is no fairer, as vLLM's engine runs
+    ahead of its front end on a busy machine and generates hundreds past a late disconnect.)"""
     data = {
         "name": "cancel",
         "backend": {
@@ -85,10 +94,6 @@ def test_cancelled_requests_stop_the_server_generating(vllm, tmp_path):
     generated = server["generation_tokens"]["run_change"]
     # the probe's request and each cancelled one's few tokens past its disconnect
     assert c["delivered_tokens"] <= generated < c["delivered_tokens"] + 10 * 150, generated
-    # the gauge fell back between the requests (each went when its client left); not
-    # necessarily at the last sample, taken as the last request may still be leaving
-    running = [float(r["requests_running"]) for r in csv.DictReader(open(out / "server.csv"))]
-    assert max(running) >= 1 and running.count(0.0) >= 2
     assert "nobody read" in (out / "report.md").read_text()
 
 
