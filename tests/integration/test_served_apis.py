@@ -348,6 +348,9 @@ def test_a_dcgm_exporter_gives_a_served_run_the_servers_gpu_section(tmp_path):
             data["telemetry"] = {
                 "gpu": "auto", "server": False, "dcgm": url, "server_interval": "50ms",
             }  # fmt: skip
+            # a window of 0.55 s by the schedule, however fast the stub answers: several 50 ms
+            # samples in it (two users finishing 6 requests at once could fall between two)
+            data["load"].update(arrival={"kind": "constant", "rate": 20}, requests=12)
             m = run(tmp_path, data)
     finally:
         exporter.shutdown()
