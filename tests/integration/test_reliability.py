@@ -212,6 +212,7 @@ def sim_scenario(tmp_path: Path, name="quick") -> Path:
         {
             "name": name,
             "telemetry": {"gpu": False},
+            "workload": {"input_tokens": 8, "output_tokens": 4},  # a run of half a second
             "load": {
                 "arrival": {"kind": "constant", "rate": 50},
                 "requests": 20,
