@@ -71,13 +71,12 @@ def claim(out: Path | None, loaded: Any, overwrite: bool, suffix: str = "") -> P
 
 def run_async(go: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a command's coroutine; map loadtest's errors to their exit codes."""
-    import asyncio
-
+    from loadtest.core import loop
     from loadtest.core.errors import BackendError, LoadtestError, OutputError, ScenarioError
     from loadtest.session import ResultWriteError
 
     try:
-        return asyncio.run(go())
+        return loop.run(go())
     except ScenarioError as exc:
         usage_error(*exc.problems)
     except OutputError as exc:

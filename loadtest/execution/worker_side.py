@@ -18,7 +18,7 @@ from array import array
 from loadtest.backends import create_backend
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.config.loading import LoadedScenario, resolve_path
-from loadtest.core import secrets
+from loadtest.core import loop, secrets
 from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError
 from loadtest.core.heap import settle_heap
@@ -136,7 +136,7 @@ def worker_main(conn, loaded: LoadedScenario, index: int, count: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     try:
-        asyncio.run(_work(conn, loaded, index, count))
+        loop.run(_work(conn, loaded, index, count))
     except BaseException as exc:  # whatever it is, the parent must hear of it
         send(conn, ("error", secrets.scrub(f"{type(exc).__name__}: {exc}")))
     finally:

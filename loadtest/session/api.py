@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from loadtest.config.loading import LoadedScenario
-from loadtest.core import rundir
+from loadtest.core import loop, rundir
 from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.session.point import Session
 from loadtest.session.writing import RunResult
@@ -27,7 +26,7 @@ def run_scenario(
     overwrite: bool = False,
 ) -> RunResult:
     """Run on a fresh event loop (the real clock unless one is given); write the run directory."""
-    return asyncio.run(
+    return loop.run(
         run_scenario_async(
             loaded,
             out_dir,

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from loadtest.core import loop
 from loadtest.core._version import __version__
 
 
@@ -68,6 +69,7 @@ def collect(
         "scenario_sha256": scenario_sha256,
         "container_image": os.environ.get("LOADTEST_CONTAINER_IMAGE"),
         "python_debug_build": hasattr(sys, "gettotalrefcount"),
+        "event_loop": loop.running(),
         "cpu_model": _cpu_model(),
         "cpu_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
         "debug_flags": {

@@ -1,0 +1,68 @@
+"""The event loop a run goes on: uvloop where it is installed (the ``http`` extra), else
+asyncio's own; ``LOADTEST_EVENT_LOOP=asyncio`` (or ``uvloop``, to insist) chooses.
+
+uvloop does the loop's per-read work in C (libuv): a streamed token costs the client less CPU
+(``bench/token_capacity.py`` measures both loops side by side). Nothing is timed differently:
+every stamp is ``time.monotonic_ns()`` on either, and both loops' timers round to whole
+milliseconds, which is why the clock spins the last stretch before a deadline
+(``core.clock.MonotonicClock``). The loop that ran is in the result's environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from loadtest.core.errors import ScenarioError
+
+T = TypeVar("T")
+
+ENV = "LOADTEST_EVENT_LOOP"
+CHOICES = ("auto", "uvloop", "asyncio")
+
+
+def _use_uvloop() -> bool:
+    choice = os.environ.get(ENV, "").strip().lower() or "auto"
+    if choice not in CHOICES:
+        raise ScenarioError([f"{ENV}={choice[:40]!r}: expected one of {', '.join(CHOICES)}"])
+    if choice == "asyncio":
+        return False
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        if choice == "uvloop":
+            raise ScenarioError(
+                [f"{ENV}=uvloop, but uvloop is not installed (pip install 'loadtest[http]')"]
+            ) from None
+        return False
+    return True
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on the chosen loop."""
+    try:
+        use_uvloop = _use_uvloop()
+    except ScenarioError:
+        main.close()  # never awaited: no warning about it on top of the error
+        raise
+    if use_uvloop:
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
+def running() -> str:
+    """The running loop, for the environment manifest: ``uvloop 0.23.0``, ``asyncio`` (a
+    virtual-time loop is asyncio's), or ``none`` outside one."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return "none"
+    if type(loop).__module__.startswith("uvloop"):
+        import uvloop
+
+        return f"uvloop {uvloop.__version__}"
+    return "asyncio"
