@@ -134,7 +134,9 @@ class Server:
         }
 
 
-def run_loadtest(args, url: str, tokenizer: str, rate: float, n: int, out: Path) -> dict:
+def run_loadtest(
+    args, url: str, tokenizer: str, rate: float, n: int, out: Path, loop: str = "auto"
+) -> dict:
     scenario = {
         "name": f"capacity-{rate:g}",
         "seeds": {"schedule": 0, "prompts": 0, "lengths": 0},
@@ -149,7 +151,8 @@ def run_loadtest(args, url: str, tokenizer: str, rate: float, n: int, out: Path)
     path = out.with_suffix(".yml")
     path.write_text(yaml.safe_dump(scenario))
     argv = [sys.executable, "-m", "loadtest", "run", str(path), "-o", str(out), "-q", "--no-report"]
-    cpu = run_measured(pinned(args.client_core, argv))
+    env = {**os.environ, "LOADTEST_EVENT_LOOP": loop}
+    cpu = run_measured(pinned(args.client_core, argv), env)
     m = json.loads((out / "metrics.json").read_text())
     tokens = m["requests"]["output_tokens"]
     lat = m["latency_ms"]
@@ -265,7 +268,7 @@ def main() -> None:
     ap.add_argument("--server-cores", default="0")
     ap.add_argument("--server-processes", type=int, default=1)
     ap.add_argument("--client-core", default="1")
-    ap.add_argument("--tools", default="loadtest,vllm,aiperf")
+    ap.add_argument("--tools", default="loadtest,loadtest-asyncio,vllm,aiperf")
     ap.add_argument("--aiperf", default=shutil.which("aiperf"), help="AIPerf's command")
     ap.add_argument("--json", help="write every row here too")
     args = ap.parse_args()
@@ -275,8 +278,11 @@ def main() -> None:
     tokenizer = str(real_servers.build_vllm_model(work / "model"))
     text = one_token_text(tokenizer)
     vllm = real_servers.vllm_python()
-    runners = {
-        "loadtest": lambda url, rate, n, out: run_loadtest(args, url, tokenizer, rate, n, out)
+    runners = {  # loadtest on its default loop (uvloop, where installed), and on asyncio's
+        "loadtest": lambda url, rate, n, out: run_loadtest(args, url, tokenizer, rate, n, out),
+        "loadtest-asyncio": lambda url, rate, n, out: run_loadtest(
+            args, url, tokenizer, rate, n, out, "asyncio"
+        ),
     }
     if vllm is not None:
         runners["vllm"] = lambda url, rate, n, out: run_vllm_bench(
