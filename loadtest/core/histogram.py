@@ -20,6 +20,7 @@ from loadtest.core.units import PERCENTILE_NAMES, PERCENTILES
 LOWEST_US = 1
 HIGHEST_US = 3_600_000_000
 SIGNIFICANT_FIGURES = 3
+GAPS_AT_ONCE = 24  # stamps from which numpy records their gaps faster than a loop does
 
 
 class LatencyHistogram:
@@ -41,6 +42,43 @@ class LatencyHistogram:
         elif us < 0:
             raise ValueError(f"negative latency {us} µs: timestamps out of order")
         self.hdr.record_value(us)
+
+    def record_gaps_ns(self, stamps: Sequence[int]) -> None:
+        """Each gap between successive ``stamps`` (ns), as ``record_ns`` would record them one
+        by one, in one pass: a stream's inter-token gaps, recorded as its request finishes.
+        Done in Python that cost 1.3 µs a gap on the event loop (a 256-token stream held it
+        0.33 ms, long enough to make other streams' reads late); numpy computes every gap's
+        bucket index with hdrh's arithmetic at once."""
+        if len(stamps) < GAPS_AT_ONCE:
+            prev = stamps[0] if stamps else 0
+            for t in stamps[1:]:
+                self.record_us((t - prev) // 1000)
+                prev = t
+            return
+        us = np.diff(np.fromiter(stamps, dtype=np.int64, count=len(stamps))) // 1000
+        if us.min() < 0:
+            raise ValueError(f"negative latency {int(us.min())} µs: timestamps out of order")
+        over = us > HIGHEST_US
+        if over.any():
+            self.over_range += int(over.sum())
+            us = np.minimum(us, HIGHEST_US)
+        hdr = self.hdr
+        # hdrh's _counts_index_for: 64 - clz(v | mask) is the bit length (exact in a double
+        # for every value in range, < 2^53)
+        bits = np.frexp((us | hdr.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
+        bucket = bits - hdr.unit_magnitude - (hdr.sub_bucket_half_count_magnitude + 1)
+        sub = us >> (bucket + hdr.unit_magnitude)
+        index = (
+            ((bucket + 1) << hdr.sub_bucket_half_count_magnitude) + sub - hdr.sub_bucket_half_count
+        )
+        counts = np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len]
+        low = int(index.min())  # gaps cluster: a count per index over their span only
+        per = np.bincount(index - low)
+        hit = np.flatnonzero(per)
+        counts[hit + low] += per[hit].astype(counts.dtype)
+        hdr.total_count += len(us)
+        hdr.min_value = min(hdr.min_value, int(us.min()))
+        hdr.max_value = max(hdr.max_value, int(us.max()))
 
     @property
     def count(self) -> int:

@@ -213,9 +213,7 @@ class Recorder:
         h["e2e"].record_ns(st.done - st.intended_ns)
         if stamps:
             h["ttft"].record_ns(stamps[0] - st.intended_ns)
-            itl = h["itl"]
-            for a, b in zip(stamps, stamps[1:]):
-                itl.record_us((b - a) // 1000)
+            h["itl"].record_gaps_ns(stamps)
             if len(stamps) >= 2:
                 h["tpot"].record_ns((stamps[-1] - stamps[0]) // (len(stamps) - 1))
 
@@ -266,11 +264,7 @@ class Recorder:
         if stamps:
             h["ttft"].record_ns(stamps[0] - intended)
             self.whole["ttft_service"].record_ns(stamps[0] - sent)
-            itl = h["itl"]
-            prev = stamps[0]
-            for t in stamps[1:]:
-                itl.record_us((t - prev) // 1000)
-                prev = t
+            h["itl"].record_gaps_ns(stamps)
             if len(stamps) >= 2:
                 self.whole["tpot"].record_ns((stamps[-1] - stamps[0]) // (len(stamps) - 1))
             else:

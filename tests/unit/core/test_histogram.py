@@ -1,3 +1,10 @@
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from loadtest.core.histogram import HIGHEST_US, LatencyHistogram, merge
 
 
@@ -77,3 +84,50 @@ def test_bucket_bounds_are_hdrhs_own_at_every_index():
     assert lowest.tolist() == expected_lowest
     assert highest.tolist() == [hdr.get_highest_equivalent_value(v) for v in expected_lowest]
     assert counts.tolist() == [1] * hdr.counts_len
+
+
+def _one_by_one(stamps: list[int]) -> LatencyHistogram:
+    h = LatencyHistogram()
+    for a, b in zip(stamps, stamps[1:]):
+        h.record_ns(b - a)
+    return h
+
+
+def _same(a: LatencyHistogram, b: LatencyHistogram) -> bool:
+    ca, cb = (np.ctypeslib.as_array(h.hdr.counts) for h in (a, b))
+    return bool((ca == cb).all()) and (
+        a.hdr.total_count,
+        a.hdr.min_value,
+        a.hdr.max_value,
+        a.over_range,
+    ) == (b.hdr.total_count, b.hdr.min_value, b.hdr.max_value, b.over_range)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(0, 2_000),  # sub-µs and bucket edges at the bottom
+            st.integers(900_000, 1_100_000),  # a decode step's gap
+            st.integers(0, 10**10),
+            st.integers(3_599_000_000_000, 4 * 10**12),  # at and past the top: clamped
+        ),
+        min_size=0,
+        max_size=80,
+    )
+)
+def test_a_streams_gaps_at_once_equal_them_one_by_one(steps):
+    """Stamps (ns) from the gaps drawn, short streams and long: the numpy pass records each gap
+    in the same bucket as ``record_ns``, with the same count, minimum, maximum and clamps."""
+    stamps = list(itertools.accumulate([10**9, *steps]))
+    at_once = LatencyHistogram()
+    at_once.record_gaps_ns(stamps)
+    assert _same(at_once, _one_by_one(stamps))
+
+
+def test_gaps_out_of_order_are_refused_either_way():
+    for n in (5, 50):  # the loop's path and numpy's
+        stamps = list(range(0, n * 1000, 1000))
+        stamps[3] = -1
+        with pytest.raises(ValueError, match="negative latency"):
+            LatencyHistogram().record_gaps_ns(stamps)
