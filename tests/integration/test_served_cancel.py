@@ -64,10 +64,12 @@ def test_a_time_cancel_stops_the_read_and_the_server_sees_the_client_leave(tmp_p
     # words come at 20, 40, ... ms after the send, which is after the intended time: at most
     # 7 are in by 150 ms
     assert 0 <= c["tokens_received"] <= 7 * N
-    assert c["cancelled_at_ms"]["min"] >= 150  # from the intended send, never early
     assert c["cancelled_at_ms"]["max"] < 150 + 1000  # the backend's own stop, not the grace's
     rows = records(tmp_path)
     assert [r["status"] for r in rows] == ["cancelled"] * N
+    # from the intended send, never early (exact here; the histogram's 3 figures may show
+    # 150.0 ms as 149.888, its bucket's floor)
+    assert min(r["done_ns"] - r["intended_ns"] for r in rows) >= 150_000_000
     assert left  # every connection closed, not read to its end
 
 

@@ -284,13 +284,20 @@ class OpenAIBackend(Backend):
             return await reading
         task = asyncio.ensure_future(reading)
         fired: list[int] = []
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
 
-        def stop() -> None:
-            fired.append(self.clock.now_ns())
-            task.cancel()
+        def arm() -> None:
+            nonlocal timer
+            now = self.clock.now_ns()  # the clock may be offset from the loop's: a delay
+            if now < req.stop_at_ns:  # early: a loop's timer may fire up to 1 ms before its
+                # time (uvloop counts whole ms from the start of its turn), so never trust it
+                timer = loop.call_later((req.stop_at_ns - now) / 1e9, arm)
+            else:
+                fired.append(now)
+                task.cancel()
 
-        delay = max(0.0, (req.stop_at_ns - self.clock.now_ns()) / 1e9)  # clock may be offset
-        timer = asyncio.get_running_loop().call_later(delay, stop)
+        arm()
         try:
             return await task
         except asyncio.CancelledError:
@@ -298,7 +305,8 @@ class OpenAIBackend(Backend):
                 raise  # the run's own cancellation (an interrupt, a drain deadline)
             return Cancelled(fired[0])
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
 
     def _failed(self, exc: Exception, facts: Counter) -> tuple[Failed, bool] | None:
         """The failure a request ended in, classified, and whether the tokens it streamed are
