@@ -26,7 +26,7 @@ from typing import Any
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, TEMPLATED_APIS, RequestBodies
-from loadtest.backends.openai.connection import Wire, error_text, failure_kind
+from loadtest.backends.openai.connection import Wire, error_text, failure_kind, read_stamps
 from loadtest.backends.openai.discovery import authorization, server_root, without_credentials
 from loadtest.backends.openai.facts import report
 from loadtest.backends.openai.outputs import OutputChecks
@@ -227,6 +227,7 @@ class OpenAIBackend(Backend):
             async with self._session.post(
                 self.url, data=json.dumps(body), trace_request_ctx=wire
             ) as resp:
+                reads = read_stamps(resp)  # before anything awaits: the body may end meanwhile
                 self._connect_errors_in_a_row = 0
                 if wire.sent_ns:
                     yield wire.sent()
@@ -242,7 +243,8 @@ class OpenAIBackend(Backend):
                         failure, pooled = pooled, None
                 else:
                     failure = await self._until_stop(
-                        req, stream.read(resp.content, now, req.stop_after_tokens)
+                        req,
+                        stream.read(resp.content, now, req.stop_after_tokens, reads),
                     )
                     partial = (
                         not isinstance(failure, Failed) or failure.error_type != "server_error"
@@ -424,7 +426,7 @@ class OpenAIBackend(Backend):
                     return resp.status, ""
                 # read to its end (bounded: a stream past a few chunks a token is refused)
                 stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
-                await stream.read(resp.content, self.clock.now_ns)
+                await stream.read(resp.content, self.clock.now_ns, reads=read_stamps(resp))
                 self.server_model = self.server_model or stream.model
                 self._tokens.learn(stream.chunks, stream.usage)
                 return resp.status, ""

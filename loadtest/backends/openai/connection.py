@@ -7,6 +7,7 @@ aiohttp is imported here only, inside the functions that need it.
 
 from __future__ import annotations
 
+import functools
 import json
 import ssl
 import time
@@ -31,6 +32,11 @@ def open_session(spec: Any, headers: dict[str, str], base_dir: Path, now: Callab
         ssl=_ssl_context(spec, base_dir),
         ttl_dns_cache=300,
     )
+    factory = getattr(connector, "_factory", None)
+    if isinstance(factory, functools.partial) and factory.func is _response_handler():
+        connector._factory = functools.partial(
+            stamping_protocol(now), *factory.args, **factory.keywords
+        )
     return aiohttp.ClientSession(
         connector=connector,
         headers=headers,
@@ -41,6 +47,56 @@ def open_session(spec: Any, headers: dict[str, str], base_dir: Path, now: Callab
         ),
         trace_configs=[_wire_trace(now)],
     )
+
+
+def _response_handler() -> type:
+    from aiohttp.client_proto import ResponseHandler
+
+    return ResponseHandler
+
+
+def stamping_protocol(now: Callable[[], int]) -> type:
+    """aiohttp's connection protocol, stamping each socket read as the loop hands it over:
+    ``of(body)`` gives ``(ns, the body's bytes by then)`` for every read of the response body
+    ``body``, in order (None for another body: the stamps are of the connection's latest).
+
+    A stream's tokens are stamped from these, not from when its coroutine next runs: when many
+    streams' bytes arrive at once, the loop reads every socket first (cheap) and only then runs
+    the streams one after another (parsing, recording), so the last one run would be stamped
+    late by all the others' work. aiohttp has no public hook for this; where its internals
+    differ (``_factory``, ``_payload``), the session keeps aiohttp's own protocol and the
+    stream stamps when it gets its bytes."""
+    base = _response_handler()
+
+    class StampingProtocol(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._stamped: Any = None
+            self._stamps: list[tuple[int, int]] = []
+
+        def data_received(self, data: bytes) -> None:
+            t = now()
+            before = getattr(self, "_payload", None)
+            super().data_received(data)
+            body = getattr(self, "_payload", None) or before
+            if body is None:
+                return
+            if body is not self._stamped:
+                self._stamped, self._stamps = body, []
+            self._stamps.append((t, body.total_bytes))
+
+        def of(self, body: Any) -> list[tuple[int, int]] | None:
+            return self._stamps if body is self._stamped else None
+
+    return StampingProtocol
+
+
+def read_stamps(resp: Any) -> list[tuple[int, int]] | None:
+    """The stamps of the response body's reads, as they come in (``stamping_protocol``), or
+    None where its connection does not stamp. Taken as the response starts: once the body is
+    in, its connection goes back to the pool and may carry the next response."""
+    protocol: Any = getattr(resp, "_protocol", None)
+    return protocol.of(resp.content) if hasattr(protocol, "of") else None
 
 
 def _ssl_context(spec: Any, base_dir: Path) -> ssl.SSLContext | bool:

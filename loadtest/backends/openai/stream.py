@@ -59,15 +59,34 @@ class Stream:
         self.output_tokens = output_tokens
 
     async def read(
-        self, content: Any, now: Callable[[], int], stop_after: int | None = None
+        self,
+        content: Any,
+        now: Callable[[], int],
+        stop_after: int | None = None,
+        reads: list[tuple[int, int]] | None = None,
     ) -> Failed | Cancelled | None:
         """Read to the end: None when the stream finished, else the failure it ended in (an
         error event, or no end at all), or ``Cancelled`` once ``stop_after`` chunks of text
         came (a user who read that many tokens and left). ``BadResponse`` for anything not an
-        OpenAI stream."""
+        OpenAI stream.
+
+        Each piece of the body is stamped with the time the socket read that completed it
+        came in, where ``reads`` has it (``(ns, the body's bytes by then)`` a read, as
+        ``connection.read_stamps`` gives them), else
+        when this coroutine got the piece: on a busy loop that is later, by the other
+        streams' work done first."""
         parser = SseParser()
-        async for raw in content.iter_any():
+        consumed = seen = 0  # the body's bytes taken so far; stamps of reads passed over
+        async for raw, _ in content.iter_chunks():
+            if not raw:
+                continue
             t = now()
+            consumed += len(raw)
+            if reads is not None:
+                while seen < len(reads) and reads[seen][1] < consumed:
+                    seen += 1
+                if seen < len(reads):
+                    t = reads[seen][0]
             try:
                 events = parser.feed(raw)
             except EventTooLarge as exc:

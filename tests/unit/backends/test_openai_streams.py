@@ -14,14 +14,14 @@ from loadtest.workload.content import Content, synthetic_tools
 
 
 class Recorded:
-    """A response body's reads, as aiohttp's ``iter_any`` gives them."""
+    """A response body's reads, as aiohttp's ``iter_chunks`` gives them."""
 
     def __init__(self, reads: list[bytes]) -> None:
         self.reads = reads
 
-    async def iter_any(self):
+    async def iter_chunks(self):
         for r in self.reads:
-            yield r
+            yield r, True
 
 
 def sse(*events: dict, done: bool = True) -> list[bytes]:

@@ -1,0 +1,81 @@
+"""A stream's tokens are stamped when the socket read that brought them came in, not when its
+coroutine next ran: over a real socket, a stream whose coroutine reads late (as one behind many
+others on a busy loop would) still gets each token's arrival."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from loadtest.backends.openai.connection import Wire, open_session, read_stamps
+from loadtest.backends.openai.stream import Stream
+
+pytest.importorskip("aiohttp")
+
+GAP_S = 0.05  # the server's wait between the two tokens
+LATE_S = 0.3  # how long after the headers the stream's coroutine starts reading
+
+
+def _event(text: str, reason: str | None = None) -> bytes:
+    chunk = {"choices": [{"index": 0, "text": text, "finish_reason": reason}]}
+    data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)  # one HTTP chunk an event, as servers send
+
+
+async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while (await reader.readline()) not in (b"\r\n", b""):
+        pass  # the request's head
+    await reader.read(1 << 16)  # its body (small: one read)
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + _event("a")
+    )
+    await writer.drain()
+    await asyncio.sleep(GAP_S)
+    writer.write(_event("b", "length"))
+    await writer.drain()
+    await asyncio.sleep(GAP_S)
+    writer.write(b"0\r\n\r\n")  # no [DONE]: the finish reason ends it
+    await writer.drain()
+    writer.close()
+
+
+async def _stamps(stamped: bool) -> tuple[list[int], int, object]:
+    server = await asyncio.start_server(_serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    spec = SimpleNamespace(
+        max_connections=4, verify_tls=False, ca_bundle=None, connect_timeout=5e9, read_timeout=5e9
+    )
+    session = open_session(spec, {}, None, time.monotonic_ns)  # type: ignore[arg-type]
+    try:
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        async with session.post(url, data=b"{}", trace_request_ctx=Wire()) as resp:
+            reads = read_stamps(resp) if stamped else None
+            await asyncio.sleep(LATE_S)  # the loop is free; this stream reads late
+            start = time.monotonic_ns()
+            stream = Stream("completions", 2, keep_reply=False)
+            ended = await stream.read(resp.content, time.monotonic_ns, reads=reads)
+        return [t for t, _ in stream.chunks], start, ended
+    finally:
+        await session.close()
+        server.close()
+        await server.wait_closed()
+
+
+def test_each_token_is_stamped_at_its_reads_arrival_however_late_it_is_read():
+    stamps, start, ended = asyncio.run(_stamps(stamped=True))
+    assert ended is None and len(stamps) == 2
+    # both came in before the coroutine looked (the second GAP_S after the first, LATE_S
+    # before it looked): their own arrivals, GAP_S apart (less only by how late the first was)
+    assert stamps[1] < start
+    assert stamps[1] - stamps[0] >= GAP_S * 1e9 / 2
+
+
+def test_without_the_connections_stamps_a_token_is_stamped_when_its_read_is_taken():
+    stamps, start, ended = asyncio.run(_stamps(stamped=False))
+    assert ended is None and len(stamps) == 2
+    assert stamps[0] >= start and stamps[1] - stamps[0] < GAP_S * 1e9 / 2
