@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import os
 import signal
 from array import array
 
@@ -155,6 +156,9 @@ class _Inbox:
         self.conn, self.side = conn, side
         self.queue: asyncio.Queue[tuple] = asyncio.Queue()
         asyncio.get_running_loop().add_reader(conn.fileno(), self._readable)
+        # uvloop's add_reader leaves the pipe non-blocking (asyncio's does not): a result
+        # bigger than the pipe's buffer would then fail half-sent and the run lose the worker
+        os.set_blocking(conn.fileno(), True)
 
     def _readable(self) -> None:
         try:

@@ -3,6 +3,7 @@ for anything else; the result's environment names the one that ran."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import warnings
 
@@ -57,3 +58,32 @@ def test_an_unknown_loop_is_a_clear_error_and_leaves_no_unawaited_coroutine(monk
 
 def test_outside_a_loop():
     assert loop.running() == "none"
+
+
+@pytest.mark.parametrize("choice", ["asyncio", "uvloop"])
+def test_a_workers_pipe_carries_a_result_bigger_than_its_buffer_on_either_loop(monkeypatch, choice):
+    """A worker reads its parent's messages through the loop (``add_reader``), which under
+    uvloop made the pipe non-blocking: a result past the pipe's 64 KiB failed half-sent and the
+    run lost the worker. 1 MiB goes through whole, read by the other end as it comes."""
+    import multiprocessing
+    import threading
+
+    from loadtest.execution.worker_side import _Inbox
+
+    if choice == "uvloop":
+        pytest.importorskip("uvloop")
+    monkeypatch.setenv(loop.ENV, choice)
+    ours, parents = multiprocessing.Pipe()
+    big = ("done", b"x" * (1 << 20))
+    got: list = []
+
+    async def go() -> None:
+        _Inbox(ours, None)  # type: ignore[arg-type]
+        reader = threading.Thread(target=lambda: got.append(parents.recv()))
+        reader.start()
+        ours.send(big)
+        reader.join(30)
+        asyncio.get_running_loop().remove_reader(ours.fileno())
+
+    loop.run(go())
+    assert got == [big]
