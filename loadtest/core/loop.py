@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from loadtest.core.errors import ScenarioError
@@ -52,6 +52,15 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
         return uvloop.run(main)
     return asyncio.run(main)
+
+
+def read_pipe_on_loop(fd: int, callback: Callable[..., object], *args: Any) -> None:
+    """``add_reader`` for a pipe read and written whole, message by message (multiprocessing's):
+    the callback runs when it is readable, and the pipe stays blocking as it was. uvloop's
+    ``add_reader`` makes it non-blocking (asyncio's does not), and then a message bigger than
+    the pipe's buffer fails half-read or half-written, as if the other end were gone."""
+    asyncio.get_running_loop().add_reader(fd, callback, *args)
+    os.set_blocking(fd, True)
 
 
 def running() -> str:

@@ -9,6 +9,7 @@ import multiprocessing
 from typing import Any
 
 from loadtest.config.loading import LoadedScenario
+from loadtest.core.loop import read_pipe_on_loop
 from loadtest.execution.clock_sync import SAME_CLOCK, ClockOffset
 from loadtest.execution.worker_side import send, worker_main
 from loadtest.execution.workers import Channel, Post
@@ -37,7 +38,7 @@ class ProcessChannel:
         child_end.close()
         self._conn = parent_end
         self.where = {"pid": self._proc.pid}
-        asyncio.get_running_loop().add_reader(parent_end.fileno(), self._readable, post)
+        read_pipe_on_loop(parent_end.fileno(), self._readable, post)
 
     def _readable(self, post: Post) -> None:
         conn, loop = self._conn, asyncio.get_running_loop()

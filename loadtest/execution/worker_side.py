@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import os
 import signal
 from array import array
 
@@ -23,6 +22,7 @@ from loadtest.core import loop, secrets
 from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError
 from loadtest.core.heap import settle_heap
+from loadtest.core.loop import read_pipe_on_loop
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.workload.plan import Plan, build_plan
 
@@ -155,10 +155,7 @@ class _Inbox:
     def __init__(self, conn, side: WorkerSide) -> None:
         self.conn, self.side = conn, side
         self.queue: asyncio.Queue[tuple] = asyncio.Queue()
-        asyncio.get_running_loop().add_reader(conn.fileno(), self._readable)
-        # uvloop's add_reader leaves the pipe non-blocking (asyncio's does not): a result
-        # bigger than the pipe's buffer would then fail half-sent and the run lose the worker
-        os.set_blocking(conn.fileno(), True)
+        read_pipe_on_loop(conn.fileno(), self._readable)
 
     def _readable(self) -> None:
         try:

@@ -4,6 +4,7 @@ for anything else; the result's environment names the one that ran."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import warnings
 
@@ -61,29 +62,37 @@ def test_outside_a_loop():
 
 
 @pytest.mark.parametrize("choice", ["asyncio", "uvloop"])
-def test_a_workers_pipe_carries_a_result_bigger_than_its_buffer_on_either_loop(monkeypatch, choice):
-    """A worker reads its parent's messages through the loop (``add_reader``), which under
-    uvloop made the pipe non-blocking: a result past the pipe's 64 KiB failed half-sent and the
-    run lost the worker. 1 MiB goes through whole, read by the other end as it comes."""
+def test_a_pipe_read_on_the_loop_carries_messages_bigger_than_its_buffer(monkeypatch, choice):
+    """A worker and its parent each read their pipe through the loop. Under uvloop that made
+    the pipe non-blocking, and a message past the pipe's 64 KiB failed half-sent or half-read,
+    as if the other end were gone: the run lost the worker. 1 MiB goes through whole, both
+    ways: read on the loop at one end, and sent on the loop at the other."""
     import multiprocessing
     import threading
-
-    from loadtest.execution.worker_side import _Inbox
 
     if choice == "uvloop":
         pytest.importorskip("uvloop")
     monkeypatch.setenv(loop.ENV, choice)
-    ours, parents = multiprocessing.Pipe()
+    ours, theirs = multiprocessing.Pipe()
     big = ("done", b"x" * (1 << 20))
     got: list = []
 
     async def go() -> None:
-        _Inbox(ours, None)  # type: ignore[arg-type]
-        reader = threading.Thread(target=lambda: got.append(parents.recv()))
+        done = asyncio.get_running_loop().create_future()
+
+        def readable() -> None:
+            got.append(ours.recv())  # a whole message, however it arrives
+            done.set_result(None)
+
+        loop.read_pipe_on_loop(ours.fileno(), readable)
+        assert os.get_blocking(ours.fileno())  # as the pipe was made
+        reader = threading.Thread(target=lambda: got.append(theirs.recv()))
         reader.start()
-        ours.send(big)
+        ours.send(big)  # out through the pipe the loop reads
         reader.join(30)
+        threading.Thread(target=theirs.send, args=(big,)).start()
+        await asyncio.wait_for(done, 30)
         asyncio.get_running_loop().remove_reader(ours.fileno())
 
     loop.run(go())
-    assert got == [big]
+    assert got == [big, big]
