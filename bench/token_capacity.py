@@ -1,5 +1,6 @@
 """Token capacity: how many streamed tokens a second one client core reads and stamps on time,
-loadtest beside ``vllm bench serve`` and AIPerf (where they are installed), in one invocation.
+loadtest (on its default loop, uvloop where installed, and as ``loadtest-asyncio`` on asyncio's
+own) beside ``vllm bench serve`` and AIPerf (where they are installed), in one invocation.
 
 The server is ``tests/fast_openai_server.py`` as an engine: every ``--step-ms``, one token to
 every running stream at once (a batched decode step), served from ``--server-processes``
