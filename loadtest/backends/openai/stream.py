@@ -72,9 +72,8 @@ class Stream:
 
         Each piece of the body is stamped with the time the socket read that completed it
         came in, where ``reads`` has it (``(ns, the body's bytes by then)`` a read, as
-        ``connection.read_stamps`` gives them), else
-        when this coroutine got the piece: on a busy loop that is later, by the other
-        streams' work done first."""
+        ``connection.read_stamps`` gives them), else when this coroutine got the piece: on a
+        busy loop that is later, by the other streams' work done first."""
         parser = SseParser()
         consumed = seen = 0  # the body's bytes taken so far; stamps of reads passed over
         async for raw, _ in content.iter_chunks():
