@@ -252,6 +252,9 @@ class WorkerGroup:
             sessions=_sum_sessions([o.sessions for o in outcomes]),
             stopped_ns=stopped,
             workers=[self._part(i, parts, lost, after[i]) for i in range(self.count)],
+            loop_busy=max(  # the busiest worker's loop: the first to hold its core's limit
+                (o.loop_busy for o in outcomes if o.loop_busy is not None), default=None
+            ),
         )
 
     def _part(self, i: int, parts: dict, lost: dict, after) -> WorkerPart:

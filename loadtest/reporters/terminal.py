@@ -65,8 +65,10 @@ def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True
         console.print(f"{label}: {value}")
     _render_traffic(m, console)
     loop, lag = m.harness.loop_lag_ms, m.latency_ms["dispatch_lag"]
+    busy = m.harness.loop_busy
     console.print(
         f"harness: dispatch lag p99 {_ms(lag.p99)} ms, event-loop lag p99 {_ms(loop.p99)} ms"
+        + ("" if busy is None else f", event loop busy {busy:.0%}")
     )
     workers = dict(insight.workers_rows(m.workers, m.backend))
     if workers:

@@ -21,6 +21,10 @@ from loadtest.results.model import (
 )
 from loadtest.results.stability import judge as judge_stability
 
+# The loop thread's busy share past which its stamps wait on it: Locust's own CPU warning is at
+# 90% (docs/benchmarks.md §9 has loadtest's share beside its ITL error).
+LOOP_BUSY_WARN = 0.9
+
 
 def judge_validity(
     scenario: Scenario,
@@ -59,6 +63,12 @@ def judge_validity(
     for m, h in hists.items():
         if h.over_range:
             warnings.append(f"{m}: {h.over_range} values over 1 h, counted at 1 h")
+    if outcome.loop_busy is not None and outcome.loop_busy >= LOOP_BUSY_WARN:
+        warnings.append(
+            f"the event loop was busy {outcome.loop_busy:.0%} of the run: at one core's limit, "
+            "every read and send waits on it, so stamps (ITL, TTFT) may carry the client's own "
+            "delay; add workers (load.workers) or send less from each"
+        )
     if outcome.throttled:
         warnings.append(
             f"{outcome.throttled} requests held back by max_rate (latency counts from the plan)"

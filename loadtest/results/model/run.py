@@ -82,6 +82,9 @@ class Harness(_Doc):
     loop_lag_ms: LatencySummary
     throttled_requests: int
     failure: str | None
+    # the event loop thread's CPU time over the run's real time (the busiest worker's); None
+    # on a virtual clock, and in results written before it was measured
+    loop_busy: float | None = None
 
 
 class StepResult(_Doc):

@@ -303,3 +303,35 @@ def test_max_rate_is_a_ceiling_and_its_hold_counts_in_latency_not_in_dispatch_la
     assert m["latency_ms"]["e2e"]["p50"] == pytest.approx(300, abs=1)  # the 13th: 3 x 0.1 s
     assert m["latency_ms"]["dispatch_lag"]["max"] < 0.01  # the hold is the ceiling, not client lag
     assert m["status"] == "ok" and any("max_rate" in w for w in m["validity"]["warnings"])
+
+
+def test_the_event_loops_busy_share_is_measured_on_real_time_and_warns_near_one_core(
+    tmp_path, monkeypatch
+):
+    """A run on the real clock records its loop thread's CPU over real time (a few requests to
+    a noop backend: well under one core); a virtual run records none (its time is not the
+    CPU's); and a loop at 90% or more of its core is named in the verdict's warnings."""
+    from loadtest.config.loading import load_scenario
+    from loadtest.execution import runner
+    from loadtest.session import run_scenario
+    from tests.conftest import run_virtual_scenario, write_scenario
+
+    data = {
+        "name": "busy",
+        "backend": {"kind": "noop"},
+        "workload": {"input_tokens": 1, "output_tokens": 2},
+        "load": {"arrival": {"kind": "constant", "rate": 50}, "requests": 10},
+        "telemetry": {"gpu": False},
+    }
+    real = run_scenario(load_scenario(write_scenario(tmp_path, data)), tmp_path / "real").metrics
+    assert 0 < real["harness"]["loop_busy"] < 0.9
+    assert not any("event loop was busy" in w for w in real["validity"]["warnings"])
+    virtual = run_virtual_scenario(tmp_path / "v", data)
+    assert virtual["harness"]["loop_busy"] is None
+    monkeypatch.setattr(runner, "_busy_start", lambda clock: (0, 0))
+    monkeypatch.setattr(runner, "_busy_since", lambda start: 0.93)
+    busy = run_virtual_scenario(tmp_path / "b", data)
+    assert busy["harness"]["loop_busy"] == 0.93
+    assert any(
+        w.startswith("the event loop was busy 93% of the run") for w in busy["validity"]["warnings"]
+    )
