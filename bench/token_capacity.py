@@ -165,7 +165,8 @@ def run_loadtest(
         "cpu_s": cpu,
         "lag_p99": lat["dispatch_lag"]["p99"],
         "invalid": not m["validity"]["valid"],
-        "said": f"{said}; dispatch lag p99 {lat['dispatch_lag']['p99']:.3g} ms",
+        "said": f"{said}; dispatch lag p99 {lat['dispatch_lag']['p99']:.3g} ms"
+        + f"; event loop busy {m['harness']['loop_busy']:.0%}",
     }
 
 
