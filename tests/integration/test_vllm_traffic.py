@@ -72,16 +72,13 @@ def _vllm_counter(vllm, name: str, label: str = "") -> float:
     )
 
 
-def test_cancelled_requests_stop_the_server_generating(vllm, tmp_path):
-    """Ten requests for 2000 tokens each, every one cancelled after its fifth: the server aborts
-    every one (none reaches its length), and reports generating no more than it could before it
-    saw the client leave. How many that is depends on the machine: vLLM's engine runs ahead of
-    its API process when they share two cores, and it generated 7 to 840 a request past the
-    disconnect here, so the test bounds the server's work by the requests' length, not by a
-    guess at that lag. (The running gauge is not asserted here: a request that lives 5 tokens
-    can fall between any two samples. The trace test above checks the gauge.)"""
-    length = 'finished_reason="length"'
-    before = _vllm_counter(vllm, "vllm:request_success_total", length)
+def test_cancelled_requests_leave_the_server_and_say_what_it_generated(vllm, tmp_path):
+    """Ten requests for 2000 tokens each, every one cancelled after its fifth: the client reads
+    exactly 50 and closes each connection, and the result sets what the server generated
+    beside what was read. Whether vLLM stops early is its front end's to notice, and on a
+    2-core box its engine may finish first (in one CI run 8 of the 10 ran to their length;
+    locally it generated 7 a request past the disconnect): not asserted here. The stub tests
+    assert that the server sees the client leave."""
     data = {
         "name": "cancel",
         "backend": {
@@ -106,16 +103,17 @@ def test_cancelled_requests_stop_the_server_generating(vllm, tmp_path):
     c = m["traffic"]["cancel"]
     assert c["cancelled"] == 10 and m["requests"]["failed"] == 0
     assert c["tokens_received"] == 50  # the stop is at the fifth token, mid-read or not
+    # the server's own count of what it generated in the run: at least what was read, at most
+    # what was asked (the ten requests, and the probe's few before t0)
     generated = m["server"]["metrics"]["generation_tokens"]["run_change"]
-    assert c["delivered_tokens"] <= generated < 10 * 2000, generated
-    # the server has let every request go (within a deadline), and none of the ten ran to its
-    # length: only the probe's short request (before t0) may have
+    assert c["delivered_tokens"] <= generated <= 10 * 2000 + 64, generated
+    report = (out / "report.md").read_text()
+    assert f"generated {round(generated)} tokens, the client read {c['delivered_tokens']}" in report
+    # every request ended on the server, by its length or its abort, within a deadline
     deadline = time.monotonic() + 60
     while _vllm_counter(vllm, "vllm:num_requests_running") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _vllm_counter(vllm, "vllm:num_requests_running") == 0
-    assert _vllm_counter(vllm, "vllm:request_success_total", length) - before <= 1
-    assert "nobody read" in (out / "report.md").read_text()
 
 
 def test_a_model_mix_over_two_served_names(vllm, tmp_path):
