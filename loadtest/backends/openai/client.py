@@ -26,7 +26,13 @@ from typing import Any
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, TEMPLATED_APIS, RequestBodies
-from loadtest.backends.openai.connection import Wire, error_text, failure_kind, read_stamps
+from loadtest.backends.openai.connection import (
+    Wire,
+    body_batches,
+    error_text,
+    failure_kind,
+    read_stamps,
+)
 from loadtest.backends.openai.discovery import authorization, server_root, without_credentials
 from loadtest.backends.openai.facts import report
 from loadtest.backends.openai.outputs import OutputChecks
@@ -242,9 +248,13 @@ class OpenAIBackend(Backend):
                     if isinstance(pooled, Cancelled):
                         failure, pooled = pooled, None
                 else:
+                    # a request the plan cancels is read as it comes, so that what it had read
+                    # at the cancel is taken; the rest in batches (the same stamps, less work)
+                    cancels = req.stop_at_ns is not None or req.stop_after_tokens is not None
+                    batches = None if cancels else body_batches(resp)
                     failure = await self._until_stop(
                         req,
-                        stream.read(resp.content, now, req.stop_after_tokens, reads),
+                        stream.read(resp.content, now, req.stop_after_tokens, reads, batches),
                     )
                     partial = (
                         not isinstance(failure, Failed) or failure.error_type != "server_error"
@@ -426,7 +436,9 @@ class OpenAIBackend(Backend):
                     return resp.status, ""
                 # read to its end (bounded: a stream past a few chunks a token is refused)
                 stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
-                await stream.read(resp.content, self.clock.now_ns, reads=read_stamps(resp))
+                await stream.read(
+                    resp.content, self.clock.now_ns, None, read_stamps(resp), body_batches(resp)
+                )
                 self.server_model = self.server_model or stream.model
                 self._tokens.learn(stream.chunks, stream.usage)
                 return resp.status, ""

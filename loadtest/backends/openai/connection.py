@@ -7,11 +7,12 @@ aiohttp is imported here only, inside the functions that need it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,10 @@ from loadtest.core import outside
 from loadtest.core.events import Sent
 
 ERROR_TEXT_CHARS = 300  # of an error body or exception message kept for the result
+# a stream read in batches wakes its coroutine once this much is unread, or once aiohttp pauses
+# the socket (at twice its read_bufsize unread, or more than read_bufsize/16 chunks: 512 KiB or
+# 16,384 chunks by default, where tiny chunks come first)
+BATCH_BYTES = 32 << 10
 
 
 def open_session(spec: Any, headers: dict[str, str], base_dir: Path, now: Callable[[], int]):
@@ -73,9 +78,18 @@ def stamping_protocol(now: Callable[[], int]) -> type:
             super().__init__(*args, **kwargs)
             self._stamped: Any = None
             self._stamps: list[tuple[int, int]] = []
+            self._read_ns = 0  # the latest socket read's arrival
 
         def data_received(self, data: bytes) -> None:
-            t = now()
+            if not data:  # aiohttp resuming its parser, on bytes it held while reading was
+                # paused (or none: it does so whenever its buffer runs low); any it releases
+                # came in with the latest read, not now
+                super().data_received(data)
+                body = self._stamped
+                if body is not None and self._stamps and body.total_bytes > self._stamps[-1][1]:
+                    self._stamps.append((self._read_ns, body.total_bytes))
+                return
+            t = self._read_ns = now()
             before = getattr(self, "_payload", None)
             super().data_received(data)
             body = getattr(self, "_payload", None) or before
@@ -84,6 +98,10 @@ def stamping_protocol(now: Callable[[], int]) -> type:
             if body is not self._stamped:
                 self._stamped, self._stamps = body, []
             self._stamps.append((t, body.total_bytes))
+            waiter = getattr(body, "_eof_waiter", None)  # a reader taking the body in batches
+            if waiter is not None and not waiter.done():
+                if body._size >= BATCH_BYTES or self._reading_paused:
+                    waiter.set_result(None)  # a batch's worth, or aiohttp stopped reading
 
         def of(self, body: Any) -> list[tuple[int, int]] | None:
             return self._stamps if body is self._stamped else None
@@ -97,6 +115,29 @@ def read_stamps(resp: Any) -> list[tuple[int, int]] | None:
     in, its connection goes back to the pool and may carry the next response."""
     protocol: Any = getattr(resp, "_protocol", None)
     return protocol.of(resp.content) if hasattr(protocol, "of") else None
+
+
+def body_batches(resp: Any) -> Callable[[int], Awaitable[bytes]] | None:
+    """The response body in batches, where its connection stamps its reads: each call
+    ``batch(limit)`` waits for the body's end, ``BATCH_BYTES`` unread, or aiohttp pausing the
+    socket (its buffer's limits), and gives up to ``limit`` of the bytes read and not yet taken
+    (b"" at the end); where it need not wait, it lets the loop run first, so a long body is
+    taken a slice at a time with every other socket read (and stamped) between. A stream's
+    coroutine then wakes a few times a response instead of once a token; the tokens' stamps
+    are the reads' (``read_stamps``) either way. None where the connection does not stamp."""
+    body = resp.content
+    protocol: Any = getattr(resp, "_protocol", None)
+    if not hasattr(protocol, "of") or not hasattr(body, "_eof_waiter"):
+        return None
+
+    async def batch(limit: int) -> bytes:
+        if not body.is_eof() and body._size < BATCH_BYTES and not protocol._reading_paused:
+            await body.wait_eof()  # or the protocol's wake-up (above); raises the body's error
+        else:
+            await asyncio.sleep(0)
+        return body.read_nowait(limit)
+
+    return batch
 
 
 def _ssl_context(spec: Any, base_dir: Path) -> ssl.SSLContext | bool:

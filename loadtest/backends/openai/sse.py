@@ -1,4 +1,5 @@
-"""Server-sent events, incrementally: bytes as they arrive -> the ``data`` of each complete event.
+"""Server-sent events, incrementally: bytes as they arrive -> the ``data`` of each complete event,
+and where it ended (the byte that completed it: its arrival is the event's).
 
 Per the WHATWG EventSource rules that OpenAI-compatible servers follow: events end at a blank
 line (``\\n\\n``, ``\\r\\n\\r\\n`` or ``\\r\\r``); an event's ``data:`` lines are joined with
@@ -30,33 +31,47 @@ class SseParser:
     def __init__(self) -> None:
         self._buf = b""
 
-    def feed(self, chunk: bytes) -> list[bytes]:
+    def feed(self, chunk: bytes) -> list[tuple[bytes, int]]:
         """The data of every event completed by ``chunk`` (events without data are skipped),
-        as bytes (UTF-8, checked by whoever decodes it); ``EventTooLarge`` when an event runs
-        past ``MAX_EVENT_BYTES`` without ending."""
-        if not self._buf and chunk.endswith(b"\n\n") and b"\r" not in chunk:
-            # the common read, whole events of one ``data: `` line each, split in one pass;
-            # anything else (a comment, another field, an event cut across reads) goes by
-            # the general rules, which give the same events for these
-            body = chunk[:-2]
-            if b"\n" not in body:
-                if body.startswith(b"data: "):
-                    return [body[6:]]
+        as bytes (UTF-8, checked by whoever decodes it), each with where in ``chunk`` the event
+        ended (just past its blank line: the byte that completed it); ``EventTooLarge`` when an
+        event runs past ``MAX_EVENT_BYTES`` without ending."""
+        held = len(self._buf)
+        buf = self._buf + chunk if held else chunk
+        if b"\r" not in buf:
+            # the common stream, events of one ``data: `` line each, split in one pass up to
+            # the last complete one (the rest held); anything else (a comment, another field)
+            # goes by the general rules, which give the same events for these
+            last = buf.rfind(b"\n\n")
+            if last < 0:
+                if len(buf) <= MAX_EVENT_BYTES:
+                    self._buf = buf
+                    return []
             else:
-                parts = body.split(b"\n\n")
+                parts = buf[:last].split(b"\n\n")
                 if all(p.startswith(b"data: ") and b"\n" not in p for p in parts):
-                    return [p[6:] for p in parts]
+                    out, end = [], -held
+                    for p in parts:
+                        end += len(p) + 2
+                        out.append((p[6:], end))
+                    self._buf = buf[last + 2 :]
+                    if len(self._buf) > MAX_EVENT_BYTES:
+                        raise EventTooLarge(
+                            f"an event ran past {MAX_EVENT_BYTES >> 20} MiB without ending"
+                        )
+                    return out
         return self.feed_general(chunk)
 
-    def feed_general(self, chunk: bytes) -> list[bytes]:
+    def feed_general(self, chunk: bytes) -> list[tuple[bytes, int]]:
         """``feed`` by the spec's rules alone, for any bytes."""
+        held = len(self._buf)  # an event's end lies in ``chunk``: the held bytes did not end one
         buf = self._buf + chunk
         out = []
         start = 0
         for m in _EVENT_END.finditer(buf):
             data = _event_data(buf[start : m.start()])
             if data is not None:
-                out.append(data)
+                out.append((data, m.end() - held))
             start = m.end()
         self._buf = buf[start:]
         if len(self._buf) > MAX_EVENT_BYTES:

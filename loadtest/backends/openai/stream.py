@@ -10,7 +10,7 @@ does not stop cannot grow the client's memory.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from loadtest.backends.openai.sse import EventTooLarge, SseParser
@@ -20,6 +20,9 @@ from loadtest.core.events import Cancelled, Failed
 # included), plus a few, and this many characters a chunk; past it the server does not stop.
 MAX_CHUNKS_PER_TOKEN, MAX_CHUNKS_SLACK, MAX_CHARS_PER_TOKEN = 4, 64, 256
 MAX_REPLY_CHARS = 1 << 20  # of a session turn's reply kept for its history (the rest is cut)
+# a batch is taken this many bytes at a time (~20 chunks: ~40 µs), the loop free between: one
+# stream's batch never holds up another's reads, whose stamps would wait on it
+SLICE_BYTES = 1 << 10
 
 
 _fast_loads: Callable[[bytes], Any]
@@ -27,6 +30,9 @@ try:
     from orjson import loads as _fast_loads
 except ImportError:  # the standard library's parser: the same answers, slower
     _fast_loads = json.loads
+
+
+_GOING = object()  # a piece of the body taken, and the stream goes on
 
 
 class BadResponse(Exception):
@@ -57,6 +63,7 @@ class Stream:
         # more chunks or text than the tokens asked for could hold: a server that does not stop
         self.max_chunks = MAX_CHUNKS_PER_TOKEN * output_tokens + MAX_CHUNKS_SLACK
         self.output_tokens = output_tokens
+        self._consumed = self._seen = 0  # the body's bytes taken; stamps of reads passed over
 
     async def read(
         self,
@@ -64,47 +71,71 @@ class Stream:
         now: Callable[[], int],
         stop_after: int | None = None,
         reads: list[tuple[int, int]] | None = None,
+        batches: Callable[[int], Awaitable[bytes]] | None = None,
     ) -> Failed | Cancelled | None:
         """Read to the end: None when the stream finished, else the failure it ended in (an
         error event, or no end at all), or ``Cancelled`` once ``stop_after`` chunks of text
         came (a user who read that many tokens and left). ``BadResponse`` for anything not an
         OpenAI stream.
 
-        Each piece of the body is stamped with the time the socket read that completed it
-        came in, where ``reads`` has it (``(ns, the body's bytes by then)`` a read, as
-        ``connection.read_stamps`` gives them), else when this coroutine got the piece: on a
-        busy loop that is later, by the other streams' work done first."""
+        Each event is stamped with the time the socket read that completed it came in, where
+        ``reads`` has it (``(ns, the body's bytes by then)`` a read, as
+        ``connection.read_stamps`` gives them), else when this coroutine got it: on a busy
+        loop that is later, by the other streams' work done first. With the stamps, the body
+        may come in ``batches`` (``connection.body_batches``: many reads' worth a wake-up, the
+        stamps unchanged); without, it is read piece by piece as it comes."""
         parser = SseParser()
-        consumed = seen = 0  # the body's bytes taken so far; stamps of reads passed over
-        async for raw, _ in content.iter_chunks():
-            if not raw:
-                continue
-            t = now()
-            consumed += len(raw)
-            if reads is not None:
-                while seen < len(reads) and reads[seen][1] < consumed:
-                    seen += 1
-                if seen < len(reads):
-                    t = reads[seen][0]
-            try:
-                events = parser.feed(raw)
-            except EventTooLarge as exc:
-                raise BadResponse(str(exc)) from None
-            for data in events:
-                if data == b"[DONE]":
-                    return None
-                event = parse_event(data)
-                failed = _error_in(event)
-                if failed is not None:
-                    return Failed(t, "server_error", failed)
-                self._take(t, event)
-                if stop_after is not None and len(self.chunks) >= stop_after:
-                    return Cancelled(t)  # the rest of this read goes unread, as the user left
+        if batches is not None and reads is not None:
+            while raw := await batches(SLICE_BYTES):
+                ended = self._take_piece(parser, raw, now, reads, stop_after)
+                if ended is not _GOING:
+                    return ended
+        else:
+            async for raw, _ in content.iter_chunks():
+                if raw:
+                    ended = self._take_piece(parser, raw, now, reads, stop_after)
+                    if ended is not _GOING:
+                        return ended
         if self.finish_reason is None:
             return Failed(
                 now(), "incomplete_stream", "the stream ended without [DONE] or a finish_reason"
             )
         return None
+
+    def _take_piece(
+        self,
+        parser: SseParser,
+        raw: bytes,
+        now: Callable[[], int],
+        reads: list[tuple[int, int]] | None,
+        stop_after: int | None,
+    ) -> Any:
+        """The events ``raw`` completes, taken in order: ``_GOING`` while the stream goes on,
+        else how it ended (None: ``[DONE]``)."""
+        base = self._consumed
+        self._consumed += len(raw)
+        try:
+            events = parser.feed(raw)
+        except EventTooLarge as exc:
+            raise BadResponse(str(exc)) from None
+        t = now() if reads is None else 0
+        for data, end in events:
+            if reads is not None:  # the read that brought the event's last byte
+                seen, at = self._seen, base + end
+                while seen < len(reads) and reads[seen][1] < at:
+                    seen += 1
+                self._seen = seen
+                t = reads[seen][0] if seen < len(reads) else now()
+            if data == b"[DONE]":
+                return None
+            event = parse_event(data)
+            failed = _error_in(event)
+            if failed is not None:
+                return Failed(t, "server_error", failed)
+            self._take(t, event)
+            if stop_after is not None and len(self.chunks) >= stop_after:
+                return Cancelled(t)  # the rest of this read goes unread, as the user left
+        return _GOING
 
     @property
     def reply_cut(self) -> bool:

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from loadtest.backends.openai.connection import Wire, open_session, read_stamps
+from loadtest.backends.openai.connection import Wire, body_batches, open_session, read_stamps
 from loadtest.backends.openai.stream import Stream
 
 pytest.importorskip("aiohttp")
@@ -44,7 +44,7 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     writer.close()
 
 
-async def _stamps(stamped: bool) -> tuple[list[int], int, object]:
+async def _stamps(stamped: bool, batched: bool = False) -> tuple[list[int], int, object]:
     server = await asyncio.start_server(_serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     spec = SimpleNamespace(
@@ -58,7 +58,8 @@ async def _stamps(stamped: bool) -> tuple[list[int], int, object]:
             await asyncio.sleep(LATE_S)  # the loop is free; this stream reads late
             start = time.monotonic_ns()
             stream = Stream("completions", 2, keep_reply=False)
-            ended = await stream.read(resp.content, time.monotonic_ns, reads=reads)
+            batches = body_batches(resp) if batched else None
+            ended = await stream.read(resp.content, time.monotonic_ns, reads=reads, batches=batches)
         return [t for t, _ in stream.chunks], start, ended
     finally:
         await session.close()
@@ -66,8 +67,9 @@ async def _stamps(stamped: bool) -> tuple[list[int], int, object]:
         await server.wait_closed()
 
 
-def test_each_token_is_stamped_at_its_reads_arrival_however_late_it_is_read():
-    stamps, start, ended = asyncio.run(_stamps(stamped=True))
+@pytest.mark.parametrize("batched", [False, True], ids=["read by read", "in batches"])
+def test_each_token_is_stamped_at_its_reads_arrival_however_late_it_is_read(batched):
+    stamps, start, ended = asyncio.run(_stamps(stamped=True, batched=batched))
     assert ended is None and len(stamps) == 2
     # both came in before the coroutine looked (the second GAP_S after the first, LATE_S
     # before it looked): their own arrivals, GAP_S apart (less only by how late the first was)
@@ -79,3 +81,71 @@ def test_without_the_connections_stamps_a_token_is_stamped_when_its_read_is_take
     stamps, start, ended = asyncio.run(_stamps(stamped=False))
     assert ended is None and len(stamps) == 2
     assert stamps[0] >= start and stamps[1] - stamps[0] < GAP_S * 1e9 / 2
+
+
+BURST = 400  # events of a byte an HTTP chunk: ~24,000 chunks, past aiohttp's 16,384 unread
+
+
+def _event_in_bits(text: str, reason: str | None = None) -> bytes:
+    chunk = {"choices": [{"index": 0, "text": text, "finish_reason": reason}]}
+    data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    return b"".join(
+        b"%x\r\n%s\r\n" % (len(data[k : k + 1]), data[k : k + 1]) for k in range(len(data))
+    )
+
+
+async def _serve_burst(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while (await reader.readline()) not in (b"\r\n", b""):
+        pass
+    await reader.read(1 << 16)
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    await writer.drain()
+    await asyncio.sleep(GAP_S)  # the reader is waiting for a batch by now
+    writer.write(b"".join(_event_in_bits(f"t{k}") for k in range(BURST)))
+    await writer.drain()
+    await asyncio.sleep(GAP_S)
+    writer.write(_event_in_bits("end", "length") + b"0\r\n\r\n")
+    await writer.drain()
+    writer.close()
+
+
+def test_a_burst_of_tiny_chunks_that_pauses_the_socket_wakes_the_batch_reader():
+    """A reader waiting for its batch, and a burst of tiny HTTP chunks, few bytes but more
+    unread chunks than aiohttp holds: it pauses the socket, so the body's end can only come
+    once the reader takes what is there. The pause wakes the reader (else it would wait for
+    an end that never comes: 5 s, then a timeout); every token comes, in order."""
+
+    async def main():
+        server = await asyncio.start_server(_serve_burst, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        spec = SimpleNamespace(
+            max_connections=4,
+            verify_tls=False,
+            ca_bundle=None,
+            connect_timeout=5e9,
+            read_timeout=5e9,
+        )
+        session = open_session(spec, {}, None, time.monotonic_ns)  # type: ignore[arg-type]
+        try:
+            url = f"http://127.0.0.1:{port}/v1/completions"
+            async with session.post(url, data=b"{}", trace_request_ctx=Wire()) as resp:
+                reads, batches = read_stamps(resp), body_batches(resp)
+                assert batches is not None
+                stream = Stream("completions", BURST + 1, keep_reply=False)
+                ended = await asyncio.wait_for(
+                    stream.read(resp.content, time.monotonic_ns, reads=reads, batches=batches),
+                    5,
+                )
+            return stream, ended
+        finally:
+            await session.close()
+            server.close()
+            await server.wait_closed()
+
+    stream, ended = asyncio.run(main())
+    assert ended is None
+    assert [text for _, text in stream.chunks] == [*(f"t{k}" for k in range(BURST)), "end"]
+    t = [t for t, _ in stream.chunks]
+    assert t == sorted(t)

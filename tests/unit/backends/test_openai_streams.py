@@ -307,3 +307,77 @@ def test_stamps_are_those_of_the_general_path_on_recorded_streams(datas, groups)
         return s.chunks
 
     assert chunks(True) == chunks(False)
+
+
+class Batched(Recorded):
+    """The same reads handed over in batches (several reads' bytes at once), as
+    ``connection.body_batches`` gives them once a stream's coroutine wakes."""
+
+    def __init__(self, reads: list[bytes], groups: list[int]) -> None:
+        super().__init__(reads)
+        self.batches, k = [], 0
+        for g in [*groups, len(reads)]:
+            if k < len(reads):
+                self.batches.append(b"".join(reads[k : k + g]))
+                k += g
+
+    async def next_batch(self, limit: int) -> bytes:
+        if not self.batches:
+            return b""
+        taken, self.batches[0] = self.batches[0][:limit], self.batches[0][limit:]
+        if not self.batches[0]:
+            self.batches.pop(0)
+        return taken
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(_EVENT, min_size=1, max_size=40),
+    st.lists(st.integers(0, 4000), max_size=12),
+    st.lists(st.integers(1, 6), max_size=12),
+)
+def test_a_stream_read_in_batches_keeps_every_stamp_of_the_read_by_read_path(events, cuts, groups):
+    """Any stream, cut into socket reads anywhere, each read stamped (ns, the body's bytes by
+    then): read piece by piece or in batches of reads (sliced for the loop's sake), every token
+    gets the same stamp, that of the read that brought its event's last byte."""
+    import loadtest.backends.openai.stream as stream_mod
+
+    raw = "".join(events).encode() + b"data: [DONE]\n\n"
+    points = sorted({min(c, len(raw)) for c in cuts})
+    reads = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)]) if b > a]
+    stamps, total = [], 0
+    for i, r in enumerate(reads):
+        total += len(r)
+        stamps.append((1000 * (i + 1), total))
+
+    def chunks(batched: bool) -> list:
+        s = Stream("completions", 64, keep_reply=False)
+        body = Batched(reads, groups)
+
+        def late() -> int:
+            raise AssertionError("every event has its read's stamp")
+
+        slice_bytes = stream_mod.SLICE_BYTES
+        stream_mod.SLICE_BYTES = 40  # a batch taken in slices, cut anywhere
+        try:
+            failure = asyncio.run(
+                s.read(body, late, reads=stamps, batches=body.next_batch if batched else None)
+            )
+        finally:
+            stream_mod.SLICE_BYTES = slice_bytes
+        assert failure is None
+        return s.chunks
+
+    by_read = chunks(False)
+    assert chunks(True) == by_read
+    # by hand: the stamp of the read holding each token's event's end
+    expected, offset = [], 0
+    for e in events:
+        offset += len(e.encode())
+        data = [ln[5:].strip() for ln in e.replace("\r\n", "\n").split("\n") if ln[:5] == "data:"]
+        if data == ["[DONE]"]:  # the stream's end: what follows is never read
+            break
+        if data:
+            text = json.loads(data[0])["choices"][0]["text"]
+            expected.append((next(t for t, n in stamps if n >= offset), text))
+    assert by_read == expected
