@@ -24,6 +24,7 @@ from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, Cancelled, Failed, Finished, Sent, Tokens
 from loadtest.core.heap import settle_heap
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.request import LATE_FLOOR_NS, RequestState
@@ -65,6 +66,7 @@ class RunOutcome:
     # the event loop thread's CPU time over the run's real time (None on a virtual clock):
     # near 1 the loop is one core's limit, and every stamp and send waits on it
     loop_busy: float | None = None
+    prompts_at_send: int = 0  # prompts made as they were sent, past what was made before t0
 
 
 class Runner(Users):
@@ -81,9 +83,12 @@ class Runner(Users):
         keep_records: bool = False,
         profile=None,
         goodput: tuple[int | None, int | None, int | None] | None = None,
+        prompts: PromptsAhead | None = None,
     ) -> None:
-        """``goodput``: per-request objectives in ns (ttft, tpot, e2e), or None."""
+        """``goodput``: per-request objectives in ns (ttft, tpot, e2e), or None; ``prompts``:
+        the plan's prompts, made before t0 (else ``run`` makes them)."""
         self.goodput = goodput
+        self._prompts = prompts
         self.profile = profile  # a ProfileWindow, or None
         self.plan, self.backend, self.tokenizer, self.clock, self.load = (
             plan,
@@ -139,6 +144,8 @@ class Runner(Users):
         """The run: t0 a moment from now (or ``t0_ns``, agreed with other workers), dispatch
         until the window ends, drain, then the outcome. Without ``settle`` a window that ends
         with its last request is left open: the workers' parent settles it over all of them."""
+        if self._prompts is None and self.backend.needs_prompt_ids:
+            self._prompts = PromptsAhead(self.plan, self.tokenizer)
         settle_heap()  # the plan and everything loaded: never scanned by a collection in the window
         # Collections run where the dispatcher has slack (after recording), not wherever an
         # allocation happens to trip the threshold: a collection inside a send is dispatch lag.
@@ -223,6 +230,7 @@ class Runner(Users):
             sessions=self.sessions,
             stopped_ns=self.stopped_ns,
             loop_busy=_busy_since(busy_from),
+            prompts_at_send=0 if self._prompts is None else self._prompts.left,
         )
 
     def stats(self, percentiles: bool = True) -> dict:
@@ -414,7 +422,10 @@ class Runner(Users):
 
     async def _consume(self, st: RequestState, prompt_ids: list[int] | None) -> None:
         if prompt_ids is None and self.backend.needs_prompt_ids:
-            prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer)
+            if self._prompts is not None:
+                prompt_ids = self._prompts.take(st.req.index)
+            if prompt_ids is None:
+                prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer)
         cancel = self.load.cancel
         after_tokens = cancel.after_tokens if st.req.cancel and cancel is not None else None
         if self.backend.stops_itself:

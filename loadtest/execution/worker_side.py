@@ -23,6 +23,7 @@ from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError
 from loadtest.core.heap import settle_heap
 from loadtest.core.loop import read_pipe_on_loop
+from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.workload.plan import Plan, build_plan
 
@@ -51,6 +52,7 @@ class WorkerSide:
         self.backend: Backend | None = None
         self.runner: Runner | None = None
         self._share: Plan | None = None
+        self._prompts: PromptsAhead | None = None  # made before ready
         self._info: BackendInfo | None = None
         self._early_stop: tuple[str, int | None] | None = None
 
@@ -68,6 +70,8 @@ class WorkerSide:
             **await backend.prepare(self._share),
             "traffic": plan.describe(),  # the whole plan's, the same from every worker
         }
+        if backend.needs_prompt_ids:  # before "ready" too: made while no clock runs
+            self._prompts = PromptsAhead(self._share, info.tokenizer)
         settle_heap()  # before "ready": t0 is near once every worker is
         return {
             "name": info.name,
@@ -94,6 +98,7 @@ class WorkerSide:
             scenario.outputs.interval,
             keep_records=scenario.outputs.requests_jsonl,
             goodput=None if goodput is None else (goodput.ttft, goodput.tpot, goodput.e2e),
+            prompts=self._prompts,
         )
         if self._early_stop is not None:  # a stop that came before the runner existed
             self.runner.request_stop(*self._early_stop)

@@ -255,6 +255,7 @@ class WorkerGroup:
             loop_busy=max(  # the busiest worker's loop: the first to hold its core's limit
                 (o.loop_busy for o in outcomes if o.loop_busy is not None), default=None
             ),
+            prompts_at_send=sum(o.prompts_at_send for o in outcomes),
         )
 
     def _part(self, i: int, parts: dict, lost: dict, after) -> WorkerPart:

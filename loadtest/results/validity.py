@@ -10,6 +10,7 @@ from typing import Any
 
 from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution import prompts_ahead
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import (
@@ -68,6 +69,13 @@ def judge_validity(
             f"the event loop was busy {outcome.loop_busy:.0%} of the run: at one core's limit, "
             "every read and send waits on it, so stamps (ITL, TTFT) may carry the client's own "
             "delay; add workers (load.workers) or send less from each"
+        )
+    if outcome.prompts_at_send:
+        warnings.append(
+            f"{outcome.prompts_at_send} prompts were made as they were sent, past the "
+            f"{prompts_ahead.AHEAD_TOKENS:,} prompt tokens made before the run: making one holds the event "
+            "loop (about 2.7 µs a token), so those sends and the tokens read meanwhile may be "
+            "late; a shorter run, or more workers (each makes its own share), makes them all ahead"
         )
     if outcome.throttled:
         warnings.append(
