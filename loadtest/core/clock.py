@@ -157,3 +157,20 @@ def cpu_wait_ns() -> int | None:
             return int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def busy_start(clock: Clock) -> tuple[int, int] | None:
+    """This thread's CPU time and the real time now, to take a busy share from; None on a
+    virtual clock (its time is not the CPU's)."""
+    if isinstance(clock, VirtualClock):
+        return None
+    return time.thread_time_ns(), time.monotonic_ns()
+
+
+def busy_share_since(start: tuple[int, int] | None) -> float | None:
+    """This thread's CPU time since ``start`` over the real time since: its busy share (near 1,
+    the thread is its core's limit)."""
+    if start is None:
+        return None
+    wall = time.monotonic_ns() - start[1]
+    return round((time.thread_time_ns() - start[0]) / wall, 3) if wall > 0 else None

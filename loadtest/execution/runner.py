@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadtest.config.scenario import Load
-from loadtest.core.clock import Clock, VirtualClock, cpu_wait_ns
+from loadtest.core.clock import Clock, busy_share_since, busy_start, cpu_wait_ns
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, Cancelled, Failed, Finished, Sent, Tokens
 from loadtest.core.heap import settle_heap
@@ -173,7 +172,7 @@ class Runner(Users):
             rec.profile = self.profile
             self.profile.arm(self.t0)
         loop_lag = LatencyHistogram()
-        busy_from = _busy_start(self.clock)
+        busy_from = busy_start(self.clock)
         probe = asyncio.create_task(self._probe_loop(loop_lag))
         watchdog = asyncio.create_task(self._watch_for_silence())
         window_opens = None
@@ -229,7 +228,7 @@ class Runner(Users):
             self.throttled,
             sessions=self.sessions,
             stopped_ns=self.stopped_ns,
-            loop_busy=_busy_since(busy_from),
+            loop_busy=busy_share_since(busy_from),
             prompts_at_send=0 if self._prompts is None else self._prompts.left,
         )
 
@@ -551,21 +550,6 @@ def _collect_in_slack(due: int | None, now: Callable[[], int]) -> None:
     if young < GC_YOUNG or (young < GC_FORCED and due is not None and now() + GC_SLACK_NS > due):
         return
     gc.collect(2 if old >= 10 else 1 if middle >= 10 else 0)
-
-
-def _busy_start(clock: Clock) -> tuple[int, int] | None:
-    """This thread's CPU time and the real time now; None on a virtual clock."""
-    if isinstance(clock, VirtualClock):
-        return None
-    return time.thread_time_ns(), time.monotonic_ns()
-
-
-def _busy_since(start: tuple[int, int] | None) -> float | None:
-    """This thread's CPU time since ``start`` over the real time since: its busy share."""
-    if start is None:
-        return None
-    wall = time.monotonic_ns() - start[1]
-    return round((time.thread_time_ns() - start[0]) / wall, 3) if wall > 0 else None
 
 
 def _record_since(hist: LatencyHistogram, now: Callable[[], int], t_ns: int) -> None:

@@ -328,8 +328,8 @@ def test_the_event_loops_busy_share_is_measured_on_real_time_and_warns_near_one_
     assert not any("event loop was busy" in w for w in real["validity"]["warnings"])
     virtual = run_virtual_scenario(tmp_path / "v", data)
     assert virtual["harness"]["loop_busy"] is None
-    monkeypatch.setattr(runner, "_busy_start", lambda clock: (0, 0))
-    monkeypatch.setattr(runner, "_busy_since", lambda start: 0.93)
+    monkeypatch.setattr(runner, "busy_start", lambda clock: (0, 0))
+    monkeypatch.setattr(runner, "busy_share_since", lambda start: 0.93)
     busy = run_virtual_scenario(tmp_path / "b", data)
     assert busy["harness"]["loop_busy"] == 0.93
     assert any(
