@@ -79,6 +79,7 @@ def stamping_protocol(now: Callable[[], int]) -> type:
             self._stamped: Any = None
             self._stamps: list[tuple[int, int]] = []
             self._read_ns = 0  # the latest socket read's arrival
+            self._silent_from = 0.0  # the loop's time at the latest read (sock_read counts from)
 
         def data_received(self, data: bytes) -> None:
             if not data:  # aiohttp resuming its parser, on bytes it held while reading was
@@ -106,6 +107,28 @@ def stamping_protocol(now: Callable[[], int]) -> type:
         def of(self, body: Any) -> list[tuple[int, int]] | None:
             return self._stamps if body is self._stamped else None
 
+        # sock_read: aiohttp cancels its timer and makes a new one at every read (each token);
+        # this one is made once, and when it fires it looks at the latest read: silent for the
+        # whole timeout, the read times out; else it waits out the rest from that read
+        def _reschedule_timeout(self) -> None:
+            timeout = self._read_timeout
+            if not timeout:
+                self._drop_timeout()
+                return
+            self._silent_from = self._loop.time()
+            if self._read_timeout_handle is None:  # type: ignore[has-type]
+                self._read_timeout_handle = self._loop.call_at(
+                    self._silent_from + timeout, self._read_timer
+                )
+
+        def _read_timer(self) -> None:
+            self._read_timeout_handle = None
+            due = self._silent_from + (self._read_timeout or 0)
+            if self._loop.time() >= due:
+                self._on_read_timeout()
+            else:  # a read came meanwhile (or the timer fired early)
+                self._read_timeout_handle = self._loop.call_at(due, self._read_timer)
+
     return StampingProtocol
 
 
@@ -125,17 +148,28 @@ def body_batches(resp: Any) -> Callable[[int], Awaitable[bytes]] | None:
     taken a slice at a time with every other socket read (and stamped) between. A stream's
     coroutine then wakes a few times a response instead of once a token; the tokens' stamps
     are the reads' (``read_stamps``) either way. None where the connection does not stamp."""
+    import aiohttp
+
     body = resp.content
     protocol: Any = getattr(resp, "_protocol", None)
     if not hasattr(protocol, "of") or not hasattr(body, "_eof_waiter"):
         return None
 
+    failed: list[BaseException] = []  # the body's error, raised once what came before it is taken
+
     async def batch(limit: int) -> bytes:
-        if not body.is_eof() and body._size < BATCH_BYTES and not protocol._reading_paused:
-            await body.wait_eof()  # or the protocol's wake-up (above); raises the body's error
-        else:
-            await asyncio.sleep(0)
-        return body.read_nowait(limit)
+        if not failed:
+            try:
+                if not body.is_eof() and body._size < BATCH_BYTES and not protocol._reading_paused:
+                    await body.wait_eof()  # or the protocol's wake-up (above)
+                else:
+                    await asyncio.sleep(0)
+                return body.read_nowait(limit)
+            except (aiohttp.ClientError, TimeoutError) as exc:  # a timeout, a cut, a reset
+                failed.append(exc)
+        if body._size:  # read before it failed: a stream keeps the tokens it read
+            return body._read_nowait(limit)
+        raise failed[0]
 
     return batch
 

@@ -1,0 +1,105 @@
+"""A stream's failures over a real socket, read by read or in batches: one silent for
+``backend.read_timeout`` fails as ``read_timeout``, one cut mid-body as ``stream_cut``, each
+keeping the tokens it read before; one whose reads keep coming runs past the timeout in all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from loadtest.backends.openai.connection import (
+    Wire,
+    body_batches,
+    failure_kind,
+    open_session,
+    read_stamps,
+)
+from loadtest.backends.openai.stream import Stream
+
+pytest.importorskip("aiohttp")
+
+TIMEOUT_S = 0.3
+
+
+def _event(text: str, reason: str | None = None) -> bytes:
+    chunk = {"choices": [{"index": 0, "text": text, "finish_reason": reason}]}
+    data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _server(gaps: list[float], cut: bool = False):
+    """Headers, then a token after each gap in ``gaps``, the last one ending the stream (or,
+    ``cut``, the connection closed after it, mid-body)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        await reader.read(1 << 16)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        for k, gap in enumerate(gaps):
+            await asyncio.sleep(gap)
+            last = k == len(gaps) - 1 and not cut
+            writer.write(_event("t", "length" if last else None) + (b"0\r\n\r\n" if last else b""))
+            await writer.drain()
+        if not cut:
+            await asyncio.sleep(1)
+        writer.close()
+
+    return serve
+
+
+async def _read(gaps: list[float], batched: bool, cut: bool = False):
+    server = await asyncio.start_server(_server(gaps, cut), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    spec = SimpleNamespace(
+        max_connections=4,
+        verify_tls=False,
+        ca_bundle=None,
+        connect_timeout=5e9,
+        read_timeout=TIMEOUT_S * 1e9,
+    )
+    session = open_session(spec, {}, None, time.monotonic_ns)  # type: ignore[arg-type]
+    stream = Stream("completions", len(gaps), keep_reply=False)
+    start = time.monotonic()
+    try:
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        async with session.post(url, data=b"{}", trace_request_ctx=Wire()) as resp:
+            batches = body_batches(resp) if batched else None
+            reads = read_stamps(resp)
+            try:
+                ended = await stream.read(resp.content, time.monotonic_ns, None, reads, batches)
+            except Exception as exc:  # classified as the client does
+                ended = failure_kind(exc)[0]
+        return ended, len(stream.chunks), time.monotonic() - start
+    finally:
+        await session.close()
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["read by read", "in batches"])
+def test_a_stream_silent_past_the_read_timeout_fails_as_read_timeout(batched):
+    # a token at once, then silence for ten timeouts: it fails a timeout after that token
+    ended, tokens, took = asyncio.run(_read([0.0, 10 * TIMEOUT_S], batched))
+    assert ended == "read_timeout" and tokens == 1
+    assert TIMEOUT_S <= took < 5 * TIMEOUT_S
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["read by read", "in batches"])
+def test_a_stream_whose_reads_keep_coming_runs_past_the_read_timeout(batched):
+    # ten tokens a third of the timeout apart: 1 s in all, more than three timeouts
+    ended, tokens, took = asyncio.run(_read([TIMEOUT_S / 3] * 10, batched))
+    assert ended is None and tokens == 10 and took >= 3 * TIMEOUT_S
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["read by read", "in batches"])
+def test_a_stream_cut_mid_body_fails_as_cut_and_keeps_what_it_read(batched):
+    ended, tokens, _ = asyncio.run(_read([0.0, 0.0, 0.0], batched, cut=True))
+    assert ended == "stream_cut" and tokens == 3
