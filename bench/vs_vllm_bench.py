@@ -138,7 +138,7 @@ def main() -> None:
     server = None
     if args.url is None:
         model_dir = real_servers.build_vllm_model(work / "model")
-        server = real_servers.start_vllm(python, model_dir, work)
+        server = real_servers.start_vllm(python, model_dir, work, compiled=True)
         url, tokenizer = server.url, str(model_dir)
     else:
         url, tokenizer = args.url, args.tokenizer or args.model
