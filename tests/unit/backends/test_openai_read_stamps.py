@@ -1,18 +1,17 @@
 """A stream's tokens are stamped when the socket read that brought them came in, not when its
 coroutine next ran: over a real socket, a stream whose coroutine reads late (as one behind many
-others on a busy loop would) still gets each token's arrival."""
+others on a busy loop would) still gets each token's arrival, read by read or in batches."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from loadtest.backends.openai.connection import Wire, body_batches, open_session, read_stamps
+from loadtest.backends.openai.connection import Wire, body_batches, read_stamps
 from loadtest.backends.openai.stream import Stream
+from tests.unit.backends.raw_sse import END, HEAD, event, serving, take_request
 
 pytest.importorskip("aiohttp")
 
@@ -20,39 +19,21 @@ GAP_S = 0.05  # the server's wait between the two tokens
 LATE_S = 0.3  # how long after the headers the stream's coroutine starts reading
 
 
-def _event(text: str, reason: str | None = None) -> bytes:
-    chunk = {"choices": [{"index": 0, "text": text, "finish_reason": reason}]}
-    data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
-    return b"%x\r\n%s\r\n" % (len(data), data)  # one HTTP chunk an event, as servers send
-
-
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while (await reader.readline()) not in (b"\r\n", b""):
-        pass  # the request's head
-    await reader.read(1 << 16)  # its body (small: one read)
-    writer.write(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n" + _event("a")
-    )
+    await take_request(reader)
+    writer.write(HEAD + event("a"))
     await writer.drain()
     await asyncio.sleep(GAP_S)
-    writer.write(_event("b", "length"))
+    writer.write(event("b", "length"))
     await writer.drain()
     await asyncio.sleep(GAP_S)
-    writer.write(b"0\r\n\r\n")  # no [DONE]: the finish reason ends it
+    writer.write(END)  # no [DONE]: the finish reason ends it
     await writer.drain()
     writer.close()
 
 
 async def _stamps(stamped: bool, batched: bool = False) -> tuple[list[int], int, object]:
-    server = await asyncio.start_server(_serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    spec = SimpleNamespace(
-        max_connections=4, verify_tls=False, ca_bundle=None, connect_timeout=5e9, read_timeout=5e9
-    )
-    session = open_session(spec, {}, None, time.monotonic_ns)  # type: ignore[arg-type]
-    try:
-        url = f"http://127.0.0.1:{port}/v1/completions"
+    async with serving(_serve) as (session, url):
         async with session.post(url, data=b"{}", trace_request_ctx=Wire()) as resp:
             reads = read_stamps(resp) if stamped else None
             await asyncio.sleep(LATE_S)  # the loop is free; this stream reads late
@@ -61,10 +42,6 @@ async def _stamps(stamped: bool, batched: bool = False) -> tuple[list[int], int,
             batches = body_batches(resp) if batched else None
             ended = await stream.read(resp.content, time.monotonic_ns, reads=reads, batches=batches)
         return [t for t, _ in stream.chunks], start, ended
-    finally:
-        await session.close()
-        server.close()
-        await server.wait_closed()
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["read by read", "in batches"])
@@ -86,27 +63,15 @@ def test_without_the_connections_stamps_a_token_is_stamped_when_its_read_is_take
 BURST = 400  # events of a byte an HTTP chunk: ~24,000 chunks, past aiohttp's 16,384 unread
 
 
-def _event_in_bits(text: str, reason: str | None = None) -> bytes:
-    chunk = {"choices": [{"index": 0, "text": text, "finish_reason": reason}]}
-    data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
-    return b"".join(
-        b"%x\r\n%s\r\n" % (len(data[k : k + 1]), data[k : k + 1]) for k in range(len(data))
-    )
-
-
 async def _serve_burst(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    while (await reader.readline()) not in (b"\r\n", b""):
-        pass
-    await reader.read(1 << 16)
-    writer.write(
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    )
+    await take_request(reader)
+    writer.write(HEAD)
     await writer.drain()
     await asyncio.sleep(GAP_S)  # the reader is waiting for a batch by now
-    writer.write(b"".join(_event_in_bits(f"t{k}") for k in range(BURST)))
+    writer.write(b"".join(event(f"t{k}", chunk_bytes=1) for k in range(BURST)))
     await writer.drain()
     await asyncio.sleep(GAP_S)
-    writer.write(_event_in_bits("end", "length") + b"0\r\n\r\n")
+    writer.write(event("end", "length", chunk_bytes=1) + END)
     await writer.drain()
     writer.close()
 
@@ -118,18 +83,7 @@ def test_a_burst_of_tiny_chunks_that_pauses_the_socket_wakes_the_batch_reader():
     an end that never comes: 5 s, then a timeout); every token comes, in order."""
 
     async def main():
-        server = await asyncio.start_server(_serve_burst, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        spec = SimpleNamespace(
-            max_connections=4,
-            verify_tls=False,
-            ca_bundle=None,
-            connect_timeout=5e9,
-            read_timeout=5e9,
-        )
-        session = open_session(spec, {}, None, time.monotonic_ns)  # type: ignore[arg-type]
-        try:
-            url = f"http://127.0.0.1:{port}/v1/completions"
+        async with serving(_serve_burst) as (session, url):
             async with session.post(url, data=b"{}", trace_request_ctx=Wire()) as resp:
                 reads, batches = read_stamps(resp), body_batches(resp)
                 assert batches is not None
@@ -139,10 +93,6 @@ def test_a_burst_of_tiny_chunks_that_pauses_the_socket_wakes_the_batch_reader():
                     5,
                 )
             return stream, ended
-        finally:
-            await session.close()
-            server.close()
-            await server.wait_closed()
 
     stream, ended = asyncio.run(main())
     assert ended is None

@@ -5,30 +5,17 @@ keeping the tokens it read before; one whose reads keep coming runs past the tim
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from loadtest.backends.openai.connection import (
-    Wire,
-    body_batches,
-    failure_kind,
-    open_session,
-    read_stamps,
-)
+from loadtest.backends.openai.connection import Wire, body_batches, failure_kind, read_stamps
 from loadtest.backends.openai.stream import Stream
+from tests.unit.backends.raw_sse import END, HEAD, event, serving, take_request
 
 pytest.importorskip("aiohttp")
 
 TIMEOUT_S = 0.3
-
-
-def _event(text: str, reason: str | None = None) -> bytes:
-    chunk = {"choices": [{"index": 0, "text": text, "finish_reason": reason}]}
-    data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def _server(gaps: list[float], cut: bool = False):
@@ -36,17 +23,12 @@ def _server(gaps: list[float], cut: bool = False):
     ``cut``, the connection closed after it, mid-body)."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while (await reader.readline()) not in (b"\r\n", b""):
-            pass
-        await reader.read(1 << 16)
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
-        )
+        await take_request(reader)
+        writer.write(HEAD)
         for k, gap in enumerate(gaps):
             await asyncio.sleep(gap)
             last = k == len(gaps) - 1 and not cut
-            writer.write(_event("t", "length" if last else None) + (b"0\r\n\r\n" if last else b""))
+            writer.write(event("t", "length" if last else None) + (END if last else b""))
             await writer.drain()
         if not cut:
             await asyncio.sleep(1)
@@ -56,20 +38,9 @@ def _server(gaps: list[float], cut: bool = False):
 
 
 async def _read(gaps: list[float], batched: bool, cut: bool = False):
-    server = await asyncio.start_server(_server(gaps, cut), "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    spec = SimpleNamespace(
-        max_connections=4,
-        verify_tls=False,
-        ca_bundle=None,
-        connect_timeout=5e9,
-        read_timeout=TIMEOUT_S * 1e9,
-    )
-    session = open_session(spec, {}, None, time.monotonic_ns)  # type: ignore[arg-type]
     stream = Stream("completions", len(gaps), keep_reply=False)
     start = time.monotonic()
-    try:
-        url = f"http://127.0.0.1:{port}/v1/completions"
+    async with serving(_server(gaps, cut), read_timeout_s=TIMEOUT_S) as (session, url):
         async with session.post(url, data=b"{}", trace_request_ctx=Wire()) as resp:
             batches = body_batches(resp) if batched else None
             reads = read_stamps(resp)
@@ -77,11 +48,8 @@ async def _read(gaps: list[float], batched: bool, cut: bool = False):
                 ended = await stream.read(resp.content, time.monotonic_ns, None, reads, batches)
             except Exception as exc:  # classified as the client does
                 ended = failure_kind(exc)[0]
-        return ended, len(stream.chunks), time.monotonic() - start
-    finally:
-        await session.close()
-        server.close()
-        await server.wait_closed()
+            took = time.monotonic() - start
+    return ended, len(stream.chunks), took
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["read by read", "in batches"])
