@@ -20,8 +20,8 @@ from loadtest.core.events import Cancelled, Failed
 # included), plus a few, and this many characters a chunk; past it the server does not stop.
 MAX_CHUNKS_PER_TOKEN, MAX_CHUNKS_SLACK, MAX_CHARS_PER_TOKEN = 4, 64, 256
 MAX_REPLY_CHARS = 1 << 20  # of a session turn's reply kept for its history (the rest is cut)
-# a batch is taken this many bytes at a time (~20 chunks: ~40 µs), the loop free between: one
-# stream's batch never holds up another's reads, whose stamps would wait on it
+# a batch is taken this many bytes at a time (a few chunks: tens of µs), the loop free between:
+# one stream's batch never holds up another's reads for long, whose stamps would wait on it
 SLICE_BYTES = 1 << 10
 
 
