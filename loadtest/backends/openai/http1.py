@@ -1,0 +1,591 @@
+"""The token path's HTTP: loadtest's own HTTP/1.1 client for streamed responses.
+
+A streamed response costs its client once per socket read, and a served model sends a read a
+token. Through aiohttp a read runs about ten Python calls: its protocol, its parser's callbacks
+for each HTTP chunk, and its buffer resuming the protocol for every piece taken. Here a read is
+one call, ``data_received``: it stamps the read, strips the chunked framing and keeps the body's
+bytes. The stream's coroutine wakes a few times a response to take them (``Response.batch``).
+``bench/stream_reading.py`` measures the difference. Every call of the openai backend goes this
+way: the requests, the probe, ``/tokenize``, ``/models`` and the profiler's endpoints.
+
+What it speaks: HTTP/1.1 over TCP or TLS, one request at a time a connection, kept alive and
+pooled (at most ``max_connections``: 0 is unbounded). The request body is sent whole, with its
+Content-Length. A response body may be chunked, of a Content-Length, or end with the
+connection. It asks for ``Accept-Encoding: identity``: a compressed stream is refused, since
+its bytes could not be stamped as they arrive. A redirect is not followed: it fails as its
+status, with its Location in the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from loadtest.core._version import __version__
+
+# a stream's coroutine wakes once this much of its body is unread, at its end, or on a failure
+BATCH_BYTES = 32 << 10
+# past this much unread, the socket is not read until the stream takes some (memory stays
+# bounded; the kernel holds the rest, and its stamps are the later reads')
+PAUSE_BYTES = 4 << 20
+MAX_HEAD_BYTES = 64 << 10  # a response head past this is no server's answer
+MAX_LINE_BYTES = 4 << 10  # of a chunk's size line or a trailer
+
+# where a connection's current response is
+_IDLE, _HEAD, _CHUNKED, _LENGTH, _TO_CLOSE, _DONE = range(6)
+
+
+class HttpFailure(Exception):
+    """A request that failed on the wire. ``kind`` is the result's error type (connect_error,
+    tls_error, connect_timeout, read_timeout, server_disconnected, stream_cut,
+    connection_reset, bad_http); ``connecting``: it never connected (the server may be down)."""
+
+    def __init__(self, kind: str, message: str, connecting: bool = False) -> None:
+        super().__init__(message)
+        self.kind, self.connecting = kind, connecting
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection and the response it is reading now."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+        self.now = pool.now
+        self.transport: Any = None
+        self.lost = False  # the connection is gone (either side closed it)
+        self.counted = True  # in the pool's count of open connections
+        self.reusable = True  # may carry another request once this response is read
+        self.state = _IDLE
+        self._reset(1)
+
+    def _reset(self, wake_bytes: int) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.reads: list[tuple[int, int]] = []  # (ns, the body's bytes by then), a read each
+        self.buf = bytearray()  # the body's bytes not yet taken
+        self.total = 0  # the body's bytes in all
+        self.error: HttpFailure | None = None
+        self.wake_bytes = wake_bytes
+        self.waiter: asyncio.Future | None = None  # the stream's coroutine, waiting for bytes
+        self.head = b""
+        self.need = 0  # of the current chunk's data (chunked), or of the body (a length)
+        self.crlf = 0  # bytes of the CRLF after a chunk's data still to pass over
+        self.line = b""  # a chunk-size or trailer line, begun in an earlier read
+        self.trailers = False  # past the last chunk: trailer lines to their blank one
+        self.paused = False
+        self.silent_from = 0  # ns of the latest read: the read timeout counts from it
+        self.timer: asyncio.TimerHandle | None = None
+        self.read_timeout_ns = 0  # this request's (0: none)
+
+    # -- the loop's side -------------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        t = self.now()
+        if self.state == _HEAD:
+            data = self._head_in(data)
+            if not data:
+                self.silent_from = t
+                return
+        state = self.state
+        if state == _CHUNKED:
+            got = self._dechunk(data)
+        elif state == _LENGTH:
+            got = min(self.need, len(data))
+            self.buf += data if got == len(data) else data[:got]
+            self.need -= got
+            if not self.need:
+                self._end(extra=got < len(data))
+        elif state == _TO_CLOSE:
+            got = len(data)
+            self.buf += data
+        else:  # bytes with no request out, or past a response's end: not a server to trust
+            self.reusable = False
+            self.transport.close()
+            return
+        self.silent_from = t
+        if got:
+            self.total += got
+            self.reads.append((t, self.total))
+        if len(self.buf) >= PAUSE_BYTES and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        w = self.waiter
+        if w is not None and (
+            len(self.buf) >= self.wake_bytes or self.state == _DONE or self.paused
+        ):
+            self.waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        state = self.state
+        if state == _TO_CLOSE and exc is None:
+            self._end()
+        elif state == _HEAD:
+            self._fail(
+                HttpFailure("connection_reset", f"the connection was reset: {exc}")
+                if isinstance(exc, OSError)
+                else HttpFailure("server_disconnected", "the server closed the connection")
+            )
+        elif state in (_CHUNKED, _LENGTH, _TO_CLOSE):
+            self._fail(HttpFailure("stream_cut", "the connection closed mid-body" + _why(exc)))
+        self.pool._lost(self)
+
+    # -- the body's framing ----------------------------------------------------------------
+
+    def _dechunk(self, data: bytes) -> int:
+        """The chunked framing taken off ``data``; the body's bytes kept (their count)."""
+        buf, pos, n, got, need = self.buf, 0, len(data), 0, self.need
+        while pos < n:
+            if need:
+                take = need if need <= n - pos else n - pos
+                buf += data[pos : pos + take] if take < n else data
+                pos += take
+                need -= take
+                got += take
+                if not need:
+                    self.crlf = 2
+            elif self.crlf:
+                step = min(self.crlf, n - pos)
+                pos += step
+                self.crlf -= step
+            else:
+                end = data.find(b"\n", pos)
+                line = self.line + data[pos : n if end < 0 else end]
+                if end < 0:
+                    self.line = line
+                    if len(line) > MAX_LINE_BYTES:
+                        self._fail(HttpFailure("bad_http", "a chunk line past 4 KiB"))
+                    break
+                self.line, pos = b"", end + 1
+                if self.trailers:
+                    if not line.strip():
+                        self._end(extra=pos < n)
+                        break
+                    continue
+                try:
+                    need = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    self._fail(
+                        HttpFailure("bad_http", f"a chunk size that is no number: {line[:40]!r}")
+                    )
+                    break
+                if need < 0:
+                    self._fail(HttpFailure("bad_http", "a negative chunk size"))
+                    break
+                self.trailers = need == 0
+        self.need = need
+        return got
+
+    def _head_in(self, data: bytes) -> bytes:
+        """The response head, taken from ``data``; what of ``data`` is body."""
+        head = self.head + data
+        end = head.find(b"\r\n\r\n")
+        if end < 0:
+            self.head = head
+            if len(head) > MAX_HEAD_BYTES:
+                self._fail(HttpFailure("bad_http", "a response head past 64 KiB"))
+            return b""
+        self.head, rest = b"", head[end + 4 :]
+        lines = head[:end].decode("latin-1").split("\r\n")
+        version, _, status = lines[0].partition(" ")
+        try:
+            code = int(status.partition(" ")[0])
+        except ValueError:
+            self._fail(HttpFailure("bad_http", f"not an HTTP status line: {lines[0][:80]!r}"))
+            return b""
+        if not version.startswith("HTTP/1.") or not 100 <= code <= 599:
+            self._fail(HttpFailure("bad_http", f"not an HTTP/1 status line: {lines[0][:80]!r}"))
+            return b""
+        if code < 200:  # an interim answer (100 Continue): the real head comes after it
+            return self._head_in(rest) if rest else b""
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            name, value = name.strip().lower(), value.strip()
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self.status, self.headers = code, headers
+        if headers.get("connection", "").lower() == "close" or version == "HTTP/1.0":
+            self.reusable = False
+        codings = [c.strip() for c in headers.get("transfer-encoding", "").lower().split(",")]
+        compressed = headers.get("content-encoding", "identity").lower() != "identity" or any(
+            c not in ("", "chunked", "identity") for c in codings
+        )
+        if compressed:
+            coding = headers.get("content-encoding") or headers["transfer-encoding"]
+            self._fail(
+                HttpFailure(
+                    "bad_http",
+                    f"the server compressed the stream ({coding[:40]}) though asked not "
+                    "to: its tokens' arrivals cannot be read",
+                )
+            )
+            return b""
+        if code in (204, 304):
+            self._end(extra=bool(rest))
+        elif codings != [""]:
+            if codings[-1] == "chunked":
+                self.state = _CHUNKED
+            else:  # not chunked last: the body ends with the connection (RFC 9112 6.3)
+                self.state, self.reusable = _TO_CLOSE, False
+        elif "content-length" in headers:
+            try:
+                self.need = int(headers["content-length"])
+            except ValueError:
+                self._fail(HttpFailure("bad_http", "a Content-Length that is no number"))
+                return b""
+            self.state = _LENGTH
+            if not self.need:
+                self._end(extra=bool(rest))
+        else:
+            self.state, self.reusable = _TO_CLOSE, False
+        self._wake()
+        return rest
+
+    # -- ends ------------------------------------------------------------------------------
+
+    def _end(self, extra: bool = False) -> None:
+        """The response is in; ``extra``: bytes came past it (nothing was asked for them)."""
+        self.state = _DONE
+        if extra:
+            self.reusable = False
+        self._stop_timer()
+        self._wake()
+
+    def _fail(self, failure: HttpFailure) -> None:
+        if self.error is None:
+            self.error = failure
+        self.state, self.reusable = _DONE, False
+        self._stop_timer()
+        if not self.lost and self.transport is not None:
+            self.transport.abort()
+        self._wake()
+
+    def _wake(self) -> None:
+        w, self.waiter = self.waiter, None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # -- the read timeout: one timer a response, which looks at the latest read when it fires
+
+    def _arm(self, sent_ns: int) -> None:
+        self.silent_from = sent_ns
+        if self.read_timeout_ns:
+            self.timer = asyncio.get_running_loop().call_later(
+                self.read_timeout_ns / 1e9, self._timer_fired
+            )
+
+    def _timer_fired(self) -> None:
+        now = self.now()
+        if self.paused:  # the client stopped reading, not the server sending
+            self.silent_from = now
+        due = self.silent_from + self.read_timeout_ns
+        if now >= due:
+            self.timer = None
+            timeout = self.read_timeout_ns / 1e9
+            self._fail(HttpFailure("read_timeout", f"nothing came for {timeout:g} s"))
+        else:  # a read came meanwhile
+            self.timer = asyncio.get_running_loop().call_later((due - now) / 1e9, self._timer_fired)
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def _why(exc: BaseException | None) -> str:
+    return f" ({exc})" if exc else ""
+
+
+class Response:
+    """A response as it comes: ``status``, ``headers``; the body's reads stamped as they came
+    in (``reads``: ``(ns, the body's bytes by then)``), and the body taken in batches."""
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self.status, self.headers, self.reads = conn.status, conn.headers, conn.reads
+        self._done = False
+
+    async def batch(self, limit: int) -> bytes:
+        """Up to ``limit`` of the body's bytes not yet taken: once ``BATCH_BYTES`` (or, for a
+        response opened ``eager``, any) are unread, at the end, or on a failure; b"" at the
+        end. Where it need not wait, the loop runs first, so a long body is taken a slice at a
+        time with other sockets' reads (and stamps) between. A failure is raised once the
+        bytes read before it are taken: a stream keeps the tokens it read."""
+        c = self._conn
+        if c.state != _DONE and len(c.buf) < c.wake_bytes and not c.paused:
+            c.waiter = waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                c.waiter = None
+        else:
+            await asyncio.sleep(0)
+        buf = c.buf
+        if buf:
+            out = bytes(buf[:limit])
+            del buf[:limit]
+            if c.paused and len(buf) < PAUSE_BYTES // 2 and not c.lost:
+                c.paused = False
+                c.silent_from = c.now()  # the read timeout counts again, from now
+                c.transport.resume_reading()
+            return out
+        if c.error is not None:
+            raise c.error
+        if c.state != _DONE:  # woken, yet nothing: another batch
+            return await self.batch(limit)
+        return b""
+
+    async def read(self, limit: int) -> bytes:
+        """The body to its end, or its first ``limit`` bytes where it is longer (a bounded
+        read of a document: the caller tells a long one by its length)."""
+        out = bytearray()
+        while len(out) < limit and (piece := await self.batch(limit - len(out))):
+            out += piece
+        return bytes(out)
+
+    async def text(self, limit: int = 4096) -> str:
+        """The start of the body (an error's message), as text: never the whole of a hostile
+        one. Empty where reading it fails."""
+        try:
+            return (await self.read(limit)).decode("utf-8", errors="replace")
+        except HttpFailure:
+            return ""
+
+    def close(self) -> None:
+        """Leave now: the connection closes (the server sees the client go)."""
+        c = self._conn
+        c.reusable = False
+        if not c.lost and c.transport is not None:
+            c.transport.close()
+        self.release()
+
+    def release(self) -> None:
+        """Done with it: the connection goes back to the pool where its response ended well
+        and it may be kept, else it is closed."""
+        if self._done:
+            return
+        self._done = True
+        c = self._conn
+        c._stop_timer()
+        c._wake()
+        keep = c.state == _DONE and c.error is None and c.reusable and not c.lost
+        c.state = _IDLE
+        c.pool._release(c, keep)
+
+
+class ConnectionPool:
+    """The connections to one origin (scheme, host, port), kept alive: at most
+    ``max_connections`` open (0: unbounded), waited for in turn. Each request is stamped on
+    its ``wire`` (``connection.Wire``): its start, when its bytes left, its waits for a
+    connection."""
+
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        ssl_context: ssl.SSLContext | bool,
+        max_connections: int,
+        connect_timeout_ns: int,
+        read_timeout_ns: int,
+        now: Callable[[], int],
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"{url}: not an http(s) URL")
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.ssl: ssl.SSLContext | None = None
+        if parts.scheme == "https":
+            if isinstance(ssl_context, ssl.SSLContext):
+                self.ssl = ssl_context
+            else:
+                self.ssl = ssl.create_default_context()
+                if not ssl_context:  # verify_tls: false
+                    self.ssl.check_hostname = False
+                    self.ssl.verify_mode = ssl.CERT_NONE
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.origin = f"{parts.scheme}://{host}:{self.port}"
+        lines = {
+            "Host": host if parts.port is None else f"{host}:{self.port}",
+            "User-Agent": f"loadtest/{__version__}",
+            "Accept": "*/*",
+            "Accept-Encoding": "identity",
+            **headers,
+        }
+        for name, value in lines.items():
+            if any(c in f"{name}{value}" for c in "\r\n"):
+                raise ValueError(f"header {name!r}: a line break in a header")
+        self._head = "".join(f"{k}: {v}\r\n" for k, v in lines.items()).encode()
+        self._targets: dict[str, bytes] = {}  # URL -> the request line's target
+        self.limit = max_connections
+        self.connect_timeout = connect_timeout_ns / 1e9
+        self.read_timeout_ns = read_timeout_ns
+        self.now = now
+        self._idle: list[_Connection] = []
+        self._open = 0  # connections counted against the limit: in use, idle or connecting
+        self._waiters: deque[asyncio.Future] = deque()
+        self._all: set[_Connection] = set()
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: bytes = b"",
+        wire: Any = None,
+        eager: bool = False,
+        read_timeout_ns: int | None = None,
+    ) -> Response:
+        """Send ``method url`` with ``body`` (JSON, where there is one) and wait for the
+        response's head. ``eager``: the body's batches come read by read (a request the plan
+        may cancel takes what was read by then). ``read_timeout_ns``: this request's (0: none;
+        None: the pool's)."""
+        target = self._targets.get(url) or self._target(url)
+        now, cpu = self.now, time.thread_time_ns
+        if wire is not None:
+            wire.start_ns, wire.cpu_start_ns = now(), cpu()
+        conn = await self._acquire(wire)
+        try:
+            conn._reset(1 if eager else BATCH_BYTES)
+            conn.state = _HEAD
+            conn.read_timeout_ns = (
+                self.read_timeout_ns if read_timeout_ns is None else read_timeout_ns
+            )
+            length = b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+            conn.transport.write(
+                b"%s %s HTTP/1.1\r\n%s%s\r\n%s"
+                % (method.encode(), target, self._head, length if body else b"", body)
+            )
+            if wire is not None:
+                wire.sent_ns, wire.cpu_sent_ns = now(), cpu()
+            conn._arm(now())
+            if conn.status == 0 and conn.error is None:
+                conn.waiter = waiter = asyncio.get_running_loop().create_future()
+                await waiter
+            if conn.status == 0:
+                raise conn.error or HttpFailure("server_disconnected", "no response")
+        except BaseException:
+            Response(conn).close()
+            raise
+        return Response(conn)
+
+    def _target(self, url: str) -> bytes:
+        parts = urlsplit(url)
+        host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if f"{parts.scheme}://{host}:{port}" != self.origin:
+            raise ValueError(f"{url}: not of this pool's origin, {self.origin}")
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._targets[url] = out = target.encode()
+        return out
+
+    async def close(self) -> None:
+        for conn in list(self._all):
+            if conn.transport is not None and not conn.lost:
+                conn.transport.abort()
+        self._idle.clear()
+        await asyncio.sleep(0)  # the transports' connection_lost calls
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    async def _acquire(self, wire: Any) -> _Connection:
+        while True:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.lost:
+                    return conn
+            if not self.limit or self._open < self.limit:
+                return await self._connect(wire)
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            start = self.now()
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken and leaving: the turn passes on
+                raise
+            finally:
+                if wire is not None:
+                    wire.queued_ns += self.now() - start
+
+    async def _connect(self, wire: Any) -> _Connection:
+        self._open += 1
+        start = self.now()
+        loop = asyncio.get_running_loop()
+        failure: HttpFailure
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl else None,
+                ),
+                self.connect_timeout or None,
+            )
+        except asyncio.TimeoutError:
+            failure = HttpFailure(
+                "connect_timeout",
+                f"{self.origin}: no connection within {self.connect_timeout:g} s",
+                True,
+            )
+        except ssl.SSLCertVerificationError as exc:
+            failure = HttpFailure("tls_error", f"{self.origin}: {exc}", True)
+        except OSError as exc:
+            failure = HttpFailure("connect_error", f"{self.origin}: {exc}", True)
+        except BaseException:
+            self._open -= 1
+            self._wake()
+            raise
+        else:
+            if wire is not None:
+                wire.connect_ns += self.now() - start
+            self._all.add(conn)
+            return conn
+        if wire is not None:
+            wire.connect_ns += self.now() - start
+        self._open -= 1
+        self._wake()
+        raise failure
+
+    def _release(self, conn: _Connection, keep: bool) -> None:
+        if keep:
+            self._idle.append(conn)
+            self._wake()
+            return
+        if not conn.lost and conn.transport is not None:
+            conn.transport.close()
+        self._drop(conn)
+
+    def _lost(self, conn: _Connection) -> None:
+        if conn.state == _IDLE:  # an idle one the server closed (its keep-alive ran out)
+            self._drop(conn)
+
+    def _drop(self, conn: _Connection) -> None:
+        self._all.discard(conn)
+        if conn.counted:
+            conn.counted = False
+            self._open -= 1
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return

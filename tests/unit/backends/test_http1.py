@@ -1,0 +1,367 @@
+"""loadtest's own HTTP/1.1 client (``http1``): a response's framing taken off reads cut anywhere,
+each read stamped with the body's bytes by then; the heads and bodies it refuses, by name; and
+over real sockets, the pool (kept-alive connections, the limit and its waits, connections the
+server closes), connect failures, TLS, and a client that leaves mid-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadtest.backends.openai import http1
+from loadtest.backends.openai.connection import Wire
+from loadtest.backends.openai.http1 import ConnectionPool, HttpFailure
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.closed = self.aborted = self.paused = False
+        self.written = b""
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+
+def _connection(clock) -> http1._Connection:
+    pool = ConnectionPool("http://127.0.0.1:9/", {}, False, 0, 10**9, 0, clock)
+    conn = http1._Connection(pool)
+    conn.connection_made(FakeTransport())
+    conn._reset(http1.BATCH_BYTES)
+    conn.state = http1._HEAD
+    return conn
+
+
+def _feed(raw: bytes, cuts: list[int]) -> tuple[http1._Connection, list[tuple[int, int]]]:
+    """``raw`` fed as reads cut at ``cuts``, read k stamped 1000 * (k + 1); the connection,
+    and each read's raw span."""
+    points = sorted({min(c, len(raw)) for c in cuts})
+    spans = [(a, b) for a, b in zip([0, *points], [*points, len(raw)]) if b > a]
+    clock_at = [0]
+    conn = _connection(lambda: clock_at[0])
+    for k, (a, b) in enumerate(spans):
+        clock_at[0] = 1000 * (k + 1)
+        conn.data_received(raw[a:b])
+    return conn, spans
+
+
+_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+
+
+@st.composite
+def _bodies(draw):
+    """A body, framed one of the three ways, with the raw offsets of each of its bytes."""
+    pieces = draw(st.lists(st.binary(min_size=1, max_size=40), max_size=12))
+    body = b"".join(pieces)
+    framing = draw(st.sampled_from(["chunked", "length", "close"]))
+    if framing == "chunked":
+        raw, where = _HEAD + b"Transfer-Encoding: chunked\r\n\r\n", []
+        for p in pieces:
+            ext = draw(st.sampled_from([b"", b";name=value", b" ;x"]))
+            raw += b"%x%s\r\n" % (len(p), ext)
+            where += range(len(raw), len(raw) + len(p))
+            raw += p + b"\r\n"
+        raw += b"0\r\n" + draw(st.sampled_from([b"", b"X-Trailer: 1\r\n"])) + b"\r\n"
+    elif framing == "length":
+        raw = _HEAD + b"Content-Length: %d\r\n\r\n" % len(body)
+        where = list(range(len(raw), len(raw) + len(body)))
+        raw += body
+    else:
+        raw = _HEAD + b"\r\n"
+        where = list(range(len(raw), len(raw) + len(body)))
+        raw += body
+    return framing, body, raw, where
+
+
+@settings(max_examples=300, deadline=None)
+@given(_bodies(), st.lists(st.integers(0, 800), max_size=10))
+def test_any_body_cut_into_any_reads_is_the_body_each_read_stamped_with_its_bytes(framed, cuts):
+    framing, body, raw, where = framed
+    conn, spans = _feed(raw, cuts)
+    if framing == "close":  # its end is the connection's
+        conn.connection_lost(None)
+    assert conn.error is None and conn.status == 200
+    assert conn.state == http1._DONE
+    assert bytes(conn.buf) == body
+    assert conn.reusable == (framing != "close")
+    # by hand: every read that brought body bytes, with the body's bytes by its end
+    expected, total = [], 0
+    for k, (a, b) in enumerate(spans):
+        got = sum(1 for w in where if a <= w < b)
+        if got:
+            total += got
+            expected.append((1000 * (k + 1), total))
+    assert conn.reads == expected
+
+
+def test_bytes_past_the_body_make_the_connection_not_reusable():
+    conn, _ = _feed(_HEAD + b"Content-Length: 2\r\n\r\nokEXTRA", [])
+    assert bytes(conn.buf) == b"ok" and conn.state == http1._DONE and not conn.reusable
+
+
+def test_an_interim_answer_is_passed_over_and_a_204_has_no_body():
+    conn, _ = _feed(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", [30])
+    assert conn.status == 204 and conn.state == http1._DONE and conn.reusable
+
+
+def test_connection_close_and_http_1_0_are_not_kept():
+    conn, _ = _feed(_HEAD + b"Connection: close\r\nContent-Length: 0\r\n\r\n", [])
+    assert conn.state == http1._DONE and not conn.reusable
+    conn, _ = _feed(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", [])
+    assert conn.state == http1._DONE and not conn.reusable
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP status line"),
+        (b"HTTP/2 200 OK\r\n\r\n", "not an HTTP/1 status line"),
+        (_HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", "a chunk size that is no number"),
+        (_HEAD + b"Content-Length: many\r\n\r\n", "a Content-Length that is no number"),
+        (_HEAD + b"Content-Encoding: gzip\r\nContent-Length: 3\r\n\r\n", "compressed the stream"),
+        (_HEAD + b"Transfer-Encoding: gzip, chunked\r\n\r\n", "compressed the stream"),
+        (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 12000, "a response head past 64 KiB"),
+        (_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + b"1" * 5000, "a chunk line past 4 KiB"),
+    ],
+)
+def test_what_is_no_http_response_fails_as_bad_http_and_closes_the_connection(raw, says):
+    conn, _ = _feed(raw, [])
+    assert conn.error is not None and conn.error.kind == "bad_http", conn.error
+    assert says in str(conn.error)
+    assert conn.transport.aborted and not conn.reusable
+
+
+@pytest.mark.parametrize(
+    ("state_raw", "kind"),
+    [
+        (b"", "server_disconnected"),  # nothing came back
+        (_HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nab", "stream_cut"),
+        (_HEAD + b"Content-Length: 10\r\n\r\nab", "stream_cut"),
+    ],
+)
+def test_a_connection_lost_early_is_named_for_where_it_was(state_raw, kind):
+    conn, _ = _feed(state_raw, [])
+    conn.connection_lost(None)
+    assert conn.error is not None and conn.error.kind == kind
+
+
+def test_a_header_with_a_line_break_is_refused():
+    with pytest.raises(ValueError, match="line break"):
+        ConnectionPool("http://h/", {"X": "a\r\nInjected: 1"}, False, 0, 1, 0, time.monotonic_ns)
+
+
+# -- over real sockets ----------------------------------------------------------------------
+
+
+class Server:
+    """A keep-alive HTTP server on loopback answering every request with ``body`` (after
+    ``delay_s``), counting connections and requests; ``close_after``: it closes each
+    connection after that many answers."""
+
+    def __init__(self, body: bytes = b"{}", delay_s: float = 0.0, close_after: int = 0) -> None:
+        self.body, self.delay_s, self.close_after = body, delay_s, close_after
+        self.connections = self.requests = 0
+        self.left: list[float] = []  # when each connection's client went away
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        answered = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                self.requests += 1
+                await asyncio.sleep(self.delay_s)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(self.body), self.body)
+                )
+                await writer.drain()
+                answered += 1
+                if self.close_after and answered >= self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.left.append(time.monotonic())
+        writer.close()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/x"
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+
+def _pool(url: str, limit: int = 0, ssl_context=False) -> ConnectionPool:
+    return ConnectionPool(url, {}, ssl_context, limit, 2 * 10**9, 5 * 10**9, time.monotonic_ns)
+
+
+async def _get(pool: ConnectionPool, url: str, wire: Wire | None = None) -> bytes:
+    resp = await pool.request("POST", url, b"{}", wire)
+    try:
+        assert resp.status == 200
+        return await resp.read(1 << 16)
+    finally:
+        resp.release()
+
+
+def test_requests_one_after_another_share_one_kept_alive_connection():
+    async def main():
+        server = Server(b"hello")
+        async with server as url:
+            pool = _pool(url)
+            answers = [await _get(pool, url) for _ in range(3)]
+            await pool.close()
+        return answers, server
+
+    answers, server = asyncio.run(main())
+    assert answers == [b"hello"] * 3 and server.connections == 1 and server.requests == 3
+
+
+def test_at_the_connection_limit_a_request_waits_its_turn_and_the_wait_is_stamped():
+    async def main():
+        server = Server(delay_s=0.2)
+        async with server as url:
+            pool = _pool(url, limit=1)
+            wires = [Wire(), Wire()]
+            await asyncio.gather(*(_get(pool, url, w) for w in wires))
+            await pool.close()
+        return wires, server
+
+    wires, server = asyncio.run(main())
+    assert server.connections == 1 and server.requests == 2
+    waits = sorted(w.queued_ns for w in wires)
+    assert waits[0] == 0 and waits[1] >= 0.1e9  # the second waited out most of the first
+
+
+def test_a_connection_the_server_closes_is_not_used_again():
+    async def main():
+        server = Server(close_after=1)
+        async with server as url:
+            pool = _pool(url)
+            for _ in range(3):
+                await _get(pool, url)
+                await asyncio.sleep(0.05)  # the server's close arrives
+            await pool.close()
+        return server
+
+    server = asyncio.run(main())
+    assert server.connections == 3 and server.requests == 3
+
+
+def test_a_refused_connection_fails_as_connect_error_while_connecting():
+    async def main():
+        probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = probe.sockets[0].getsockname()[1]
+        probe.close()
+        await probe.wait_closed()  # nothing listens there now
+        url = f"http://127.0.0.1:{port}/v1/x"
+        pool = _pool(url)
+        try:
+            await _get(pool, url)
+        except HttpFailure as exc:
+            return exc, pool._open
+        raise AssertionError("connected")
+
+    exc, still_open = asyncio.run(main())
+    assert exc.kind == "connect_error" and exc.connecting and still_open == 0
+
+
+def test_a_client_that_leaves_mid_stream_closes_its_connection_and_the_server_sees_it():
+    async def stream(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(2)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
+        await writer.drain()
+        gone = await reader.read(1)  # b"": the client closed
+        seen.append(gone)
+        writer.close()
+
+    seen: list[bytes] = []
+
+    async def main():
+        server = await asyncio.start_server(stream, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/x"
+        pool = _pool(url)
+        resp = await pool.request("POST", url, b"{}", eager=True)
+        assert await resp.batch(100) == b"hi"
+        resp.close()
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.02)
+        server.close()
+        return pool._open
+
+    assert asyncio.run(main()) == 0 and seen == [b""]
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate with")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.mark.parametrize("trust", ["default", "ca_bundle", "unverified"])
+def test_tls_verifies_the_server_against_what_is_trusted(certificate, trust):
+    cert, key = certificate
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    trusted = {
+        "default": True,  # the system's roots: a self-signed certificate is not among them
+        "ca_bundle": ssl.create_default_context(cafile=str(cert)),
+        "unverified": False,
+    }[trust]
+
+    async def main():
+        server = Server(b"secret")
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=server_side)
+        url = f"https://127.0.0.1:{listening.sockets[0].getsockname()[1]}/v1/x"
+        pool = _pool(url, ssl_context=trusted)
+        try:
+            return await _get(pool, url)
+        except HttpFailure as exc:
+            return exc
+        finally:
+            await pool.close()
+            listening.close()
+
+    got = asyncio.run(main())
+    if trust == "default":
+        assert isinstance(got, HttpFailure) and got.kind == "tls_error" and got.connecting
+    else:
+        assert got == b"secret"
