@@ -170,17 +170,8 @@ class OpenAISpec(Spec):
         return out
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
-        """Problems found before connecting: aiohttp not installed, a CA bundle that is not there."""
-        import importlib.util
-
+        """Problems found before connecting: a CA bundle that is not there."""
         problems = []
-        if importlib.util.find_spec("aiohttp") is None:
-            problems.append(
-                (
-                    ("backend", "kind"),
-                    "the openai backend needs aiohttp: pip install 'loadtest[http]'",
-                )
-            )
         if self.ca_bundle is not None:
             p = Path(self.ca_bundle).expanduser()
             if not (p if p.is_absolute() else base_dir / p).is_file():

@@ -1,4 +1,4 @@
-"""``kind: openai``: a served model behind an OpenAI-compatible API, streamed over SSE (aiohttp).
+"""``kind: openai``: a served model behind an OpenAI-compatible API, streamed over SSE (``http1``).
 
 Each request is one streaming POST (``stream.Stream`` reads it). Every network read is stamped
 on arrival (``monotonic_ns``); once the stream is done its text is counted in tokens: with the
@@ -26,15 +26,10 @@ from typing import Any
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, TEMPLATED_APIS, RequestBodies
-from loadtest.backends.openai.connection import (
-    Wire,
-    body_batches,
-    error_text,
-    failure_kind,
-    read_stamps,
-)
+from loadtest.backends.openai.connection import Wire, error_text
 from loadtest.backends.openai.discovery import authorization, server_root, without_credentials
 from loadtest.backends.openai.facts import report
+from loadtest.backends.openai.http1 import HttpFailure
 from loadtest.backends.openai.outputs import OutputChecks
 from loadtest.backends.openai.pooling import read_answer
 from loadtest.backends.openai.stream import (
@@ -72,7 +67,7 @@ class OpenAIBackend(Backend):
         self._base = without_credentials(spec.base_url)
         self.url = self._base.rstrip("/") + PATHS[spec.api]
         self._pooled = spec.api in POOLING_APIS
-        self._session: Any = None
+        self._pool: Any = None  # http1.ConnectionPool, once started
         self._tokens = TokenCounter(None, clock.now_ns)
         self._bodies = RequestBodies(spec, ByteTokenizer(), fit=False)
         self._connect_errors_in_a_row = 0
@@ -95,11 +90,16 @@ class OpenAIBackend(Backend):
         self._tokens.count = count
         self._bodies = RequestBodies(spec, tokenizer, fit=count is not None)
         key = self._api_key()
-        headers = {"Content-Type": "application/json", **spec.headers}
+        headers = dict(spec.headers)
         _, auth = authorization(spec.base_url, key)
         if auth:
             headers["Authorization"] = auth
-        self._session = connection.open_session(spec, headers, self.base_dir, self.clock.now_ns)
+        try:
+            self._pool = connection.open_pool(
+                spec, self.url, headers, self.base_dir, self.clock.now_ns
+            )
+        except ValueError as exc:
+            raise BackendError(f"{spec.base_url}: {exc}") from None
         try:
             self._bodies.fixed_via = await self._probe()
         except BackendError:
@@ -183,7 +183,7 @@ class OpenAIBackend(Backend):
         mix = set(plan.models)
         if not mix:
             return
-        listed = await connection.served_models(self._session, self._base)
+        listed = await connection.served_models(self._pool, self._base)
         missing = sorted(mix - set(listed or mix))
         if missing:
             raise BackendError(
@@ -207,9 +207,9 @@ class OpenAIBackend(Backend):
         )
 
     async def stop(self) -> dict:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
         return {}
 
     # -- one request ------------------------------------------------------------------------
@@ -229,38 +229,37 @@ class OpenAIBackend(Backend):
         wire = Wire()
         failure: Failed | Cancelled | None = None
         partial = True  # a failed stream's tokens so far are kept (not when it never started)
+        # a request the plan cancels wakes its reader at every read, so that what it had read
+        # at the cancel is taken; the rest in batches (the same stamps, less work)
+        cancels = req.stop_at_ns is not None or req.stop_after_tokens is not None
         try:
-            async with self._session.post(
-                self.url, data=json.dumps(body), trace_request_ctx=wire
-            ) as resp:
-                reads = read_stamps(resp)  # before anything awaits: the body may end meanwhile
+            resp = await self._pool.request(
+                "POST", self.url, json.dumps(body).encode(), wire, eager=cancels
+            )
+            try:
                 self._connect_errors_in_a_row = 0
-                if wire.sent_ns:
-                    yield wire.sent()
-                if resp.status >= 400:
+                yield wire.sent()
+                if resp.status >= 300:  # an error, or a redirect (not followed)
                     facts[f"http_{resp.status}"] += 1
                     yield Failed(now(), f"http_{resp.status}", await error_text(resp))
                     return
                 if self._pooled:
                     pooled = await self._until_stop(
-                        req, read_answer(resp.content, self.spec.api, req.inputs)
+                        req, read_answer(resp, self.spec.api, req.inputs)
                     )
                     if isinstance(pooled, Cancelled):
                         failure, pooled = pooled, None
                 else:
-                    # a request the plan cancels is read as it comes, so that what it had read
-                    # at the cancel is taken; the rest in batches (the same stamps, less work)
-                    cancels = req.stop_at_ns is not None or req.stop_after_tokens is not None
-                    batches = None if cancels else body_batches(resp)
                     failure = await self._until_stop(
-                        req,
-                        stream.read(resp.content, now, req.stop_after_tokens, reads, batches),
+                        req, stream.read(resp.batch, now, req.stop_after_tokens, resp.reads)
                     )
                     partial = (
                         not isinstance(failure, Failed) or failure.error_type != "server_error"
                     )
                 if isinstance(failure, Cancelled):
                     resp.close()  # the connection goes: the server sees the client leave
+            finally:
+                resp.release()
         except Exception as exc:
             failed = self._failed(exc, facts)
             if failed is None:
@@ -323,18 +322,15 @@ class OpenAIBackend(Backend):
     def _failed(self, exc: Exception, facts: Counter) -> tuple[Failed, bool] | None:
         """The failure a request ended in, classified, and whether the tokens it streamed are
         kept (not when it never connected); None for an exception that is not a request's."""
-        import aiohttp
-
         t = self.clock.now_ns()
         if isinstance(exc, BadResponse):
             facts["bad_response"] += 1
             return Failed(t, "bad_response", str(exc)[:300]), True
-        if not isinstance(exc, aiohttp.ClientError):
+        if not isinstance(exc, HttpFailure):
             return None
-        kind, connecting = failure_kind(exc)
-        if connecting:
+        if exc.connecting:
             self._connect_failed(exc)
-        return Failed(t, kind, str(exc)[:300]), not connecting
+        return Failed(t, exc.kind, str(exc)[:300]), not exc.connecting
 
     def _finished(self, req, stream: Stream, facts: Counter) -> list:
         """A complete stream's tokens, one stamp each, and its end; and what it shows."""
@@ -390,7 +386,7 @@ class OpenAIBackend(Backend):
         embeddings and rerank: one small request (they have no output to fix)."""
         if self._pooled:
             status, text = await self._probe_once(None)
-            if status >= 400:
+            if status >= 300:
                 raise BackendError(f"{self.url}: probe request failed: HTTP {status}: {text}")
             return "none"
         modes = (
@@ -403,13 +399,13 @@ class OpenAIBackend(Backend):
             if via == "none":
                 break
             status, text = await self._probe_once(via)
-            if status < 400:
+            if status < 300:
                 return via
             last = f"HTTP {status}: {text}"
             if status not in (400, 422):  # not a refused field: the server or model is the problem
                 raise BackendError(f"{self.url}: probe request failed: {last}")
         status, text = await self._probe_once(None)
-        if status >= 400:
+        if status >= 300:
             raise BackendError(f"{self.url}: probe request failed: HTTP {status}: {text}")
         if self.spec.fixed_output not in ("auto", "none"):
             raise BackendError(
@@ -418,38 +414,33 @@ class OpenAIBackend(Backend):
         return "none"
 
     async def _probe_once(self, via: str | None) -> tuple[int, str]:
-        import aiohttp
-
         body = (
             self._bodies.pooled_body(["hello", "hello"])
             if self._pooled
             else self._bodies.streaming("hello", None, PROBE_TOKENS, via, Counter())
         )
         try:
-            async with self._session.post(
-                self.url, data=json.dumps(body), trace_request_ctx=Wire()
-            ) as resp:
-                if resp.status >= 400:
+            resp = await self._pool.request("POST", self.url, json.dumps(body).encode(), Wire())
+            try:
+                if resp.status >= 300:
                     return resp.status, await error_text(resp)
                 if self._pooled:
-                    await read_answer(resp.content, self.spec.api, 2)
+                    await read_answer(resp, self.spec.api, 2)
                     return resp.status, ""
                 # read to its end (bounded: a stream past a few chunks a token is refused)
                 stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
-                await stream.read(
-                    resp.content, self.clock.now_ns, None, read_stamps(resp), body_batches(resp)
-                )
+                await stream.read(resp.batch, self.clock.now_ns, None, resp.reads)
                 self.server_model = self.server_model or stream.model
                 self._tokens.learn(stream.chunks, stream.usage)
                 return resp.status, ""
+            finally:
+                resp.release()
         except BadResponse as exc:
             raise BackendError(
                 f"{self.url}: the probe's answer is not an OpenAI stream: {exc}"
             ) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BackendError(
-                f"{self.url}: cannot reach the server: {exc or type(exc).__name__}"
-            ) from None
+        except HttpFailure as exc:
+            raise BackendError(f"{self.url}: cannot reach the server: {exc}") from None
 
     async def _server_bytes_per_token(self) -> tuple[float, float] | None:
         """Bytes a token of each kind of text synthetic prompts are (random characters, a
@@ -462,7 +453,7 @@ class OpenAIBackend(Backend):
             )
             text = bytes(sample).decode("ascii")
             count = await connection.server_token_count(
-                self._session, server_root(self._base), self.spec.model, text
+                self._pool, server_root(self._base), self.spec.model, text
             )
             if not count:
                 return None
@@ -477,15 +468,13 @@ class OpenAIBackend(Backend):
     async def profile_start(self, options: dict) -> str | None:
         """The server's own profiler on (vLLM's ``POST /start_profile``, which it serves when
         started with ``--profiler-config``): None when it answered, else why not."""
-        return await connection.profiler_call(
-            self._session, server_root(self._base), "start_profile"
-        )
+        return await connection.profiler_call(self._pool, server_root(self._base), "start_profile")
 
     async def profile_stop(self, out_dir: str) -> dict:
         """The server's profiler off (the profile window bounds the wait: a server writes its
         traces before it answers); where its traces are is the server's business."""
         root = server_root(self._base)
-        stopped = await connection.profiler_call(self._session, root, "stop_profile")
+        stopped = await connection.profiler_call(self._pool, root, "stop_profile")
         if stopped is not None:
             return {"profiler": f"the server's: started, but stopping failed ({stopped})"}
         return {

@@ -15,12 +15,12 @@ MAX_ANSWER_BYTES_PER_INPUT = 1 << 20
 MAX_ANSWER_SLACK = 1 << 16
 
 
-async def read_answer(content: Any, api: str, inputs: int) -> tuple[int | None, str | None]:
+async def read_answer(resp: Any, api: str, inputs: int) -> tuple[int | None, str | None]:
     """Read a pooled answer whole: its prompt tokens (None where it gives no usage) and the
     server's id for it. ``BadResponse`` for an answer that is not JSON, is too large, or does
     not hold one result per text sent (documents, for rerank)."""
     limit = MAX_ANSWER_BYTES_PER_INPUT * inputs + MAX_ANSWER_SLACK
-    raw = await content.read(limit + 1)
+    raw = await resp.read(limit + 1)  # to its end (or past the limit)
     if len(raw) > limit:
         raise BadResponse(f"the answer is over {limit} bytes for {inputs} texts")
     try:

@@ -67,35 +67,26 @@ class Stream:
 
     async def read(
         self,
-        content: Any,
+        batch: Callable[[int], Awaitable[bytes]],
         now: Callable[[], int],
         stop_after: int | None = None,
         reads: list[tuple[int, int]] | None = None,
-        batches: Callable[[int], Awaitable[bytes]] | None = None,
     ) -> Failed | Cancelled | None:
         """Read to the end: None when the stream finished, else the failure it ended in (an
         error event, or no end at all), or ``Cancelled`` once ``stop_after`` chunks of text
         came (a user who read that many tokens and left). ``BadResponse`` for anything not an
         OpenAI stream.
 
-        Each event is stamped with the time the socket read that completed it came in, where
-        ``reads`` has it (``(ns, the body's bytes by then)`` a read, as
-        ``connection.read_stamps`` gives them), else when this coroutine got it: on a busy
-        loop that is later, by the other streams' work done first. With the stamps, the body
-        may come in ``batches`` (``connection.body_batches``: many reads' worth a wake-up, the
-        stamps unchanged); without, it is read piece by piece as it comes."""
+        ``batch(limit)`` gives the body's next bytes (``http1.Response.batch``: many reads'
+        worth a wake-up; b"" at its end). Each event is stamped with the time the socket read
+        that completed it came in, where ``reads`` has it (``(ns, the body's bytes by then)``
+        a read), else when this coroutine got it: on a busy loop that is later, by the other
+        streams' work done first."""
         parser = SseParser()
-        if batches is not None and reads is not None:
-            while raw := await batches(SLICE_BYTES):
-                ended = self._take_piece(parser, raw, now, reads, stop_after)
-                if ended is not _GOING:
-                    return ended
-        else:
-            async for raw, _ in content.iter_chunks():
-                if raw:
-                    ended = self._take_piece(parser, raw, now, reads, stop_after)
-                    if ended is not _GOING:
-                        return ended
+        while raw := await batch(SLICE_BYTES):
+            ended = self._take_piece(parser, raw, now, reads, stop_after)
+            if ended is not _GOING:
+                return ended
         if self.finish_reason is None:
             return Failed(
                 now(), "incomplete_stream", "the stream ended without [DONE] or a finish_reason"

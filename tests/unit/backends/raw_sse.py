@@ -1,4 +1,4 @@
-"""A hand-written streaming server on a real socket, and loadtest's own client session to it:
+"""A hand-written streaming server on a real socket, and loadtest's own connection pool to it:
 for tests of how a stream's bytes are read, stamped and timed out, where the server's writes
 (their sizes, gaps and cuts) must be exactly what the test says."""
 
@@ -9,10 +9,8 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import SimpleNamespace
-from typing import Any
 
-from loadtest.backends.openai.connection import open_session
+from loadtest.backends.openai.http1 import ConnectionPool
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 END = b"0\r\n\r\n"  # the chunked body's end
@@ -39,22 +37,20 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 @contextlib.asynccontextmanager
-async def serving(handler: Handler, read_timeout_s: float = 5.0) -> AsyncIterator[tuple[Any, str]]:
-    """``handler`` serving on loopback, and a stamping session of loadtest's (its reads
-    stamped on ``time.monotonic_ns``): ``(session, the completions URL)``."""
+async def serving(
+    handler: Handler, read_timeout_s: float = 5.0, max_connections: int = 4
+) -> AsyncIterator[tuple[ConnectionPool, str]]:
+    """``handler`` serving on loopback, and loadtest's pool of connections to it (its reads
+    stamped on ``time.monotonic_ns``): ``(pool, the completions URL)``."""
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    spec = SimpleNamespace(
-        max_connections=4,
-        verify_tls=False,
-        ca_bundle=None,
-        connect_timeout=5e9,
-        read_timeout=read_timeout_s * 1e9,
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    pool = ConnectionPool(
+        url, {}, False, max_connections, int(5e9), int(read_timeout_s * 1e9), time.monotonic_ns
     )
-    session = open_session(spec, {}, None, time.monotonic_ns)  # type: ignore[arg-type]
     try:
-        yield session, f"http://127.0.0.1:{port}/v1/completions"
+        yield pool, url
     finally:
-        await session.close()
+        await pool.close()
         server.close()
         await server.wait_closed()

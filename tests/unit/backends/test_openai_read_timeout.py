@@ -9,11 +9,10 @@ import time
 
 import pytest
 
-from loadtest.backends.openai.connection import Wire, body_batches, failure_kind, read_stamps
+from loadtest.backends.openai.connection import Wire
+from loadtest.backends.openai.http1 import HttpFailure
 from loadtest.backends.openai.stream import Stream
 from tests.unit.backends.raw_sse import END, HEAD, event, serving, take_request
-
-pytest.importorskip("aiohttp")
 
 TIMEOUT_S = 0.3
 
@@ -40,15 +39,15 @@ def _server(gaps: list[float], cut: bool = False):
 async def _read(gaps: list[float], batched: bool, cut: bool = False):
     stream = Stream("completions", len(gaps), keep_reply=False)
     start = time.monotonic()
-    async with serving(_server(gaps, cut), read_timeout_s=TIMEOUT_S) as (session, url):
-        async with session.post(url, data=b"{}", trace_request_ctx=Wire()) as resp:
-            batches = body_batches(resp) if batched else None
-            reads = read_stamps(resp)
-            try:
-                ended = await stream.read(resp.content, time.monotonic_ns, None, reads, batches)
-            except Exception as exc:  # classified as the client does
-                ended = failure_kind(exc)[0]
-            took = time.monotonic() - start
+    async with serving(_server(gaps, cut), read_timeout_s=TIMEOUT_S) as (pool, url):
+        resp = await pool.request("POST", url, b"{}", Wire(), eager=not batched)
+        try:
+            ended = await stream.read(resp.batch, time.monotonic_ns, None, resp.reads)
+        except HttpFailure as exc:  # classified as the client does
+            ended = exc.kind
+        finally:
+            resp.release()
+        took = time.monotonic() - start
     return ended, len(stream.chunks), took
 
 

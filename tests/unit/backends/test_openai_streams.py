@@ -14,14 +14,14 @@ from loadtest.workload.content import Content, synthetic_tools
 
 
 class Recorded:
-    """A response body's reads, as aiohttp's ``iter_chunks`` gives them."""
+    """A response body's reads, handed over one by one (``batch``, as ``http1.Response``'s
+    gives them to a stream opened ``eager``)."""
 
     def __init__(self, reads: list[bytes]) -> None:
-        self.reads = reads
+        self.reads = list(reads)
 
-    async def iter_chunks(self):
-        for r in self.reads:
-            yield r, True
+    async def batch(self, limit: int) -> bytes:
+        return self.reads.pop(0) if self.reads else b""
 
 
 def sse(*events: dict, done: bool = True) -> list[bytes]:
@@ -32,7 +32,7 @@ def sse(*events: dict, done: bool = True) -> list[bytes]:
 def read(api: str, reads: list[bytes], keep_answer: bool = False) -> tuple[Stream, object]:
     clock = iter(range(1000, 10_000, 100))  # each read stamped 100 ns after the one before
     stream = Stream(api, 32, keep_reply=False, keep_answer=keep_answer)
-    failure = asyncio.run(stream.read(Recorded(reads), lambda: next(clock)))
+    failure = asyncio.run(stream.read(Recorded(reads).batch, lambda: next(clock)))
     return stream, failure
 
 
@@ -234,7 +234,7 @@ def test_a_stream_stopped_after_n_tokens_leaves_the_rest_of_the_read_unread():
     chunk = {"id": "c", "model": "m", "choices": [{"index": 0, "text": "w "}]}
     reads = [b"".join(sse(*[chunk] * 5, done=False))]
     stream = Stream("completions", 32, keep_reply=False)
-    failure = asyncio.run(stream.read(Recorded(reads), lambda: 777, stop_after=3))
+    failure = asyncio.run(stream.read(Recorded(reads).batch, lambda: 777, stop_after=3))
     assert failure == Cancelled(777)
     assert stream.chunks == [(777, "w ")] * 3
 
@@ -293,14 +293,14 @@ def test_stamps_are_those_of_the_general_path_on_recorded_streams(datas, groups)
         clock = iter(range(1000, 10_000_000, 100))
         s = Stream("completions", 64, keep_reply=False)
         if fast:
-            failure = asyncio.run(s.read(Recorded(reads), lambda: next(clock)))
+            failure = asyncio.run(s.read(Recorded(reads).batch, lambda: next(clock)))
         else:
             saved = (SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in)
             SseParser.feed = SseParser.feed_general
             stream_mod._fast_loads = json.loads
             stream_mod.tokens_in = lambda obj, api: saved[2](obj, "general")
             try:
-                failure = asyncio.run(s.read(Recorded(reads), lambda: next(clock)))
+                failure = asyncio.run(s.read(Recorded(reads).batch, lambda: next(clock)))
             finally:
                 SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in = saved
         assert failure is None
@@ -361,7 +361,7 @@ def test_a_stream_read_in_batches_keeps_every_stamp_of_the_read_by_read_path(eve
         stream_mod.SLICE_BYTES = 40  # a batch taken in slices, cut anywhere
         try:
             failure = asyncio.run(
-                s.read(body, late, reads=stamps, batches=body.next_batch if batched else None)
+                s.read(body.next_batch if batched else body.batch, late, reads=stamps)
             )
         finally:
             stream_mod.SLICE_BYTES = slice_bytes
