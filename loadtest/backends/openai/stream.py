@@ -119,14 +119,76 @@ class Stream:
                 t = reads[seen][0] if seen < len(reads) else now()
             if data == b"[DONE]":
                 return None
-            event = parse_event(data)
-            failed = _error_in(event)
-            if failed is not None:
-                return Failed(t, "server_error", failed)
-            self._take(t, event)
+            try:
+                event = _fast_loads(data)
+            except ValueError:
+                event = None
+            # a token and nothing else (most events, once the id and model are known): short
+            text = self._plain_text(event) if self.model is not None and self.response_id else None
+            if text is not None:
+                self._take_text(t, text)
+            else:
+                event = event if type(event) is dict else parse_event(data)
+                failed = _error_in(event)
+                if failed is not None:
+                    return Failed(t, "server_error", failed)
+                self._take(t, event)
             if stop_after is not None and len(self.chunks) >= stop_after:
                 return Cancelled(t)  # the rest of this read goes unread, as the user left
         return _GOING
+
+    def _plain_text(self, event: Any) -> str | None:
+        """The text of a completions or chat event that carries one token's text and nothing
+        else that ``_take`` would keep (no finish reason, usage, error, reasoning or tool
+        call; the response's id and model already taken), else None: ``_take`` reads it.
+        Taking such an event as ``_take_text`` does leaves the stream as ``_take`` would."""
+        if type(event) is not dict or event.get("usage") or "error" in event or "type" in event:
+            return None
+        choices = event.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") is not None:
+            return None
+        if self.api == "completions":
+            text = choice.get("text")
+            return text if type(text) is str else None
+        if self.api != "chat":
+            return None
+        delta = choice.get("delta")
+        if type(delta) is not dict:
+            return None
+        text = delta.get("content")
+        if (
+            type(text) is not str
+            or not text  # an empty one may be chat's opening chunk: ``_take`` knows
+            or delta.get("reasoning_content")
+            or delta.get("reasoning")
+            or delta.get("tool_calls")
+        ):
+            return None
+        return text
+
+    def _take_text(self, t: int, text: str) -> None:
+        """A chunk of answer text (``_plain_text``'s), arrived at ``t``."""
+        chunks = self.chunks
+        chunks.append((t, text))
+        self.chars += len(text)
+        if len(chunks) > self.max_chunks or self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks:
+            self._ran_past()
+        if text:
+            if self.first_answer_ns is None:
+                self.first_answer_ns = t
+            if self.reply is not None:
+                self.reply_chars += len(text)
+                if self.reply_chars <= MAX_REPLY_CHARS:
+                    self.reply.append(text)
+
+    def _ran_past(self) -> None:
+        raise BadResponse(
+            f"the stream ran past {len(self.chunks)} chunks, {self.chars} "
+            f"characters, for {self.output_tokens} tokens asked"
+        )
 
     @property
     def reply_cut(self) -> bool:
@@ -146,10 +208,7 @@ class Stream:
             if len(self.chunks) > self.max_chunks or (
                 self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks
             ):
-                raise BadResponse(
-                    f"the stream ran past {len(self.chunks)} chunks, {self.chars} "
-                    f"characters, for {self.output_tokens} tokens asked"
-                )
+                self._ran_past()
             if d.reasoning:
                 self.reasoning.append((t, d.reasoning))
             if self.first_answer_ns is None and (d.content or d.tools):

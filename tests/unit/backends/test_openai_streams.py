@@ -274,44 +274,95 @@ def test_the_fast_sse_path_reads_what_the_spec_rules_read(events, cuts, data):
     assert fast.pending == general.pending
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(_DATA, min_size=1, max_size=20), st.lists(st.integers(1, 5), max_size=20))
-def test_stamps_are_those_of_the_general_path_on_recorded_streams(datas, groups):
-    """A recorded completions stream, events grouped into reads as a busy client reads them,
-    each read stamped: the fast path (one-pass SSE, orjson, the completions shortcut) keeps
-    the same (stamp, text) for every token as the general rules and the standard library."""
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+_CHAT_DELTA = st.one_of(
+    _TEXT.map(lambda t: {"content": t}),  # the common shape
+    st.just({"role": "assistant", "content": ""}),  # chat's opening chunk
+    _TEXT.map(lambda t: {"role": "assistant", "content": t}),
+    st.tuples(_TEXT, _TEXT).map(lambda p: {"content": p[0], "reasoning_content": p[1]}),
+    _TEXT.map(lambda t: {"reasoning": t, "content": None}),
+    st.tuples(_TEXT, _TEXT).map(lambda p: {"content": p[0], "reasoning": p[1]}),
+    _TEXT.map(lambda t: {"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": t}}]}),
+    st.just({}),
+)
+_COMPLETION_CHOICE = st.one_of(_TEXT.map(lambda t: {"text": t}), st.just({}))
+
+
+@st.composite
+def _chunk(draw, api: str) -> dict:
+    """One streamed event of ``api``, of any of the shapes servers send."""
+    if draw(st.integers(0, 40)) == 0:
+        return {"error": {"message": "overloaded"}}
+    event: dict = {}
+    if draw(st.booleans()):
+        event["id"] = "c1"
+    if draw(st.booleans()):
+        event["model"] = "m"
+    choices = []
+    if draw(st.integers(0, 5)):
+        choice = dict(draw(_CHAT_DELTA if api == "chat" else _COMPLETION_CHOICE))
+        choice = {"delta": choice} if api == "chat" else choice
+        choice["index"] = 0
+        choice["finish_reason"] = draw(st.sampled_from([None, None, None, "stop", "length"]))
+        choices.append(choice)
+    event["choices"] = choices
+    usage = draw(st.sampled_from([None, None, {}, {"prompt_tokens": 3, "completion_tokens": 4}]))
+    if usage is not None or draw(st.booleans()):
+        event["usage"] = usage
+    return event
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["completions", "chat"]).flatmap(
+        lambda api: st.tuples(st.just(api), st.lists(_chunk(api), min_size=1, max_size=16))
+    ),
+    st.lists(st.integers(1, 5), max_size=16),
+)
+def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(recorded, groups):
+    """A recorded completions or chat stream of any of the shapes servers send, its events
+    grouped into reads as a busy client reads them, each read stamped: the fast paths (one-pass
+    SSE, orjson, a plain token's short path) end the stream in the same state as the general
+    rules and the standard library: every token's (stamp, text), the reply, where the answer
+    began, the finish reason, usage, id, model, reasoning and tool calls, and how it ended."""
     import loadtest.backends.openai.stream as stream_mod
 
-    events = [f"data: {d}\n\n".encode() for d in datas] + [b"data: [DONE]\n\n"]
+    api, chunks = recorded
+    events = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
     reads, k = [], 0
     for g in [*groups, len(events)]:
         if k < len(events):
             reads.append(b"".join(events[k : k + g]))
             k += g
 
-    def chunks(fast: bool) -> list:
+    def state(fast: bool) -> tuple:
         clock = iter(range(1000, 10_000_000, 100))
-        s = Stream("completions", 64, keep_reply=False)
+        s = Stream(api, 64, keep_reply=True)
         if fast:
             failure = asyncio.run(s.read(Recorded(reads).batch, lambda: next(clock)))
         else:
             saved = (SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in)
             SseParser.feed = SseParser.feed_general
             stream_mod._fast_loads = json.loads
-            stream_mod.tokens_in = lambda obj, api: saved[2](obj, "general")
+            stream_mod.tokens_in = lambda obj, a: saved[2](
+                obj, "general" if a == "completions" else a
+            )
+            s._plain_text = lambda event: None  # type: ignore[method-assign]
             try:
                 failure = asyncio.run(s.read(Recorded(reads).batch, lambda: next(clock)))
             finally:
                 SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in = saved
-        assert failure is None
-        return s.chunks
+        return (
+            failure, s.chunks, s.chars, s.reply, s.first_answer_ns, s.finish_reason, s.usage,
+            s.response_id, s.model, s.reasoning, s.tool_calls,
+        )  # fmt: skip
 
-    assert chunks(True) == chunks(False)
+    assert state(True) == state(False)
 
 
 class Batched(Recorded):
     """The same reads handed over in batches (several reads' bytes at once), as
-    ``connection.body_batches`` gives them once a stream's coroutine wakes."""
+    ``http1.Response.batch`` gives them once a stream's coroutine wakes."""
 
     def __init__(self, reads: list[bytes], groups: list[int]) -> None:
         super().__init__(reads)
