@@ -465,12 +465,18 @@ class ConnectionPool:
                 self.read_timeout_ns if read_timeout_ns is None else read_timeout_ns
             )
             length = b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
-            conn.transport.write(
-                b"%s %s HTTP/1.1\r\n%s%s\r\n%s"
-                % (method.encode(), target, self._head, length if body else b"", body)
+            data = b"%s %s HTTP/1.1\r\n%s%s\r\n%s" % (
+                method.encode(),
+                target,
+                self._head,
+                length if body else b"",
+                body,
             )
+            # stamped as the bytes go: a write that wakes a server on this host may hand it
+            # the core, and a stamp after the write would then carry the server's time
             if wire is not None:
                 wire.sent_ns, wire.cpu_sent_ns = now(), cpu()
+            conn.transport.write(data)
             conn._arm(now())
             if conn.status == 0 and conn.error is None:
                 conn.waiter = waiter = asyncio.get_running_loop().create_future()

@@ -365,3 +365,49 @@ def test_tls_verifies_the_server_against_what_is_trusted(certificate, trust):
         assert isinstance(got, HttpFailure) and got.kind == "tls_error" and got.connecting
     else:
         assert got == b"secret"
+
+
+def test_the_send_is_stamped_before_the_bytes_leave_whatever_holds_the_client_after(
+    monkeypatch,
+):
+    """A write that wakes a server on the same host may hand it the client's core: here the
+    client loses the core for 50 ms right after its write, while a server in another thread
+    reads the request. The send's stamp is not after the server had the bytes."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    received: list[int] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"{}" not in data:
+                data += conn.recv(4096)
+            received.append(time.monotonic_ns())
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    threading.Thread(target=serve, daemon=True).start()
+    real_write = asyncio.selector_events._SelectorSocketTransport.write
+
+    def write_then_lose_the_core(self, data):
+        real_write(self, data)
+        time.sleep(0.05)  # blocks this thread: another one runs
+
+    monkeypatch.setattr(
+        asyncio.selector_events._SelectorSocketTransport, "write", write_then_lose_the_core
+    )
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1/x"
+    wire = Wire()
+
+    async def main() -> bytes:
+        pool = _pool(url)
+        try:
+            return await _get(pool, url, wire)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(main()) == b"ok"  # asyncio's own loop: its transport is the one held
+    listener.close()
+    assert wire.start_ns <= wire.sent_ns <= received[0]
