@@ -45,6 +45,14 @@ class Validity(_Model):
     max_loop_lag_p99: Duration = Field(
         as_written("20ms"), description="Event-loop lag p99 over this: run invalid."
     )
+    max_stamp_delay_share: float = Field(
+        1.0,
+        gt=0,
+        description="A token is stamped when the event loop takes the read that brought it, "
+        "so stamps wait by up to the loop's lag. Event-loop lag p99 over this share of the "
+        "typical gap between tokens (TPOT p50), and over 1 ms: the client's delay is as large "
+        "as what it measures (ITL, TPOT), run invalid. Over a quarter of it: a warning.",
+    )
     max_burst_send_share: float = Field(
         0.01,
         gt=0,

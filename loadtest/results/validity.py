@@ -25,6 +25,11 @@ from loadtest.results.stability import judge as judge_stability
 # The loop thread's busy share past which its stamps wait on it: Locust's own CPU warning is at
 # 90% (docs/benchmarks.md §9 has loadtest's share beside its ITL error).
 LOOP_BUSY_WARN = 0.9
+# A token's stamp waits on the event loop by up to its lag. Under this p99 the wait is within
+# what any client's stamps carry (an idle loop's wake-up; uvloop's timers count whole ms), and
+# the run is not judged invalid for it; a quarter of the typical gap gets a warning.
+STAMP_DELAY_FLOOR_MS = 1.0
+STAMP_DELAY_WARN_SHARE, STAMP_DELAY_WARN_MS = 0.25, 0.25
 
 
 def judge_validity(
@@ -40,6 +45,7 @@ def judge_validity(
     for reason, warning in (
         _judge_dispatch(scenario, hists["dispatch_lag"], window_seconds(rec), rec.late_sends),
         _judge_lag("event-loop lag", outcome.loop_lag, v.max_loop_lag_p99),
+        judge_stamp_delay(outcome.loop_lag, hists.get("tpot"), v.max_stamp_delay_share),
     ):
         if reason:
             reasons.append(reason)
@@ -105,6 +111,32 @@ def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | 
             None,
             f"{name}: {late} of {n} over {limit_ns / 1e6:g} ms (max {hist.hdr.get_max_value() / 1000:.3f} ms)",
         )
+    return None, None
+
+
+def judge_stamp_delay(
+    loop_lag: LatencyHistogram, tpot: LatencyHistogram | None, max_share: float
+) -> tuple[str | None, str | None]:
+    """Whether token stamps waited on the event loop for a share of what they measure: its
+    lag p99 against the typical gap between tokens (TPOT p50). Invalid past ``max_share`` (and
+    ``STAMP_DELAY_FLOOR_MS``); a warning past a quarter of it."""
+    if tpot is None or not tpot.count or not loop_lag.count:
+        return None, None
+    lag, gap = loop_lag.percentile_ms(99), tpot.percentile_ms(50)
+    if gap <= 0:
+        return None, None
+    share = lag / gap
+    said = (
+        f"event-loop lag p99 {lag:.3g} ms is {share:.0%} of the typical gap between tokens "
+        f"(TPOT p50 {gap:.3g} ms): a token is stamped when the loop takes its read"
+    )
+    if share > max_share and lag > STAMP_DELAY_FLOOR_MS:
+        return (
+            f"{said}, so the client's own delay is as large as what it measures (ITL, TPOT); "
+            "add workers (load.workers) or send less from each"
+        ), None
+    if share > STAMP_DELAY_WARN_SHARE * max_share and lag > STAMP_DELAY_WARN_MS:
+        return None, f"{said}: ITL and TPOT percentiles may read up to that much high"
     return None, None
 
 

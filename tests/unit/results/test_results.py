@@ -1,5 +1,5 @@
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.results.validity import _judge_dispatch, _judge_lag
+from loadtest.results.validity import _judge_dispatch, _judge_lag, judge_stamp_delay
 
 
 def hist(values_us):
@@ -22,6 +22,33 @@ def test_more_than_one_percent_late_invalidates():
 def test_under_one_percent_late_is_valid_with_a_warning():
     reason, warning = _judge_lag("dispatch lag", hist([10] * 995 + [9000] * 5), 5_000_000)
     assert reason is None and "5 of 1000" in warning
+
+
+def test_stamps_late_by_more_than_the_gap_between_tokens_invalidate_the_run():
+    # loop lag p99 2 ms (98 at 0.1 ms, 2 at 2 ms), TPOT p50 1 ms: 200% of the gap
+    lag = hist([100] * 98 + [2000] * 2)
+    reason, warning = judge_stamp_delay(lag, hist([1000] * 10), 1.0)
+    assert warning is None
+    assert reason.startswith(
+        "event-loop lag p99 2 ms is 200% of the typical gap between tokens (TPOT p50 1 ms)"
+    )
+    # a share of 0.5: 1.5 ms against 2 ms is 75%, past it
+    reason, _ = judge_stamp_delay(hist([1500] * 10), hist([2000] * 10), 0.5)
+    assert reason is not None and "is 75% of" in reason
+
+
+def test_stamps_late_by_a_share_of_the_gap_under_a_millisecond_are_a_warning():
+    # 0.8 ms against 1 ms is 80%: past the share, but under the 1 ms floor; past a quarter
+    reason, warning = judge_stamp_delay(hist([800] * 10), hist([1000] * 10), 1.0)
+    assert reason is None and "event-loop lag p99 0.8 ms is 80% of" in warning
+    assert warning.endswith("ITL and TPOT percentiles may read up to that much high")
+
+
+def test_stamps_late_by_a_small_share_of_the_gap_or_with_no_tokens_are_not_judged():
+    assert judge_stamp_delay(hist([2000] * 10), hist([20_000] * 10), 1.0) == (None, None)  # 10%
+    assert judge_stamp_delay(hist([200] * 10), hist([500] * 10), 1.0) == (None, None)  # 0.2 ms
+    assert judge_stamp_delay(hist([5000] * 10), None, 1.0) == (None, None)
+    assert judge_stamp_delay(hist([5000] * 10), LatencyHistogram(), 1.0) == (None, None)
 
 
 def _load(arrival: dict, **validity):
