@@ -1,19 +1,25 @@
-"""Reading a streamed response read by read, or in batches: the client's CPU per token and the
-stamps' error, side by side in one process, against the same fast server.
+"""Reading a streamed response: through aiohttp, or loadtest's own HTTP/1.1 client read by read or
+in batches; the client's CPU per token and the stamps' error, side by side in one process,
+against the same fast server.
 
 The server is ``tests/fast_openai_server.py`` as an engine (every ``--step-ms``, one token to
 every running stream, from ``--server-cores``), which writes the true gaps it produced. This
-process, pinned to ``--client-core``, sends Poisson arrivals at ``--rate`` for ``--seconds``
-through loadtest's own HTTP session (``connection.open_session``, read stamps on) and reads each
-stream with ``Stream.read``: by read (its coroutine woken for every socket read, as before) or in
-batches (``connection.body_batches``: woken a few times a response). The modes alternate,
-``--rounds`` times each, on one server; each round gets a fresh server so every mode is judged
-against the true gaps of its own round.
+process, pinned to ``--client-core``, sends Poisson arrivals at ``--rate`` for ``--seconds`` and
+reads each stream with ``Stream.read``, in one of three ways:
 
-    python bench/stream_reading.py --rate 50 --rounds 3      # this machine: 2 cores
+- ``aiohttp``: an aiohttp session (uvloop where installed, as loadtest runs), its body taken
+  piece by piece as aiohttp's ``iter_chunks`` hands it over, each stamped then;
+- ``http1 by read``: ``http1.ConnectionPool``, the stream's coroutine woken at every read
+  (``eager``, as a request the plan cancels is read), each event stamped by its read;
+- ``http1 in batches``: the same, woken a few times a response (as every other request is).
+
+The modes take turns, ``--rounds`` times each, each round on a fresh server so that every mode
+is judged against the true gaps of its own round.
+
+    python bench/stream_reading.py --rate 100 --rounds 2     # this machine: 2 cores
 
 Printed: per round and mode, the event loop thread's CPU per token, ITL p99 against the
-server's true gap p99, and the ratio of the modes' CPU per token.
+server's true gap p99, and each mode's CPU per token over aiohttp's.
 """
 
 from __future__ import annotations
@@ -27,28 +33,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.token_capacity import MODEL, Server
-from loadtest.backends.openai.connection import (
-    Wire,
-    body_batches,
-    open_session,
-    read_stamps,
-)
+from loadtest.backends.openai.http1 import ConnectionPool
 from loadtest.backends.openai.stream import Stream
 from loadtest.core import loop as event_loop
 from loadtest.core.histogram import LatencyHistogram
 
+MODES = ("aiohttp", "http1 by read", "http1 in batches")
 
-async def one_round(url: str, rate: float, seconds: float, output_len: int, batched: bool) -> dict:
-    spec = SimpleNamespace(
-        max_connections=0, verify_tls=False, ca_bundle=None, connect_timeout=10e9, read_timeout=30e9
-    )
-    session = open_session(spec, {}, ROOT, time.monotonic_ns)
+
+async def one_round(url: str, rate: float, seconds: float, output_len: int, mode: str) -> dict:
     body = json.dumps(
         {
             "model": MODEL,
@@ -57,17 +55,44 @@ async def one_round(url: str, rate: float, seconds: float, output_len: int, batc
             "stream": True,
             "ignore_eos": True,
         }
-    )
+    ).encode()
+    now = time.monotonic_ns
+    if mode == "aiohttp":
+        import aiohttp
+
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+        async def read(stream: Stream) -> None:
+            async with session.post(url, data=body) as resp:
+                pieces = resp.content.iter_chunks().__aiter__()
+
+                async def batch(limit: int) -> bytes:  # the next piece aiohttp has
+                    async for piece, _ in pieces:
+                        if piece:
+                            return piece
+                    return b""
+
+                await stream.read(batch, now)
+
+        close = session.close
+    else:
+        pool = ConnectionPool(url, {}, False, 0, 10**10, 3 * 10**10, now)
+
+        async def read(stream: Stream) -> None:
+            resp = await pool.request("POST", url, body, eager=mode == "http1 by read")
+            try:
+                await stream.read(resp.batch, now, None, resp.reads)
+            finally:
+                resp.release()
+
+        close = pool.close
     itl = LatencyHistogram()
     tokens = 0
 
     async def one() -> None:
         nonlocal tokens
-        async with session.post(url, data=body, trace_request_ctx=Wire()) as resp:
-            reads = read_stamps(resp)
-            batches = body_batches(resp) if batched else None
-            stream = Stream("completions", output_len, keep_reply=False)
-            await stream.read(resp.content, time.monotonic_ns, None, reads, batches)
+        stream = Stream("completions", output_len, keep_reply=False)
+        await read(stream)
         stamps = [t for t, _ in stream.chunks]
         itl.record_gaps_ns(stamps)
         tokens += len(stamps)
@@ -82,7 +107,7 @@ async def one_round(url: str, rate: float, seconds: float, output_len: int, batc
         tasks.append(asyncio.create_task(one()))
     await asyncio.gather(*tasks)
     cpu = time.thread_time_ns() - cpu0
-    await session.close()
+    await close()
     return {
         "tokens": tokens,
         "cpu_us_per_token": cpu / 1e3 / max(1, tokens),
@@ -109,13 +134,11 @@ def main() -> None:
         f"{args.rate:g} req/s for {args.seconds:g} s; server on cores {args.server_cores}, "
         f"client on core {args.client_core}"
     )
-    print(
-        "| round | read | tokens | CPU µs/token | ITL p99 ms (true gap p99) | by read / batches |"
-    )
+    print("| round | read | tokens | CPU µs/token | ITL p99 ms (true gap p99) | CPU / aiohttp's |")
     print("|---|---|---|---|---|---|")
     for r in range(args.rounds):
         cpu = {}
-        for batched in (False, True) if r % 2 == 0 else (True, False):
+        for mode in MODES if r % 2 == 0 else MODES[::-1]:
             server = Server(args.server_cores, 1, args.step_ms, work, " the")
             try:
                 got = event_loop.run(
@@ -124,19 +147,24 @@ def main() -> None:
                         args.rate,
                         args.seconds,
                         args.output_len,
-                        batched,
+                        mode,
                     )
                 )
             finally:
                 true = server.stop()
-            mode = ("in batches" if batched else "by read") + f" ({got['loop']})"
-            cpu[batched] = got["cpu_us_per_token"]
-            ratio = f"{cpu[False] / cpu[True]:.2f}x" if len(cpu) == 2 else ""
+            cpu[mode] = got["cpu_us_per_token"]
             print(
-                f"| {r + 1} | {mode} | {got['tokens']:,} | {got['cpu_us_per_token']:.1f} | "
-                f"{got['itl_p99_ms']:.2f} ({true['p99_ms']:.2f}) | {ratio} |",
+                f"| {r + 1} | {mode} ({got['loop']}) | {got['tokens']:,} | "
+                f"{got['cpu_us_per_token']:.1f} | {got['itl_p99_ms']:.2f} ({true['p99_ms']:.2f}) "
+                "| |",
                 flush=True,
             )
+        print(
+            f"| {r + 1} | ratios | | | | "
+            + ", ".join(f"{m}: {cpu[m] / cpu['aiohttp']:.2f}" for m in MODES[1:])
+            + " |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def run_loadtest(
     m = json.loads((out / "metrics.json").read_text())
     tokens = m["requests"]["output_tokens"]
     lat = m["latency_ms"]
-    said = "valid" if m["validity"]["valid"] else "invalid: " + m["validity"]["reasons"][0][:70]
+    said = "valid" if m["validity"]["valid"] else "invalid: " + m["validity"]["reasons"][0][:110]
     return {
         "tok_s": m["throughput"]["output_tokens_per_s"],
         "itl_p99": lat["itl"]["p99"],
@@ -165,7 +165,9 @@ def run_loadtest(
         "cpu_s": cpu,
         "lag_p99": lat["dispatch_lag"]["p99"],
         "invalid": not m["validity"]["valid"],
+        "loop_lag_p99": m["harness"]["loop_lag_ms"]["p99"],
         "said": f"{said}; dispatch lag p99 {lat['dispatch_lag']['p99']:.3g} ms"
+        + f"; event-loop lag p99 {m['harness']['loop_lag_ms']['p99']:.3g} ms"
         + f"; event loop busy {m['harness']['loop_busy']:.0%}",
     }
 

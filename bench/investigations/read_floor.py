@@ -1,0 +1,135 @@
+"""The floor under a streamed token's client cost: a client that only stamps its socket reads.
+
+A protocol that keeps each read's bytes and time and does nothing else (no framing, no SSE, no
+JSON), against ``loadtest``'s own client (``http1`` in batches, ``Stream.read``), side by side in
+one process, on the same fast server as ``bench/stream_reading.py``. What is left between them
+is loadtest's work a token; the floor itself is the event loop's and the kernel's (a wake-up,
+a ``recv`` and a Python call a read).
+
+    python bench/investigations/read_floor.py --rate 100 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.stream_reading import one_round
+from bench.token_capacity import MODEL, Server
+from loadtest.core import loop as event_loop
+
+
+class Stamping(asyncio.Protocol):
+    """Every read kept with its time; the body ends with the chunked terminator."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[int, bytes]] = []
+        self.done: asyncio.Future | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.reads.append((time.monotonic_ns(), data))
+        if data.endswith(b"0\r\n\r\n") and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+
+async def floor_round(port: int, rate: float, seconds: float, output_len: int) -> dict:
+    loop = asyncio.get_running_loop()
+    body = json.dumps(
+        {"model": MODEL, "prompt": "hello", "max_tokens": output_len, "stream": True,
+         "ignore_eos": True}
+    ).encode()  # fmt: skip
+    request = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    idle: list[tuple[asyncio.Transport, Stamping]] = []
+    reads = 0
+
+    async def one() -> None:
+        nonlocal reads
+        transport, protocol = (
+            idle.pop() if idle else await loop.create_connection(Stamping, "127.0.0.1", port)
+        )
+        protocol.reads, protocol.done = [], loop.create_future()
+        transport.write(request)
+        await protocol.done
+        reads += len(protocol.reads)
+        idle.append((transport, protocol))
+
+    rng = random.Random(0)
+    tasks = []
+    cpu0, start = time.thread_time_ns(), time.monotonic()
+    at = start
+    while at - start < seconds:
+        at += rng.expovariate(rate)
+        await asyncio.sleep(max(0.0, at - time.monotonic()))
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
+    cpu = time.thread_time_ns() - cpu0
+    for transport, _ in idle:
+        transport.close()
+    tokens = len(tasks) * output_len
+    return {
+        "tokens": tokens,
+        "reads": reads,
+        "cpu_us_per_token": cpu / 1e3 / tokens,
+        "loop": event_loop.running(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rate", type=float, default=100.0, help="req/s")
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--output-len", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--server-cores", default="0")
+    ap.add_argument("--client-core", default="1")
+    args = ap.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(c) for c in args.client_core.split(",")})
+    work = Path(tempfile.mkdtemp(prefix="read-floor-"))
+    print(f"# Poisson {args.rate:g} req/s for {args.seconds:g} s, {args.output_len} tokens each")
+    print("| round | client | reads a token | CPU µs/token |")
+    print("|---|---|---|---|")
+    for r in range(args.rounds):
+        for mode in ("floor", "loadtest") if r % 2 == 0 else ("loadtest", "floor"):
+            server = Server(args.server_cores, 1, 1.0, work, " the")
+            try:
+                if mode == "floor":
+                    got = event_loop.run(
+                        floor_round(server.port, args.rate, args.seconds, args.output_len)
+                    )
+                    per_read = f"{got['reads'] / got['tokens']:.2f}"
+                else:
+                    got = event_loop.run(
+                        one_round(
+                            server.url + "/v1/completions",
+                            args.rate,
+                            args.seconds,
+                            args.output_len,
+                            "http1 in batches",
+                        )
+                    )
+                    per_read = "-"
+            finally:
+                server.stop()
+            print(
+                f"| {r + 1} | {mode} ({got['loop']}) | {per_read} | "
+                f"{got['cpu_us_per_token']:.1f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
