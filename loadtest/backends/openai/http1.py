@@ -245,7 +245,9 @@ class _Connection(asyncio.Protocol):
             try:
                 self.need = int(headers["content-length"])
             except ValueError:
-                self._fail(HttpFailure("bad_http", "a Content-Length that is no number"))
+                self.need = -1
+            if self.need < 0:
+                self._fail(HttpFailure("bad_http", "a Content-Length that is no length"))
                 return b""
             self.state = _LENGTH
             if not self.need:
