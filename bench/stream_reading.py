@@ -9,7 +9,7 @@ reads each stream with ``Stream.read``, in one of three ways:
 
 - ``aiohttp``: an aiohttp session (uvloop where installed, as loadtest runs), its body taken
   piece by piece as aiohttp's ``iter_chunks`` hands it over, each stamped then;
-- ``http1 by read``: ``http1.ConnectionPool``, the stream's coroutine woken at every read
+- ``http1 by read``: ``connection.ConnectionPool``, the stream's coroutine woken at every read
   (``eager``, as a request the plan cancels is read), each event stamped by its read;
 - ``http1 in batches``: the same, woken a few times a response (as every other request is).
 
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.token_capacity import MODEL, Server
-from loadtest.backends.openai.http1 import ConnectionPool
+from loadtest.backends.openai.connection import ConnectionPool
 from loadtest.backends.openai.stream import Stream
 from loadtest.core import loop as event_loop
 from loadtest.core.histogram import LatencyHistogram

@@ -67,7 +67,7 @@ class OpenAIBackend(Backend):
         self._base = without_credentials(spec.base_url)
         self.url = self._base.rstrip("/") + PATHS[spec.api]
         self._pooled = spec.api in POOLING_APIS
-        self._pool: Any = None  # http1.ConnectionPool, once started
+        self._pool: Any = None  # connection.ConnectionPool, once started
         self._tokens = TokenCounter(None, clock.now_ns)
         self._bodies = RequestBodies(spec, ByteTokenizer(), fit=False)
         self._connect_errors_in_a_row = 0

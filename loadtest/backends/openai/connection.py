@@ -1,17 +1,23 @@
-"""The HTTP side of the client: its pool of connections (``http1``: headers, TLS, the limit,
-timeouts), the wire stamps of each request, and the small calls beside the requests (the
-server's profiler, its ``/tokenize``, its ``/models``)."""
+"""The client's connections to its server: a pool of kept-alive HTTP/1.1 connections (``http1``)
+to one origin, with the spec's headers, TLS, limit and timeouts; the wire stamps of each
+request; and the small calls beside the requests (the server's profiler, its ``/tokenize``,
+its ``/models``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
+import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from loadtest.backends.openai.http1 import ConnectionPool, HttpFailure
+from loadtest.backends.openai.http1 import Connection, HttpFailure, Response
 from loadtest.core import outside
+from loadtest.core._version import __version__
 from loadtest.core.events import Sent
 
 ERROR_TEXT_CHARS = 300  # of an error body or exception message kept for the result
@@ -31,6 +37,199 @@ def open_pool(
         spec.read_timeout,
         now,
     )
+
+
+class ConnectionPool:
+    """The connections to one origin (scheme, host, port), kept alive: at most
+    ``max_connections`` open (0: unbounded), waited for in turn. Each request is stamped on
+    its ``wire`` (``connection.Wire``): its start, when its bytes left, its waits for a
+    connection."""
+
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        ssl_context: ssl.SSLContext | bool,
+        max_connections: int,
+        connect_timeout_ns: int,
+        read_timeout_ns: int,
+        now: Callable[[], int],
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"{url}: not an http(s) URL")
+        self.host = parts.hostname or "localhost"
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.ssl: ssl.SSLContext | None = None
+        if parts.scheme == "https":
+            if isinstance(ssl_context, ssl.SSLContext):
+                self.ssl = ssl_context
+            else:
+                self.ssl = ssl.create_default_context()
+                if not ssl_context:  # verify_tls: false
+                    self.ssl.check_hostname = False
+                    self.ssl.verify_mode = ssl.CERT_NONE
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.origin = f"{parts.scheme}://{host}:{self.port}"
+        lines = {
+            "Host": host if parts.port is None else f"{host}:{self.port}",
+            "User-Agent": f"loadtest/{__version__}",
+            "Accept": "*/*",
+            "Accept-Encoding": "identity",
+            **headers,
+        }
+        for name, value in lines.items():
+            if any(c in f"{name}{value}" for c in "\r\n"):
+                raise ValueError(f"header {name!r}: a line break in a header")
+        self._head = "".join(f"{k}: {v}\r\n" for k, v in lines.items()).encode()
+        self._targets: dict[str, bytes] = {}  # URL -> the request line's target
+        self.limit = max_connections
+        self.connect_timeout = connect_timeout_ns / 1e9
+        self.read_timeout_ns = read_timeout_ns
+        self.now = now
+        self._idle: list[Connection] = []
+        self._open = 0  # connections counted against the limit: in use, idle or connecting
+        self._waiters: deque[asyncio.Future] = deque()
+        self._all: set[Connection] = set()
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: bytes = b"",
+        wire: Any = None,
+        eager: bool = False,
+        read_timeout_ns: int | None = None,
+    ) -> Response:
+        """Send ``method url`` with ``body`` (JSON, where there is one) and wait for the
+        response's head. ``eager``: the body's batches come read by read (a request the plan
+        may cancel takes what was read by then). ``read_timeout_ns``: this request's (0: none;
+        None: the pool's)."""
+        target = self._targets.get(url) or self._target(url)
+        now, cpu = self.now, time.thread_time_ns
+        if wire is not None:
+            wire.start_ns, wire.cpu_start_ns = now(), cpu()
+        conn = await self._acquire(wire)
+        length = b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        request = b"%s %s HTTP/1.1\r\n%s%s\r\n%s" % (
+            method.encode(),
+            target,
+            self._head,
+            length if body else b"",
+            body,
+        )
+        timeout = self.read_timeout_ns if read_timeout_ns is None else read_timeout_ns
+        return await conn.exchange(request, eager, timeout, wire)
+
+    def _target(self, url: str) -> bytes:
+        parts = urlsplit(url)
+        host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if f"{parts.scheme}://{host}:{port}" != self.origin:
+            raise ValueError(f"{url}: not of this pool's origin, {self.origin}")
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._targets[url] = out = target.encode()
+        return out
+
+    async def close(self) -> None:
+        for conn in list(self._all):
+            if conn.transport is not None and not conn.lost:
+                conn.transport.abort()
+        self._idle.clear()
+        await asyncio.sleep(0)  # the transports' connection_lost calls
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    async def _acquire(self, wire: Any) -> Connection:
+        while True:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.lost:
+                    return conn
+            if not self.limit or self._open < self.limit:
+                return await self._connect(wire)
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            start = self.now()
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken and leaving: the turn passes on
+                raise
+            finally:
+                if wire is not None:
+                    wire.queued_ns += self.now() - start
+
+    async def _connect(self, wire: Any) -> Connection:
+        self._open += 1
+        start = self.now()
+        loop = asyncio.get_running_loop()
+        failure: HttpFailure
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl else None,
+                ),
+                self.connect_timeout or None,
+            )
+        except asyncio.TimeoutError:
+            failure = HttpFailure(
+                "connect_timeout",
+                f"{self.origin}: no connection within {self.connect_timeout:g} s",
+                True,
+            )
+        except ssl.SSLCertVerificationError as exc:
+            failure = HttpFailure("tls_error", f"{self.origin}: {exc}", True)
+        except OSError as exc:
+            failure = HttpFailure("connect_error", f"{self.origin}: {exc}", True)
+        except BaseException:
+            self._open -= 1
+            self._wake()
+            raise
+        else:
+            if wire is not None:
+                wire.connect_ns += self.now() - start
+            self._all.add(conn)
+            return conn
+        if wire is not None:
+            wire.connect_ns += self.now() - start
+        self._open -= 1
+        self._wake()
+        raise failure
+
+    def released(self, conn: Connection, keep: bool) -> None:
+        """``conn``'s response is done with: kept for the next request, or closed."""
+        if keep:
+            self._idle.append(conn)
+            self._wake()
+            return
+        if not conn.lost and conn.transport is not None:
+            conn.transport.close()
+        self._drop(conn)
+
+    def lost(self, conn: Connection) -> None:
+        """``conn`` is gone (either side closed it)."""
+        if conn.idle:  # an idle one the server closed (its keep-alive ran out)
+            self._drop(conn)
+
+    def _drop(self, conn: Connection) -> None:
+        self._all.discard(conn)
+        if conn.counted:
+            conn.counted = False
+            self._open -= 1
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
 
 def _ssl_context(spec: Any, base_dir: Path) -> ssl.SSLContext | bool:

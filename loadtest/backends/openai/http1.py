@@ -1,4 +1,5 @@
-"""The token path's HTTP: loadtest's own HTTP/1.1 client for streamed responses.
+"""The token path's HTTP: one HTTP/1.1 connection of loadtest's own client, and the response it
+reads (``connection.ConnectionPool`` keeps the connections).
 
 A streamed response costs its client once per socket read, and a served model sends a read a
 token. Through aiohttp a read runs about ten Python calls: its protocol, its parser's callbacks
@@ -20,14 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import ssl
 import time
-from collections import deque
-from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
-
-from loadtest.core._version import __version__
 
 # a stream's coroutine wakes once this much of its body is unread, at its end, or on a failure
 BATCH_BYTES = 32 << 10
@@ -51,10 +46,12 @@ class HttpFailure(Exception):
         self.kind, self.connecting = kind, connecting
 
 
-class _Connection(asyncio.Protocol):
-    """One kept-alive connection and the response it is reading now."""
+class Connection(asyncio.Protocol):
+    """One kept-alive connection and the response it is reading now. Its ``pool``
+    (``connection.ConnectionPool``) gives the clock (``now``) and hears when it is done with
+    (``released``) or lost (``lost``)."""
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: Any) -> None:
         self.pool = pool
         self.now = pool.now
         self.transport: Any = None
@@ -82,6 +79,36 @@ class _Connection(asyncio.Protocol):
         self.silent_from = 0  # ns of the latest read: the read timeout counts from it
         self.timer: asyncio.TimerHandle | None = None
         self.read_timeout_ns = 0  # this request's (0: none)
+
+    async def exchange(
+        self, request: bytes, eager: bool, read_timeout_ns: int, wire: Any = None
+    ) -> Response:
+        """Send ``request`` (whole: head and body) and wait for the response's head.
+        ``eager``: the body's batches come read by read. ``wire`` gets the send's stamp."""
+        self._reset(1 if eager else BATCH_BYTES)
+        self.state = _HEAD
+        self.read_timeout_ns = read_timeout_ns
+        try:
+            # stamped as the bytes go: a write that wakes a server on this host may hand it
+            # the core, and a stamp after the write would then carry the server's time
+            if wire is not None:
+                wire.sent_ns, wire.cpu_sent_ns = self.now(), time.thread_time_ns()
+            self.transport.write(request)
+            self._arm(self.now())
+            if self.status == 0 and self.error is None:
+                self.waiter = waiter = asyncio.get_running_loop().create_future()
+                await waiter
+            if self.status == 0:
+                raise self.error or HttpFailure("server_disconnected", "no response")
+        except BaseException:
+            Response(self).close()
+            raise
+        return Response(self)
+
+    @property
+    def idle(self) -> bool:
+        """Carrying no request (in the pool, or between its response and the next)."""
+        return self.state == _IDLE
 
     # -- the loop's side -------------------------------------------------------------------
 
@@ -142,7 +169,7 @@ class _Connection(asyncio.Protocol):
             )
         elif state in (_CHUNKED, _LENGTH, _TO_CLOSE):
             self._fail(HttpFailure("stream_cut", "the connection closed mid-body" + _why(exc)))
-        self.pool._lost(self)
+        self.pool.lost(self)
 
     # -- the body's framing ----------------------------------------------------------------
 
@@ -316,7 +343,7 @@ class Response:
     """A response as it comes: ``status``, ``headers``; the body's reads stamped as they came
     in (``reads``: ``(ns, the body's bytes by then)``), and the body taken in batches."""
 
-    def __init__(self, conn: _Connection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self.status, self.headers, self.reads = conn.status, conn.headers, conn.reads
         self._done = False
@@ -386,214 +413,4 @@ class Response:
         c._wake()
         keep = c.state == _DONE and c.error is None and c.reusable and not c.lost
         c.state = _IDLE
-        c.pool._release(c, keep)
-
-
-class ConnectionPool:
-    """The connections to one origin (scheme, host, port), kept alive: at most
-    ``max_connections`` open (0: unbounded), waited for in turn. Each request is stamped on
-    its ``wire`` (``connection.Wire``): its start, when its bytes left, its waits for a
-    connection."""
-
-    def __init__(
-        self,
-        url: str,
-        headers: dict[str, str],
-        ssl_context: ssl.SSLContext | bool,
-        max_connections: int,
-        connect_timeout_ns: int,
-        read_timeout_ns: int,
-        now: Callable[[], int],
-    ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            raise ValueError(f"{url}: not an http(s) URL")
-        self.host = parts.hostname or "localhost"
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.ssl: ssl.SSLContext | None = None
-        if parts.scheme == "https":
-            if isinstance(ssl_context, ssl.SSLContext):
-                self.ssl = ssl_context
-            else:
-                self.ssl = ssl.create_default_context()
-                if not ssl_context:  # verify_tls: false
-                    self.ssl.check_hostname = False
-                    self.ssl.verify_mode = ssl.CERT_NONE
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        self.origin = f"{parts.scheme}://{host}:{self.port}"
-        lines = {
-            "Host": host if parts.port is None else f"{host}:{self.port}",
-            "User-Agent": f"loadtest/{__version__}",
-            "Accept": "*/*",
-            "Accept-Encoding": "identity",
-            **headers,
-        }
-        for name, value in lines.items():
-            if any(c in f"{name}{value}" for c in "\r\n"):
-                raise ValueError(f"header {name!r}: a line break in a header")
-        self._head = "".join(f"{k}: {v}\r\n" for k, v in lines.items()).encode()
-        self._targets: dict[str, bytes] = {}  # URL -> the request line's target
-        self.limit = max_connections
-        self.connect_timeout = connect_timeout_ns / 1e9
-        self.read_timeout_ns = read_timeout_ns
-        self.now = now
-        self._idle: list[_Connection] = []
-        self._open = 0  # connections counted against the limit: in use, idle or connecting
-        self._waiters: deque[asyncio.Future] = deque()
-        self._all: set[_Connection] = set()
-
-    async def request(
-        self,
-        method: str,
-        url: str,
-        body: bytes = b"",
-        wire: Any = None,
-        eager: bool = False,
-        read_timeout_ns: int | None = None,
-    ) -> Response:
-        """Send ``method url`` with ``body`` (JSON, where there is one) and wait for the
-        response's head. ``eager``: the body's batches come read by read (a request the plan
-        may cancel takes what was read by then). ``read_timeout_ns``: this request's (0: none;
-        None: the pool's)."""
-        target = self._targets.get(url) or self._target(url)
-        now, cpu = self.now, time.thread_time_ns
-        if wire is not None:
-            wire.start_ns, wire.cpu_start_ns = now(), cpu()
-        conn = await self._acquire(wire)
-        try:
-            conn._reset(1 if eager else BATCH_BYTES)
-            conn.state = _HEAD
-            conn.read_timeout_ns = (
-                self.read_timeout_ns if read_timeout_ns is None else read_timeout_ns
-            )
-            length = b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
-            data = b"%s %s HTTP/1.1\r\n%s%s\r\n%s" % (
-                method.encode(),
-                target,
-                self._head,
-                length if body else b"",
-                body,
-            )
-            # stamped as the bytes go: a write that wakes a server on this host may hand it
-            # the core, and a stamp after the write would then carry the server's time
-            if wire is not None:
-                wire.sent_ns, wire.cpu_sent_ns = now(), cpu()
-            conn.transport.write(data)
-            conn._arm(now())
-            if conn.status == 0 and conn.error is None:
-                conn.waiter = waiter = asyncio.get_running_loop().create_future()
-                await waiter
-            if conn.status == 0:
-                raise conn.error or HttpFailure("server_disconnected", "no response")
-        except BaseException:
-            Response(conn).close()
-            raise
-        return Response(conn)
-
-    def _target(self, url: str) -> bytes:
-        parts = urlsplit(url)
-        host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        if f"{parts.scheme}://{host}:{port}" != self.origin:
-            raise ValueError(f"{url}: not of this pool's origin, {self.origin}")
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._targets[url] = out = target.encode()
-        return out
-
-    async def close(self) -> None:
-        for conn in list(self._all):
-            if conn.transport is not None and not conn.lost:
-                conn.transport.abort()
-        self._idle.clear()
-        await asyncio.sleep(0)  # the transports' connection_lost calls
-
-    # -- the pool ---------------------------------------------------------------------------
-
-    async def _acquire(self, wire: Any) -> _Connection:
-        while True:
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.lost:
-                    return conn
-            if not self.limit or self._open < self.limit:
-                return await self._connect(wire)
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            start = self.now()
-            try:
-                await waiter
-            except BaseException:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()  # woken and leaving: the turn passes on
-                raise
-            finally:
-                if wire is not None:
-                    wire.queued_ns += self.now() - start
-
-    async def _connect(self, wire: Any) -> _Connection:
-        self._open += 1
-        start = self.now()
-        loop = asyncio.get_running_loop()
-        failure: HttpFailure
-        try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: _Connection(self),
-                    self.host,
-                    self.port,
-                    ssl=self.ssl,
-                    server_hostname=self.host if self.ssl else None,
-                ),
-                self.connect_timeout or None,
-            )
-        except asyncio.TimeoutError:
-            failure = HttpFailure(
-                "connect_timeout",
-                f"{self.origin}: no connection within {self.connect_timeout:g} s",
-                True,
-            )
-        except ssl.SSLCertVerificationError as exc:
-            failure = HttpFailure("tls_error", f"{self.origin}: {exc}", True)
-        except OSError as exc:
-            failure = HttpFailure("connect_error", f"{self.origin}: {exc}", True)
-        except BaseException:
-            self._open -= 1
-            self._wake()
-            raise
-        else:
-            if wire is not None:
-                wire.connect_ns += self.now() - start
-            self._all.add(conn)
-            return conn
-        if wire is not None:
-            wire.connect_ns += self.now() - start
-        self._open -= 1
-        self._wake()
-        raise failure
-
-    def _release(self, conn: _Connection, keep: bool) -> None:
-        if keep:
-            self._idle.append(conn)
-            self._wake()
-            return
-        if not conn.lost and conn.transport is not None:
-            conn.transport.close()
-        self._drop(conn)
-
-    def _lost(self, conn: _Connection) -> None:
-        if conn.state == _IDLE:  # an idle one the server closed (its keep-alive ran out)
-            self._drop(conn)
-
-    def _drop(self, conn: _Connection) -> None:
-        self._all.discard(conn)
-        if conn.counted:
-            conn.counted = False
-            self._open -= 1
-            self._wake()
-
-    def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        c.pool.released(c, keep)

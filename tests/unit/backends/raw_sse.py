@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from loadtest.backends.openai.http1 import ConnectionPool
+from loadtest.backends.openai.connection import ConnectionPool
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 END = b"0\r\n\r\n"  # the chunked body's end

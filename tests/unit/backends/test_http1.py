@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadtest.backends.openai import http1
-from loadtest.backends.openai.connection import Wire
-from loadtest.backends.openai.http1 import ConnectionPool, HttpFailure
+from loadtest.backends.openai.connection import ConnectionPool, Wire
+from loadtest.backends.openai.http1 import HttpFailure
 
 
 class FakeTransport:
@@ -45,16 +45,16 @@ class FakeTransport:
         return None
 
 
-def _connection(clock) -> http1._Connection:
+def _connection(clock) -> http1.Connection:
     pool = ConnectionPool("http://127.0.0.1:9/", {}, False, 0, 10**9, 0, clock)
-    conn = http1._Connection(pool)
+    conn = http1.Connection(pool)
     conn.connection_made(FakeTransport())
     conn._reset(http1.BATCH_BYTES)
     conn.state = http1._HEAD
     return conn
 
 
-def _feed(raw: bytes, cuts: list[int]) -> tuple[http1._Connection, list[tuple[int, int]]]:
+def _feed(raw: bytes, cuts: list[int]) -> tuple[http1.Connection, list[tuple[int, int]]]:
     """``raw`` fed as reads cut at ``cuts``, read k stamped 1000 * (k + 1); the connection,
     and each read's raw span."""
     points = sorted({min(c, len(raw)) for c in cuts})

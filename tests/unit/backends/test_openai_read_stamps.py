@@ -84,13 +84,13 @@ def _read_burst(monkeypatch, pause_bytes: int | None) -> tuple[Stream, object, b
     paused = []
     if pause_bytes is not None:
         monkeypatch.setattr(http1, "PAUSE_BYTES", pause_bytes)
-        real_pause = http1._Connection.data_received
+        real_pause = http1.Connection.data_received
 
         def watching(self, data):
             real_pause(self, data)
             paused.append(self.paused)
 
-        monkeypatch.setattr(http1._Connection, "data_received", watching)
+        monkeypatch.setattr(http1.Connection, "data_received", watching)
 
     async def main():
         async with serving(_serve_burst) as (pool, url):
