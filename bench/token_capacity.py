@@ -24,6 +24,8 @@ its requests, over the tokens between them, so start-up, imports and reports can
     python bench/token_capacity.py --server-cores 0 --client-core 1 --rates 25,50,100,200,400
     python bench/token_capacity.py --server-cores 2-15 --server-processes 14 --client-core 1 \\
         --rates 100,200,400,800,1600       # the 16-core host, CPU only
+    python bench/token_capacity.py --server-cores 0-7 --server-processes 8 --client-core 12-15 \\
+        --workers 4 --tools loadtest --rates 400,600,800   # loadtest's workers, a core each
 
 vLLM comes from ``python -m tests.real_servers install``; AIPerf from ``--aiperf`` (its
 command, e.g. a venv's ``bin/aiperf``).
@@ -86,7 +88,7 @@ class Server:
     def __init__(self, cores: str, processes: int, step_ms: float, work: Path, text: str) -> None:
         from tests.real_servers import free_port
 
-        self.port = free_port()
+        self.port, self.processes = free_port(), processes
         self.stats = Path(tempfile.mkdtemp(dir=work, prefix="server-"))
         argv = [
             sys.executable, str(ROOT / "tests" / "fast_openai_server.py"),
@@ -117,11 +119,15 @@ class Server:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while not list(self.stats.glob("*.json")) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 20  # every process writes its file as it exits
+        while len(list(self.stats.glob("*.json"))) < self.processes:
+            if time.monotonic() > deadline:
+                print(f"only {len(list(self.stats.glob('*.json')))} of {self.processes} "
+                      "server processes wrote their gaps", file=sys.stderr)  # fmt: skip
+                break
             time.sleep(0.1)
-        time.sleep(0.5)  # the other processes' files
         parts = [json.loads(p.read_text()) for p in self.stats.glob("*.json")]
+        parts = [p for p in parts if p["gaps"]]
         if not parts:
             return {"p50_ms": None, "p99_ms": None, "served_tok_s": None}
         span_ns = max(p["last_ns"] for p in parts) - min(p["first_ns"] for p in parts)
@@ -146,7 +152,10 @@ def run_loadtest(
             "api": "completions",
         },
         "workload": {"input_tokens": args.prompt_len, "output_tokens": args.output_len},
-        "load": {"arrival": {"kind": "poisson", "rate": rate}, "requests": n},
+        "load": {
+            "arrival": {"kind": "poisson", "rate": rate}, "requests": n,
+            "workers": args.workers,
+        },
         "telemetry": {"server": False, "gpu": False},
     }  # fmt: skip
     path = out.with_suffix(".yml")
@@ -271,7 +280,10 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, default=1.0, help="the server's inter-token gap")
     ap.add_argument("--server-cores", default="0")
     ap.add_argument("--server-processes", type=int, default=1)
-    ap.add_argument("--client-core", default="1")
+    ap.add_argument("--client-core", default="1", help="its core, or cores (e.g. 12-15)")
+    ap.add_argument(
+        "--workers", type=int, default=1, help="loadtest's client processes (load.workers)"
+    )
     ap.add_argument("--tools", default="loadtest,loadtest-asyncio,vllm,aiperf")
     ap.add_argument("--aiperf", default=shutil.which("aiperf"), help="AIPerf's command")
     ap.add_argument("--json", help="write every row here too")
@@ -342,7 +354,8 @@ def main() -> None:
     print(
         f"# {args.output_len} tokens a request, {args.step_ms:g} ms apart; Poisson, "
         f"{args.seconds:g} s a run; server: {args.server_processes} process(es) on cores "
-        f"{args.server_cores}; client on core {args.client_core}"
+        f"{args.server_cores}; client on core(s) {args.client_core}"
+        + (f", loadtest in {args.workers} workers" if args.workers > 1 else "")
         + (f"; not installed: {', '.join(skipped)}" if skipped else "")
     )
     print(

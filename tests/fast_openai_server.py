@@ -142,18 +142,20 @@ class Engine:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
 
     def write_stats(self, folder: str) -> None:
+        """This process's true gaps, in a file of its own (one with none: ``gaps`` 0), so that
+        a reader can wait for every process's."""
         gaps = sorted(self.gaps)
-        if not gaps:
-            return
 
-        def pct(q: float) -> float:
-            return gaps[min(len(gaps) - 1, int(q * len(gaps)))] / 1e6
+        def pct(q: float) -> float | None:
+            return gaps[min(len(gaps) - 1, int(q * len(gaps)))] / 1e6 if gaps else None
 
-        Path(folder, f"{os.getpid()}.json").write_text(
+        part = Path(folder, f".{os.getpid()}.part")  # renamed whole: never read half-written
+        part.write_text(
             json.dumps({"gaps": len(gaps), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
-                        "max_ms": gaps[-1] / 1e6, "tokens": self.tokens,
+                        "max_ms": gaps[-1] / 1e6 if gaps else None, "tokens": self.tokens,
                         "first_ns": self.first_ns, "last_ns": self.last_ns})
         )  # fmt: skip
+        part.replace(Path(folder, f"{os.getpid()}.json"))
 
 
 def main() -> None:
