@@ -32,6 +32,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,6 +98,21 @@ async def one_round(url: str, rate: float, seconds: float, output_len: int, mode
         itl.record_gaps_ns(stamps)
         tokens += len(stamps)
 
+    _, cpu = await poisson(rate, seconds, one)
+    await close()
+    return {
+        "tokens": tokens,
+        "cpu_us_per_token": cpu / 1e3 / max(1, tokens),
+        "itl_p99_ms": itl.summary_ms()["p99"],
+        "loop": event_loop.running(),
+    }
+
+
+async def poisson(
+    rate: float, seconds: float, one: Callable[[], Awaitable[None]]
+) -> tuple[int, int]:
+    """``one()`` started at Poisson arrivals (seed 0) for ``seconds``, each run to its end: how
+    many, and this thread's CPU ns over them all."""
     rng = random.Random(0)
     tasks = []
     cpu0, start = time.thread_time_ns(), time.monotonic()
@@ -106,14 +122,7 @@ async def one_round(url: str, rate: float, seconds: float, output_len: int, mode
         await asyncio.sleep(max(0.0, at - time.monotonic()))
         tasks.append(asyncio.create_task(one()))
     await asyncio.gather(*tasks)
-    cpu = time.thread_time_ns() - cpu0
-    await close()
-    return {
-        "tokens": tokens,
-        "cpu_us_per_token": cpu / 1e3 / max(1, tokens),
-        "itl_p99_ms": itl.summary_ms()["p99"],
-        "loop": event_loop.running(),
-    }
+    return len(tasks), time.thread_time_ns() - cpu0
 
 
 def main() -> None:

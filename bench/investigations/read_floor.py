@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.stream_reading import one_round
+from bench.stream_reading import one_round, poisson
 from bench.token_capacity import MODEL, Server
 from loadtest.core import loop as event_loop
 
@@ -66,19 +65,10 @@ async def floor_round(port: int, rate: float, seconds: float, output_len: int) -
         reads += len(protocol.reads)
         idle.append((transport, protocol))
 
-    rng = random.Random(0)
-    tasks = []
-    cpu0, start = time.thread_time_ns(), time.monotonic()
-    at = start
-    while at - start < seconds:
-        at += rng.expovariate(rate)
-        await asyncio.sleep(max(0.0, at - time.monotonic()))
-        tasks.append(asyncio.create_task(one()))
-    await asyncio.gather(*tasks)
-    cpu = time.thread_time_ns() - cpu0
+    sent, cpu = await poisson(rate, seconds, one)
     for transport, _ in idle:
         transport.close()
-    tokens = len(tasks) * output_len
+    tokens = sent * output_len
     return {
         "tokens": tokens,
         "reads": reads,
