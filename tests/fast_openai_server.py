@@ -119,9 +119,11 @@ class Engine:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
-            now = time.monotonic_ns()
             batch, self.running, still = self.running, [], []
             for s in batch:
+                # each write's own time: a step's writes take a while, in an order that
+                # changes as streams come and go, so the step's start is not each one's
+                now = time.monotonic_ns()
                 try:
                     await s[0].write(s[2])
                 except ConnectionError:
