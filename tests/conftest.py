@@ -18,6 +18,8 @@ from loadtest.session import run_scenario_async
 # own property, with a margin a busy 2-core machine cannot break.
 LENIENT = {"max_dispatch_lag_p99": "2s", "max_loop_lag_p99": "2s"}
 
+pytest_plugins = ["tests.stopping"]  # a SIGTERM stops the fixtures' servers too
+
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Everything under tests/integration is the integration tier; unit files mark their few
