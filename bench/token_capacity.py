@@ -174,14 +174,13 @@ class Server:
         parts = [p for p in parts if p["gaps"]]
         if not parts:
             return {"p50_ms": None, "p99_ms": None, "served_tok_s": None}
-        first, last = min(p["first_ns"] for p in parts), max(p["last_ns"] for p in parts)
-        span_ns = last - first
+        arrivals = sorted(a for p in parts for a in p["arrivals"])
+        last = max(p["last_ns"] for p in parts)
+        span_ns = last - arrivals[0]
         tokens = sum(p["tokens"] for p in parts)
         return {
-            "first_ns": first,
             "last_ns": last,
-            "arrivals": sorted(a for p in parts for a in p.get("arrivals", [])),
-            "tokens": tokens,
+            "arrivals": arrivals,
             "p50_ms": max(p["p50_ms"] for p in parts),
             "p99_ms": max(p["p99_ms"] for p in parts),
             "gaps": sum(p["gaps"] for p in parts),
@@ -383,8 +382,8 @@ def main() -> None:
                 continue
             # CPU a token: the client's from its run's first request (the last n to arrive:
             # a probe or test request comes before) to the last token written
-            samples, arrivals = row.pop("cpu"), true.get("arrivals") or []
-            start = arrivals[-n] if len(arrivals) >= n else true.get("first_ns")
+            samples, arrivals = row.pop("cpu"), true.get("arrivals") or [None]
+            start = arrivals[-min(n, len(arrivals))]
             row["cpu_us_token"] = (
                 1e6
                 * (cpu_at(samples, true["last_ns"]) - cpu_at(samples, start))

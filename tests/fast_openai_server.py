@@ -91,7 +91,6 @@ class Engine:
         self.running: list[list] = []  # [response, tokens left, chunk bytes, last write ns]
         self.gaps: list[int] = []
         self.task: asyncio.Task | None = None
-        self.first_ns: int | None = None  # the first request's arrival
         self.arrivals: list[int] = []  # every stream's arrival (a bench finds its run's among them)
         self.last_ns = 0  # the last token's write
         self.tokens = 0
@@ -106,8 +105,6 @@ class Engine:
         )
         await resp.prepare(request)
         self.arrivals.append(time.monotonic_ns())
-        if self.first_ns is None:
-            self.first_ns = self.arrivals[-1]
         done = asyncio.get_running_loop().create_future()
         self.running.append([resp, n, b"data: " + chunk.encode() + b"\n\n", None, done])
         if self.task is None:
@@ -157,8 +154,7 @@ class Engine:
         part.write_text(
             json.dumps({"gaps": len(gaps), "p50_ms": pct(0.5), "p99_ms": pct(0.99),
                         "max_ms": gaps[-1] / 1e6 if gaps else None, "tokens": self.tokens,
-                        "first_ns": self.first_ns, "last_ns": self.last_ns,
-                        "arrivals": self.arrivals})
+                        "last_ns": self.last_ns, "arrivals": self.arrivals})
         )  # fmt: skip
         part.replace(Path(folder, f"{os.getpid()}.json"))
 
