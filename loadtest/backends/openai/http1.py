@@ -32,6 +32,8 @@ PAUSE_BYTES = 4 << 20
 MAX_HEAD_BYTES = 64 << 10  # a response head past this is no server's answer
 MAX_LINE_BYTES = 4 << 10  # of a chunk's size line or a trailer
 
+_HEX = b"0123456789abcdefABCDEF"
+
 # where a connection's current response is
 _IDLE, _HEAD, _CHUNKED, _LENGTH, _TO_CLOSE, _DONE = range(6)
 
@@ -127,7 +129,18 @@ class Connection(asyncio.Protocol):
                 return
         state = self.state
         if state == _CHUNKED:
-            got = self._dechunk(data)
+            # most reads of a stream are one whole chunk (a token's event): taken in one step
+            end = data.find(b"\r\n", 0, 10)
+            if (
+                0 < end
+                and not (self.need or self.crlf or self.line or self.trailers)
+                and not data[:end].strip(_HEX)
+                and len(data) == end + 4 + (got := int(data[:end], 16))
+                and got
+            ):
+                self.buf += data[end + 2 : -2]
+            else:
+                got = self._dechunk(data)
         elif state == _LENGTH:
             got = min(self.need, len(data))
             self.buf += data if got == len(data) else data[:got]

@@ -72,34 +72,45 @@ _HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 
 @st.composite
 def _bodies(draw):
-    """A body, framed one of the three ways, with the raw offsets of each of its bytes."""
+    """A body, framed one of the three ways, with the raw offsets of each of its bytes and
+    where each chunk's framing begins (a server's writes: one read each, most often)."""
     pieces = draw(st.lists(st.binary(min_size=1, max_size=40), max_size=12))
     body = b"".join(pieces)
     framing = draw(st.sampled_from(["chunked", "length", "close"]))
     if framing == "chunked":
         raw, where = _HEAD + b"Transfer-Encoding: chunked\r\n\r\n", []
+        bounds = []
         for p in pieces:
-            ext = draw(st.sampled_from([b"", b";name=value", b" ;x"]))
-            raw += b"%x%s\r\n" % (len(p), ext)
+            bounds.append(len(raw))
+            ext = draw(st.sampled_from([b"", b"", b";name=value", b" ;x"]))
+            size = draw(st.sampled_from([b"%x", b"%X", b"%04x"])) % len(p)
+            raw += b"%s%s\r\n" % (size, ext)
             where += range(len(raw), len(raw) + len(p))
             raw += p + b"\r\n"
+        bounds.append(len(raw))
         raw += b"0\r\n" + draw(st.sampled_from([b"", b"X-Trailer: 1\r\n"])) + b"\r\n"
     elif framing == "length":
         raw = _HEAD + b"Content-Length: %d\r\n\r\n" % len(body)
         where = list(range(len(raw), len(raw) + len(body)))
         raw += body
+        bounds = []
     else:
         raw = _HEAD + b"\r\n"
         where = list(range(len(raw), len(raw) + len(body)))
         raw += body
-    return framing, body, raw, where
+        bounds = []
+    return framing, body, raw, where, bounds
 
 
 @settings(max_examples=300, deadline=None)
-@given(_bodies(), st.lists(st.integers(0, 800), max_size=10))
-def test_any_body_cut_into_any_reads_is_the_body_each_read_stamped_with_its_bytes(framed, cuts):
-    framing, body, raw, where = framed
-    conn, spans = _feed(raw, cuts)
+@given(_bodies(), st.lists(st.integers(0, 800), max_size=10), st.booleans())
+def test_any_body_cut_into_any_reads_is_the_body_each_read_stamped_with_its_bytes(
+    framed, cuts, by_chunk
+):
+    """Cut anywhere, or (``by_chunk``) also wherever a chunk begins, as a server's writes
+    arrive (the reads that are one whole chunk each take the short path)."""
+    framing, body, raw, where, bounds = framed
+    conn, spans = _feed(raw, cuts + bounds if by_chunk else cuts)
     if framing == "close":  # its end is the connection's
         conn.connection_lost(None)
     assert conn.error is None and conn.status == 200
