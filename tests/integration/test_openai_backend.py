@@ -223,12 +223,12 @@ def test_sse_events_split_across_reads():
     ('data: x\\r\\n\\r\\n'), the comment's 13 bytes skipped to 30, then 9 + 12 + 11 + 1 = 33
     of the two-line event: 63."""
     p = SseParser()
-    assert p.feed(b'data: {"a"') == []
+    assert p.feed(b'data: {"a"') == ([], [])
     assert p.feed(
         b": 1}\n\ndata: x\r\n\r\n: a comment\n\nevent: e\ndata: line1\ndata:line2\n\nda"
-    ) == [(b'{"a": 1}', 6), (b"x", 17), (b"line1\nline2", 63)]
+    ) == ([b'{"a": 1}', b"x", b"line1\nline2"], [6, 17, 63])
     assert p.pending == b"da"
-    assert p.feed(b"ta: [DONE]\n\n") == [(b"[DONE]", 12)]
+    assert p.feed(b"ta: [DONE]\n\n") == ([b"[DONE]"], [12])
 
 
 def test_secret_fields_are_masked_in_the_saved_scenario(tmp_path):

@@ -11,9 +11,11 @@ its end arrives.
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 _LINE = re.compile(rb"\r\n|\n|\r")
+_SEPARATOR = len(b"\n\ndata: ")
 
 
 MAX_EVENT_BYTES = 4 << 20  # one event past this is no chunk of a stream: refused
@@ -31,52 +33,55 @@ class SseParser:
     def __init__(self) -> None:
         self._buf = b""
 
-    def feed(self, chunk: bytes) -> list[tuple[bytes, int]]:
+    def feed(self, chunk: bytes) -> tuple[list[bytes], list[int]]:
         """The data of every event completed by ``chunk`` (events without data are skipped),
-        as bytes (UTF-8, checked by whoever decodes it), each with where in ``chunk`` the event
-        ended (just past its blank line: the byte that completed it); ``EventTooLarge`` when an
-        event runs past ``MAX_EVENT_BYTES`` without ending."""
+        as bytes (UTF-8, checked by whoever decodes it), and apart, where in ``chunk`` each
+        event ended (just past its blank line: the byte that completed it); ``EventTooLarge``
+        when an event runs past ``MAX_EVENT_BYTES`` without ending."""
         held = len(self._buf)
         buf = self._buf + chunk if held else chunk
         if b"\r" not in buf:
             # the common stream, events of one ``data: `` line each, split in one pass up to
-            # the last complete one (the rest held); anything else (a comment, another field)
-            # goes by the general rules, which give the same events for these
+            # the last complete one (the rest held): every newline before it is one of the
+            # separators' (counted, not looked for event by event). Anything else (a comment,
+            # another field) goes by the general rules, which give the same events for these
             last = buf.rfind(b"\n\n")
             if last < 0:
                 if len(buf) <= MAX_EVENT_BYTES:
                     self._buf = buf
-                    return []
-            else:
-                parts = buf[:last].split(b"\n\n")
-                if all(p.startswith(b"data: ") and b"\n" not in p for p in parts):
-                    out, end = [], -held
-                    for p in parts:
-                        end += len(p) + 2
-                        out.append((p[6:], end))
-                    self._buf = buf[last + 2 :]
-                    if len(self._buf) > MAX_EVENT_BYTES:
-                        raise EventTooLarge(
-                            f"an event ran past {MAX_EVENT_BYTES >> 20} MiB without ending"
-                        )
-                    return out
+                    return [], []
+            elif buf.startswith(b"data: ") and buf.count(b"\n", 0, last) == 2 * buf.count(
+                b"\n\ndata: ", 0, last
+            ):
+                datas = buf[6:last].split(b"\n\ndata: ")
+                # each event's end: its data, 8 bytes of "\n\ndata: " (the first's "data: "
+                # and the last's "\n\n" make 8 too), from where ``chunk`` began
+                ends = list(accumulate(map(_SEPARATOR.__add__, map(len, datas)), initial=-held))
+                del ends[0]
+                self._buf = buf[last + 2 :]
+                if len(self._buf) > MAX_EVENT_BYTES:
+                    raise EventTooLarge(
+                        f"an event ran past {MAX_EVENT_BYTES >> 20} MiB without ending"
+                    )
+                return datas, ends
         return self.feed_general(chunk)
 
-    def feed_general(self, chunk: bytes) -> list[tuple[bytes, int]]:
+    def feed_general(self, chunk: bytes) -> tuple[list[bytes], list[int]]:
         """``feed`` by the spec's rules alone, for any bytes."""
         held = len(self._buf)  # an event's end lies in ``chunk``: the held bytes did not end one
         buf = self._buf + chunk
-        out = []
+        datas, ends = [], []
         start = 0
         for m in _EVENT_END.finditer(buf):
             data = _event_data(buf[start : m.start()])
             if data is not None:
-                out.append((data, m.end() - held))
+                datas.append(data)
+                ends.append(m.end() - held)
             start = m.end()
         self._buf = buf[start:]
         if len(self._buf) > MAX_EVENT_BYTES:
             raise EventTooLarge(f"an event ran past {MAX_EVENT_BYTES >> 20} MiB without ending")
-        return out
+        return datas, ends
 
     @property
     def pending(self) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from itertools import islice
 from typing import Any, NamedTuple
 
 from loadtest.backends.openai.sse import EventTooLarge, SseParser
@@ -20,9 +21,10 @@ from loadtest.core.events import Cancelled, Failed
 # included), plus a few, and this many characters a chunk; past it the server does not stop.
 MAX_CHUNKS_PER_TOKEN, MAX_CHUNKS_SLACK, MAX_CHARS_PER_TOKEN = 4, 64, 256
 MAX_REPLY_CHARS = 1 << 20  # of a session turn's reply kept for its history (the rest is cut)
-# a batch is taken this many bytes at a time (a few chunks: tens of µs), the loop free between:
-# one stream's batch never holds up another's reads for long, whose stamps would wait on it
-SLICE_BYTES = 1 << 10
+# a batch is taken this many bytes at a time (15-30 events: tens of µs), the loop free between:
+# one stream's batch never holds up another's reads for long, whose stamps would wait on it. A
+# slice costs a few µs of its own (the coroutine's wake), so slices much smaller cost CPU a token
+SLICE_BYTES = 4 << 10
 
 
 _fast_loads: Callable[[bytes], Any]
@@ -106,17 +108,22 @@ class Stream:
         base = self._consumed
         self._consumed += len(raw)
         try:
-            events = parser.feed(raw)
+            datas, ends = parser.feed(raw)
         except EventTooLarge as exc:
             raise BadResponse(str(exc)) from None
-        t = now() if reads is None else 0
-        for data, end in events:
-            if reads is not None:  # the read that brought the event's last byte
-                seen, at = self._seen, base + end
-                while seen < len(reads) and reads[seen][1] < at:
-                    seen += 1
-                self._seen = seen
-                t = reads[seen][0] if seen < len(reads) else now()
+        if not datas:
+            return _GOING
+        stamps = self._stamps(ends, base, reads, now)
+        i, n = 0, len(datas)
+        while i < n:
+            # a run of tokens and nothing else (most of a stream, once the id and model are
+            # known): taken at once
+            if stop_after is None and self.model is not None and self.response_id:
+                i += self._take_plain_run(datas, stamps, i)
+                if i == n:
+                    break
+            t, data = stamps[i], datas[i]
+            i += 1
             if data == b"[DONE]":
                 return None
             try:
@@ -136,6 +143,89 @@ class Stream:
             if stop_after is not None and len(self.chunks) >= stop_after:
                 return Cancelled(t)  # the rest of this read goes unread, as the user left
         return _GOING
+
+    def _stamps(
+        self,
+        ends: list[int],
+        base: int,
+        reads: list[tuple[int, int]] | None,
+        now: Callable[[], int],
+    ) -> list[int]:
+        """Each event's arrival: the time of the socket read that brought its last byte
+        (``base`` + its end, in the body), where ``reads`` has it; else now."""
+        if reads is None:
+            return [now()] * len(ends)
+        seen, known, out = self._seen, len(reads), []
+        for end in ends:
+            at = base + end
+            while seen < known and reads[seen][1] < at:
+                seen += 1
+            out.append(reads[seen][0] if seen < known else now())
+        self._seen = seen
+        return out
+
+    def _take_plain_run(self, datas: list[bytes], stamps: list[int], start: int) -> int:
+        """How many events from ``start`` are each one token's text and nothing else (as
+        ``_plain_text`` judges), taken as ``_take_text`` takes them one by one, in fewer steps.
+        Stops at the first that is anything else (``[DONE]``, an error, a finish reason,
+        usage, reasoning, a tool call, what is no JSON) for the general rules to read."""
+        texts: list[str] = []
+        keep = texts.append
+        chat = self.api == "chat"
+        if not chat and self.api != "completions":
+            return 0
+        for data in islice(datas, start, None):
+            try:
+                event = _fast_loads(data)
+            except ValueError:
+                break
+            if type(event) is not dict or event.get("usage") or "error" in event or "type" in event:
+                break
+            choices = event.get("choices")
+            if type(choices) is not list or len(choices) != 1:
+                break
+            choice = choices[0]
+            if type(choice) is not dict or choice.get("finish_reason") is not None:
+                break
+            if chat:
+                delta = choice.get("delta")
+                if type(delta) is not dict:
+                    break
+                text = delta.get("content")
+                if (
+                    type(text) is not str
+                    or not text
+                    or delta.get("reasoning_content")
+                    or delta.get("reasoning")
+                    or delta.get("tool_calls")
+                ):
+                    break
+            else:
+                text = choice.get("text")
+                if type(text) is not str:
+                    break
+            keep(text)
+        taken = len(texts)
+        if not taken:
+            return 0
+        at = stamps[start : start + taken]
+        chars = sum(map(len, texts))
+        chunks = self.chunks
+        if (
+            len(chunks) + taken > self.max_chunks
+            or self.chars + chars > MAX_CHARS_PER_TOKEN * self.max_chunks
+            or (self.reply is not None and self.reply_chars + chars > MAX_REPLY_CHARS)
+            or self.first_answer_ns is None
+        ):  # a bound reached, or the answer's start among them: one by one, as ever
+            for t, text in zip(at, texts):
+                self._take_text(t, text)
+            return taken
+        chunks.extend(zip(at, texts))
+        self.chars += chars
+        if self.reply is not None:
+            self.reply_chars += chars
+            self.reply.extend(filter(None, texts))
+        return taken
 
     def _plain_text(self, event: Any) -> str | None:
         """The text of a completions or chat event that carries one token's text and nothing

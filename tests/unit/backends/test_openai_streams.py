@@ -312,19 +312,40 @@ def _chunk(draw, api: str) -> dict:
     return event
 
 
+def _token(api: str) -> st.SearchStrategy[dict]:
+    """A plain token's event (most of a stream): its id, model and text and nothing else."""
+    choice = (
+        _TEXT.filter(bool).map(lambda t: {"index": 0, "delta": {"content": t}})
+        if api == "chat"
+        else _TEXT.map(lambda t: {"index": 0, "text": t})
+    )
+    return choice.map(lambda c: {"id": "c1", "model": "m", "choices": [c]})
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from(["completions", "chat"]).flatmap(
-        lambda api: st.tuples(st.just(api), st.lists(_chunk(api), min_size=1, max_size=16))
+        lambda api: st.tuples(
+            st.just(api),
+            st.lists(st.one_of(_chunk(api), _token(api), _token(api)), min_size=1, max_size=24),
+        )
     ),
-    st.lists(st.integers(1, 5), max_size=16),
+    st.lists(st.integers(1, 8), max_size=16),
+    st.lists(st.integers(1, 4), max_size=8),
+    st.integers(1, 20),
+    st.integers(1, 6),
+    st.integers(0, 40),
 )
-def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(recorded, groups):
+def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(
+    recorded, groups, batches, max_chunks, chars_per_chunk, max_reply
+):
     """A recorded completions or chat stream of any of the shapes servers send, its events
-    grouped into reads as a busy client reads them, each read stamped: the fast paths (one-pass
-    SSE, orjson, a plain token's short path) end the stream in the same state as the general
-    rules and the standard library: every token's (stamp, text), the reply, where the answer
-    began, the finish reason, usage, id, model, reasoning and tool calls, and how it ended."""
+    grouped into reads as a busy client reads them, each read stamped, with bounds low enough
+    to be reached (the chunks and characters a stream may bring, the reply a session keeps): the fast paths
+    (one-pass SSE, orjson, a plain token's short path, a run of them taken at once, reads taken
+    in batches) end the stream in the same state as the general rules and the standard library,
+    event by event: every token's (stamp, text), the reply, where the answer began, the finish
+    reason, usage, id, model, reasoning and tool calls, and how it ended (or what it raised)."""
     import loadtest.backends.openai.stream as stream_mod
 
     api, chunks = recorded
@@ -334,27 +355,43 @@ def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(recorded, groups)
         if k < len(events):
             reads.append(b"".join(events[k : k + g]))
             k += g
+    stamps, total = [], 0
+    for i, r in enumerate(reads):
+        total += len(r)
+        stamps.append((1000 * (i + 1), total))
 
     def state(fast: bool) -> tuple:
-        clock = iter(range(1000, 10_000_000, 100))
         s = Stream(api, 64, keep_reply=True)
-        if fast:
-            failure = asyncio.run(s.read(Recorded(reads).batch, lambda: next(clock)))
-        else:
-            saved = (SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in)
+        s.max_chunks = max_chunks
+        saved = (
+            SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in,
+            stream_mod.MAX_REPLY_CHARS, stream_mod.MAX_CHARS_PER_TOKEN,
+        )  # fmt: skip
+        stream_mod.MAX_REPLY_CHARS = max_reply
+        stream_mod.MAX_CHARS_PER_TOKEN = chars_per_chunk
+        if not fast:
             SseParser.feed = SseParser.feed_general
             stream_mod._fast_loads = json.loads
             stream_mod.tokens_in = lambda obj, a: saved[2](
                 obj, "general" if a == "completions" else a
             )
             s._plain_text = lambda event: None  # type: ignore[method-assign]
-            try:
-                failure = asyncio.run(s.read(Recorded(reads).batch, lambda: next(clock)))
-            finally:
-                SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in = saved
+            s._take_plain_run = lambda *a: 0  # type: ignore[method-assign]
+        body = Batched(reads, batches) if fast else Recorded(reads)
+        try:
+            failure = asyncio.run(
+                s.read(body.next_batch if fast else body.batch, lambda: 7, reads=stamps)
+            )
+        except stream_mod.BadResponse as exc:
+            failure = f"raised: {exc}"
+        finally:
+            (
+                SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in,
+                stream_mod.MAX_REPLY_CHARS, stream_mod.MAX_CHARS_PER_TOKEN,
+            ) = saved  # fmt: skip
         return (
-            failure, s.chunks, s.chars, s.reply, s.first_answer_ns, s.finish_reason, s.usage,
-            s.response_id, s.model, s.reasoning, s.tool_calls,
+            failure, s.chunks, s.chars, s.reply, s.reply_chars, s.first_answer_ns,
+            s.finish_reason, s.usage, s.response_id, s.model, s.reasoning, s.tool_calls,
         )  # fmt: skip
 
     assert state(True) == state(False)
