@@ -42,7 +42,7 @@ class SseParser:
         buf = self._buf + chunk if held else chunk
         if b"\r" not in buf:
             # the common stream, events of one ``data: `` line each, split in one pass up to
-            # the last complete one (the rest held): every newline before it is one of the
+            # the last complete one (the rest held), where every newline before it is one of the
             # separators' (counted, not looked for event by event). Anything else (a comment,
             # another field) goes by the general rules, which give the same events for these
             last = buf.rfind(b"\n\n")
@@ -50,10 +50,11 @@ class SseParser:
                 if len(buf) <= MAX_EVENT_BYTES:
                     self._buf = buf
                     return [], []
-            elif buf.startswith(b"data: ") and buf.count(b"\n", 0, last) == 2 * buf.count(
-                b"\n\ndata: ", 0, last
+            elif (
+                buf.startswith(b"data: ")
+                and buf.count(b"\n", 0, last)
+                == 2 * len(datas := buf[6:last].split(b"\n\ndata: ")) - 2
             ):
-                datas = buf[6:last].split(b"\n\ndata: ")
                 # each event's end: its data, 8 bytes of "\n\ndata: " (the first's "data: "
                 # and the last's "\n\n" make 8 too), from where ``chunk`` began
                 ends = list(accumulate(map(_SEPARATOR.__add__, map(len, datas)), initial=-held))

@@ -10,6 +10,7 @@ does not stop cannot grow the client's memory.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from itertools import islice
 from typing import Any, NamedTuple
@@ -26,6 +27,12 @@ MAX_REPLY_CHARS = 1 << 20  # of a session turn's reply kept for its history (the
 # slice costs a few µs of its own (the coroutine's wake), so slices much smaller cost CPU a token
 SLICE_BYTES = 4 << 10
 
+
+# a stream whose plain events keep changing outside their text (a counter, a time) stops
+# learning their shape after this many
+MAX_TEMPLATES = 4
+# a JSON string after a key (JSON's own whitespace before it)
+_STRING = re.compile(rb'[ \t\r\n]*("(?:[^"\\]|\\.)*")', re.DOTALL)
 
 _fast_loads: Callable[[bytes], Any]
 try:
@@ -66,6 +73,9 @@ class Stream:
         self.max_chunks = MAX_CHUNKS_PER_TOKEN * output_tokens + MAX_CHUNKS_SLACK
         self.output_tokens = output_tokens
         self._consumed = self._seen = 0  # the body's bytes taken; stamps of reads passed over
+        # a plain token's event as bytes, all but its text: (before, after) the text's string
+        self._template: tuple[bytes, bytes] | None = None
+        self._templates_left = MAX_TEMPLATES
 
     async def read(
         self,
@@ -168,13 +178,28 @@ class Stream:
         """How many events from ``start`` are each one token's text and nothing else (as
         ``_plain_text`` judges), taken as ``_take_text`` takes them one by one, in fewer steps.
         Stops at the first that is anything else (``[DONE]``, an error, a finish reason,
-        usage, reasoning, a tool call, what is no JSON) for the general rules to read."""
+        usage, reasoning, a tool call, what is no JSON) for the general rules to read.
+
+        A stream's plain events are byte for byte the same but for their text, so an event
+        that is a plain one's bytes with another JSON string where its text was is plain too,
+        with that string's text: only the string is parsed (``_template``)."""
         texts: list[str] = []
         keep = texts.append
         chat = self.api == "chat"
         if not chat and self.api != "completions":
             return 0
+        template = self._template
         for data in islice(datas, start, None):
+            if template is not None:
+                before, after = template
+                if data.startswith(before) and data.endswith(after):
+                    try:
+                        text = _fast_loads(data[len(before) : len(data) - len(after)])
+                    except ValueError:
+                        text = None
+                    if type(text) is str and (text or not chat):
+                        keep(text)
+                        continue
             try:
                 event = _fast_loads(data)
             except ValueError:
@@ -205,6 +230,8 @@ class Stream:
                 if type(text) is not str:
                     break
             keep(text)
+            if self._templates_left:
+                template = self._learn(data, text, b'"content":' if chat else b'"text":')
         taken = len(texts)
         if not taken:
             return 0
@@ -226,6 +253,26 @@ class Stream:
             self.reply_chars += chars
             self.reply.extend(filter(None, texts))
         return taken
+
+    def _learn(self, data: bytes, text: str, key: bytes) -> tuple[bytes, bytes] | None:
+        """A plain event's bytes before and after its text's string, where the text is the
+        one string of its only ``key`` (a key's name, quoted, is found only where it is one);
+        None where it is not so plain to find."""
+        self._templates_left -= 1
+        found = data.find(key)
+        if found < 0 or data.find(key, found + 1) >= 0:
+            return None
+        m = _STRING.match(data, found + len(key))
+        if m is None:
+            return None
+        a, b = m.span(1)
+        try:
+            if _fast_loads(data[a:b]) != text:
+                return None
+        except ValueError:
+            return None
+        self._template = (data[:a], data[b:])
+        return self._template
 
     def _plain_text(self, event: Any) -> str | None:
         """The text of a completions or chat event that carries one token's text and nothing

@@ -313,13 +313,21 @@ def _chunk(draw, api: str) -> dict:
 
 
 def _token(api: str) -> st.SearchStrategy[dict]:
-    """A plain token's event (most of a stream): its id, model and text and nothing else."""
+    """A plain token's event (most of a stream): its id, model and text, at times with a
+    field that changes from event to event, or the text's key once more elsewhere."""
     choice = (
         _TEXT.filter(bool).map(lambda t: {"index": 0, "delta": {"content": t}})
         if api == "chat"
         else _TEXT.map(lambda t: {"index": 0, "text": t})
     )
-    return choice.map(lambda c: {"id": "c1", "model": "m", "choices": [c]})
+    key = "content" if api == "chat" else "text"
+    extra = st.one_of(
+        st.sampled_from([{}, {}, {}, {"created": 1}, {"created": 2}]),
+        _TEXT.map(lambda t: {"meta": {key: t}}),
+    )
+    return st.tuples(choice, extra).map(
+        lambda ce: {"id": "c1", "model": "m", **ce[1], "choices": [ce[0]]}
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -335,21 +343,26 @@ def _token(api: str) -> st.SearchStrategy[dict]:
     st.integers(1, 20),
     st.integers(1, 6),
     st.integers(0, 40),
+    st.sampled_from([(", ", ": "), (",", ":")]),
+    st.booleans(),
 )
 def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(
-    recorded, groups, batches, max_chunks, chars_per_chunk, max_reply
+    recorded, groups, batches, max_chunks, chars_per_chunk, max_reply, separators, ascii_only
 ):
     """A recorded completions or chat stream of any of the shapes servers send, its events
     grouped into reads as a busy client reads them, each read stamped, with bounds low enough
     to be reached (the chunks and characters a stream may bring, the reply a session keeps): the fast paths
-    (one-pass SSE, orjson, a plain token's short path, a run of them taken at once, reads taken
-    in batches) end the stream in the same state as the general rules and the standard library,
+    (one-pass SSE, orjson, a plain token's short path, a run of them taken at once, their text
+    read from a learned shape, reads taken in batches) end the stream in the same state as the general rules and the standard library,
     event by event: every token's (stamp, text), the reply, where the answer began, the finish
     reason, usage, id, model, reasoning and tool calls, and how it ended (or what it raised)."""
     import loadtest.backends.openai.stream as stream_mod
 
     api, chunks = recorded
-    events = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
+    events = [
+        f"data: {json.dumps(c, separators=separators, ensure_ascii=ascii_only)}\n\n".encode()
+        for c in chunks
+    ] + [b"data: [DONE]\n\n"]
     reads, k = [], 0
     for g in [*groups, len(events)]:
         if k < len(events):
@@ -395,6 +408,59 @@ def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(
         )  # fmt: skip
 
     assert state(True) == state(False)
+
+
+def test_a_plain_events_shape_is_learned_once_and_a_shape_that_keeps_changing_is_let_go():
+    """vLLM's completions events: the shape is learned from the first plain one (all but its
+    text's string) and every later token's text read from it alone; where a field changes
+    every event (``created``), a shape is learned four times (``MAX_TEMPLATES``), then not;
+    where the text's key is there twice, none is."""
+    import loadtest.backends.openai.stream as stream_mod
+
+    def event(text: str, created: int = 1) -> dict:
+        return {
+            "id": "cmpl-1", "object": "text_completion", "created": created, "model": "m",
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}],
+        }  # fmt: skip
+
+    texts = [" a", ' "q"', " \\", " é", ""]
+    s = Stream("completions", 32, keep_reply=True)
+    parsed = []
+    saved = stream_mod._fast_loads
+    stream_mod._fast_loads = lambda b: parsed.append(b) or saved(b)
+    try:
+        body = b"".join(
+            f"data: {json.dumps(event(t), separators=(',', ':'))}\n\n".encode() for t in texts
+        )
+        failure = asyncio.run(s.read(Recorded([body]).batch, lambda: 5))
+    finally:
+        stream_mod._fast_loads = saved
+    assert failure is not None  # no [DONE]: the stream was cut, its tokens kept
+    assert s.chunks == [(5, t) for t in texts] and s.reply == texts[:4]
+    before = b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"m",'
+    assert s._template == (
+        before + b'"choices":[{"index":0,"text":',
+        b',"logprobs":null,"finish_reason":null}]}',
+    )
+    # the first event parsed whole (it names the id and model), the second whole and its text
+    # once more (learned from it), then the rest by their text's string alone
+    assert [len(p) > 40 for p in parsed] == [True, True, False, False, False, False]
+
+    s = Stream("completions", 32, keep_reply=False)
+    body = b"".join(f"data: {json.dumps(event('x', created=k))}\n\n".encode() for k in range(10))
+    asyncio.run(s.read(Recorded([body]).batch, lambda: 5))
+    assert s.chunks == [(5, "x")] * 10
+    assert s._templates_left == 0 and s._template is not None
+
+    # the text's key twice (here the first is another object's, with the same text): no shape
+    # is learned, so the other string is never taken for the text
+    s = Stream("completions", 32, keep_reply=False)
+    body = b"".join(
+        f"data: {json.dumps({'meta': {'text': m}, **event(' a')})}\n\n".encode()
+        for m in (" a", " a", "zz")
+    )
+    asyncio.run(s.read(Recorded([body]).batch, lambda: 5))
+    assert s.chunks == [(5, " a")] * 3 and s._template is None
 
 
 class Batched(Recorded):
