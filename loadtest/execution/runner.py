@@ -43,6 +43,9 @@ FLUSH_NS_PER_TOKEN = 2_000
 # ... unless this many finished requests wait: then the machine cannot keep up anyway, and
 # recording must not fall ever further behind.
 FLUSH_BACKLOG = 2_000
+# Recording holds the loop at most about this long a turn (a 256-token request takes ~0.1-0.2
+# ms): the rest waits for the next turn, after the sockets' reads, whose stamps would wait too
+FLUSH_TURN_NS = 200_000
 
 
 @dataclass
@@ -372,7 +375,7 @@ class Runner(Users):
             return
         _, rec = self._origin()
         done, due, now = self._finished, self._next_due_ns, self.clock.now_ns
-        n = 0
+        n, turn_ends = 0, now() + FLUSH_TURN_NS
         for st in done:
             if (
                 due is not None
@@ -380,10 +383,14 @@ class Runner(Users):
                 and now() + FLUSH_GUARD_NS + FLUSH_NS_PER_TOKEN * len(st.stamps) > due
             ):
                 break
+            if n and now() > turn_ends:
+                break
             rec.finish(st)
             n += 1
         del done[:n]
-        if done and due is not None and now() < due:
+        if done and n and now() > turn_ends:  # the turn's share done: the rest next turn
+            self._flush_handle = loop.call_soon(self._flush)
+        elif done and due is not None and now() < due:
             # stopped for the deadline: go on in the gap after it (both clocks are the loop's)
             self._flush_handle = loop.call_at(due / 1e9, self._flush)
         elif done and due is not None:

@@ -182,3 +182,47 @@ def test_live_counts_leave_the_histograms_out_unless_a_display_asks(monkeypatch)
     assert "live" not in seen["beat"] and seen["beat"]["sent"] == 50
     assert set(seen["shown_beat"]["live"]) == {"ttft", "itl", "e2e"}  # encoded, for the coordinator
     assert merged == [1, 1]  # the display's poll and the display's heartbeat, no other
+
+
+def test_recording_holds_the_loop_a_bounded_time_a_turn_and_records_everything():
+    """Each request's recording costs 150 µs here: one loop turn records while its share
+    (``FLUSH_TURN_NS``, 200 µs) lasts, at least one request, so two (the second starts at 150
+    µs), and the rest go on in the next turns, after the loop's reads, until all 7 are in."""
+    from loadtest.execution import runner as runner_mod
+    from loadtest.execution.runner import Runner
+
+    class Clock:
+        t = 1_000_000_000
+
+        def now_ns(self):
+            return self.t
+
+    class Rec:
+        def __init__(self):
+            self.turns: list[int] = []
+
+        def finish(self, st):
+            clock.t += 150_000
+            self.turns[-1] += 1
+
+    clock, rec = Clock(), Rec()
+    runner = Runner.__new__(Runner)
+    runner.clock, runner._unstarted, runner._next_due_ns = clock, 0, None
+    runner._finished, runner._flush_handle = list(range(7)), None
+    runner._origin = lambda: (0, rec)  # type: ignore[method-assign]
+    flush = runner._flush
+
+    def turn():
+        rec.turns.append(0)
+        flush()
+
+    runner._flush = turn  # type: ignore[method-assign]
+
+    async def go():
+        turn()
+        while runner._finished:
+            await asyncio.sleep(0)
+
+    asyncio.run(go())
+    assert runner_mod.FLUSH_TURN_NS == 200_000
+    assert rec.turns == [2, 2, 2, 1]
