@@ -94,7 +94,7 @@ async def one_round(url: str, rate: float, seconds: float, output_len: int, mode
         nonlocal tokens
         stream = Stream("completions", output_len, keep_reply=False)
         await read(stream)
-        stamps = [t for t, _ in stream.chunks]
+        stamps = stream.chunk_ns
         itl.record_gaps_ns(stamps)
         tokens += len(stamps)
 

@@ -271,7 +271,7 @@ class OpenAIBackend(Backend):
                 facts["connection_waits"] += 1
                 facts["connection_wait_ns"] += wire.queued_ns
         if failure is not None:
-            if partial and stream.chunks:
+            if partial and stream.chunk_ns:
                 yield Tokens(tuple(self._tokens.partial(stream.chunks)))
             yield failure
             return

@@ -57,7 +57,10 @@ class Stream:
         self, api: str, output_tokens: int, keep_reply: bool, keep_answer: bool = False
     ) -> None:
         self.api = api
-        self.chunks: list[tuple[int, str]] = []  # (arrival ns, its text)
+        # each chunk's arrival ns and its text, in two lists (ints and strings: a token leaves
+        # no object behind for the collector to trace while the stream lasts); ``chunks``
+        self.chunk_ns: list[int] = []
+        self.chunk_texts: list[str] = []
         self.chars = 0  # characters of text streamed: bounds what the server's usage may claim
         self.reply: list[str] | None = [] if keep_reply or keep_answer else None
         self.reply_chars = 0  # of the reply: past MAX_REPLY_CHARS the history keeps its start
@@ -82,7 +85,7 @@ class Stream:
         batch: Callable[[int], Awaitable[bytes]],
         now: Callable[[], int],
         stop_after: int | None = None,
-        reads: list[tuple[int, int]] | None = None,
+        reads: tuple[list[int], list[int]] | None = None,
     ) -> Failed | Cancelled | None:
         """Read to the end: None when the stream finished, else the failure it ended in (an
         error event, or no end at all), or ``Cancelled`` once ``stop_after`` chunks of text
@@ -91,7 +94,8 @@ class Stream:
 
         ``batch(limit)`` gives the body's next bytes (``http1.Response.batch``: many reads'
         worth a wake-up; b"" at its end). Each event is stamped with the time the socket read
-        that completed it came in, where ``reads`` has it (``(ns, the body's bytes by then)``
+        that completed it came in, where ``reads`` has it (each read's ns, and apart the body's
+        bytes by then
         a read), else when this coroutine got it: on a busy loop that is later, by the other
         streams' work done first."""
         parser = SseParser()
@@ -110,7 +114,7 @@ class Stream:
         parser: SseParser,
         raw: bytes,
         now: Callable[[], int],
-        reads: list[tuple[int, int]] | None,
+        reads: tuple[list[int], list[int]] | None,
         stop_after: int | None,
     ) -> Any:
         """The events ``raw`` completes, taken in order: ``_GOING`` while the stream goes on,
@@ -150,7 +154,7 @@ class Stream:
                 if failed is not None:
                     return Failed(t, "server_error", failed)
                 self._take(t, event)
-            if stop_after is not None and len(self.chunks) >= stop_after:
+            if stop_after is not None and len(self.chunk_ns) >= stop_after:
                 return Cancelled(t)  # the rest of this read goes unread, as the user left
         return _GOING
 
@@ -158,19 +162,20 @@ class Stream:
         self,
         ends: list[int],
         base: int,
-        reads: list[tuple[int, int]] | None,
+        reads: tuple[list[int], list[int]] | None,
         now: Callable[[], int],
     ) -> list[int]:
         """Each event's arrival: the time of the socket read that brought its last byte
         (``base`` + its end, in the body), where ``reads`` has it; else now."""
         if reads is None:
             return [now()] * len(ends)
-        seen, known, out = self._seen, len(reads), []
+        times, read_ends = reads
+        seen, known, out = self._seen, len(read_ends), []
         for end in ends:
             at = base + end
-            while seen < known and reads[seen][1] < at:
+            while seen < known and read_ends[seen] < at:
                 seen += 1
-            out.append(reads[seen][0] if seen < known else now())
+            out.append(times[seen] if seen < known else now())
         self._seen = seen
         return out
 
@@ -237,9 +242,8 @@ class Stream:
             return 0
         at = stamps[start : start + taken]
         chars = sum(map(len, texts))
-        chunks = self.chunks
         if (
-            len(chunks) + taken > self.max_chunks
+            len(self.chunk_ns) + taken > self.max_chunks
             or self.chars + chars > MAX_CHARS_PER_TOKEN * self.max_chunks
             or (self.reply is not None and self.reply_chars + chars > MAX_REPLY_CHARS)
             or self.first_answer_ns is None
@@ -247,7 +251,8 @@ class Stream:
             for t, text in zip(at, texts):
                 self._take_text(t, text)
             return taken
-        chunks.extend(zip(at, texts))
+        self.chunk_ns += at
+        self.chunk_texts += texts
         self.chars += chars
         if self.reply is not None:
             self.reply_chars += chars
@@ -308,10 +313,11 @@ class Stream:
 
     def _take_text(self, t: int, text: str) -> None:
         """A chunk of answer text (``_plain_text``'s), arrived at ``t``."""
-        chunks = self.chunks
-        chunks.append((t, text))
+        stamps = self.chunk_ns
+        stamps.append(t)
+        self.chunk_texts.append(text)
         self.chars += len(text)
-        if len(chunks) > self.max_chunks or self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks:
+        if len(stamps) > self.max_chunks or self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks:
             self._ran_past()
         if text:
             if self.first_answer_ns is None:
@@ -323,9 +329,14 @@ class Stream:
 
     def _ran_past(self) -> None:
         raise BadResponse(
-            f"the stream ran past {len(self.chunks)} chunks, {self.chars} "
+            f"the stream ran past {len(self.chunk_ns)} chunks, {self.chars} "
             f"characters, for {self.output_tokens} tokens asked"
         )
+
+    @property
+    def chunks(self) -> list[tuple[int, str]]:
+        """Each chunk of text as ``(arrival ns, its text)``, in order."""
+        return list(zip(self.chunk_ns, self.chunk_texts))
 
     @property
     def reply_cut(self) -> bool:
@@ -340,9 +351,10 @@ class Stream:
     def _take(self, t: int, event: dict) -> None:
         d = responses_delta(event) if self.api == "responses" else tokens_in(event, self.api)
         if d.text is not None:
-            self.chunks.append((t, d.text))
+            self.chunk_ns.append(t)
+            self.chunk_texts.append(d.text)
             self.chars += len(d.text)
-            if len(self.chunks) > self.max_chunks or (
+            if len(self.chunk_ns) > self.max_chunks or (
                 self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks
             ):
                 self._ran_past()
