@@ -290,9 +290,13 @@ class Recorder:
             )
             if first == last:
                 self.token_bins[first] += len(stamps)
-            else:
-                for t in stamps:
-                    self.token_bins[(t - self.t0) // self.interval_ns] += 1
+            else:  # each interval's share found by bisection (stamps are in order)
+                lo = 0
+                for b in range(first, last + 1):
+                    hi = bisect_left(stamps, self.t0 + (b + 1) * self.interval_ns, lo)
+                    if hi > lo:
+                        self.token_bins[b] += hi - lo
+                    lo = hi
         start = self.window_start
         if self.keep_before_start and (start is None or (stamps and stamps[0] < start)):
             self.before_start.append((st, start))

@@ -67,6 +67,15 @@ def test_an_interval_of_only_failures_does_not_drag_the_minimum_to_zero():
     assert e2e["min"] >= e2e_service["min"]
 
 
+def test_a_stream_across_intervals_counts_each_token_in_its_own_interval():
+    """Tokens at 0.2, 0.9 s (interval 0), none in interval 1, 2.0 s (the boundary: interval
+    2), 2.5 and 2.999 s (2), 3.1 s (3): 2, 0, 3, 1, and no empty interval made up."""
+    rec = Recorder(0, S, 0, 10 * S)
+    stamps = [200 * MS, 900 * MS, 2 * S, 2500 * MS, 2999 * MS, 3100 * MS]
+    rec.finish(state(0, 0, 0, stamps))
+    assert dict(rec.token_bins) == {0: 2, 2: 3, 3: 1}
+
+
 def test_window_counts_only_tokens_stamped_inside_it():
     rec = Recorder(0, S, 1 * S, 3 * S)  # window [1 s, 3 s): offsets from t0
     # tokens at 0.5 s (before), 1.5 s and 2.5 s (inside), 3.5 s (after)
