@@ -10,11 +10,11 @@ does not stop cannot grow the client's memory.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Awaitable, Callable
-from itertools import islice
 from typing import Any, NamedTuple
 
+from loadtest.backends.openai.plain import PlainTokens
+from loadtest.backends.openai.plain import fast_loads as _fast_loads
 from loadtest.backends.openai.sse import EventTooLarge, SseParser
 from loadtest.core.events import Cancelled, Failed
 
@@ -26,19 +26,6 @@ MAX_REPLY_CHARS = 1 << 20  # of a session turn's reply kept for its history (the
 # one stream's batch never holds up another's reads for long, whose stamps would wait on it. A
 # slice costs a few µs of its own (the coroutine's wake), so slices much smaller cost CPU a token
 SLICE_BYTES = 4 << 10
-
-
-# a stream whose plain events keep changing outside their text (a counter, a time) stops
-# learning their shape after this many
-MAX_TEMPLATES = 4
-# a JSON string after a key (JSON's own whitespace before it)
-_STRING = re.compile(rb'[ \t\r\n]*("(?:[^"\\]|\\.)*")', re.DOTALL)
-
-_fast_loads: Callable[[bytes], Any]
-try:
-    from orjson import loads as _fast_loads
-except ImportError:  # the standard library's parser: the same answers, slower
-    _fast_loads = json.loads
 
 
 _GOING = object()  # a piece of the body taken, and the stream goes on
@@ -76,9 +63,7 @@ class Stream:
         self.max_chunks = MAX_CHUNKS_PER_TOKEN * output_tokens + MAX_CHUNKS_SLACK
         self.output_tokens = output_tokens
         self._consumed = self._seen = 0  # the body's bytes taken; stamps of reads passed over
-        # a plain token's event as bytes, all but its text: (before, after) the text's string
-        self._template: tuple[bytes, bytes] | None = None
-        self._templates_left = MAX_TEMPLATES
+        self._plain = PlainTokens(api == "chat") if api in ("chat", "completions") else None
 
     async def read(
         self,
@@ -180,63 +165,12 @@ class Stream:
         return out
 
     def _take_plain_run(self, datas: list[bytes], stamps: list[int], start: int) -> int:
-        """How many events from ``start`` are each one token's text and nothing else (as
-        ``_plain_text`` judges), taken as ``_take_text`` takes them one by one, in fewer steps.
-        Stops at the first that is anything else (``[DONE]``, an error, a finish reason,
-        usage, reasoning, a tool call, what is no JSON) for the general rules to read.
-
-        A stream's plain events are byte for byte the same but for their text, so an event
-        that is a plain one's bytes with another JSON string where its text was is plain too,
-        with that string's text: only the string is parsed (``_template``)."""
-        texts: list[str] = []
-        keep = texts.append
-        chat = self.api == "chat"
-        if not chat and self.api != "completions":
+        """How many events from ``start`` are each one token's text and nothing else
+        (``plain.PlainTokens``), taken as ``_take_text`` takes them one by one, in fewer
+        steps; the first that is anything else is left to the general rules."""
+        if self._plain is None:
             return 0
-        template = self._template
-        for data in islice(datas, start, None):
-            if template is not None:
-                before, after = template
-                if data.startswith(before) and data.endswith(after):
-                    try:
-                        text = _fast_loads(data[len(before) : len(data) - len(after)])
-                    except ValueError:
-                        text = None
-                    if type(text) is str and (text or not chat):
-                        keep(text)
-                        continue
-            try:
-                event = _fast_loads(data)
-            except ValueError:
-                break
-            if type(event) is not dict or event.get("usage") or "error" in event or "type" in event:
-                break
-            choices = event.get("choices")
-            if type(choices) is not list or len(choices) != 1:
-                break
-            choice = choices[0]
-            if type(choice) is not dict or choice.get("finish_reason") is not None:
-                break
-            if chat:
-                delta = choice.get("delta")
-                if type(delta) is not dict:
-                    break
-                text = delta.get("content")
-                if (
-                    type(text) is not str
-                    or not text
-                    or delta.get("reasoning_content")
-                    or delta.get("reasoning")
-                    or delta.get("tool_calls")
-                ):
-                    break
-            else:
-                text = choice.get("text")
-                if type(text) is not str:
-                    break
-            keep(text)
-            if self._templates_left:
-                template = self._learn(data, text, b'"content":' if chat else b'"text":')
+        texts = self._plain.texts(datas, start)
         taken = len(texts)
         if not taken:
             return 0
@@ -258,26 +192,6 @@ class Stream:
             self.reply_chars += chars
             self.reply.extend(filter(None, texts))
         return taken
-
-    def _learn(self, data: bytes, text: str, key: bytes) -> tuple[bytes, bytes] | None:
-        """A plain event's bytes before and after its text's string, where the text is the
-        one string of its only ``key`` (a key's name, quoted, is found only where it is one);
-        None where it is not so plain to find."""
-        self._templates_left -= 1
-        found = data.find(key)
-        if found < 0 or data.find(key, found + 1) >= 0:
-            return None
-        m = _STRING.match(data, found + len(key))
-        if m is None:
-            return None
-        a, b = m.span(1)
-        try:
-            if _fast_loads(data[a:b]) != text:
-                return None
-        except ValueError:
-            return None
-        self._template = (data[:a], data[b:])
-        return self._template
 
     def _plain_text(self, event: Any) -> str | None:
         """The text of a completions or chat event that carries one token's text and nothing

@@ -8,6 +8,8 @@ import asyncio
 import json
 from collections import Counter
 
+import pytest
+
 from loadtest.backends.openai.outputs import OutputChecks, summary
 from loadtest.backends.openai.stream import Stream
 from loadtest.workload.content import Content, synthetic_tools
@@ -418,8 +420,9 @@ def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(
 def test_a_plain_events_shape_is_learned_once_and_a_shape_that_keeps_changing_is_let_go():
     """vLLM's completions events: the shape is learned from the first plain one (all but its
     text's string) and every later token's text read from it alone; where a field changes
-    every event (``created``), a shape is learned four times (``MAX_TEMPLATES``), then not;
+    every event (``created``), a shape is learned four times (``plain.MAX_SHAPES``), then not;
     where the text's key is there twice, none is."""
+    import loadtest.backends.openai.plain as plain_mod
     import loadtest.backends.openai.stream as stream_mod
 
     def event(text: str, created: int = 1) -> dict:
@@ -432,18 +435,18 @@ def test_a_plain_events_shape_is_learned_once_and_a_shape_that_keeps_changing_is
     s = Stream("completions", 32, keep_reply=True)
     parsed = []
     saved = stream_mod._fast_loads
-    stream_mod._fast_loads = lambda b: parsed.append(b) or saved(b)
+    stream_mod._fast_loads = plain_mod.fast_loads = lambda b: parsed.append(b) or saved(b)
     try:
         body = b"".join(
             f"data: {json.dumps(event(t), separators=(',', ':'))}\n\n".encode() for t in texts
         )
         failure = asyncio.run(s.read(Recorded([body]).batch, lambda: 5))
     finally:
-        stream_mod._fast_loads = saved
+        stream_mod._fast_loads = plain_mod.fast_loads = saved
     assert failure is not None  # no [DONE]: the stream was cut, its tokens kept
     assert s.chunks == [(5, t) for t in texts] and s.reply == texts[:4]
     before = b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"m",'
-    assert s._template == (
+    assert s._plain.shape == (
         before + b'"choices":[{"index":0,"text":',
         b',"logprobs":null,"finish_reason":null}]}',
     )
@@ -455,7 +458,7 @@ def test_a_plain_events_shape_is_learned_once_and_a_shape_that_keeps_changing_is
     body = b"".join(f"data: {json.dumps(event('x', created=k))}\n\n".encode() for k in range(10))
     asyncio.run(s.read(Recorded([body]).batch, lambda: 5))
     assert s.chunks == [(5, "x")] * 10
-    assert s._templates_left == 0 and s._template is not None
+    assert s._plain.shapes_left == 0 and s._plain.shape is not None
 
     # the text's key twice (here the first is another object's, with the same text): no shape
     # is learned, so the other string is never taken for the text
@@ -465,7 +468,20 @@ def test_a_plain_events_shape_is_learned_once_and_a_shape_that_keeps_changing_is
         for m in (" a", " a", "zz")
     )
     asyncio.run(s.read(Recorded([body]).batch, lambda: 5))
-    assert s.chunks == [(5, " a")] * 3 and s._template is None
+    assert s.chunks == [(5, " a")] * 3 and s._plain.shape is None
+
+    # an event that begins as the shape does but ends otherwise is read whole: here it is no
+    # JSON at all (its text's string and a space, then the shape's end with its last "}"
+    # made a "]": what is between the shape's two ends would read as a string), and the
+    # stream fails
+    s = Stream("completions", 32, keep_reply=False)
+    good = json.dumps(event(" a"), separators=(",", ":"))
+    at = good.index('"text":') + 7
+    bad = good[:at] + '"b" ' + good[at + len('" a"') : -1] + "]"
+    body = b"".join(f"data: {e}\n\n".encode() for e in (good, good, bad))
+    with pytest.raises(stream_mod.BadResponse, match="not JSON"):
+        asyncio.run(s.read(Recorded([body]).batch, lambda: 5))
+    assert s.chunks == [(5, " a")] * 2
 
 
 class Batched(Recorded):

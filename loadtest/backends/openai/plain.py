@@ -1,0 +1,112 @@
+"""A stream's plain token events, read a run at a time: the events that are each one token's
+text and nothing else (most of a stream), their texts, and the shape they share.
+
+A server writes a stream's plain events byte for byte the same but for their text: an event
+that is a plain one's bytes with another JSON string where its text was is plain too, with
+that string's text. So once one plain event's shape is learned (its bytes before and after its
+text's string), a later one is read by parsing that string alone. ``stream.Stream`` takes the
+texts; the general rules (``Stream._take``) read everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from itertools import islice
+from typing import Any
+
+fast_loads: Callable[[bytes], Any]
+try:
+    from orjson import loads as fast_loads
+except ImportError:  # the standard library's parser: the same answers, slower
+    fast_loads = json.loads
+
+# a stream whose plain events keep changing outside their text (a counter, a time) stops
+# learning their shape after this many
+MAX_SHAPES = 4
+# a JSON string after a key (JSON's own whitespace before it)
+_STRING = re.compile(rb'[ \t\r\n]*("(?:[^"\\]|\\.)*")', re.DOTALL)
+
+
+class PlainTokens:
+    """The plain token events of one chat or completions stream."""
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.key = b'"content":' if chat else b'"text":'  # where a token's text is
+        self.shape: tuple[bytes, bytes] | None = None  # a plain event's bytes around its text
+        self.shapes_left = MAX_SHAPES
+
+    def texts(self, datas: list[bytes], start: int) -> list[str]:
+        """The texts of the events from ``start`` that are each one token's text and nothing
+        else (as ``Stream._plain_text`` judges), to the first that is anything else
+        (``[DONE]``, an error, a finish reason, usage, reasoning, a tool call, what is no
+        JSON)."""
+        texts: list[str] = []
+        keep, chat, shape = texts.append, self.chat, self.shape
+        for data in islice(datas, start, None):
+            if shape is not None:
+                before, after = shape
+                if data.startswith(before) and data.endswith(after):
+                    try:
+                        text = fast_loads(data[len(before) : len(data) - len(after)])
+                    except ValueError:
+                        text = None
+                    if type(text) is str and (text or not chat):
+                        keep(text)
+                        continue
+            try:
+                event = fast_loads(data)
+            except ValueError:
+                break
+            if type(event) is not dict or event.get("usage") or "error" in event or "type" in event:
+                break
+            choices = event.get("choices")
+            if type(choices) is not list or len(choices) != 1:
+                break
+            choice = choices[0]
+            if type(choice) is not dict or choice.get("finish_reason") is not None:
+                break
+            if chat:
+                delta = choice.get("delta")
+                if type(delta) is not dict:
+                    break
+                text = delta.get("content")
+                if (
+                    type(text) is not str
+                    or not text  # an empty one may be chat's opening chunk
+                    or delta.get("reasoning_content")
+                    or delta.get("reasoning")
+                    or delta.get("tool_calls")
+                ):
+                    break
+            else:
+                text = choice.get("text")
+                if type(text) is not str:
+                    break
+            keep(text)
+            if self.shapes_left:
+                shape = self._learn(data, text)
+        return texts
+
+    def _learn(self, data: bytes, text: str) -> tuple[bytes, bytes] | None:
+        """A plain event's bytes before and after its text's string, where the text is the
+        one string of its only key of that name (a quoted name and its colon are found only
+        where they are a key); None where it is not so plain to find."""
+        self.shapes_left -= 1
+        key = self.key
+        found = data.find(key)
+        if found < 0 or data.find(key, found + 1) >= 0:
+            return None
+        m = _STRING.match(data, found + len(key))
+        if m is None:
+            return None
+        a, b = m.span(1)
+        try:
+            if fast_loads(data[a:b]) != text:
+                return None
+        except ValueError:
+            return None
+        self.shape = (data[:a], data[b:])
+        return self.shape
