@@ -209,8 +209,8 @@ class Runner(Users):
             await self.profile.finish(wait=self._cancel_reason != "interrupted")
         if self._flush_handle is not None:
             self._flush_handle.cancel()
-        self._next_due_ns = None  # nothing more to dispatch: record everything
-        self._flush()
+        self._next_due_ns = None  # nothing more to dispatch: record everything, now
+        self._flush(everything=True)
         if settle:
             rec.close(self.stopped_ns)
         else:
@@ -363,9 +363,10 @@ class Runner(Users):
             self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_S, self._flush)
         return st
 
-    def _flush(self) -> None:
+    def _flush(self, everything: bool = False) -> None:
         """Record finished requests, but never into the dispatcher's next deadline: stop while
-        it is too near for the next request's recording, and come back a moment later."""
+        it is too near for the next request's recording, and come back a moment later; nor for
+        more than a turn's share at a time. ``everything``: the run is over, record them all."""
         self._flush_handle = None
         loop = asyncio.get_running_loop()
         if self._unstarted and self._next_due_ns is not None:
@@ -383,12 +384,12 @@ class Runner(Users):
                 and now() + FLUSH_GUARD_NS + FLUSH_NS_PER_TOKEN * len(st.stamps) > due
             ):
                 break
-            if n and now() > turn_ends:
+            if n and not everything and now() > turn_ends:
                 break
             rec.finish(st)
             n += 1
         del done[:n]
-        if done and n and now() > turn_ends:  # the turn's share done: the rest next turn
+        if done and n and not everything and now() > turn_ends:  # the rest next turn
             self._flush_handle = loop.call_soon(self._flush)
         elif done and due is not None and now() < due:
             # stopped for the deadline: go on in the gap after it (both clocks are the loop's)

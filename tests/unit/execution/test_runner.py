@@ -187,7 +187,8 @@ def test_live_counts_leave_the_histograms_out_unless_a_display_asks(monkeypatch)
 def test_recording_holds_the_loop_a_bounded_time_a_turn_and_records_everything():
     """Each request's recording costs 150 µs here: one loop turn records while its share
     (``FLUSH_TURN_NS``, 200 µs) lasts, at least one request, so two (the second starts at 150
-    µs), and the rest go on in the next turns, after the loop's reads, until all 7 are in."""
+    µs), and the rest go on in the next turns, after the loop's reads, until all 7 are in. At
+    the run's end all are recorded at once."""
     from loadtest.execution import runner as runner_mod
     from loadtest.execution.runner import Runner
 
@@ -226,3 +227,11 @@ def test_recording_holds_the_loop_a_bounded_time_a_turn_and_records_everything()
     asyncio.run(go())
     assert runner_mod.FLUSH_TURN_NS == 200_000
     assert rec.turns == [2, 2, 2, 1]
+
+    async def end():  # the run's end: everything at once, nothing left for a later turn
+        runner._finished = list(range(5))
+        rec.turns.append(0)
+        flush(everything=True)
+
+    asyncio.run(end())
+    assert rec.turns[-1] == 5 and runner._finished == [] and runner._flush_handle is None
