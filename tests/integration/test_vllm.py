@@ -319,3 +319,61 @@ def test_late_sends_say_the_machine_held_the_core(vllm, tmp_path):
     assert r.returncode == 3 and "dispatch lag" in said, (r.returncode, said)
     where = said[said.index("where the") :]
     assert where.split(": ", 1)[1].startswith("this process waiting for a CPU"), where
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_vllms_own_events_take_the_short_path_and_read_as_the_general_rules_read(vllm, api):
+    """A stream from vLLM itself, read as a run reads it: its plain token events take the
+    short path (their shape learned from the first, once), and its bytes read again by the
+    general rules alone give every token the same stamp and text, and the same end."""
+    import asyncio
+
+    from loadtest.backends.openai.connection import ConnectionPool
+    from loadtest.backends.openai.stream import Stream
+
+    path = "/chat/completions" if api == "chat" else "/completions"
+    ask: dict = {"model": vllm.served_name, "max_tokens": 48, "stream": True, "ignore_eos": True}
+    if api == "chat":
+        ask["messages"] = [{"role": "user", "content": "hello"}]
+    else:
+        ask["prompt"] = "hello"
+
+    async def read() -> tuple[Stream, list[bytes], tuple]:
+        pool = ConnectionPool(vllm.url, {}, False, 0, 10**10, 6 * 10**10, time.monotonic_ns)
+        try:
+            resp = await pool.request("POST", vllm.url + path, json.dumps(ask).encode())
+            assert resp.status == 200
+            raw: list[bytes] = []
+
+            async def batch(limit: int) -> bytes:
+                piece = await resp.batch(limit)
+                raw.append(piece)
+                return piece
+
+            stream = Stream(api, 48, keep_reply=True)
+            assert await stream.read(batch, time.monotonic_ns, None, resp.reads) is None
+            reads = (list(resp.reads[0]), list(resp.reads[1]))
+            resp.release()
+        finally:
+            await pool.close()
+        return stream, raw, reads
+
+    fast, raw, reads = asyncio.run(read())
+    assert fast._plain is not None and fast._plain.shape is not None  # learned
+    assert fast._plain.shapes_left >= 2  # and kept: vLLM's events differ only in their text
+    general = Stream(api, 48, keep_reply=True)
+    general._take_plain_run = lambda *a: 0  # type: ignore[method-assign]
+    general._plain_text = lambda event: None  # type: ignore[method-assign]
+    pieces = iter(raw)
+
+    async def replay(limit: int) -> bytes:
+        return next(pieces, b"")
+
+    assert asyncio.run(general.read(replay, time.monotonic_ns, None, reads)) is None
+    # a chunk a token, or two where one alone ends inside a character's bytes
+    assert fast.chunks == general.chunks and len(fast.chunks) >= 24
+    assert (fast.reply, fast.finish_reason, fast.usage) == (
+        general.reply,
+        general.finish_reason,
+        general.usage,
+    )
