@@ -40,9 +40,8 @@ class PlainTokens:
 
     def texts(self, datas: list[bytes], start: int) -> list[str]:
         """The texts of the events from ``start`` that are each one token's text and nothing
-        else (as ``Stream._plain_text`` judges), to the first that is anything else
-        (``[DONE]``, an error, a finish reason, usage, reasoning, a tool call, what is no
-        JSON)."""
+        else (as ``plain_text`` judges), to the first that is anything else (``[DONE]``, an
+        error, a finish reason, usage, reasoning, a tool call, what is no JSON)."""
         texts: list[str] = []
         keep, chat, shape = texts.append, self.chat, self.shape
         for data in islice(datas, start, None):
@@ -57,34 +56,11 @@ class PlainTokens:
                         keep(text)
                         continue
             try:
-                event = fast_loads(data)
+                text = plain_text(fast_loads(data), chat)
             except ValueError:
                 break
-            if type(event) is not dict or event.get("usage") or "error" in event or "type" in event:
+            if text is None:
                 break
-            choices = event.get("choices")
-            if type(choices) is not list or len(choices) != 1:
-                break
-            choice = choices[0]
-            if type(choice) is not dict or choice.get("finish_reason") is not None:
-                break
-            if chat:
-                delta = choice.get("delta")
-                if type(delta) is not dict:
-                    break
-                text = delta.get("content")
-                if (
-                    type(text) is not str
-                    or not text  # an empty one may be chat's opening chunk
-                    or delta.get("reasoning_content")
-                    or delta.get("reasoning")
-                    or delta.get("tool_calls")
-                ):
-                    break
-            else:
-                text = choice.get("text")
-                if type(text) is not str:
-                    break
             keep(text)
             if self.shapes_left:
                 shape = self._learn(data, text)
@@ -110,3 +86,35 @@ class PlainTokens:
             return None
         self.shape = (data[:a], data[b:])
         return self.shape
+
+
+def plain_text(event: Any, chat: bool) -> str | None:
+    """The text of a completions (or, ``chat``, a chat) event that carries one token's text
+    and nothing else that ``Stream._take`` would keep (no finish reason, usage, error,
+    reasoning or tool call), else None: ``Stream._take`` reads it. Once the response's id and
+    model are taken, taking such an event as ``Stream._take_text`` does leaves the stream as
+    ``Stream._take`` would."""
+    if type(event) is not dict or event.get("usage") or "error" in event or "type" in event:
+        return None
+    choices = event.get("choices")
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    if not chat:
+        text = choice.get("text")
+        return text if type(text) is str else None
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return None
+    text = delta.get("content")
+    if (
+        type(text) is not str
+        or not text  # an empty one may be chat's opening chunk: ``Stream._take`` knows
+        or delta.get("reasoning_content")
+        or delta.get("reasoning")
+        or delta.get("tool_calls")
+    ):
+        return None
+    return text

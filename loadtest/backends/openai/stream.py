@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
-from loadtest.backends.openai.plain import PlainTokens
+from loadtest.backends.openai.plain import PlainTokens, plain_text
 from loadtest.backends.openai.plain import fast_loads as _fast_loads
 from loadtest.backends.openai.sse import EventTooLarge, SseParser
 from loadtest.core.events import Cancelled, Failed
@@ -80,9 +80,8 @@ class Stream:
         ``batch(limit)`` gives the body's next bytes (``http1.Response.batch``: many reads'
         worth a wake-up; b"" at its end). Each event is stamped with the time the socket read
         that completed it came in, where ``reads`` has it (each read's ns, and apart the body's
-        bytes by then
-        a read), else when this coroutine got it: on a busy loop that is later, by the other
-        streams' work done first."""
+        bytes by then), else when this coroutine got it: on a busy loop that is later, by the
+        other streams' work done first."""
         parser = SseParser()
         while raw := await batch(SLICE_BYTES):
             ended = self._take_piece(parser, raw, now, reads, stop_after)
@@ -194,36 +193,9 @@ class Stream:
         return taken
 
     def _plain_text(self, event: Any) -> str | None:
-        """The text of a completions or chat event that carries one token's text and nothing
-        else that ``_take`` would keep (no finish reason, usage, error, reasoning or tool
-        call; the response's id and model already taken), else None: ``_take`` reads it.
-        Taking such an event as ``_take_text`` does leaves the stream as ``_take`` would."""
-        if type(event) is not dict or event.get("usage") or "error" in event or "type" in event:
-            return None
-        choices = event.get("choices")
-        if type(choices) is not list or len(choices) != 1:
-            return None
-        choice = choices[0]
-        if type(choice) is not dict or choice.get("finish_reason") is not None:
-            return None
-        if self.api == "completions":
-            text = choice.get("text")
-            return text if type(text) is str else None
-        if self.api != "chat":
-            return None
-        delta = choice.get("delta")
-        if type(delta) is not dict:
-            return None
-        text = delta.get("content")
-        if (
-            type(text) is not str
-            or not text  # an empty one may be chat's opening chunk: ``_take`` knows
-            or delta.get("reasoning_content")
-            or delta.get("reasoning")
-            or delta.get("tool_calls")
-        ):
-            return None
-        return text
+        """``plain.plain_text``'s judgement of ``event`` for this stream's API (None for the
+        Responses API: ``_take`` reads all of its events)."""
+        return None if self._plain is None else plain_text(event, self._plain.chat)
 
     def _take_text(self, t: int, text: str) -> None:
         """A chunk of answer text (``_plain_text``'s), arrived at ``t``."""
