@@ -32,7 +32,6 @@ PAUSE_BYTES = 4 << 20
 MAX_HEAD_BYTES = 64 << 10  # a response head past this is no server's answer
 MAX_LINE_BYTES = 4 << 10  # of a chunk's size line or a trailer
 
-_HEX = b"0123456789abcdefABCDEF"
 
 # where a connection's current response is
 _IDLE, _HEAD, _CHUNKED, _LENGTH, _TO_CLOSE, _DONE = range(6)
@@ -81,7 +80,11 @@ class Connection(asyncio.Protocol):
         self.line = b""  # a chunk-size or trailer line, begun in an earlier read
         self.trailers = False  # past the last chunk: trailer lines to their blank one
         self.paused = False
-        self.silent_from = 0  # ns of the latest read: the read timeout counts from it
+        # chunked, between chunks: ``data_received``'s one-step path may take a read
+        self.at_chunk = False
+        # ns the read timeout counts from: the latest read that kept no body bytes (the head,
+        # a chunk's framing), a resume; the latest that kept some is ``read_ns``'s last
+        self.silent_from = 0
         self.timer: asyncio.TimerHandle | None = None
         self.read_timeout_ns = 0  # this request's (0: none)
 
@@ -125,6 +128,24 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         t = self.now()
+        if self.at_chunk:  # chunked, between chunks: most reads of a stream are a whole chunk
+            end = data.find(b"\r\n", 0, 10)
+            got = len(data) - end - 4
+            # one whole chunk, its size as servers write it (lower-case hex, no extension):
+            # taken in one step; any other read is framed by the general rules (``_read``)
+            if 0 < end and 0 < got and data[:end] == b"%x" % got:
+                buf = self.buf
+                buf += data[end + 2 : -2]
+                self.total = total = self.total + got
+                self.read_ns.append(t)
+                self.read_ends.append(total)
+                if len(buf) >= self.wake_bytes:
+                    self._hand_over()
+                return
+        self._read(t, data)
+
+    def _read(self, t: int, data: bytes) -> None:
+        """A read at ``t``, its framing taken off by the general rules."""
         if self.state == _HEAD:
             data = self._head_in(data)
             if not data:
@@ -132,18 +153,7 @@ class Connection(asyncio.Protocol):
                 return
         state = self.state
         if state == _CHUNKED:
-            # most reads of a stream are one whole chunk (a token's event): taken in one step
-            end = data.find(b"\r\n", 0, 10)
-            if (
-                0 < end
-                and not (self.need or self.crlf or self.line or self.trailers)
-                and not data[:end].strip(_HEX)
-                and len(data) == end + 4 + (got := int(data[:end], 16))
-                and got
-            ):
-                self.buf += data[end + 2 : -2]
-            else:
-                got = self._dechunk(data)
+            got = self._dechunk(data)
         elif state == _LENGTH:
             got = min(self.need, len(data))
             self.buf += data if got == len(data) else data[:got]
@@ -162,6 +172,11 @@ class Connection(asyncio.Protocol):
             self.total += got
             self.read_ns.append(t)
             self.read_ends.append(self.total)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """The stream's coroutine woken once ``wake_bytes`` are unread, at the end or on a
+        failure; past ``PAUSE_BYTES`` unread, the socket is not read until it takes some."""
         if len(self.buf) >= PAUSE_BYTES and not self.paused:
             self.paused = True
             self.transport.pause_reading()
@@ -232,6 +247,9 @@ class Connection(asyncio.Protocol):
                     break
                 self.trailers = need == 0
         self.need = need
+        self.at_chunk = self.state == _CHUNKED and not (
+            need or self.crlf or self.line or self.trailers
+        )
         return got
 
     def _head_in(self, data: bytes) -> bytes:
@@ -282,7 +300,7 @@ class Connection(asyncio.Protocol):
             self._end(extra=bool(rest))
         elif codings != [""]:
             if codings[-1] == "chunked":
-                self.state = _CHUNKED
+                self.state, self.at_chunk = _CHUNKED, True
             else:  # not chunked last: the body ends with the connection (RFC 9112 6.3)
                 self.state, self.reusable = _TO_CLOSE, False
         elif "content-length" in headers:
@@ -305,7 +323,7 @@ class Connection(asyncio.Protocol):
 
     def _end(self, extra: bool = False) -> None:
         """The response is in; ``extra``: bytes came past it (nothing was asked for them)."""
-        self.state = _DONE
+        self.state, self.at_chunk = _DONE, False
         if extra:
             self.reusable = False
         self._stop_timer()
@@ -314,7 +332,7 @@ class Connection(asyncio.Protocol):
     def _fail(self, failure: HttpFailure) -> None:
         if self.error is None:
             self.error = failure
-        self.state, self.reusable = _DONE, False
+        self.state, self.reusable, self.at_chunk = _DONE, False, False
         self._stop_timer()
         if not self.lost and self.transport is not None:
             self.transport.abort()
@@ -338,7 +356,8 @@ class Connection(asyncio.Protocol):
         now = self.now()
         if self.paused:  # the client stopped reading, not the server sending
             self.silent_from = now
-        due = self.silent_from + self.read_timeout_ns
+        latest = max(self.silent_from, self.read_ns[-1]) if self.read_ns else self.silent_from
+        due = latest + self.read_timeout_ns
         if now >= due:
             self.timer = None
             timeout = self.read_timeout_ns / 1e9
@@ -431,5 +450,5 @@ class Response:
         c._stop_timer()
         c._wake()
         keep = c.state == _DONE and c.error is None and c.reusable and not c.lost
-        c.state = _IDLE
+        c.state, c.at_chunk = _IDLE, False
         c.pool.released(c, keep)

@@ -73,8 +73,10 @@ _HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
 @st.composite
 def _bodies(draw):
     """A body, framed one of the three ways, with the raw offsets of each of its bytes and
-    where each chunk's framing begins (a server's writes: one read each, most often)."""
-    pieces = draw(st.lists(st.binary(min_size=1, max_size=40), max_size=12))
+    where each chunk's framing and data begin (a server's writes: one read each, most often).
+    A piece may itself look like a whole chunk: read from its start, it is data all the same."""
+    chunk_like = st.binary(min_size=1, max_size=20).map(lambda q: b"%x\r\n%s\r\n" % (len(q), q))
+    pieces = draw(st.lists(st.one_of(st.binary(min_size=1, max_size=40), chunk_like), max_size=12))
     body = b"".join(pieces)
     framing = draw(st.sampled_from(["chunked", "length", "close"]))
     if framing == "chunked":
@@ -85,6 +87,7 @@ def _bodies(draw):
             ext = draw(st.sampled_from([b"", b"", b";name=value", b" ;x"]))
             size = draw(st.sampled_from([b"%x", b"%X", b"%04x"])) % len(p)
             raw += b"%s%s\r\n" % (size, ext)
+            bounds.append(len(raw))
             where += range(len(raw), len(raw) + len(p))
             raw += p + b"\r\n"
         bounds.append(len(raw))
