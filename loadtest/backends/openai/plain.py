@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from itertools import islice
 from typing import Any
 
 fast_loads: Callable[[bytes], Any]
@@ -43,49 +42,62 @@ class PlainTokens:
         else (as ``plain_text`` judges), to the first that is anything else (``[DONE]``, an
         error, a finish reason, usage, reasoning, a tool call, what is no JSON)."""
         texts: list[str] = []
-        keep, chat, shape = texts.append, self.chat, self.shape
-        for data in islice(datas, start, None):
-            if shape is not None:
-                before, after = shape
-                if data.startswith(before) and data.endswith(after):
-                    try:
-                        text = fast_loads(data[len(before) : len(data) - len(after)])
-                    except ValueError:
-                        text = None
-                    if type(text) is str and (text or not chat):
-                        keep(text)
-                        continue
+        i, n, chat = start, len(datas), self.chat
+        while i < n:
+            if self.shape is not None:
+                i = self._shaped(datas, i, texts)
+                if i == n:
+                    break
+            data = datas[i]
             try:
                 text = plain_text(fast_loads(data), chat)
             except ValueError:
                 break
             if text is None:
                 break
-            keep(text)
+            texts.append(text)
+            i += 1
             if self.shapes_left:
-                shape = self._learn(data, text)
+                self._learn(data, text)
         return texts
 
-    def _learn(self, data: bytes, text: str) -> tuple[bytes, bytes] | None:
-        """A plain event's bytes before and after its text's string, where the text is the
-        one string of its only key of that name (a quoted name and its colon are found only
-        where they are a key); None where it is not so plain to find."""
+    def _shaped(self, datas: list[bytes], start: int, texts: list[str]) -> int:
+        """The texts of the events from ``start`` that have the learned shape, kept to the
+        first that has not (its index returned): it is judged whole."""
+        before, after = self.shape or (b"", b"")
+        a, z, chat, keep = len(before), len(after), self.chat, texts.append
+        for i in range(start, len(datas)):
+            data = datas[i]
+            if not (data.startswith(before) and data.endswith(after)):
+                return i
+            try:
+                text = fast_loads(data[a : len(data) - z])
+            except ValueError:
+                return i
+            if type(text) is not str or not (text or not chat):
+                return i
+            keep(text)
+        return len(datas)
+
+    def _learn(self, data: bytes, text: str) -> None:
+        """Learn ``shape`` from a plain event: its bytes before and after its text's string,
+        where the text is the one string of its only key of that name (a quoted name and its
+        colon are found only where they are a key); left as it was where it is not so plain."""
         self.shapes_left -= 1
         key = self.key
         found = data.find(key)
         if found < 0 or data.find(key, found + 1) >= 0:
-            return None
+            return
         m = _STRING.match(data, found + len(key))
         if m is None:
-            return None
+            return
         a, b = m.span(1)
         try:
             if fast_loads(data[a:b]) != text:
-                return None
+                return
         except ValueError:
-            return None
+            return
         self.shape = (data[:a], data[b:])
-        return self.shape
 
 
 def plain_text(event: Any, chat: bool) -> str | None:

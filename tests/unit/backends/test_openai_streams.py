@@ -321,9 +321,10 @@ def _chunk(draw, api: str) -> dict:
 
 def _token(api: str) -> st.SearchStrategy[dict]:
     """A plain token's event (most of a stream): its id, model and text, at times with a
-    field that changes from event to event, or the text's key once more elsewhere."""
+    field that changes from event to event, or the text's key once more elsewhere. A chat
+    event's text may be empty, as its opening chunk's is: the general rules must read that."""
     choice = (
-        _TEXT.filter(bool).map(lambda t: {"index": 0, "delta": {"content": t}})
+        _TEXT.map(lambda t: {"index": 0, "delta": {"content": t}})
         if api == "chat"
         else _TEXT.map(lambda t: {"index": 0, "text": t})
     )
