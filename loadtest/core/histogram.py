@@ -23,14 +23,45 @@ SIGNIFICANT_FIGURES = 3
 GAPS_AT_ONCE = 24  # stamps from which numpy records their gaps faster than a loop does
 
 
+def _bucket_values(hdr: HdrHistogram, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each counts index's lowest value and its bucket's width (µs): hdrh's
+    ``get_value_from_index``, vectorised."""
+    half = hdr.sub_bucket_half_count
+    bucket = (index >> hdr.sub_bucket_half_count_magnitude) - 1
+    sub = (index & (half - 1)) + half
+    first = bucket < 0  # the first bucket also holds the lower half of its sub-buckets
+    sub = np.where(first, sub - half, sub)
+    bucket = np.where(first, 0, bucket)
+    return sub << (bucket + hdr.unit_magnitude), np.int64(1) << (bucket + hdr.unit_magnitude)
+
+
+_LOWEST: dict[tuple[int, int, int], np.ndarray] = {}
+
+
+def _lowest_values(hdr: HdrHistogram) -> np.ndarray:
+    """Every counts index's lowest value, ascending: a value's index is found by bisection,
+    one numpy call for a stream's gaps where hdrh's arithmetic took a dozen. Made once a
+    layout, at import for loadtest's own (never on the event loop mid-run)."""
+    layout = (hdr.counts_len, hdr.unit_magnitude, hdr.sub_bucket_half_count_magnitude)
+    table = _LOWEST.get(layout)
+    if table is None:
+        index = np.arange(hdr.counts_len, dtype=np.int64)
+        table = _LOWEST[layout] = _bucket_values(hdr, index)[0]
+    return table
+
+
+_lowest_values(HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES))
+
+
 class LatencyHistogram:
     """Integer-µs HDR histogram plus the count of values clamped at the top of the range."""
 
-    __slots__ = ("hdr", "over_range")
+    __slots__ = ("hdr", "over_range", "_view")
 
     def __init__(self, hdr: HdrHistogram | None = None, over_range: int = 0) -> None:
         self.hdr = hdr or HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
         self.over_range = over_range
+        self._view: np.ndarray | None = None
 
     def record_ns(self, ns: int) -> None:
         self.record_us(ns // 1000)
@@ -47,8 +78,8 @@ class LatencyHistogram:
         """Each gap between successive ``stamps`` (ns), as ``record_ns`` would record them one
         by one, in one pass: a stream's inter-token gaps, recorded as its request finishes.
         Done in Python that cost 1.3 µs a gap on the event loop (a 256-token stream held it
-        0.33 ms, long enough to make other streams' reads late); numpy computes every gap's
-        bucket index with hdrh's arithmetic at once."""
+        0.33 ms, long enough to make other streams' reads late); numpy finds every gap's
+        bucket at once, by bisection in a table of each bucket's lowest value."""
         if len(stamps) < GAPS_AT_ONCE:
             prev = stamps[0] if stamps else 0
             for t in stamps[1:]:
@@ -56,29 +87,30 @@ class LatencyHistogram:
                 prev = t
             return
         us = np.diff(np.fromiter(stamps, dtype=np.int64, count=len(stamps))) // 1000
-        if us.min() < 0:
-            raise ValueError(f"negative latency {int(us.min())} µs: timestamps out of order")
-        over = us > HIGHEST_US
-        if over.any():
-            self.over_range += int(over.sum())
-            us = np.minimum(us, HIGHEST_US)
+        low, high = int(us.min()), int(us.max())
+        if low < 0:
+            raise ValueError(f"negative latency {low} µs: timestamps out of order")
+        if high > HIGHEST_US:
+            self.over_range += int(np.count_nonzero(us > HIGHEST_US))
+            us, high = np.minimum(us, HIGHEST_US), HIGHEST_US
         hdr = self.hdr
-        # hdrh's _counts_index_for: 64 - clz(v | mask) is the bit length (exact in a double
-        # for every value in range, < 2^53)
-        bits = np.frexp((us | hdr.sub_bucket_mask).astype(np.float64))[1].astype(np.int64)
-        bucket = bits - hdr.unit_magnitude - (hdr.sub_bucket_half_count_magnitude + 1)
-        sub = us >> (bucket + hdr.unit_magnitude)
-        index = (
-            ((bucket + 1) << hdr.sub_bucket_half_count_magnitude) + sub - hdr.sub_bucket_half_count
-        )
-        counts = np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len]
-        low = int(index.min())  # gaps cluster: a count per index over their span only
-        per = np.bincount(index - low)
+        # each gap's bucket: the last whose lowest value is at or under it (hdrh's own index)
+        index = _lowest_values(hdr).searchsorted(us, side="right") - 1
+        first = int(index.min())  # gaps cluster: a count per index over their span only
+        per = np.bincount(index - first)
         hit = np.flatnonzero(per)
-        counts[hit + low] += per[hit].astype(counts.dtype)
+        counts = self._counts()
+        counts[hit + first] += per[hit].astype(counts.dtype)
         hdr.total_count += len(us)
-        hdr.min_value = min(hdr.min_value, int(us.min()))
-        hdr.max_value = max(hdr.max_value, int(us.max()))
+        hdr.min_value = min(hdr.min_value, low)
+        hdr.max_value = max(hdr.max_value, high)
+
+    def _counts(self) -> np.ndarray:
+        """The hdr's counts as a numpy view, made once (a view costs µs; hdrh makes its counts
+        array once, with the histogram)."""
+        if self._view is None:
+            self._view = np.ctypeslib.as_array(self.hdr.counts)[: self.hdr.counts_len]
+        return self._view
 
     @property
     def count(self) -> int:
@@ -143,18 +175,10 @@ class LatencyHistogram:
         """Each non-empty bucket's lowest and highest equivalent value and its count: hdrh's
         ``get_value_from_index`` and ``get_highest_equivalent_value``, vectorised (a Python call
         per bucket took milliseconds on a wide histogram, on the event loop)."""
-        hdr = self.hdr
-        all_counts = np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len]
+        all_counts = self._counts()
         index = np.flatnonzero(all_counts).astype(np.int64)
-        half = hdr.sub_bucket_half_count
-        bucket = (index >> hdr.sub_bucket_half_count_magnitude) - 1
-        sub = (index & (half - 1)) + half
-        first = bucket < 0  # the first bucket also holds the lower half of its sub-buckets
-        sub = np.where(first, sub - half, sub)
-        bucket = np.where(first, 0, bucket)
-        lowest = sub << (bucket + hdr.unit_magnitude)
-        highest = lowest + (np.int64(1) << (bucket + hdr.unit_magnitude)) - 1
-        return lowest, highest, all_counts[index].astype(np.int64)
+        lowest, width = _bucket_values(self.hdr, index)
+        return lowest, lowest + width - 1, all_counts[index].astype(np.int64)
 
     def summary_ms(self) -> dict:
         """``{count, mean, stddev, min, p50, p90, p95, p99, p999, max, over_range}`` in ms."""
