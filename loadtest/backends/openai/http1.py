@@ -24,6 +24,8 @@ import socket
 import time
 from typing import Any
 
+from loadtest.backends.openai.head import read_head
+
 # a stream's coroutine wakes once this much of its body is unread, at its end, or on a failure
 BATCH_BYTES = 32 << 10
 # past this much unread, the socket is not read until the stream takes some (memory stays
@@ -262,60 +264,27 @@ class Connection(asyncio.Protocol):
                 self._fail(HttpFailure("bad_http", "a response head past 64 KiB"))
             return b""
         self.head, rest = b"", head[end + 4 :]
-        lines = head[:end].decode("latin-1").split("\r\n")
-        version, _, status = lines[0].partition(" ")
         try:
-            code = int(status.partition(" ")[0])
-        except ValueError:
-            self._fail(HttpFailure("bad_http", f"not an HTTP status line: {lines[0][:80]!r}"))
+            got = read_head(head[:end])
+        except ValueError as exc:
+            self._fail(HttpFailure("bad_http", str(exc)))
             return b""
-        if not version.startswith("HTTP/1.") or not 100 <= code <= 599:
-            self._fail(HttpFailure("bad_http", f"not an HTTP/1 status line: {lines[0][:80]!r}"))
-            return b""
-        if code < 200:  # an interim answer (100 Continue): the real head comes after it
+        if got.status < 200:  # an interim answer (100 Continue): the real head comes after it
             return self._head_in(rest) if rest else b""
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            name, value = name.strip().lower(), value.strip()
-            headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        self.status, self.headers = code, headers
-        if headers.get("connection", "").lower() == "close" or version == "HTTP/1.0":
+        self.status, self.headers = got.status, got.headers
+        if not got.keep_alive:
             self.reusable = False
-        codings = [c.strip() for c in headers.get("transfer-encoding", "").lower().split(",")]
-        compressed = headers.get("content-encoding", "identity").lower() != "identity" or any(
-            c not in ("", "chunked", "identity") for c in codings
-        )
-        if compressed:
-            coding = headers.get("content-encoding") or headers["transfer-encoding"]
-            self._fail(
-                HttpFailure(
-                    "bad_http",
-                    f"the server compressed the stream ({coding[:40]}) though asked not "
-                    "to: its tokens' arrivals cannot be read",
-                )
-            )
+        if got.refused is not None:
+            self._fail(HttpFailure("bad_http", got.refused))
             return b""
-        if code in (204, 304):
+        if got.body == "none":
             self._end(extra=bool(rest))
-        elif codings != [""]:
-            if codings[-1] == "chunked":
-                self.state, self.at_chunk = _CHUNKED, True
-            else:  # not chunked last: the body ends with the connection (RFC 9112 6.3)
-                self.state, self.reusable = _TO_CLOSE, False
-        elif "content-length" in headers:
-            try:
-                self.need = int(headers["content-length"])
-            except ValueError:
-                self.need = -1
-            if self.need < 0:
-                self._fail(HttpFailure("bad_http", "a Content-Length that is no length"))
-                return b""
-            self.state = _LENGTH
-            if not self.need:
-                self._end(extra=bool(rest))
+        elif got.body == "chunked":
+            self.state, self.at_chunk = _CHUNKED, True
+        elif got.body == "length":
+            self.state, self.need = _LENGTH, got.length
         else:
-            self.state, self.reusable = _TO_CLOSE, False
+            self.state = _TO_CLOSE
         self._wake()
         return rest
 
