@@ -28,14 +28,12 @@ from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, TEMPLATED_APIS, RequestBodies
 from loadtest.backends.openai.connection import Wire, error_text
 from loadtest.backends.openai.discovery import authorization, server_root, without_credentials
+from loadtest.backends.openai.events import BadResponse
 from loadtest.backends.openai.facts import report
 from loadtest.backends.openai.http1 import HttpFailure
 from loadtest.backends.openai.outputs import OutputChecks
 from loadtest.backends.openai.pooling import read_answer
-from loadtest.backends.openai.stream import (
-    BadResponse,
-    Stream,
-)
+from loadtest.backends.openai.stream import Stream
 from loadtest.backends.openai.tokens import (
     TokenCounter,
     load_tokenizer,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from loadtest.backends.openai.stream import BadResponse
+from loadtest.backends.openai.events import BadResponse
 from loadtest.backends.openai.tokens import usage_count
 
 # an answer's bytes a text sent, at most: a 8192-dimension float embedding as JSON is ~180 kB

@@ -364,6 +364,7 @@ def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(
     read from a learned shape, reads taken in batches) end the stream in the same state as the general rules and the standard library,
     event by event: every token's (stamp, text), the reply, where the answer began, the finish
     reason, usage, id, model, reasoning and tool calls, and how it ended (or what it raised)."""
+    import loadtest.backends.openai.events as events_mod
     import loadtest.backends.openai.stream as stream_mod
 
     api, chunks = recorded
@@ -386,13 +387,13 @@ def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(
         s.max_chunks = max_chunks
         saved = (
             SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in,
-            stream_mod.MAX_REPLY_CHARS, stream_mod.MAX_CHARS_PER_TOKEN,
+            stream_mod.MAX_REPLY_CHARS, stream_mod.MAX_CHARS_PER_TOKEN, events_mod._fast_loads,
         )  # fmt: skip
         stream_mod.MAX_REPLY_CHARS = max_reply
         stream_mod.MAX_CHARS_PER_TOKEN = chars_per_chunk
         if not fast:
             SseParser.feed = SseParser.feed_general
-            stream_mod._fast_loads = json.loads
+            stream_mod._fast_loads = events_mod._fast_loads = json.loads
             stream_mod.tokens_in = lambda obj, a: saved[2](
                 obj, "general" if a == "completions" else a
             )
@@ -408,7 +409,7 @@ def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(
         finally:
             (
                 SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in,
-                stream_mod.MAX_REPLY_CHARS, stream_mod.MAX_CHARS_PER_TOKEN,
+                stream_mod.MAX_REPLY_CHARS, stream_mod.MAX_CHARS_PER_TOKEN, events_mod._fast_loads,
             ) = saved  # fmt: skip
         return (
             failure, s.chunks, s.chars, s.reply, s.reply_chars, s.first_answer_ns,

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from loadtest.backends.openai.stream import tokens_in
+from loadtest.backends.openai.events import tokens_in
 from loadtest.backends.openai.tokens import TokenCounter
 
 
