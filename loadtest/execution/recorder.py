@@ -347,54 +347,8 @@ class Recorder:
         self.closed.append(interval_summary(iv))
 
     def _keep_record(self, st: RequestState) -> None:
-        if self.records is None:
-            return
-        rel = lambda t: None if t is None else t - self.t0  # noqa: E731
-        ms = lambda a, b: None if a is None or b is None else (a - b) / 1e6  # noqa: E731
-        stamps = st.stamps
-        gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-        self.records.append(
-            {
-                "index": st.req.index,
-                "response_id": st.response_id,
-                "session": st.req.session,
-                "turn": None if st.req.session is None else st.req.turn,
-                "model": st.req.model,
-                "status": "failed"
-                if st.error
-                else "warmup"
-                if st.req.warmup
-                else "cancelled"
-                if st.cancelled
-                else "ok",
-                "error": st.error,
-                "warmup": st.req.warmup,
-                "intended_ns": rel(st.intended_ns),
-                "sent_ns": rel(st.sent_ns),
-                "admitted_ns": rel(st.admitted_ns),
-                "first_token_ns": rel(stamps[0]) if stamps else None,
-                "done_ns": rel(st.done_ns),
-                "ttft_ms": ms(stamps[0], st.intended_ns) if stamps else None,
-                "e2e_ms": ms(st.done_ns, st.intended_ns),
-                "queue_ms": ms(st.admitted_ns, st.intended_ns),
-                "dispatch_lag_ms": ms(st.sent_ns, st.lag_from_ns or st.intended_ns),
-                "tpot_ms": (stamps[-1] - stamps[0]) / (len(stamps) - 1) / 1e6
-                if len(stamps) > 1
-                else None,
-                "itl_max_ms": max(gaps) / 1e6 if gaps else None,
-                "input_tokens": st.input_tokens,
-                "planned_input_tokens": st.req.input_tokens * st.req.inputs,
-                "output_tokens": len(stamps),
-                "reasoning_tokens": st.reasoning_tokens,
-                "ttft_answer_ms": ms(st.first_answer_ns, st.intended_ns),
-                "reported_output_tokens": st.reported_tokens
-                if st.reported_tokens is not None
-                else st.output_tokens,
-                "good": None if st.good < 0 else bool(st.good),
-                "profiled": st.profiled,
-                "token_ns": [t - self.t0 for t in stamps],
-            }
-        )
+        if self.records is not None:
+            self.records.append(st.record(self.t0))
 
     # -- end of run -----------------------------------------------------------------------
 

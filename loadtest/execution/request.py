@@ -85,3 +85,51 @@ class RequestState:
         """``done_ns`` of a finished request: the recorder is only given finished ones."""
         assert self.done_ns is not None, "an unfinished request reached the recorder"
         return self.done_ns
+
+    def record(self, t0: int) -> dict:
+        """This finished request as ``requests.jsonl`` has it: its times from ``t0`` (ns), its
+        derived latencies (ms), tokens streamed and reported, status, and token stamps."""
+        rel = lambda t: None if t is None else t - t0  # noqa: E731
+        ms = lambda a, b: None if a is None or b is None else (a - b) / 1e6  # noqa: E731
+        stamps = self.stamps
+        gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+        return {
+            "index": self.req.index,
+            "response_id": self.response_id,
+            "session": self.req.session,
+            "turn": None if self.req.session is None else self.req.turn,
+            "model": self.req.model,
+            "status": "failed"
+            if self.error
+            else "warmup"
+            if self.req.warmup
+            else "cancelled"
+            if self.cancelled
+            else "ok",
+            "error": self.error,
+            "warmup": self.req.warmup,
+            "intended_ns": rel(self.intended_ns),
+            "sent_ns": rel(self.sent_ns),
+            "admitted_ns": rel(self.admitted_ns),
+            "first_token_ns": rel(stamps[0]) if stamps else None,
+            "done_ns": rel(self.done_ns),
+            "ttft_ms": ms(stamps[0], self.intended_ns) if stamps else None,
+            "e2e_ms": ms(self.done_ns, self.intended_ns),
+            "queue_ms": ms(self.admitted_ns, self.intended_ns),
+            "dispatch_lag_ms": ms(self.sent_ns, self.lag_from_ns or self.intended_ns),
+            "tpot_ms": (stamps[-1] - stamps[0]) / (len(stamps) - 1) / 1e6
+            if len(stamps) > 1
+            else None,
+            "itl_max_ms": max(gaps) / 1e6 if gaps else None,
+            "input_tokens": self.input_tokens,
+            "planned_input_tokens": self.req.input_tokens * self.req.inputs,
+            "output_tokens": len(stamps),
+            "reasoning_tokens": self.reasoning_tokens,
+            "ttft_answer_ms": ms(self.first_answer_ns, self.intended_ns),
+            "reported_output_tokens": self.reported_tokens
+            if self.reported_tokens is not None
+            else self.output_tokens,
+            "good": None if self.good < 0 else bool(self.good),
+            "profiled": self.profiled,
+            "token_ns": [t - t0 for t in stamps],
+        }
