@@ -21,7 +21,7 @@ from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock, busy_share_since, busy_start, cpu_wait_ns
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, Cancelled, Failed, Finished, Sent, Tokens
-from loadtest.core.heap import settle_heap
+from loadtest.core.heap import collect_in_slack, collector_paused, settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.rate_ceiling import RateCeiling
@@ -151,13 +151,8 @@ class Runner(Users):
         settle_heap()  # the plan and everything loaded: never scanned by a collection in the window
         # Collections run where the dispatcher has slack (after recording), not wherever an
         # allocation happens to trip the threshold: a collection inside a send is dispatch lag.
-        gc_was_on = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             return await self._run(t0_ns, settle)
-        finally:
-            if gc_was_on:
-                gc.enable()
 
     async def _run(self, t0_ns: int | None, settle: bool) -> RunOutcome:
         self.t0 = self.clock.now_ns() + START_DELAY_NS if t0_ns is None else t0_ns
@@ -400,7 +395,7 @@ class Runner(Users):
             self._flush_handle = loop.call_later(FLUSH_RETRY_S, self._flush)
         elif done:
             self._flush_handle = loop.call_later(FLUSH_S, self._flush)
-        _collect_in_slack(due, now)
+        collect_in_slack(due, now)
 
     def _time_limit(self, st: RequestState) -> tuple[float | None, bool]:
         """Seconds the request may run from now (None: no limit), and whether that limit is
@@ -544,20 +539,6 @@ class Runner(Users):
             if wait is not None:
                 self._cpu_wait_marks.append((now(), wait))
             loop.call_soon(_record_since, hist, now, now())
-
-
-GC_YOUNG = 700  # CPython's own first-generation threshold
-GC_FORCED = 100_000  # young objects past which a collection runs with or without slack
-GC_SLACK_NS = 1_000_000  # the time a young collection may take, at most (~0.1 ms measured)
-
-
-def _collect_in_slack(due: int | None, now: Callable[[], int]) -> None:
-    """The collector's work, done where the next send is far enough away (automatic collection
-    is off during a run): the generation CPython would collect, at the same thresholds."""
-    young, middle, old = gc.get_count()
-    if young < GC_YOUNG or (young < GC_FORCED and due is not None and now() + GC_SLACK_NS > due):
-        return
-    gc.collect(2 if old >= 10 else 1 if middle >= 10 else 0)
 
 
 def _record_since(hist: LatencyHistogram, now: Callable[[], int], t_ns: int) -> None:
