@@ -371,7 +371,7 @@ class Runner(Users):
             return
         _, rec = self._origin()
         done, due, now = self._finished, self._next_due_ns, self.clock.now_ns
-        n, turn_ends = 0, now() + FLUSH_TURN_NS
+        n, turn_ends, turn_spent = 0, now() + FLUSH_TURN_NS, False
         for st in done:
             if (
                 due is not None
@@ -380,11 +380,12 @@ class Runner(Users):
             ):
                 break
             if n and not everything and now() > turn_ends:
+                turn_spent = True
                 break
             rec.finish(st)
             n += 1
         del done[:n]
-        if done and n and not everything and now() > turn_ends:  # the rest next turn
+        if turn_spent:  # the rest next turn
             self._flush_handle = loop.call_soon(self._flush)
         elif done and due is not None and now() < due:
             # stopped for the deadline: go on in the gap after it (both clocks are the loop's)

@@ -157,7 +157,7 @@ class Stream:
         if reads is None:
             return [now()] * len(ends)
         times, read_ends = reads
-        seen, known, out = self._seen, len(read_ends), []
+        seen, known = self._seen, len(read_ends)
         first = base + ends[0]
         while seen < known and read_ends[seen] < first:
             seen += 1
@@ -166,6 +166,7 @@ class Stream:
         if read_ends[seen : seen + n] == [base + end for end in ends]:
             self._seen = seen + n - 1
             return times[seen : seen + n]
+        out = []
         for end in ends:
             at = base + end
             while seen < known and read_ends[seen] < at:
