@@ -158,6 +158,22 @@ def test_a_lost_rank_or_replica_ends_the_run_with_what_was_measured(
     assert _engines() == []
 
 
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_every_rank_names_the_groups_first_missing_device(rank, tiny_model_dir):
+    # The harness reports whichever rank fails first, so each must say the same thing.
+    import torch
+
+    from loadtest.backends.transformers.layout import Layout
+    from loadtest.backends.transformers.loading import load_model
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    # none of them here (a rank given one it has would wait for the others in the group)
+    devices = (f"cuda:{count + 1}", f"cuda:{count}", f"cuda:{count + 2}")
+    spec = {"device": "cpu", "dtype": "float32", "seed": 0, "model": str(tiny_model_dir)}
+    with pytest.raises(ValueError, match=rf"^cuda:{count + 1}: this machine has {count} CUDA"):
+        load_model(spec, "/", Layout(rank, 3, devices, 0, 3))
+
+
 def test_gpus_asked_for_on_a_machine_without_them_fail_the_start_saying_so(
     tmp_path, tiny_model_dir
 ):

@@ -67,7 +67,9 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     import torch
 
     layout = layout or Layout(devices=(spec["device"],))
-    device = resolve_device(layout.device)
+    # Every rank checks the whole group, in the same order, so whichever rank's failure reaches
+    # the harness first, it names the same device: the first one the machine lacks.
+    device = [resolve_device(name) for name in layout.devices][layout.rank]
     dtype = resolve_dtype(spec["dtype"], device)
     if device.type == "cpu":
         # A CPU model would otherwise take every core, and the harness's dispatch would queue
