@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadtest.config.scenario import Load
-from loadtest.core.clock import Clock, busy_share_since, busy_start, cpu_wait_ns
+from loadtest.core.clock import Clock, busy_share_since, busy_start
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, Cancelled, Failed, Finished, Sent, Tokens
-from loadtest.core.heap import collect_in_slack, collector_paused, settle_heap
+from loadtest.core.heap import collector_paused, settle_heap
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.backlog import RecordingBacklog
+from loadtest.execution.loop_watch import LoopWatch
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder
@@ -30,22 +31,9 @@ from loadtest.execution.request import LATE_FLOOR_NS, RequestState
 from loadtest.execution.users import SessionCounts, Users
 from loadtest.workload.plan import Plan, PlannedRequest
 
-LOOP_PROBE_NS = 10_000_000
 START_DELAY_NS = 1_000_000  # t0 is this far ahead of run(): the first send is on time
 # a backend that stops a cancelled request itself has this long before the runner cancels it
 CANCEL_GRACE_S = 1.0
-FLUSH_S = 0.005
-FLUSH_RETRY_S = 0.00005
-# Recording keeps clear of the dispatcher's next deadline: it stops this long before it, less
-# its own estimated cost (about 2 µs a token, measured ~1.2 µs on the 2-core machine), ...
-FLUSH_GUARD_NS = 200_000
-FLUSH_NS_PER_TOKEN = 2_000
-# ... unless this many finished requests wait: then the machine cannot keep up anyway, and
-# recording must not fall ever further behind.
-FLUSH_BACKLOG = 2_000
-# Recording holds the loop at most about this long a turn (a 256-token request takes ~0.1-0.2
-# ms): the rest waits for the next turn, after the sockets' reads, whose stamps would wait too
-FLUSH_TURN_NS = 200_000
 
 
 @dataclass
@@ -104,12 +92,11 @@ class Runner(Users):
         self.recorder: Recorder | None = None
         # the progress display's view of the GPUs: each device's latest kernel-active %
         self.gpu_probe: Callable[[], list[float] | None] | None = None
-        # the loop thread's time waiting for a CPU, (ns, wait ns) at each of the last probes
-        self._cpu_wait_marks: deque[tuple[int, int]] = deque(maxlen=16)
+        self._watch = LoopWatch(clock.now_ns)  # the loop's lag, and its thread's CPU waits
         self.t0: int | None = None
         self.sent = self.in_flight = self.interrupted = self.throttled = 0
         self._tasks: set[asyncio.Task] = set()
-        self._finished: list[RequestState] = []  # recorded in batches, off the dispatch path
+        self._backlog: RecordingBacklog | None = None  # finished requests, recorded off-path
         cl = plan.closed_loop
         # one seeded stream, all users
         self._think_times = cl.think_times_ns(plan.think_rng) if cl and plan.think_rng else None
@@ -120,7 +107,6 @@ class Runner(Users):
         )
         self.sessions = SessionCounts() if plan.multi_turn else None
         self._session_ids = itertools.count(*plan.stride)
-        self._flush_handle: asyncio.Handle | None = None
         self._next_due_ns: int | None = None  # the open-loop dispatcher's next deadline
         self._unstarted = 0  # spawned requests whose first step has not run
         self._cancel_reason: str | None = None
@@ -164,6 +150,9 @@ class Runner(Users):
         # others may open it earlier, so the requests that straddle this one's opening are kept
         rec.keep_before_start = self.plan.window_start_ns is None and self.plan.stride[1] > 1
         rec.goodput = self.goodput
+        backlog = self._backlog = RecordingBacklog(
+            rec, self.clock.now_ns, lambda: self._next_due_ns, lambda: self._unstarted > 0
+        )
         if self.keep_records:
             rec.records = []
         if self.profile is not None:
@@ -171,7 +160,7 @@ class Runner(Users):
             self.profile.arm(self.t0)
         loop_lag = LatencyHistogram()
         busy_from = busy_start(self.clock)
-        probe = asyncio.create_task(self._probe_loop(loop_lag))
+        probe = asyncio.create_task(self._watch.probe(loop_lag))
         watchdog = asyncio.create_task(self._watch_for_silence())
         window_opens = None
         if self.plan.window_start_ns is not None:  # 0 is a window opening at t0 (a burst)
@@ -202,10 +191,7 @@ class Runner(Users):
         )
         if self.profile is not None:  # an interrupted run waits for no profiler
             await self.profile.finish(wait=self._cancel_reason != "interrupted")
-        if self._flush_handle is not None:
-            self._flush_handle.cancel()
-        self._next_due_ns = None  # nothing more to dispatch: record everything, now
-        self._flush(everything=True)
+        backlog.record_all()  # nothing more to dispatch
         if settle:
             rec.close(self.stopped_ns)
         else:
@@ -255,6 +241,10 @@ class Runner(Users):
         """t0 and the recorder: run() sets both before anything is dispatched."""
         assert self.t0 is not None and self.recorder is not None
         return self.t0, self.recorder
+
+    def _recording(self) -> RecordingBacklog:
+        assert self._backlog is not None  # run() makes it before anything is dispatched
+        return self._backlog
 
     async def _dispatch_open(self) -> None:
         t0, _ = self._origin()
@@ -317,7 +307,7 @@ class Runner(Users):
         lag_from = max(intended, held_until)
         st = RequestState(req, intended, sent, lag_from_ns=lag_from, handed_ns=sent)
         if sent - lag_from > LATE_FLOOR_NS:
-            st.cpu_wait_ns = self._cpu_wait_since(lag_from)
+            st.cpu_wait_ns = self._watch.cpu_wait_since(lag_from)
         self.sent += 1
         if not self.in_flight:  # silence is timed from the first send after an idle spell
             self._progress_ns = sent
@@ -351,52 +341,8 @@ class Runner(Users):
         self.in_flight -= 1
         if self.profile is not None:
             self.profile.on_done(req.index)
-        self._finished.append(st)
-        if self._flush_handle is None:
-            # Recording (µs per token) waits a moment: when a whole batch completes at once, the
-            # closed-loop users re-send first, and the arithmetic runs after, in one go.
-            self._flush_handle = asyncio.get_running_loop().call_later(FLUSH_S, self._flush)
+        self._recording().add(st)
         return st
-
-    def _flush(self, everything: bool = False) -> None:
-        """Record finished requests, but never into the dispatcher's next deadline: stop while
-        it is too near for the next request's recording, and come back a moment later; nor for
-        more than a turn's share at a time. ``everything``: the run is over, record them all."""
-        self._flush_handle = None
-        loop = asyncio.get_running_loop()
-        if self._unstarted and self._next_due_ns is not None:
-            # a request spawned in this loop turn starts in the next: its send stamp must not
-            # wait for this recording
-            self._flush_handle = loop.call_soon(self._flush)
-            return
-        _, rec = self._origin()
-        done, due, now = self._finished, self._next_due_ns, self.clock.now_ns
-        n, turn_ends, turn_spent = 0, now() + FLUSH_TURN_NS, False
-        for st in done:
-            if (
-                due is not None
-                and len(done) - n < FLUSH_BACKLOG
-                and now() + FLUSH_GUARD_NS + FLUSH_NS_PER_TOKEN * len(st.stamps) > due
-            ):
-                break
-            if n and not everything and now() > turn_ends:
-                turn_spent = True
-                break
-            rec.finish(st)
-            n += 1
-        del done[:n]
-        if turn_spent:  # the rest next turn
-            self._flush_handle = loop.call_soon(self._flush)
-        elif done and due is not None and now() < due:
-            # stopped for the deadline: go on in the gap after it (both clocks are the loop's)
-            self._flush_handle = loop.call_at(due / 1e9, self._flush)
-        elif done and due is not None:
-            # the deadline passed and the dispatcher has not moved on (late, or held by a
-            # max_rate ceiling): look again shortly, after a timer, so even a virtual clock moves
-            self._flush_handle = loop.call_later(FLUSH_RETRY_S, self._flush)
-        elif done:
-            self._flush_handle = loop.call_later(FLUSH_S, self._flush)
-        collect_in_slack(due, now)
 
     def _time_limit(self, st: RequestState) -> tuple[float | None, bool]:
         """Seconds the request may run from now (None: no limit), and whether that limit is
@@ -452,7 +398,7 @@ class Runner(Users):
             elif kind is Sent:  # the backend saw the bytes leave: later than the hand-over
                 st.sent_ns, st.wire = max(st.sent_ns, ev.t_ns), ev
                 if st.sent_ns - (st.lag_from_ns or st.intended_ns) > LATE_FLOOR_NS:
-                    st.cpu_wait_ns = self._cpu_wait_since(st.lag_from_ns or st.intended_ns)
+                    st.cpu_wait_ns = self._watch.cpu_wait_since(st.lag_from_ns or st.intended_ns)
             elif kind is Admitted:
                 st.admitted_ns = ev.t_ns
             elif kind is Finished:
@@ -467,14 +413,6 @@ class Runner(Users):
                 return
         if st.done_ns is None:
             self._fail(st, "NoFinishEvent")
-
-    def _cpu_wait_since(self, t_ns: int) -> int:
-        """How long the loop's thread waited, runnable, for a CPU since the last probe mark
-        before ``t_ns`` (an over-estimate by what it waited in the probe period before it).
-        Read only for late sends: a /proc read costs ~10 µs."""
-        mark = next((w for t, w in reversed(self._cpu_wait_marks) if t <= t_ns), None)
-        wait = cpu_wait_ns()
-        return -1 if mark is None or wait is None else max(0, wait - mark)
 
     def _fail(self, st: RequestState, error_type: str) -> None:
         st.error = error_type
@@ -528,19 +466,3 @@ class Runner(Users):
                 self.request_stop("failed")
                 return
             await self.clock.sleep_until(max(deadline, self.clock.now_ns() + limit // 4))
-
-    async def _probe_loop(self, hist: LatencyHistogram) -> None:
-        """Event-loop lag: how long a callback made ready now waits before it runs. Also marks
-        the loop thread's time waiting for a CPU, so a late send can tell it apart."""
-        loop = asyncio.get_running_loop()
-        now = self.clock.now_ns
-        while True:
-            await asyncio.sleep(LOOP_PROBE_NS / 1e9)
-            wait = cpu_wait_ns()
-            if wait is not None:
-                self._cpu_wait_marks.append((now(), wait))
-            loop.call_soon(_record_since, hist, now, now())
-
-
-def _record_since(hist: LatencyHistogram, now: Callable[[], int], t_ns: int) -> None:
-    hist.record_ns(now() - t_ns)

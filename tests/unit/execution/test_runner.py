@@ -112,7 +112,7 @@ def test_recording_keeps_clear_of_every_send_and_loses_nothing(monkeypatch):
     import bisect
     import gc
 
-    from loadtest.execution import runner as runner_mod
+    from loadtest.execution import backlog as backlog_mod
     from loadtest.execution.recorder import Recorder
 
     finished_at: list[int] = []
@@ -137,7 +137,7 @@ def test_recording_keeps_clear_of_every_send_and_loses_nothing(monkeypatch):
     assert gc.isenabled() == gc_before  # automatic collection is back after the run
     sends = sorted(out.t0_ns + r.offset_ns for r in plan.requests)
     assert len(finished_at) == out.sent == plan.planned_count  # nothing lost
-    budget = runner_mod.FLUSH_GUARD_NS + runner_mod.FLUSH_NS_PER_TOKEN * 4
+    budget = backlog_mod.FLUSH_GUARD_NS + backlog_mod.FLUSH_NS_PER_TOKEN * 4
     during = [f for f in finished_at if f < sends[-1]]
     assert len(during) > plan.planned_count // 2  # most are recorded while the run goes on
     for f in during:
@@ -189,8 +189,8 @@ def test_recording_holds_the_loop_a_bounded_time_a_turn_and_records_everything()
     (``FLUSH_TURN_NS``, 200 µs) lasts, at least one request, so two (the second starts at 150
     µs), and the rest go on in the next turns, after the loop's reads, until all 7 are in. At
     the run's end all are recorded at once."""
-    from loadtest.execution import runner as runner_mod
-    from loadtest.execution.runner import Runner
+    from loadtest.execution import backlog as backlog_mod
+    from loadtest.execution.backlog import RecordingBacklog
 
     class Clock:
         t = 1_000_000_000
@@ -207,31 +207,28 @@ def test_recording_holds_the_loop_a_bounded_time_a_turn_and_records_everything()
             self.turns[-1] += 1
 
     clock, rec = Clock(), Rec()
-    runner = Runner.__new__(Runner)
-    runner.clock, runner._unstarted, runner._next_due_ns = clock, 0, None
-    runner._finished, runner._flush_handle = list(range(7)), None
-    runner._origin = lambda: (0, rec)  # type: ignore[method-assign]
-    flush = runner._flush
+    backlog = RecordingBacklog(rec, clock.now_ns, lambda: None, lambda: False)  # type: ignore[arg-type]
+    backlog.waiting = list(range(7))  # type: ignore[list-item]
+    flush = backlog.flush
 
-    def turn():
+    def turn(everything=False):
         rec.turns.append(0)
-        flush()
+        flush(everything)
 
-    runner._flush = turn  # type: ignore[method-assign]
+    backlog.flush = turn  # type: ignore[method-assign]
 
     async def go():
         turn()
-        while runner._finished:
+        while backlog.waiting:
             await asyncio.sleep(0)
 
     asyncio.run(go())
-    assert runner_mod.FLUSH_TURN_NS == 200_000
-    assert rec.turns == [2, 2, 2, 1]
+    assert backlog_mod.FLUSH_TURN_NS == 200_000
+    assert rec.turns == [2, 2, 2, 1] and not backlog.scheduled
 
     async def end():  # the run's end: everything at once, nothing left for a later turn
-        runner._finished = list(range(5))
-        rec.turns.append(0)
-        flush(everything=True)
+        backlog.waiting = list(range(5))  # type: ignore[list-item]
+        backlog.record_all()
 
     asyncio.run(end())
-    assert rec.turns[-1] == 5 and runner._finished == [] and runner._flush_handle is None
+    assert rec.turns[-1] == 5 and backlog.waiting == [] and not backlog.scheduled
