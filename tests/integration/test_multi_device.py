@@ -63,11 +63,13 @@ def test_two_ranks_compute_the_full_models_logits_and_tokens(tiny_model_dir):
         logits = torch.tensor(logits)
         assert torch.allclose(logits, want, atol=1e-5), (logits - want).abs().max()
         assert generated == tokens.tolist()
-    # each rank holds half of every attention and MLP matrix, and all of the rest
-    h, inter, layers = 32, 64, 2
+    # each rank holds half of every attention and MLP matrix, half the vocabulary's rows (of
+    # the embedding and lm_head, untied here; rounded up), and all of the rest
+    h, inter, layers, vocab = 32, 64, 2, full.config.vocab_size
     kv = 2 * h // 4 * 2  # 2 KV heads of head_dim 8, for k and v: 16 columns each
     sharded = layers * (h * h + kv * h + h * h + 3 * h * inter)
-    assert sum(p.numel() for p in full.parameters()) - sharded // 2 == got[0][2]
+    whole = sum(p.numel() for p in full.parameters())
+    assert whole - sharded // 2 - 2 * vocab * h + 2 * -(-vocab // 2) * h == got[0][2]
     assert split["per_rank"] == {
         "num_attention_heads": 2,
         "num_key_value_heads": 1,
@@ -185,4 +187,31 @@ def test_gpus_asked_for_on_a_machine_without_them_fail_the_start_saying_so(
     m = run_scenario(load_scenario(path), tmp_path / "run").metrics
     assert m["status"] == "failed"
     assert "cuda:0: this machine has 0 CUDA device(s)" in m["backend"]["error"]
+    assert _engines() == []
+
+
+def test_a_batch_size_sweep_runs_on_a_tensor_parallel_group(tmp_path, tiny_model_dir):
+    # each point's new max_batch_size reaches rank 0's batcher; the follower runs whatever
+    # rank 0 announces, so both step through every point's batches
+    import json
+
+    from tests.integration.test_cli import cli, write
+
+    data = {
+        "name": "tp-sweep",
+        "backend": {"kind": "transformers", "model": str(tiny_model_dir), "device": "cpu",
+                    "tensor_parallel": 2, "mode": "static", "max_batch_size": 4,
+                    "max_wait_ms": 50},
+        "workload": {"input_tokens": 8, "output_tokens": 4},
+        "load": {"arrival": {"kind": "burst"}, "requests": 64, "warmup_requests": 8,
+                 "validity": {**LENIENT, "max_burst_send_share": 1.0}},
+        "telemetry": {"gpu": False},
+    }  # fmt: skip
+    out = tmp_path / "sw"
+    r = cli("sweep", write(tmp_path, data), "--batch-sizes", "1,3", "--batches-per-point", "2",
+            "-o", out, "-q", timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    assert [p["metrics"]["requests"]["completed"] for p in points] == [2, 6]
+    assert all(p["metrics"]["backend"]["tensor_parallel"]["size"] == 2 for p in points)
     assert _engines() == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loadtest.backends.transformers import attention, padded_decode, parallel
+from loadtest.backends.transformers import attention, padded_decode, parallel, placement, split
 from loadtest.backends.transformers.compiling import (
     batching_details,
     decode_compile_config,
@@ -71,11 +71,15 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     # the harness first, it names the same device: the first one the machine lacks.
     device = [resolve_device(name) for name in layout.devices][layout.rank]
     dtype = resolve_dtype(spec["dtype"], device)
-    if device.type == "cpu":
-        # A CPU model would otherwise take every core, and the harness's dispatch would queue
-        # behind it: leave one core to the harness, and share the rest among engine processes.
-        torch.set_num_threads(max(1, ((os.cpu_count() or 2) - 1) // layout.processes))
+    cpus = placement.place(
+        layout.index, layout.processes, device.type, spec.get("cpu_affinity", "blocks")
+    )
+    plan = None
     if layout.size > 1:
+        # the plan is read and judged before any collective or GPU work: a model the split
+        # cannot apply is refused at once, on every rank alike
+        config, folder, source = _whole_config(spec, base_dir, layout)
+        plan = split.plan_of(config)
         parallel.join_group(layout, device)
     torch.manual_seed(spec["seed"])  # every rank alike: their replicated weights agree
     sdpa = choose_sdpa_backends(torch, device, spec.get("sdpa_backends"))
@@ -85,7 +89,10 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         if spec.get("attn_implementation")
         else {}
     )
-    model, source, split = _built(spec, base_dir, device, dtype, attn, layout)
+    if plan is not None:
+        model, split_facts = _load_split(config, folder, plan, device, dtype, attn, layout)
+    else:
+        model, source, split_facts = _built(spec, base_dir, device, dtype, attn)
     model.eval()
     attention.pack_decode_attention(model, spec)
     pad_decode, unpadded_why = _padding(model, spec)
@@ -106,20 +113,19 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         "compile": spec["compile"],
         "compile_options": compile_options,
         "trust_remote_code": spec["trust_remote_code"],
-        "tensor_parallel": split,
+        "tensor_parallel": split_facts,
+        **cpus,
         **_versions_and_shape(model, device, dtype),
     }
     return model, device, info
 
 
-def _built(spec: dict, base_dir: str, device, dtype, attn: dict, layout: Layout):
-    """(model, where its weights came from, the tensor-parallel split or None)."""
+def _built(spec: dict, base_dir: str, device, dtype, attn: dict):
+    """(model, where its weights came from, None: no tensor-parallel split)."""
     import torch
     import transformers
 
     name = spec["model"]
-    if layout.size > 1:
-        return _load_split(spec, base_dir, device, dtype, attn, layout)
     # an encoder (api: embeddings) is its base model: its hidden states are what is pooled
     auto = (
         transformers.AutoModel
@@ -221,28 +227,36 @@ def _checkpoint(name: str, base_dir: str) -> str:
     return str(path) if path.is_dir() else name
 
 
-def _load_split(spec: dict, base_dir: str, device, dtype, attn: dict, layout: Layout):
-    """This rank's part of the model, built at its local shape on its device: random weights
-    for a dummy, the checkpoint's slices otherwise (``parallel``)."""
-    import torch
-    import transformers
-
+def _whole_config(spec: dict, base_dir: str, layout: Layout):
+    """The whole model's config, the checkpoint folder (None for a dummy), and the source line
+    of a tensor-parallel rank."""
     name = spec["model"]
     if name.startswith("dummy:"):
         arch = name.split(":", 1)[1]
-        config, folder = dummy_config(arch), None
-        source = f"dummy weights, {arch} shapes, rank {layout.rank} of {layout.size}"
-    else:
-        folder = Path(_checkpoint(name, base_dir))
-        if not folder.is_dir():
-            raise ValueError(f"tensor_parallel needs a local model folder, not {name!r}")
-        config = parallel.checkpoint_config(folder)
-        source = f"{folder}, rank {layout.rank} of {layout.size}"
-    plan = parallel.plan_of(config)
-    local = parallel.local_config(config, layout.size)
+        return (
+            dummy_config(arch),
+            None,
+            f"dummy weights, {arch} shapes, rank {layout.rank} of {layout.size}",
+        )
+    folder = Path(_checkpoint(name, base_dir))
+    if not folder.is_dir():
+        raise ValueError(f"tensor_parallel needs a local model folder, not {name!r}")
+    return split.checkpoint_config(folder), folder, f"{folder}, rank {layout.rank} of {layout.size}"
+
+
+def _load_split(config, folder: Path | None, plan: dict, device, dtype, attn: dict, layout: Layout):
+    """This rank's part of the model, built at its local shape on its device: random weights
+    for a dummy, the checkpoint's slices otherwise (``split``)."""
+    import torch
+    import transformers
+
+    local = split.local_config(config, layout.size, plan)
     with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(local, dtype=dtype, **attn)
     if folder is not None:
-        parallel.load_slices(model, folder, layout.rank, layout.size, plan)
-    hooked = parallel.sum_rowwise_outputs(model, plan)
-    return model, source, parallel.describe(local, layout.size, hooked)
+        split.load_slices(model, folder, layout.rank, layout.size, plan)
+    applied = split.apply(model, config, plan, layout.rank, layout.size)
+    return model, {
+        **split.describe(local, plan, layout.size, applied),
+        "nccl_env": parallel.nccl_facts(),
+    }

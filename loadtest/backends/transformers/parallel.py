@@ -6,11 +6,8 @@ rank runs the same generate(), so the collectives inside the forward pass line u
 decoding on identical inputs gives identical tokens on every rank (the all-reduced activations
 are the same everywhere), so every rank stops at the same step; only rank 0 streams and stamps.
 
-The model is split the Megatron way, following its own plan (``config.base_model_tp_plan``):
-``colwise`` layers keep 1/n of their output features (whole attention heads, whole MLP
-columns), ``rowwise`` layers 1/n of their inputs, and each rowwise output is summed across the
-ranks (an all-reduce). Each rank builds a model of the local shape (attention heads, KV heads and
-the MLP width divided by n) straight on its device: random weights for ``dummy:`` models (no
+The model is split the Megatron way, following its own plan (``split``). Each rank builds a
+model of the local shape straight on its device: random weights for ``dummy:`` models (no
 checkpoint is ever written), the checkpoint's slices otherwise (safetensors, read a slice at a
 time). Per-GPU compute, memory and bytes moved are then those of the split model, and the
 roofline counts them per GPU.
@@ -23,11 +20,8 @@ default to off here when unset, and are never overridden when set).
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import os
-import re
-from pathlib import Path
 from typing import Any
 
 from loadtest.backends.transformers.layout import Layout
@@ -40,7 +34,6 @@ MULTICAST_OFF = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 CONTROL_TIMEOUT = dt.timedelta(days=1)  # a follower idles in a broadcast between batches
-SPLIT_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
 
 
 def environment(layout: Layout) -> dict[str, str]:
@@ -93,122 +86,6 @@ def nccl_facts() -> dict[str, str]:
     return {k: os.environ[k] for k in keys if k in os.environ}
 
 
-# -- the split ------------------------------------------------------------------------------------
-
-
-def plan_of(config) -> dict[str, str]:
-    """The model's own tensor-parallel plan, if it is one this split follows."""
-    plan = dict(getattr(config, "base_model_tp_plan", None) or {})
-    if not plan:
-        raise ValueError(f"{config.model_type}: the model declares no tensor-parallel plan")
-    odd = {k: v for k, v in plan.items() if v not in ("colwise", "rowwise")}
-    if odd:
-        raise ValueError(
-            f"{config.model_type}: tensor_parallel splits colwise/rowwise layers only; this "
-            f"model's plan also has {odd}"
-        )
-    return plan
-
-
-def local_config(config, size: int):
-    """The config of one rank's part: heads, KV heads and MLP width divided by ``size``."""
-    plan_of(config)
-    local = copy.deepcopy(config)
-    if getattr(local, "head_dim", None) is None:
-        local.head_dim = config.hidden_size // config.num_attention_heads
-    for name in SPLIT_FIELDS:
-        value = getattr(config, name, None)
-        if name == "num_key_value_heads" and value is None:
-            value = config.num_attention_heads
-        if value is None or value % size:
-            raise ValueError(f"{name} = {value} does not split over {size} devices")
-        setattr(local, name, value // size)
-    return local
-
-
-def _matcher(plan: dict[str, str], style: str) -> re.Pattern:
-    keys = [re.escape(k).replace(r"\*", r"\d+") for k, v in plan.items() if v == style]
-    return re.compile(rf"^(?:{'|'.join(keys)})$")
-
-
-def sum_rowwise_outputs(model, plan: dict[str, str]) -> int:
-    """An all-reduce after every rowwise layer (its partial sums over the ranks' inputs);
-    returns how many layers got one."""
-    import torch.distributed as dist
-
-    rowwise = _matcher(plan, "rowwise")
-
-    def all_reduce(_module, _inputs, output):
-        dist.all_reduce(output)
-        return output
-
-    hooked = 0
-    for name, module in model.base_model.named_modules():
-        if rowwise.match(name):
-            module.register_forward_hook(all_reduce)
-            hooked += 1
-    return hooked
-
-
-def load_slices(model, directory: Path, rank: int, size: int, plan: dict[str, str]) -> None:
-    """This rank's slices of a safetensors checkpoint into the local model, slice by slice."""
-    from safetensors import safe_open
-
-    files = sorted(directory.glob("*.safetensors"))
-    if not files:
-        raise ValueError(f"{directory}: tensor_parallel loads safetensors checkpoints; none here")
-    colwise, rowwise = _matcher(plan, "colwise"), _matcher(plan, "rowwise")
-    prefix = model.base_model_prefix + "."
-    params = dict(model.named_parameters())
-    seen = set()
-    for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():
-                target = params.get(name)
-                if target is None:
-                    continue
-                module, _, kind = name.removeprefix(prefix).rpartition(".")
-                part = f.get_slice(name)
-                rows = part.get_shape()[0]
-                if colwise.match(module):
-                    n = rows // size
-                    tensor = part[rank * n : (rank + 1) * n]
-                elif rowwise.match(module) and kind == "weight":
-                    n = part.get_shape()[1] // size
-                    tensor = part[:, rank * n : (rank + 1) * n]
-                elif rowwise.match(module):  # a rowwise bias is added once, after the sum
-                    tensor = part[:] if rank == 0 else part[:] * 0
-                else:
-                    tensor = part[:]
-                target.data.copy_(tensor.to(target.dtype))
-                seen.add(name)
-    missing = set(params) - seen
-    if model.config.tie_word_embeddings:
-        model.tie_weights()
-        missing.discard("lm_head.weight")
-    if missing:
-        raise ValueError(f"{directory}: the checkpoint lacks {sorted(missing)[:5]}")
-
-
-def checkpoint_config(directory: Path):
-    """A checkpoint's config, read from its folder."""
-    import transformers
-
-    return transformers.AutoConfig.from_pretrained(str(directory), local_files_only=True)
-
-
-def describe(config, size: int, hooked: int) -> dict:
-    """What the split is, for the result."""
-    return {
-        "size": size,
-        "split": "Megatron: colwise/rowwise per the model's base_model_tp_plan, an all-reduce "
-        f"after each rowwise layer ({hooked})",
-        "per_rank": {name: getattr(config, name) for name in SPLIT_FIELDS},
-        "note": "parameters, parameter_bytes and the roofline count one rank's part: per GPU",
-        "nccl_env": nccl_facts(),
-    }
-
-
 # -- stepping together ----------------------------------------------------------------------------
 
 
@@ -218,10 +95,20 @@ class Lockstep:
     def __init__(self, control) -> None:
         self.control = control
 
-    def announce(self, ids, mask, kwargs: dict) -> None:
+    def announce(
+        self, ids, mask, kwargs: dict, padded: tuple[int, int] | None, dynamic: bool
+    ) -> None:
+        """Every rank runs this generate(): the inputs and settings, less what each rank holds
+        its own of (the streamer; a padded decode's static cache, named by its ``padded``
+        rows and length); ``dynamic``: a warm-up marking the batch dimension dynamic."""
         import torch.distributed as dist
 
-        dist.broadcast_object_list([("generate", ids, mask, kwargs)], src=0, group=self.control)
+        own = {"streamer"} | (
+            {"cache", "past_key_values", "cache_implementation"} if padded else set()
+        )
+        settings = {k: v for k, v in kwargs.items() if k not in own}
+        command = ("generate", ids, mask, settings, padded, dynamic)
+        dist.broadcast_object_list([command], src=0, group=self.control)
 
     def finish(self) -> None:
         import torch.distributed as dist
