@@ -1,15 +1,19 @@
-"""Several GPUs: replicas and tensor parallelism. Run on a machine with two GPUs (the
-``nvidia-h200-x2`` kind); one call, one table. Not run yet: no two-GPU machine has been lent to
-this project, so docs/benchmarks.md has no figures from it.
+"""Several GPUs: replicas and tensor parallelism, one table per call (docs/benchmarks.md).
 
-    PYTHONPATH=. python bench/multi_gpu.py --out /tmp/multi [--only 1,2,3]
+    PYTHONPATH=. python bench/multi_gpu.py --out /tmp/multi --only replicas,tp8b   # two GPUs
+    PYTHONPATH=. python bench/multi_gpu.py --out /tmp/multi --only tp70b,four      # four GPUs
 
-1. dummy:llama-3.1-8b, bf16, static batches of up to 32, 128 in / 128 out, a closed loop of
-   64 users (saturation): output tok/s on one GPU against two replicas (cuda:0, cuda:1).
-2. The same model, TP=1 against TP=2 (cuda:0,1): ITL at batch 1 and 16 (closed loops of 1 and
-   16 users, batches of up to 16).
-3. dummy:llama-3.1-70b under TP=2 (it does not fit one GPU in bf16 with room for a KV cache):
-   TTFT and ITL at batch 1 and 8.
+Sections (each row one `loadtest` run through the Python API, dummy weights, bf16, static
+batches, 128 tokens in and 128 out, closed loops; a failed row is printed and the rest go on):
+
+- ``replicas``: dummy:llama-3.1-8b at saturation (64 users, batches of up to 32): one GPU
+  alone, then two replicas with each engine pinned to a CPU block of its own (the default) and
+  with placement left to the OS. Output tok/s against the lone GPU's, and each replica's mean
+  decode step against the lone engine's.
+- ``tp8b``: the 8B compiled, TP=1 against TP=2 at batch 1 and 16 (ITL p50 ratio).
+- ``tp70b``: dummy:llama-3.1-70b compiled, TP=2 (and TP=4 with four GPUs) at batch 1 and 8:
+  TTFT, ITL and the HBM floor (one rank's bytes a decode step at the GPU's peak bandwidth).
+- ``four``: the 8B compiled at TP=4 (batch 1), and two replicas of TP=2 at saturation.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import time
 from pathlib import Path
 
 FIXED = {"input_tokens": 128, "output_tokens": 128}
+B8 = {"model": "dummy:llama-3.1-8b", "mode": "static", "max_wait_ms": 20}
+B70 = {"model": "dummy:llama-3.1-70b", "mode": "static", "max_wait_ms": 20}
 
 
 def closed(users: int, requests: int) -> dict:
@@ -31,6 +37,10 @@ def closed(users: int, requests: int) -> dict:
     }
 
 
+def gpus(first: int, n: int) -> list[str]:
+    return [f"cuda:{first + i}" for i in range(n)]
+
+
 def run(name: str, backend: dict, load: dict, out: Path) -> dict:
     import yaml
 
@@ -40,28 +50,83 @@ def run(name: str, backend: dict, load: dict, out: Path) -> dict:
     text = yaml.safe_dump(
         {
             "name": name,
-            "backend": {"kind": "transformers", "start_timeout": "30m", **backend},
+            "backend": {"kind": "transformers", "start_timeout": "20m", **backend},
             "workload": FIXED,
             "load": load,
         }
     )
     t = time.monotonic()
-    m = run_scenario(parse_scenario(text, out / f"{name}.yml", []), out / name).metrics
-    lat, tp = m["latency_ms"], m["throughput"]
+    try:
+        m = run_scenario(parse_scenario(text, out / f"{name}.yml", []), out / name).metrics
+    except Exception as exc:  # a row that failed is a row: the rest go on
+        row = {"name": name, "status": "error", "failure": f"{type(exc).__name__}: {exc}"[:300]}
+        print(json.dumps(row), flush=True)
+        return row
+    lat, b = m["latency_ms"], m["backend"]
+    decode = (m.get("roofline") or {}).get("decode") or {}
     row = {
         "name": name,
         "status": m["status"],
-        "tok_s": tp["output_tokens_per_s"],
+        "tok_s": m["throughput"]["output_tokens_per_s"],
         "ttft_p50": lat["ttft"].get("p50"),
         "itl_p50": lat["itl"].get("p50"),
         "itl_p99": lat["itl"].get("p99"),
-        "warmup_s": m["backend"].get("warmup_s"),
-        "peak_mem_mb": m["backend"].get("peak_mem_mb"),
+        "step_ms": decode.get("step_ms"),
+        "hbm_floor_ms": decode.get("floor_ms"),
+        "mbu": decode.get("mbu"),
+        "replica_steps_ms": [r.get("decode_step_ms") for r in b.get("replicas") or []],
+        "cpus": [r.get("cpus") for r in b.get("replicas") or []] or [b.get("cpus")],
+        "warmup_s": b.get("warmup_s"),
+        "peak_mem_mb": m.get("peak_mem_mb"),
         "seconds": round(time.monotonic() - t),
-        "failure": (m.get("harness") or {}).get("failure") or m["backend"].get("error"),
+        "failure": (m.get("harness") or {}).get("failure") or b.get("error"),
     }
     print(json.dumps(row), flush=True)
     return row
+
+
+def replicas(out: Path) -> list[dict]:
+    sat = closed(64, 384)
+    base = {**B8, "max_batch_size": 32}
+    return [
+        run("8b-1gpu-b32", {**base, "device": "cuda:0"}, sat, out),
+        run("8b-2replicas-b32", {**base, "devices": gpus(0, 2)}, sat, out),
+        run("8b-2replicas-b32-unpinned", {**base, "devices": gpus(0, 2), "cpu_affinity": "none"},
+            sat, out),
+    ]  # fmt: skip
+
+
+def tp8b(out: Path) -> list[dict]:
+    rows = []
+    for tp in (1, 2):
+        for users in (1, 16):
+            backend = {**B8, "max_batch_size": 16, "compile": True, "tensor_parallel": tp,
+                       "devices": gpus(0, tp)}  # fmt: skip
+            rows.append(
+                run(f"8b-tp{tp}-b{users}-compiled", backend, closed(users, 4 * users + 16), out)
+            )
+    return rows
+
+
+def tp70b(out: Path, count: int) -> list[dict]:
+    rows = []
+    for tp in [t for t in (2, 4) if t <= count]:
+        for users in (1, 8):
+            backend = {**B70, "max_batch_size": 8, "compile": True, "tensor_parallel": tp,
+                       "devices": gpus(0, tp)}  # fmt: skip
+            rows.append(
+                run(f"70b-tp{tp}-b{users}-compiled", backend, closed(users, 2 * users + 8), out)
+            )
+    return rows
+
+
+def four(out: Path) -> list[dict]:
+    tp4 = {**B8, "max_batch_size": 16, "compile": True, "tensor_parallel": 4, "devices": gpus(0, 4)}
+    two_by_two = {**B8, "max_batch_size": 32, "tensor_parallel": 2, "devices": gpus(0, 4)}
+    return [
+        run("8b-tp4-b1-compiled", tp4, closed(1, 20), out),
+        run("8b-2replicas-of-tp2-b32", two_by_two, closed(64, 384), out),
+    ]
 
 
 def main() -> None:
@@ -69,49 +134,59 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--only", default="1,2,3")
+    ap.add_argument("--only", default="replicas,tp8b,tp70b,four")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    gpus = torch.cuda.device_count()
-    if gpus < 2:
-        raise SystemExit(f"needs two GPUs; this machine has {gpus}")
-    only = {int(x) for x in args.only.split(",")}
-    rows = []
-    b8 = {"model": "dummy:llama-3.1-8b", "mode": "static", "max_wait_ms": 20}
-    if 1 in only:
-        sat = closed(64, 512)
-        rows.append(
-            run("8b-1gpu-b32", {**b8, "device": "cuda:0", "max_batch_size": 32}, sat, args.out)
-        )
-        rows.append(
-            run("8b-2replicas-b32", {**b8, "devices": ["cuda:0", "cuda:1"], "max_batch_size": 32},
-                sat, args.out)
-        )  # fmt: skip
-    if 2 in only:
-        for tp in (1, 2):
-            for users in (1, 16):
-                backend = {**b8, "max_batch_size": 16, "tensor_parallel": tp}
-                backend["device" if tp == 1 else "devices"] = (
-                    "cuda:0" if tp == 1 else ["cuda:0", "cuda:1"]
-                )
-                rows.append(
-                    run(f"8b-tp{tp}-b{users}", backend, closed(users, 8 * users + 16), args.out)
-                )
-    if 3 in only:
-        b70 = {"model": "dummy:llama-3.1-70b", "mode": "static", "max_wait_ms": 20,
-               "tensor_parallel": 2, "devices": ["cuda:0", "cuda:1"], "max_batch_size": 8}  # fmt: skip
-        for users in (1, 8):
-            rows.append(run(f"70b-tp2-b{users}", b70, closed(users, 4 * users + 8), args.out))
-    (args.out / "multi_gpu.json").write_text(json.dumps(rows, indent=1))
-    print(
-        "\n| run | status | out tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | peak MB/GPU | warm-up s |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    count = torch.cuda.device_count()
+    if count < 2:
+        raise SystemExit(f"needs two GPUs; this machine has {count}")
+    rows: list[dict] = []
+    for section in args.only.split(","):
+        if section == "replicas":
+            rows += replicas(args.out)
+        elif section == "tp8b":
+            rows += tp8b(args.out)
+        elif section == "tp70b":
+            rows += tp70b(args.out, count)
+        elif section == "four" and count >= 4:
+            rows += four(args.out)
+        (args.out / "multi_gpu.json").write_text(json.dumps(rows, indent=1))
+    table(rows)
+
+
+def table(rows: list[dict]) -> None:
+    print(f"\n{torch_device_line()}")
+    print("| run | status | out tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | step ms | "
+          "HBM floor ms | replica steps ms | CPUs | peak MB/GPU |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        if r["status"] == "error":
+            print(f"| {r['name']} | error: {r['failure']} |")
+            continue
         print(
             f"| {r['name']} | {r['status']} | {r['tok_s'] or 0:.0f} | {r['ttft_p50']} | "
-            f"{r['itl_p50']} | {r['itl_p99']} | {r['peak_mem_mb']} | {r['warmup_s']} |"
+            f"{r['itl_p50']} | {r['itl_p99']} | {r['step_ms']} | {r['hbm_floor_ms']} | "
+            f"{r['replica_steps_ms']} | {r['cpus']} | {r['peak_mem_mb']} |"
         )
+    by = {r["name"]: r for r in rows if r["status"] != "error"}
+    for a, b in [
+        ("8b-2replicas-b32", "8b-1gpu-b32"),
+        ("8b-2replicas-b32-unpinned", "8b-1gpu-b32"),
+        ("8b-2replicas-of-tp2-b32", "8b-1gpu-b32"),
+    ]:
+        if a in by and b in by and by[b]["tok_s"]:
+            print(f"{a} / {b}: output tok/s x{by[a]['tok_s'] / by[b]['tok_s']:.2f}")
+    for users in (1, 16):
+        one, two = by.get(f"8b-tp1-b{users}-compiled"), by.get(f"8b-tp2-b{users}-compiled")
+        if one and two and one["itl_p50"]:
+            print(f"batch {users}: ITL p50 TP2/TP1 = {two['itl_p50'] / one['itl_p50']:.2f}")
+
+
+def torch_device_line() -> str:
+    import torch
+
+    names = {torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())}
+    return f"{torch.cuda.device_count()} x {', '.join(sorted(names))}; torch {torch.__version__}"
 
 
 if __name__ == "__main__":

@@ -127,7 +127,14 @@ class TransformersSpec(Spec):
         ge=1,
         le=64,
         description="Split the model over this many devices (Megatron-style, from the "
-        "model's own plan), a process each, stepping together: static or single mode.",
+        "model's own plan), a process each, stepping together: static or single mode; "
+        "with compile, the all-reduces run inside the decode step's CUDA graph.",
+    )
+    cpu_affinity: Literal["blocks", "none"] = Field(
+        "blocks",
+        description="GPU engines: blocks pins each engine process to a block of CPUs of its "
+        "own (one left to the harness) and sizes torch's CPU threads to it, so engines do "
+        "not contend for cores; none leaves placement to the OS (torch's threads: all cores).",
     )
     max_batch_size: int = Field(
         8, ge=1, description="static: the largest batch; continuous: most requests per step."
@@ -184,14 +191,6 @@ class TransformersSpec(Spec):
                     ("backend", "tensor_parallel"),
                     "continuous batching runs its own loop, which the ranks cannot follow: "
                     "use mode static or single",
-                )
-            )
-        if tp > 1 and self.compile:
-            out.append(
-                (
-                    ("backend", "compile"),
-                    "compile with tensor_parallel is not supported: the all-reduces between "
-                    "layers are not captured",
                 )
             )
         return out

@@ -148,34 +148,98 @@ def test_a_wedged_worker_on_the_gpu_fails_the_run_and_is_killed(tmp_path, monkey
     assert read_run(tmp_path / "run" / "metrics.json").status == "failed"
 
 
+def _cpus(listed: str) -> set[int]:
+    """``"1-7,9"`` -> {1, ..., 7, 9}"""
+    out: set[int] = set()
+    for part in listed.split(","):
+        first, _, last = part.partition("-")
+        out |= set(range(int(first), int(last or first) + 1))
+    return out
+
+
+TWO = ["cuda:0", "cuda:1"]
+FOUR = ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+
+
 @pytest.mark.parametrize(
     "backend",
     [
-        {"devices": ["cuda:0", "cuda:1"], "mode": "static", "max_batch_size": 8},
-        {"devices": ["cuda:0", "cuda:1"], "tensor_parallel": 2, "mode": "static",
-         "max_batch_size": 8},
+        {"devices": TWO, "mode": "static", "max_batch_size": 8},
+        {"devices": TWO, "tensor_parallel": 2, "mode": "static", "max_batch_size": 8},
+        # the all-reduces and the vocabulary's gather inside the decode step's CUDA graph
+        {"devices": TWO, "tensor_parallel": 2, "mode": "static", "max_batch_size": 8,
+         "compile": True},
+        {"devices": FOUR, "tensor_parallel": 4, "mode": "static", "max_batch_size": 8,
+         "compile": True},
+        {"devices": FOUR, "tensor_parallel": 2, "mode": "static", "max_batch_size": 8},
     ],
+    ids=["2-replicas", "tp2", "tp2-compiled", "tp4-compiled", "2-replicas-of-tp2"],
 )  # fmt: skip
-def test_two_gpus_as_replicas_or_one_tensor_parallel_group(tmp_path, backend):
-    """Two GPUs (NCCL between them for TP): every token stamped, each replica or rank on its
-    own device, and the per-GPU memory of a split model about half of one GPU's."""
+def test_several_gpus_as_replicas_or_tensor_parallel_groups(tmp_path, backend):
+    """NCCL between a group's GPUs: every token stamped, each replica or rank on its own
+    device and its own CPUs, and the per-GPU memory of a split model about 1/n of one GPU's
+    (the vocabulary split too: llama-3.2-1b's tied embedding is embedding_rowwise in
+    transformers 5.17's plan)."""
     torch = pytest.importorskip("torch")
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs two CUDA devices")
+    if torch.cuda.device_count() < len(backend["devices"]):
+        pytest.skip(f"needs {len(backend['devices'])} CUDA devices")
     m = _run(
         tmp_path, {**backend, "device": "auto"}, {"arrival": {"kind": "burst"}, "requests": 16}
     )
-    assert m["status"] == "ok" and m["requests"]["completed"] == 16
+    assert m["status"] == "ok" and m["requests"]["completed"] == 16, m.get("harness")
     assert m["latency_ms"]["itl"]["count"] == 16 * 15
     b = m["backend"]
-    if "replicas" in b:
-        assert [r["devices"] for r in b["replicas"]] == [["cuda:0"], ["cuda:1"]]
+    tp = backend.get("tensor_parallel", 1)
+    if tp > 1:
+        split = b["tensor_parallel"]
+        assert split["size"] == tp and split["vocabulary_rows"] == 128256 // tp
+        assert split["nccl_env"].get("NCCL_NVLS_ENABLE") in ("0", None)
+        # 1.24 B bf16 parameters are ~2.5 GB whole; one rank's part, a cache and activations
+        assert 2500 / tp < m["peak_mem_mb"] < 2500 / tp + 1200
+    if len(backend["devices"]) > tp:
+        groups = [backend["devices"][i : i + tp] for i in range(0, len(backend["devices"]), tp)]
+        assert [r["devices"] for r in b["replicas"]] == groups
         assert all(r["requests"] > 0 for r in b["replicas"])
-    else:
-        assert b["tensor_parallel"]["size"] == 2
-        assert b["tensor_parallel"]["nccl_env"].get("NCCL_NVLS_ENABLE") in ("0", None)
-        assert 1000 < m["peak_mem_mb"] < 2400  # half the layers' weights, all of the embeddings
-    assert len(m["gpu"]["devices"]) >= 2  # each GPU sampled
+        blocks = [_cpus(r["cpus"]) for r in b["replicas"]]
+        assert not set.intersection(*blocks), blocks  # each engine on CPUs of its own
+    assert len(m["gpu"]["devices"]) >= len(backend["devices"])  # each GPU sampled
+
+
+def test_a_batch_size_sweep_of_a_compiled_tensor_parallel_model(tmp_path):
+    """``sweep --batch-sizes`` with tensor_parallel: each point's batches on both ranks."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    path = tmp_path / "s.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tp-sweep",
+                "backend": {"kind": "transformers", "model": "dummy:llama-3.2-1b",
+                            "devices": TWO, "tensor_parallel": 2, "compile": True,
+                            "mode": "static", "max_batch_size": 4},
+                "workload": {"input_tokens": 64, "output_tokens": 16},
+                "load": {"arrival": {"kind": "burst"}, "requests": 32},
+            }
+        )
+    )  # fmt: skip
+    out = tmp_path / "sw"
+    r = subprocess.run(
+        [sys.executable, "-m", "loadtest", "sweep", str(path), "--batch-sizes", "1,4",
+         "--batches-per-point", "4", "-o", str(out), "-q"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+
+    points = json.loads((out / "sweep.json").read_text())["points"]
+    assert [p["metrics"]["requests"]["completed"] for p in points] == [4, 16]
+    assert all(p["metrics"]["backend"]["tensor_parallel"]["size"] == 2 for p in points)
 
 
 def test_a_profile_window_on_chat_traffic_is_said_to_perturb_not_overload(tmp_path):

@@ -44,15 +44,24 @@ class TransformersBackend(Backend):
     engine_hooks: tuple[str, ...] = ()
 
     def __init__(
-        self, spec, clock, context=None, group=None, processes: int = 1, label: str = ""
+        self,
+        spec,
+        clock,
+        context=None,
+        group=None,
+        processes: int = 1,
+        label: str = "",
+        first: int = 0,
     ) -> None:
         """``group``: the devices of this engine (several: a tensor-parallel group, a process
-        each); default, the spec's one. ``processes``: engine processes of the whole run.
-        ``label`` ends its processes' names (``-replica1``)."""
+        each); default, the spec's one. ``processes``: engine processes of the whole run,
+        ``first`` the index of this engine's first among them. ``label`` ends its processes'
+        names (``-replica1``)."""
         self.spec = spec
         self.label = label
         self.group: tuple[str, ...] = tuple(group or spec.device_groups()[0])
         self.processes = max(processes, len(self.group))
+        self.first = first
         self._followers = Followers(self._on_follower_exit)
         self._stopping = False
         self.base_dir = str((context or {}).get("base_dir", Path.cwd()))
@@ -76,7 +85,7 @@ class TransformersBackend(Backend):
         ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
         port = _free_port() if len(self.group) > 1 else 0
         layouts = [
-            Layout(rank, len(self.group), self.group, port, self.processes)
+            Layout(rank, len(self.group), self.group, port, self.processes, self.first + rank)
             for rank in range(len(self.group))
         ]
         to_worker_r, to_worker = ctx.Pipe(duplex=False)
@@ -130,6 +139,11 @@ class TransformersBackend(Backend):
         name = f"transformers:{self.spec.model} ({self.spec.mode}, {where}, {info['dtype']})"
         info["tokenizer"] = getattr(tokenizer, "name", type(tokenizer).__name__)
         return BackendInfo(name, tokenizer, info)
+
+    @property
+    def cpus(self) -> str | None:
+        """The CPUs this engine's (rank 0's) process runs on, as the worker reported them."""
+        return self._info.get("cpus")
 
     async def prepare(self, plan) -> dict:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""

@@ -4,16 +4,23 @@ stop. Spawned by the harness (``followers``); its last words go back through a p
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from loadtest.backends.transformers.layout import Layout
+from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.parallel import control_group
 
 
-def follow(model, device, control) -> None:
-    """A follower's loop: run whatever generate() rank 0 announces, until it says stop."""
+def follow(model, device, control, padded=None) -> None:
+    """A follower's loop: run whatever generate() rank 0 announces, until it says stop.
+    ``padded``: this rank's ``PaddedDecode`` (its own static cache) when decode steps are
+    padded; a warm-up that marks the batch dynamic is marked here alike, so every rank builds
+    the same graphs."""
     import torch
     import torch.distributed as dist
+
+    from loadtest.backends.transformers.compiling import batch_dynamic_while_warming
 
     while True:
         box: list[Any] = [None]
@@ -21,8 +28,11 @@ def follow(model, device, control) -> None:
         command = box[0]
         if command[0] == "stop":
             return
-        _, ids, mask, kwargs = command
-        with torch.inference_mode():
+        _, ids, mask, kwargs, padded_shape, dynamic = command
+        if padded_shape is not None:
+            kwargs.update(padded.generate_kwargs(*padded_shape))
+        marked = batch_dynamic_while_warming(model) if dynamic else contextlib.nullcontext()
+        with torch.inference_mode(), marked:
             model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
 
 
@@ -34,8 +44,9 @@ def follower_main(spec: dict, base_dir: str, layout: Layout, says) -> None:
     from loadtest.backends.transformers.loading import load_model
 
     try:
-        model, device, _ = load_model(spec, base_dir, layout)
-        follow(model, device, control_group())
+        model, device, info = load_model(spec, base_dir, layout)
+        padded = PaddedDecode(model) if info.get("pad_decode") else None
+        follow(model, device, control_group(), padded)
     except BaseException as exc:
         try:
             says.send(f"{type(exc).__name__}: {exc}"[:500])

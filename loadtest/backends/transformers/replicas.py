@@ -50,7 +50,9 @@ class ReplicaRouter(Backend):
         self.spec = spec
         processes = sum(len(g) for g in groups)
         self.replicas = [
-            TransformersBackend(spec, clock, context, group, processes, f"-replica{i}")
+            TransformersBackend(
+                spec, clock, context, group, processes, f"-replica{i}", i * len(groups[0])
+            )
             for i, group in enumerate(groups)
         ]
         self.outstanding = [0] * len(groups)
@@ -81,6 +83,8 @@ class ReplicaRouter(Backend):
                 "index": i,
                 "devices": list(r.group),
                 "device_name": info.details.get("device_name"),
+                "cpus": info.details.get("cpus"),
+                "torch_threads": info.details.get("torch_threads"),
                 "load_s": info.details.get("load_s"),
             }
             for i, (r, info) in enumerate(zip(self.replicas, infos))
@@ -141,7 +145,7 @@ class ReplicaRouter(Backend):
         parts = await asyncio.gather(*(r.point_facts() for r in self.replicas))
         facts = merge_facts(list(parts))
         facts["replicas"] = [
-            {"index": i, "devices": list(r.group), "requests": n, **_own(part)}
+            {"index": i, "devices": list(r.group), "cpus": r.cpus, "requests": n, **_own(part)}
             for i, (r, n, part) in enumerate(zip(self.replicas, self.routed, parts))
         ]
         self.routed = [0] * len(self.replicas)

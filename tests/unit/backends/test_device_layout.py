@@ -42,7 +42,6 @@ def test_a_spec_lays_its_engines_out_in_groups_of_tensor_parallel(fields, groups
         ({"devices": ["cuda:0", "cuda:0"]}, "backend.devices", "cuda:0 twice"),
         ({"tensor_parallel": 2, "mode": "continuous"}, "backend.tensor_parallel",
          "use mode static or single"),
-        ({"tensor_parallel": 2, "compile": True}, "backend.compile", "not captured"),
         # tiny-llama: 4 heads, 2 KV heads: 4 ways leaves half a KV head each
         ({"tensor_parallel": 4}, "backend.tensor_parallel",
          "num_key_value_heads = 2 does not split over 4 devices"),
