@@ -173,7 +173,7 @@ FOUR = ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
          "compile": True},
         {"devices": FOUR, "tensor_parallel": 2, "mode": "static", "max_batch_size": 8},
     ],
-    ids=["2-replicas", "tp2", "tp2-compiled", "tp4-compiled", "2-replicas-of-tp2"],
+    ids=["two_replicas", "tp2", "tp2_compiled", "tp4_compiled", "two_replicas_of_tp2"],
 )  # fmt: skip
 def test_several_gpus_as_replicas_or_tensor_parallel_groups(tmp_path, backend):
     """NCCL between a group's GPUs: every token stamped, each replica or rank on its own
