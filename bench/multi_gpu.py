@@ -80,6 +80,7 @@ def run(name: str, backend: dict, load: dict, out: Path) -> dict:
         "peak_mem_mb": m.get("peak_mem_mb"),
         "seconds": round(time.monotonic() - t),
         "failure": (m.get("harness") or {}).get("failure") or b.get("error"),
+        "invalid_because": (m.get("validity") or {}).get("reasons"),
     }
     print(json.dumps(row), flush=True)
     return row
