@@ -109,10 +109,10 @@ def tp8b(out: Path) -> list[dict]:
     return rows
 
 
-def tp70b(out: Path, count: int) -> list[dict]:
+def tp70b(out: Path, count: int, sizes: list[int], users_list: list[int]) -> list[dict]:
     rows = []
-    for tp in [t for t in (2, 4) if t <= count]:
-        for users in (1, 8):
+    for tp in [t for t in sizes if t <= count]:
+        for users in users_list:
             backend = {**B70, "max_batch_size": 8, "compile": True, "tensor_parallel": tp,
                        "devices": gpus(0, tp)}  # fmt: skip
             rows.append(
@@ -136,6 +136,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--only", default="replicas,tp8b,tp70b,four")
+    ap.add_argument("--tp70b-sizes", default="2,4", help="tensor_parallel sizes of the 70B")
+    ap.add_argument("--tp70b-users", default="1,8", help="closed-loop users of the 70B runs")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     count = torch.cuda.device_count()
@@ -148,7 +150,9 @@ def main() -> None:
         elif section == "tp8b":
             rows += tp8b(args.out)
         elif section == "tp70b":
-            rows += tp70b(args.out, count)
+            sizes = [int(x) for x in args.tp70b_sizes.split(",")]
+            users = [int(x) for x in args.tp70b_users.split(",")]
+            rows += tp70b(args.out, count, sizes, users)
         elif section == "four" and count >= 4:
             rows += four(args.out)
         (args.out / "multi_gpu.json").write_text(json.dumps(rows, indent=1))

@@ -6,8 +6,8 @@ process a GPU, measured alone and two at once under each CPU placement.
 
 Prints the host's CPU topology (which CPUs are SMT siblings, NUMA nodes) and, per placement,
 each process's median decode step in ms. Placements: ``lone`` (cuda:0, CPU 1), ``pair-near``
-(CPUs 1 and 2), ``pair-far`` (CPUs 1 and half the machine + 1), ``pair-siblings`` (CPU 1 and its
-SMT sibling, if the host shows one), ``pair-os`` (no pinning, torch's default threads).
+(the second and third CPUs this process may use), ``pair-far`` (the second and one half-way
+along), ``pair-siblings`` (the second and its SMT sibling, if the host shows one), ``pair-os`` (no pinning, torch's default threads).
 """
 
 from __future__ import annotations
@@ -90,17 +90,21 @@ def main() -> None:
     topo = topology()
     print(json.dumps({k: v for k, v in topo.items() if k != "lscpu"}))
     print(topo.get("lscpu", ""))
-    n = os.cpu_count() or 2
-    sib = next((s for s in topo["smt_sibling_sets"] if s.split(",")[0].split("-")[0] == "1"), None)
+    allowed = sorted(os.sched_getaffinity(0))  # a taskset may give this bench part of a host
+    first, half = allowed[1], allowed[len(allowed) // 2 + 1]
     cases = [
-        ("lone", [[1]]),
-        ("pair-near", [[1], [2]]),
-        ("pair-far", [[1], [n // 2 + 1]]),
+        ("lone", [[first]]),
+        ("pair-near", [[first], [allowed[2]]]),
+        ("pair-far", [[first], [half]]),
         ("pair-os", [ALL, ALL]),
-        ("lone-again", [[1]]),
+        ("lone-again", [[first]]),
     ]
-    if sib and len(sib.replace("-", ",").split(",")) > 1:
-        cases.insert(3, ("pair-siblings", [[1], [int(sib.replace("-", ",").split(",")[1])]]))
+    path = Path(f"/sys/devices/system/cpu/cpu{first}/topology/thread_siblings_list")
+    if path.exists():
+        listed = path.read_text().strip().replace("-", ",").split(",")
+        others = [int(c) for c in listed if int(c) != first and int(c) in allowed]
+        if others:
+            cases.insert(3, ("pair-siblings", [[first], [others[0]]]))
     ctx = mp.get_context("spawn")
     q, barrier = ctx.Queue(), ctx.Barrier(2)
     procs = [ctx.Process(target=worker, args=(g, cases, args.steps, barrier, q)) for g in (0, 1)]
