@@ -8,25 +8,44 @@ from __future__ import annotations
 
 import typer
 
-from loadtest.cli import gating, reports, run, sweep, tools
+from loadtest.cli import gating, help, reports, run, sweep, tools
 from loadtest.core import exit_codes
 
+HELP_NAMES = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
+    cls=help.Group,
     add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings=HELP_NAMES,
     help="LLM inference latency load tester.",
 )
-app.command()(run.run)
-app.command()(sweep.sweep)
-app.command()(tools.validate)
-app.command()(reports.report)
-app.command("gate")(gating.gate)
-app.command()(gating.compare)
-app.command()(tools.env)
-app.command()(tools.calibrate)
-app.command()(tools.schema)
-app.command()(tools.version)
+for command in (run.run, sweep.sweep, tools.validate, reports.report, gating.gate,
+                gating.compare, tools.env, tools.calibrate, tools.schema, tools.version):  # fmt: skip
+    app.command(cls=help.Command, context_settings=HELP_NAMES)(command)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from loadtest.core._version import __version__
+
+        typer.echo(f"loadtest {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        "-V",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+) -> None:
+    """LLM inference latency load tester."""
 
 
 def main() -> None:
