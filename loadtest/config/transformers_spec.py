@@ -3,6 +3,7 @@ checks of the model folder, the device layout and the decode settings (no torch 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
@@ -219,11 +220,28 @@ class TransformersSpec(Spec):
         compiled static batches, an unknown ``dummy:`` architecture, a missing or non-model
         path, a model that does not split."""
         return (
-            self.layout_problems()
+            self._extra_problems()
+            + self.layout_problems()
             + self._decode_problems()
             + self._api_problems()
             + self._model_problems(base_dir)
         )
+
+    def _extra_problems(self) -> list[tuple[tuple, str]]:
+        """An install without the transformers extra (``pip install loadtest``: served models
+        and the simulator only) is told which extra a local model needs, before anything
+        starts."""
+        missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+        if not missing:
+            return []
+        return [
+            (
+                ("backend", "kind"),
+                f"kind: transformers needs {' and '.join(missing)}, which this install lacks: "
+                "pip install 'loadtest[transformers]' (on a GPU machine, torch for your CUDA "
+                "first)",
+            )
+        ]
 
     def _api_problems(self) -> list[tuple[tuple, str]]:
         """An embeddings engine runs one forward pass a batch: the static batcher's, eager."""

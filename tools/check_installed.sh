@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The package as users install it, not as the checkout runs it: build the sdist and the wheel,
+# check their metadata, install the wheel into a clean virtual environment and run, from a
+# directory outside the checkout (so nothing of the checkout is on sys.path):
+#   --version; validate of every shipped scenario; the simulator; a served run (--url) against
+#   the fast test server; a sweep; report of a result; a local-model scenario refused with the
+#   extra it needs; then the transformers extra installed and the README's main job.
+# CI runs it (.ci/run); by hand: bash tools/check_installed.sh   (about 3 minutes)
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+python="${PYTHON:-python3}"
+work="$(mktemp -d)"
+server=""
+cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+step() { echo "--- installed: $*"; }
+
+step "build the sdist and the wheel, check their metadata"
+"$python" -m build --outdir "$work/dist" "$repo" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
+"$python" -m twine check --strict "$work"/dist/*
+wheel="$(ls "$work"/dist/*.whl)"
+
+step "a clean virtual environment, the wheel alone (no extras)"
+"$python" -m venv "$work/venv"
+"$work/venv/bin/pip" install -q "$wheel"
+lt="$work/venv/bin/loadtest"
+mkdir "$work/user" && cd "$work/user"  # outside the checkout
+"$work/venv/bin/python" -c "import loadtest, sys; assert '$repo' not in loadtest.__file__, loadtest.__file__"
+"$lt" --version
+"$lt" validate "$repo"/scenarios/*.yml >/dev/null 2>"$work/validate.err" || true
+# every scenario validates, except that a local model says which extra it needs
+if grep -v "pip install 'loadtest\[transformers\]'" "$work/validate.err" | grep -q .; then
+    cat "$work/validate.err"; exit 1
+fi
+set +e; "$lt" run "$repo/scenarios/chat.yml" -q --out runs/no-extra 2>"$work/chat.err"; rc=$?; set -e
+[ "$rc" = 2 ] && grep -q "pip install 'loadtest\[transformers\]'" "$work/chat.err" \
+    || { echo "a local model without the extra: exit $rc"; cat "$work/chat.err"; exit 1; }
+
+step "the simulator, a sweep, a served run, a report"
+# exit 3 (an invalid run: a busy CI machine may make the client late) is a result; 4 and up are not
+ok() { "$@" || [ $? = 3 ]; }
+ok "$lt" run "$repo/scenarios/sim-demo.yml" -q --out runs/sim --set load.duration=5s --set load.warmup=1s
+ok "$lt" sweep "$repo/scenarios/sim-demo.yml" -q --out runs/sweep --rates 5,10 --set load.duration=3s --set load.warmup=1s
+port="$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+"$python" "$repo/tests/fast_openai_server.py" --port "$port" --itl-ms 2 >"$work/server.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do
+    "$python" -c "import socket; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null && break
+    sleep 0.1
+done
+ok "$lt" run --url "http://127.0.0.1:$port/v1" --rate 10 --duration 5s -q --out runs/served
+"$lt" report runs/served >/dev/null
+for f in runs/sim runs/sweep runs/served; do [ -s "$f/metrics.json" ] || [ -s "$f/sweep.json" ] || { echo "no result in $f"; exit 1; }; done
+[ -s runs/served/report.html ]
+
+step "the transformers extra, and the README's main job"
+"$work/venv/bin/pip" install -q "torch==${TORCH_VERSION:-2.13.0}" "$wheel[transformers]"
+ok "$lt" run "$repo/scenarios/chat.yml" -q --out runs/chat
+[ -s runs/chat/metrics.json ] && [ -s runs/chat/report.html ]
+echo "--- installed: every check passed"
