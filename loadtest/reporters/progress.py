@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from loadtest.reporters.console import make_console
+from loadtest.reporters.console import make_console, styled
 
 RATE_SPAN_S = 5.0  # offered and delivered rates are over the last this many seconds
 
@@ -84,10 +84,11 @@ def fields(s: dict, offered: float | None, delivered: float | None) -> list[str]
 
 def _panel(parts: list[str], failed: int) -> Table:
     """Three short lines (each fits 80 columns): time and counts, rates and GPU, latencies."""
+    # styles as Text spans, never markup: every console loadtest prints to has markup off
     grid = Table.grid()
-    grid.add_row(f"[bold]{parts[0]}[/]  " + (f"[red]{parts[1]}[/]" if failed else parts[1]))
-    grid.add_row("  ".join([parts[2], *parts[5:]]))
-    grid.add_row("  ".join(parts[3:5]))
+    grid.add_row(styled((parts[0], "bold"), "  ", (parts[1], "red") if failed else parts[1]))
+    grid.add_row(styled("  ".join([parts[2], *parts[5:]])))
+    grid.add_row(styled("  ".join(parts[3:5])))
     return grid
 
 

@@ -131,8 +131,9 @@ def test_a_log_gets_a_plain_progress_line_every_period():
 
 
 def test_the_live_display_shows_the_same_figures_and_a_counted_run_its_pace():
-    from rich.console import Console
+    import io
 
+    from loadtest.reporters.console import make_console
     from loadtest.reporters.progress import Rates, _panel, fields, time_left_s
 
     s = {"elapsed_s": 10.0, "sent": 40, "completed": 15, "failed": 1, "in_flight": 24,
@@ -147,11 +148,17 @@ def test_the_live_display_shows_the_same_figures_and_a_counted_run_its_pace():
     # the 0 s sample is older than the 5 s span now: over 2..10 s, 32 sent and 13 finished
     offered, delivered = rates.update(s)
     assert (offered, delivered) == (4.0, 1.625)
-    console = Console(width=120, record=True, color_system=None)
+    # rendered through the console the run itself uses (markup off), styles and all
+    out = io.StringIO()
+    console = make_console(width=120, record=True, color_system="standard", force_terminal=True)
+    console.file = out
     console.print(_panel(fields(s, offered, delivered), s["failed"]))
     text = console.export_text()
     assert "10 s (about 52 s left)" in text and "offered 4.0 req/s, delivered 1.6 req/s" in text
     assert "failed 1" in text and "TTFT p50 - p99 250 ms" in text and "GPU" not in text
+    assert "[bold]" not in text and "[/]" not in text and "[red]" not in text
+    written = out.getvalue()  # the clock in bold, the counts in red (a request failed)
+    assert "\x1b[1m10 s (about 52 s left)" in written and "\x1b[31msent 40/100" in written
 
 
 def test_the_run_tables_fit_80_columns_with_nothing_cut(run_virtual_fn):
