@@ -250,11 +250,15 @@ def gpu_rows(gpu: dict | None) -> list[tuple[str, str]]:
                 )
             )
     s = gpu["sampler"]
+    # NVML is sampled in this process (its CPU cost is measured); a DCGM exporter elsewhere
+    # (its source says so) has no cost here to show
+    cost = s.get("cpu_pct_of_one_core")
     rows.append(
         (
             "sampler",
-            f"{s['samples']} samples every {gpu['interval_s']:g} s, {s['errors']} read errors, "
-            f"{_f(s['cpu_pct_of_one_core'])}% of one CPU core",
+            f"{s['samples']} samples every {gpu['interval_s']:g} s, {s['errors']} read errors"
+            + (f", {_f(cost)}% of one CPU core" if cost is not None else "")
+            + (f" ({gpu['source']})" if gpu.get("source") else ""),
         )
     )
     return rows

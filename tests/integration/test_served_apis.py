@@ -362,6 +362,9 @@ def test_a_dcgm_exporter_gives_a_served_run_the_servers_gpu_section(tmp_path):
     assert device["peak_memory_mib"] == 70000.0
     assert device["energy_j"] > 0 and device["energy_j"] % 50 == 0  # whole reads of 50 J each
     assert (tmp_path / "run" / "gpu.csv").read_text().count("\n") >= 3
+    # every report renders the exporter's section (its sampler row has no CPU cost of ours)
+    for text in (report_md(tmp_path), report_html(tmp_path)):
+        assert f"read errors (DCGM exporter {url})" in text and "of one CPU core" not in text
 
 
 @pytest.mark.parametrize(
