@@ -41,7 +41,7 @@ def _name_values(params: list) -> list:
             # an argument's name is its metavar; typer writes its annotation in a column of its
             # own, which is left empty
             param.metavar = param.metavar or _metavar(param)
-            param.display_type_rich = lambda ctx: None
+            param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
         elif param.metavar is None:
             param.metavar = _metavar(param)
     return params

@@ -491,3 +491,11 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def sla_cells(check) -> tuple[str, str]:
+    """An SLA check's observed value and bound, each with its unit: the one spelling the
+    terminal, Markdown and HTML reports share."""
+    unit = f" {check.unit}" if check.unit else ""
+    observed = "-" if check.observed is None else f"{check.observed:.4g}{unit}"
+    return observed, f"{check.op} {check.bound:g}{unit}"

@@ -116,9 +116,9 @@ def _sla(sla: Verdict) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for c in sla.checks:
+        observed, bound = insight.sla_cells(c)
         lines.append(
-            f"| {c.name} | {c.verdict} | {_cell(c.observed)} | {c.op} {c.bound} {c.unit} "
-            f"| {_esc(c.reason)} |"
+            f"| {c.name} | {c.verdict} | {_esc(observed)} | {_esc(bound)} | {_esc(c.reason)} |"
         )
     return lines
 

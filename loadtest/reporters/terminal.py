@@ -121,12 +121,12 @@ def render_sla(sla: Verdict | None, console: Console) -> None:
     for col in ("check", "verdict", "observed", "bound", "evidence"):
         table.add_column(col)
     for c in sla.checks:
-        obs = "-" if c.observed is None else f"{c.observed:.4g} {c.unit}".strip()
+        obs, bound = insight.sla_cells(c)
         table.add_row(
             c.name,
             Text(c.verdict, style=VERDICT_STYLE[c.verdict]),
             obs,
-            f"{c.op} {c.bound:g} {c.unit}".strip(),
+            bound,
             c.reason,
         )
     console.print(table)

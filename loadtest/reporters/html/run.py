@@ -227,8 +227,7 @@ def sla_html(sla: Verdict) -> str:
         (
             esc(c.name),
             f"<span class='{esc(c.verdict)}'>{esc(c.verdict)}</span>",
-            esc(c.observed),
-            esc(f"{c.op} {c.bound:g} {c.unit}"),
+            *map(esc, insight.sla_cells(c)),
             esc(c.reason),
         )
         for c in sla.checks

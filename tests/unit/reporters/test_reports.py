@@ -252,3 +252,31 @@ def test_the_progress_line_shows_e2e_for_answers_with_no_token_stream():
     assert pooled[-1] == "E2E p50 12.5 p99 30 ms" and not any("TTFT" in f for f in pooled)
     streamed = fields({**base, "ttft_p50_ms": 5.0, "ttft_p99_ms": 9.0, "e2e_p50_ms": 50.0}, 3, 3)
     assert streamed[-2:] == ["TTFT p50 5 p99 9 ms", "ITL p50 - p99 - ms"]
+
+
+def test_every_report_shows_an_sla_checks_observed_value_and_bound_with_their_unit():
+    from rich.console import Console
+
+    from loadtest.reporters import markdown, terminal
+    from loadtest.reporters.html.run import sla_html
+    from loadtest.results.model.run import Check, Verdict
+
+    sla = Verdict(
+        verdict="FAIL",
+        checks=[
+            Check(name="ttft_p99", verdict="FAIL", observed=612.25, bound=500.0, op="<=",
+                  unit="ms", reason="observed 612.25 ms > 500 ms"),
+            Check(name="output_tokens_per_s", verdict="PASS", observed=1234.5, bound=1000.0,
+                  op=">=", unit="tok/s", reason="observed 1234 tok/s"),
+            Check(name="error_rate", verdict="PASS", observed=0.0, bound=0.01, op="<=",
+                  unit="", reason="0 of 10 failed"),
+        ],
+    )  # fmt: skip
+    console = Console(width=160, record=True, color_system=None)
+    terminal.render_sla(sla, console)
+    texts = [console.export_text(), "\n".join(markdown._sla(sla)), sla_html(sla)]
+    for text in texts:  # the same cells in the terminal, Markdown and HTML (escaped there)
+        text = text.replace("&lt;", "<").replace("&gt;", ">")
+        assert "612.2 ms" in text and "<= 500 ms" in text
+        assert "1234 tok/s" in text and ">= 1000 tok/s" in text  # 1234.5 to 4 figures: even
+        assert "<= 0.01" in text  # a rate: no unit
