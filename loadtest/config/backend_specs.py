@@ -29,6 +29,7 @@ class SimSpec(Spec):
     """A FIFO server with ``max_concurrency`` slots; the harness's test double and a dry-run mode."""
 
     kind: Literal["sim"] = "sim"
+    serves_in_client_loop: ClassVar[bool] = True
     workers_refused: ClassVar[str | None] = (
         "the simulated server is one queue in one process: each worker would simulate a "
         "server of its own"

@@ -15,6 +15,10 @@ class Spec(StrictModel):
     # why ``load.workers`` > 1 cannot drive this kind, or None where each worker process can
     # drive the same system under test on its own (its own connections to it)
     workers_refused: ClassVar[str | None] = "it runs inside this process"
+    # whether the system under test does its work in the client's own event loop (the
+    # simulator): then the loop's busy share is partly the server's, and advice about the
+    # client must not blame it for that load
+    serves_in_client_loop: ClassVar[bool] = False
 
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         """Cheap checks of referenced files (no imports of heavy modules): ``[(field_path, message)]``."""

@@ -45,7 +45,9 @@ def judge_validity(
     for reason, warning in (
         _judge_dispatch(scenario, hists["dispatch_lag"], window_seconds(rec), rec.late_sends),
         _judge_lag("event-loop lag", outcome.loop_lag, v.max_loop_lag_p99),
-        judge_stamp_delay(outcome.loop_lag, hists.get("tpot"), v.max_stamp_delay_share),
+        judge_stamp_delay(
+            outcome.loop_lag, hists.get("tpot"), v.max_stamp_delay_share, client_remedy(scenario)
+        ),
     ):
         if reason:
             reasons.append(reason)
@@ -74,7 +76,7 @@ def judge_validity(
         warnings.append(
             f"the event loop was busy {outcome.loop_busy:.0%} of the run: at one core's limit, "
             "every read and send waits on it, so stamps (ITL, TTFT) may carry the client's own "
-            "delay; add workers (load.workers) or send less from each"
+            f"delay; {client_remedy(scenario)}"
         )
     if outcome.prompts_at_send:
         warnings.append(
@@ -88,6 +90,18 @@ def judge_validity(
             f"{outcome.throttled} requests held back by max_rate (latency counts from the plan)"
         )
     return Validity(valid=not reasons, reasons=reasons, warnings=warnings)
+
+
+def client_remedy(scenario: Scenario) -> str:
+    """What to change when the client's loop was the limit: more client processes, unless the
+    system under test runs in that loop itself (the simulator), whose work is not the client's."""
+    if scenario.backend.serves_in_client_loop:
+        return (
+            f"the {scenario.backend.kind} backend serves in this same event loop, so part of "
+            "that work is the simulated server's, not the client's: simulate less (fewer "
+            "requests or tokens a second) rather than add client workers"
+        )
+    return "add workers (load.workers) or send less from each"
 
 
 def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | None, str | None]:
@@ -115,7 +129,10 @@ def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | 
 
 
 def judge_stamp_delay(
-    loop_lag: LatencyHistogram, tpot: LatencyHistogram | None, max_share: float
+    loop_lag: LatencyHistogram,
+    tpot: LatencyHistogram | None,
+    max_share: float,
+    remedy: str = "add workers (load.workers) or send less from each",
 ) -> tuple[str | None, str | None]:
     """Whether token stamps waited on the event loop for a share of what they measure: its
     lag p99 against the typical gap between tokens (TPOT p50). Invalid past ``max_share`` (and
@@ -133,7 +150,7 @@ def judge_stamp_delay(
     if share > max_share and lag > STAMP_DELAY_FLOOR_MS:
         return (
             f"{said}, so the client's own delay is as large as what it measures (ITL, TPOT); "
-            "add workers (load.workers) or send less from each"
+            f"{remedy}"
         ), None
     if share > STAMP_DELAY_WARN_SHARE * max_share and lag > STAMP_DELAY_WARN_MS:
         return None, f"{said}: ITL and TPOT percentiles may read up to that much high"
@@ -165,9 +182,10 @@ LATE_PARTS = {  # a Lateness field: what it was, and what to change when it domi
 }
 
 
-def describe_lateness(late: Sequence[Any], limit_ns: int) -> str:
+def describe_lateness(late: Sequence[Any], limit_ns: int, loop_remedy: str | None = None) -> str:
     """Where the lateness of the sends over ``limit_ns`` went, part by part, largest first,
-    and what to change for the largest; empty when no send kept its parts."""
+    and what to change for the largest; empty when no send kept its parts. ``loop_remedy``
+    replaces the advice for the parts spent in the client's loop (``client_remedy``)."""
     over = [x for x in late if x.lag > limit_ns]
     if not over:
         return ""
@@ -176,7 +194,11 @@ def describe_lateness(late: Sequence[Any], limit_ns: int) -> str:
     shown = ", ".join(
         f"{LATE_PARTS[f][0]} {ns / 1e6:.1f} ms ({ns / total:.0%})" for ns, f in parts if ns
     )
-    return f"; where the {total / 1e6:.1f} ms of lateness went: {shown}; to change: {LATE_PARTS[parts[0][1]][1]}"
+    largest = parts[0][1]
+    remedy = LATE_PARTS[largest][1]
+    if loop_remedy and largest in ("dispatcher", "client_work"):
+        remedy = loop_remedy
+    return f"; where the {total / 1e6:.1f} ms of lateness went: {shown}; to change: {remedy}"
 
 
 def _judge_dispatch(
@@ -193,7 +215,8 @@ def _judge_dispatch(
     from t0)."""
     v = scenario.load.validity
     reason, warning = _judge_lag("dispatch lag", hist, v.max_dispatch_lag_p99)
-    where = describe_lateness(late, v.max_dispatch_lag_p99)
+    in_loop = client_remedy(scenario) if scenario.backend.serves_in_client_loop else None
+    where = describe_lateness(late, v.max_dispatch_lag_p99, in_loop)
     reason, warning = (reason and reason + where), (warning and warning + where)
     if reason is None or scenario.load.arrival.kind != "burst" or not window_s:
         return reason, warning

@@ -335,3 +335,32 @@ def test_the_event_loops_busy_share_is_measured_on_real_time_and_warns_near_one_
     assert any(
         w.startswith("the event loop was busy 93% of the run") for w in busy["validity"]["warnings"]
     )
+
+
+def test_advice_about_a_busy_loop_never_blames_the_client_for_a_simulated_servers_work(
+    monkeypatch, tmp_path
+):
+    """The simulator serves in the client's own event loop: a busy loop there is partly its
+    work, so the advice is to simulate less, not to add client workers; a server elsewhere
+    (noop: the client's own loop alone) keeps the advice about workers."""
+    from loadtest.execution import runner
+    from tests.conftest import run_virtual_scenario
+
+    monkeypatch.setattr(runner, "busy_start", lambda clock: (0, 0))
+    monkeypatch.setattr(runner, "busy_share_since", lambda start: 0.98)
+    said = {}
+    for kind, backend in [
+        ("sim", {"kind": "sim", "max_concurrency": 4}),
+        ("noop", {"kind": "noop"}),
+    ]:
+        data = {
+            "name": kind,
+            "backend": backend,
+            "workload": {"input_tokens": 1, "output_tokens": 2},
+            "load": {"arrival": {"kind": "constant", "rate": 50}, "requests": 10},
+            "telemetry": {"gpu": False},
+        }
+        m = run_virtual_scenario(tmp_path / kind, data)
+        (said[kind],) = [w for w in m["validity"]["warnings"] if "event loop was busy" in w]
+    assert "simulate less" in said["sim"] and "add workers" not in said["sim"]
+    assert "add workers (load.workers)" in said["noop"]
