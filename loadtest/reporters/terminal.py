@@ -202,8 +202,12 @@ def render_compare(
 ) -> None:
     """Two runs side by side: each metric, the change and its interval."""
     checks = visible_doc(checks)  # outside text in it is shown, never obeyed
-    table = Table(title=f"{a} -> {b}", title_justify="left")
-    for col in ("metric", a, b, "change", f"{confidence:.0%} interval*", "significant"):
+    # the runs are named in full above the table, not in its headers: run names often share
+    # a long prefix (a scenario and a date), and a narrow column would cut both to it
+    console.print(styled(("A", "bold"), f" (reference): {a}"), overflow="fold")
+    console.print(styled(("B", "bold"), f" (compared): {b}"), overflow="fold")
+    table = Table(title="A -> B", title_justify="left")
+    for col in ("metric", "A", "B", "change", f"{confidence:.0%} interval*", "significant"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for c in checks:
         iv = c.change_interval_pct

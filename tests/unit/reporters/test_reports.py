@@ -280,3 +280,21 @@ def test_every_report_shows_an_sla_checks_observed_value_and_bound_with_their_un
         assert "612.2 ms" in text and "<= 500 ms" in text
         assert "1234 tok/s" in text and ">= 1000 tok/s" in text  # 1234.5 to 4 figures: even
         assert "<= 0.01" in text  # a rate: no unit
+
+
+def test_compare_names_both_runs_in_full_however_long_their_shared_prefix():
+    from rich.console import Console
+
+    from loadtest.reporters import terminal
+    from loadtest.results.model.sets import RegressionCheck
+
+    a = "poisson-sla-2026-11-27T21-30-05-candidate-with-a-very-long-name-baseline"
+    b = "poisson-sla-2026-11-27T21-30-05-candidate-with-a-very-long-name-release-7"
+    check = RegressionCheck(name="ttft_p99", baseline=100.0, candidate=120.0, unit="ms",
+                            ratio=1.2, lo=1.1, hi=1.3, verdict="FAIL", reason="slower",
+                            change_pct=20.0, change_interval_pct=(10.0, 30.0), significant=True)  # fmt: skip
+    console = Console(width=80, record=True, color_system=None)
+    terminal.render_compare([check], a, b, 0.95, console)
+    text = console.export_text().replace("\n", "")
+    assert a in text and b in text  # each whole: the shared prefix cut nothing away
+    assert "+20" in text and "ttft_p99 (ms)" in text
