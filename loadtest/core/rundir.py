@@ -13,6 +13,7 @@ that has one and that no live run holds: a user's own files beside a result are 
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import fcntl
 import os
@@ -64,6 +65,10 @@ def claim(path: Path, overwrite: bool = False) -> Path:
             raise OutputError(
                 f"{path}: is a file, not a directory; choose another output directory"
             )
+        if path.is_dir() and {p.name for p in path.iterdir()} == {MARKER}:
+            # a run claimed it and wrote nothing (it crashed, or was killed): nothing to keep,
+            # nothing to overwrite; taken as empty, unless that run is still alive
+            _remove_run(path)
         if path.is_dir() and any(path.iterdir()):
             if not (path / MARKER).is_file():
                 raise OutputError(
@@ -119,7 +124,28 @@ _held: dict[Path, int] = {}  # run directories this process is writing: their lo
 def _make(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.mkdir()  # exclusive: FileExistsError when another run got there first
+    _made.add(path.resolve())
     _mark(path)
+
+
+_made: set[Path] = set()  # run directories this process created (not a user's empty folder)
+
+
+@atexit.register
+def discard_unused() -> None:
+    """At exit, a run directory this process claimed and wrote nothing into (a crash before
+    its first file) is not left behind holding only its marker: the marker goes, and the
+    folder too where this process made it."""
+    for path in list(_held):
+        try:
+            if {p.name for p in path.iterdir()} != {MARKER}:
+                continue
+            _release(path)
+            (path / MARKER).unlink()
+            if path in _made:
+                path.rmdir()
+        except OSError:
+            continue
 
 
 def _mark(path: Path) -> None:

@@ -83,3 +83,28 @@ def test_a_default_run_directory_that_cannot_be_made_is_an_error_not_a_traceback
     (tmp_path / "afile").write_text("x")  # reports/ under a file: as unwritable as read-only
     with pytest.raises(OutputError, match="cannot create the run directory: Not a directory"):
         rundir.default_dir("demo", tmp_path / "afile" / "reports")
+
+
+def _crash_after_claiming(path, *, kill: bool) -> int:
+    """A process that claims ``path`` and dies before writing anything: an exception (its
+    interpreter exits) or SIGKILL (nothing of it runs)."""
+    end = (
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)" if kill else "raise SystemExit(5)"
+    )
+    code = f"from loadtest.core import rundir\nrundir.claim(rundir.Path({str(path)!r}))\n{end}\n"
+    return subprocess.run([sys.executable, "-c", code], timeout=60).returncode
+
+
+def test_a_run_that_crashed_before_its_first_file_leaves_no_directory_behind(tmp_path):
+    assert _crash_after_claiming(tmp_path / "crashed", kill=False) == 5
+    assert not (tmp_path / "crashed").exists()
+    (tmp_path / "mine").mkdir()  # a user's empty folder given as --out stays, empty
+    assert _crash_after_claiming(tmp_path / "mine", kill=False) == 5
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
+
+
+def test_a_directory_a_killed_run_claimed_and_left_empty_is_taken_without_overwrite(tmp_path):
+    run = tmp_path / "killed"
+    assert _crash_after_claiming(run, kill=True) == -9
+    assert [p.name for p in run.iterdir()] == [rundir.MARKER]  # SIGKILL: nothing ran after
+    assert rundir.claim(run) == run  # nothing in it to keep: no --overwrite needed
