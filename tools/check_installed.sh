@@ -4,8 +4,9 @@
 # directory outside the checkout (so nothing of the checkout is on sys.path):
 #   --version; validate of every shipped scenario; the simulator; a served run (--url) against
 #   the fast test server; a sweep; report of a result; a local-model scenario refused with the
-#   extra it needs; then the transformers extra installed and the README's main job.
-# CI runs it (.ci/run); by hand: bash tools/check_installed.sh   (about 3 minutes)
+#   extra it needs; then the transformers extra installed and the README's main job; then
+#   pipx and uv tool installs of the wheel, each running the main job.
+# CI runs it (.ci/run); by hand: bash tools/check_installed.sh   (about 6 minutes)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-python3}"
@@ -57,4 +58,16 @@ step "the transformers extra, and the README's main job"
 "$work/venv/bin/pip" install -q "torch==${TORCH_VERSION:-2.13.0}" "$wheel[transformers]"
 ok "$lt" run "$repo/scenarios/chat.yml" -q --out runs/chat
 [ -s runs/chat/metrics.json ] && [ -s runs/chat/report.html ]
+step "pipx and uv tool install, each running the README's main job"
+"$python" -m venv "$work/tools"
+"$work/tools/bin/pip" install -q pipx uv
+torch="torch==${TORCH_VERSION:-2.13.0}"
+PIPX_HOME="$work/pipx" PIPX_BIN_DIR="$work/pipx-bin" \
+    "$work/tools/bin/pipx" install -q --pip-args="$torch" "$wheel[transformers]" >/dev/null
+ok "$work/pipx-bin/loadtest" run "$repo/scenarios/chat.yml" -q --out runs/pipx >/dev/null
+# uv reads no pip configuration: the local wheels pip finds (PIP_FIND_LINKS) are named to it
+UV_TOOL_DIR="$work/uv" UV_TOOL_BIN_DIR="$work/uv-bin" "$work/tools/bin/uv" tool install -q \
+    ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} --with "$torch" "loadtest[transformers] @ file://$wheel"
+ok "$work/uv-bin/loadtest" run "$repo/scenarios/chat.yml" -q --out runs/uv >/dev/null
+for f in runs/pipx runs/uv; do [ -s "$f/metrics.json" ] || { echo "no result in $f"; exit 1; }; done
 echo "--- installed: every check passed"
