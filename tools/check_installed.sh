@@ -40,8 +40,8 @@ set +e; "$lt" run "$repo/scenarios/chat.yml" -q --out runs/no-extra 2>"$work/cha
 step "the simulator, a sweep, a served run, a report"
 # exit 3 (an invalid run: a busy CI machine may make the client late) is a result; 4 and up are not
 ok() { "$@" || [ $? = 3 ]; }
-ok "$lt" run "$repo/scenarios/sim-demo.yml" -q --out runs/sim --set load.duration=5s --set load.warmup=1s
-ok "$lt" sweep "$repo/scenarios/sim-demo.yml" -q --out runs/sweep --rates 5,10 --set load.duration=3s --set load.warmup=1s
+ok "$lt" run "$repo/scenarios/poisson-sla.yml" -q --out runs/sim --set load.duration=10s --set load.warmup=1s
+ok "$lt" sweep "$repo/scenarios/poisson-sla.yml" -q --out runs/sweep --rates 5,10 --set load.duration=5s --set load.warmup=1s
 port="$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 "$python" "$repo/tests/fast_openai_server.py" --port "$port" --itl-ms 2 >"$work/server.log" 2>&1 &
 server=$!
