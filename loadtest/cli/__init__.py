@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import typer
 
-from loadtest.cli import gating, help, reports, run, sweep, tools
+from loadtest.cli import gating, help_style, reports, run, sweep, tools
 from loadtest.core import exit_codes
 
 HELP_NAMES = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
-    cls=help.Group,
+    cls=help_style.Group,
     add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -23,7 +23,7 @@ app = typer.Typer(
 )
 for command in (run.run, sweep.sweep, tools.validate, reports.report, gating.gate,
                 gating.compare, tools.env, tools.calibrate, tools.schema, tools.version):  # fmt: skip
-    app.command(cls=help.Command, context_settings=HELP_NAMES)(command)
+    app.command(cls=help_style.Command, context_settings=HELP_NAMES)(command)
 
 
 def _print_version(value: bool) -> None:
