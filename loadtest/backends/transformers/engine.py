@@ -77,7 +77,6 @@ class Engine:
         self.model, self.device, self.info = loaded or load_model(spec, base_dir, layout)
         self.padded = PaddedDecode(self.model) if self.info.get("pad_decode") else None
         self.lockstep = None
-        self._padded_shape: tuple[int, int] | None = None  # the last batch's (rows, length)
         self.warming_dynamic = False  # inside a warm-up that marks the batch dynamic
         if layout is not None and layout.size > 1:
             from loadtest.backends.transformers.parallel import Lockstep, control_group
@@ -272,7 +271,8 @@ class Engine:
             kwargs["streamer"] = streamer
         label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
         if self.lockstep is not None:  # every rank runs this generate(), with these inputs
-            self.lockstep.announce(ids, mask, kwargs, self._padded_shape, self.warming_dynamic)
+            shape = self.padded.shape if self.padded is not None else None
+            self.lockstep.announce(ids, mask, kwargs, shape, self.warming_dynamic)
         ids, mask = ids.to(self.device), mask.to(self.device)
         with torch.inference_mode(), self.profiler.annotate(label) if label else nothing():
             if hook is not None:
@@ -299,10 +299,9 @@ class Engine:
         )
         if ignore_eos:
             kwargs["min_new_tokens"] = max_new
-        self._padded_shape = None
         if self.padded is not None:  # its own cache, at the decode steps' rows
-            self._padded_shape = (self.info["decode_batch_size"], width + max_new)
-            kwargs.update(self.padded.generate_kwargs(*self._padded_shape))
+            rows = self.info["decode_batch_size"]
+            kwargs.update(self.padded.generate_kwargs(rows, width + max_new))
         elif self.spec.get("compile"):
             kwargs["cache_implementation"] = "static"
         return kwargs

@@ -115,6 +115,12 @@ class PaddedDecode:
                 self._cache.reset()
         return {self._cache_arg: self._cache, "cache_implementation": None}
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(rows, length) of the cache the last ``generate_kwargs`` gave: given to another
+        rank's ``generate_kwargs``, it makes that rank's cache the same."""
+        return self.rows, self._length
+
     def _new_cache(self):
         from transformers import StaticCache
 
