@@ -10,7 +10,10 @@ batches, 128 tokens in and 128 out, closed loops; a failed row is printed and th
   alone, then two replicas with each engine pinned to a CPU block of its own (the default) and
   with placement left to the OS. Output tok/s against the lone GPU's, and each replica's mean
   decode step against the lone engine's.
-- ``tp8b``: the 8B compiled, TP=1 against TP=2 at batch 1 and 16 (ITL p50 ratio).
+- ``tp8b``: the 8B compiled, TP=1 against TP=2 at batch 1 and 16 (ITL p50 ratio), decoded by
+  the pipelined loop (the default), and at batch 1 by generate()'s loop beside it.
+- ``replicas-compiled``: the ``replicas`` comparison with compiled decode steps (one GPU alone,
+  then two replicas).
 - ``tp70b``: dummy:llama-3.1-70b compiled, TP=2 (and TP=4 with four GPUs) at batch 1 and 8:
   TTFT, ITL and the HBM floor (one rank's bytes a decode step at the GPU's peak bandwidth).
 - ``four``: the 8B compiled at TP=4 (batch 1), and two replicas of TP=2 at saturation.
@@ -78,12 +81,30 @@ def run(name: str, backend: dict, load: dict, out: Path) -> dict:
         "cpus": [r.get("cpus") for r in b.get("replicas") or []] or [b.get("cpus")],
         "warmup_s": b.get("warmup_s"),
         "peak_mem_mb": m.get("peak_mem_mb"),
+        "decode_loop": b.get("decode_loop"),
+        "cudagraph_skips": b.get("cudagraph_skips"),
+        "gpus": [_gpu_line(d) for d in (m.get("gpu") or {}).get("devices") or []],
         "seconds": round(time.monotonic() - t),
         "failure": (m.get("harness") or {}).get("failure") or b.get("error"),
         "invalid_because": (m.get("validity") or {}).get("reasons"),
     }
     print(json.dumps(row), flush=True)
     return row
+
+
+def _gpu_line(d: dict) -> dict:
+    """One GPU over the window: kernel-active share, SM clock, power, throttle reasons."""
+
+    def mean(key: str):
+        return (d.get(key) or {}).get("mean")
+
+    return {
+        "index": d.get("index"),
+        "util_pct": mean("utilization_gpu_pct"),
+        "sm_mhz": mean("clocks_sm_mhz"),
+        "power_w": mean("power_w"),
+        "throttle": d.get("throttle_reasons_seen"),
+    }
 
 
 def replicas(out: Path) -> list[dict]:
@@ -97,15 +118,24 @@ def replicas(out: Path) -> list[dict]:
     ]  # fmt: skip
 
 
+def replicas_compiled(out: Path) -> list[dict]:
+    sat = closed(64, 384)
+    base = {**B8, "max_batch_size": 32, "compile": True}
+    return [
+        run("8b-1gpu-b32-compiled", {**base, "device": "cuda:0"}, sat, out),
+        run("8b-2replicas-b32-compiled", {**base, "devices": gpus(0, 2)}, sat, out),
+    ]
+
+
 def tp8b(out: Path) -> list[dict]:
     rows = []
-    for tp in (1, 2):
-        for users in (1, 16):
-            backend = {**B8, "max_batch_size": 16, "compile": True, "tensor_parallel": tp,
-                       "devices": gpus(0, tp)}  # fmt: skip
-            rows.append(
-                run(f"8b-tp{tp}-b{users}-compiled", backend, closed(users, 4 * users + 16), out)
-            )
+    runs = [(loop, tp, users) for loop in ("pipelined", "generate") for tp in (1, 2)
+            for users in ((1, 16) if loop == "pipelined" else (1,))]  # fmt: skip
+    for loop, tp, users in runs:
+        backend = {**B8, "max_batch_size": 16, "compile": True, "tensor_parallel": tp,
+                   "devices": gpus(0, tp), "decode_loop": loop}  # fmt: skip
+        name = f"8b-tp{tp}-b{users}-compiled" + ("-generate" if loop == "generate" else "")
+        rows.append(run(name, backend, closed(users, 4 * users + 16), out))
     return rows
 
 
@@ -147,6 +177,8 @@ def main() -> None:
     for section in args.only.split(","):
         if section == "replicas":
             rows += replicas(args.out)
+        elif section == "replicas-compiled":
+            rows += replicas_compiled(args.out)
         elif section == "tp8b":
             rows += tp8b(args.out)
         elif section == "tp70b":
@@ -178,13 +210,18 @@ def table(rows: list[dict]) -> None:
         ("8b-2replicas-b32", "8b-1gpu-b32"),
         ("8b-2replicas-b32-unpinned", "8b-1gpu-b32"),
         ("8b-2replicas-of-tp2-b32", "8b-1gpu-b32"),
+        ("8b-2replicas-b32-compiled", "8b-1gpu-b32-compiled"),
     ]:
         if a in by and b in by and by[b]["tok_s"]:
             print(f"{a} / {b}: output tok/s x{by[a]['tok_s'] / by[b]['tok_s']:.2f}")
-    for users in (1, 16):
-        one, two = by.get(f"8b-tp1-b{users}-compiled"), by.get(f"8b-tp2-b{users}-compiled")
+    for users, loop in ((1, ""), (16, ""), (1, "-generate")):
+        one = by.get(f"8b-tp1-b{users}-compiled{loop}")
+        two = by.get(f"8b-tp2-b{users}-compiled{loop}")
         if one and two and one["itl_p50"]:
-            print(f"batch {users}: ITL p50 TP2/TP1 = {two['itl_p50'] / one['itl_p50']:.2f}")
+            print(
+                f"batch {users}{loop or ' pipelined'}: ITL p50 TP2/TP1 = "
+                f"{two['itl_p50'] / one['itl_p50']:.2f}"
+            )
 
 
 def torch_device_line() -> str:

@@ -101,6 +101,15 @@ class TransformersSpec(Spec):
         "batch dimension, a longer compile (default: on, unless the model's cache has layers "
         "other than attention's, e.g. linear attention).",
     )
+    decode_loop: Literal["pipelined", "generate"] | None = Field(
+        None,
+        description="padded compiled decode: pipelined runs each whole decode step (forward, "
+        "argmax, next position) as one compiled call and queues the next step before waiting "
+        "for this one's tokens, so the GPU never waits for the host; generate uses "
+        "transformers' generate(), which waits for every step and then does its own host work "
+        "(default: pipelined where decode steps are padded and the model's generation config "
+        "asks for no logits processing, e.g. a repetition penalty).",
+    )
     compile_options: dict[str, bool | int | float | str] | None = Field(
         None,
         description="With compile: torch inductor options for the decode step, e.g. "
@@ -271,15 +280,26 @@ class TransformersSpec(Spec):
         return out
 
     def _decode_problems(self) -> list[tuple[tuple, str]]:
+        problems = []
         if self.pad_decode and not (self.compile and self.mode == "static"):
-            return [
+            problems.append(
                 (
                     ("backend", "pad_decode"),
                     "pads the compiled decode steps of static batches: it needs compile: true "
                     "and mode: static",
                 )
-            ]
-        return []
+            )
+        if self.decode_loop == "pipelined" and (
+            self.pad_decode is False or not (self.compile and self.mode == "static")
+        ):
+            problems.append(
+                (
+                    ("backend", "decode_loop"),
+                    "pipelined decodes padded compiled steps: it needs compile: true, mode: "
+                    "static and pad_decode not false",
+                )
+            )
+        return problems
 
     def _model_problems(self, base_dir: Path) -> list[tuple[tuple, str]]:
         if self.model.startswith("dummy:"):

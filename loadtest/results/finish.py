@@ -87,6 +87,11 @@ def _backend_warnings(backend: BackendFacts) -> list[str]:
             f"torch.compile built {backend.recompiles_in_window} graph(s) inside the "
             "measurement window: those requests waited for a compilation (warm-up missed a shape)"
         )
+    if backend.cudagraph_skips:
+        out.append(
+            f"torch.compile ran {backend.cudagraph_skips} compiled graph(s) without a CUDA graph "
+            "around them: each of their steps paid its kernel launches (the engine's log says why)"
+        )
     if backend.stamp_mismatches:
         out.append(
             f"{backend.stamp_mismatches} batch(es) had a different number of token stamps than "

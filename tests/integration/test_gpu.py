@@ -92,9 +92,77 @@ def test_compiled_static_mode_on_gpu(tmp_path, fields, sizes, decode_rows):
     b = m["backend"]
     assert b["batch_buckets"] == sizes and b["warmup_batch_sizes"] == sizes
     assert b["pad_decode"] is (decode_rows is not None) and b["decode_batch_size"] == decode_rows
+    assert b["decode_loop"] == ("pipelined" if decode_rows else "generate()")
+    assert "cudagraph_skips" not in b, b["cudagraph_skips"]  # every compiled step in a graph
     assert b["recompiles_in_window"] == 0 and 0 < b["warmup_compile_s"] < b["warmup_s"]
     assert b["attn_implementation"] == "sdpa_packed_gqa"  # 32 query heads on 8
     assert m["latency_ms"]["itl"]["count"] == 16 * 15
+
+
+def _record_steps(loop, steps: list) -> None:
+    """Every step's tokens the pipelined ``loop`` hands over from now on, into ``steps``."""
+    run = loop.run
+
+    def spy(ids, mask, caps, eos, n, stamp=None):
+        def seen(t, tokens):
+            steps.append(tokens.tolist())
+            stamp(t, tokens)
+
+        return run(ids, mask, caps, eos, n, seen)
+
+    loop.run = spy
+
+
+def test_the_pipelined_loop_gives_generates_tokens_inside_a_cuda_graph():
+    """decode_loop: pipelined on CUDA, compiled by inductor with CUDA graphs: the tokens of
+    generate()'s loop (float32, so both paths' kernels agree), every step inside a CUDA graph
+    (no skip), one stamp a token; and steps queued ahead of the host, so a decode step costs
+    less than generate()'s."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    import time
+
+    from torch._dynamo.utils import counters
+
+    from tests.engine_helpers import input_shapes, make_engine
+
+    batch = [("req", i, [5 + i] * (20 + 7 * i), 24 + 4 * i, True, None) for i in (1, 2, 3)]
+    got, seconds = {}, {}
+    for loop in ("generate", "pipelined"):
+        eng, out = make_engine("dummy:llama-3.2-1b", device="cuda:0", dtype="float32",
+                               compile=True, decode_loop=loop)  # fmt: skip
+        assert eng.info["decode_loop"] == ("pipelined" if loop == "pipelined" else "generate()")
+        eng._warmup([(4, 48, 36)])
+        skips = counters["inductor"]["cudagraph_skips"]
+        steps: list = []
+        if loop == "pipelined":
+            _record_steps(eng.loop, steps)
+        else:
+            outputs: list = []
+            input_shapes(eng, outputs)
+        out.msgs.clear()
+        t = time.monotonic()
+        eng._generate(batch, set(), out, set())
+        seconds[loop] = time.monotonic() - t
+        assert counters["inductor"]["cudagraph_skips"] == skips  # no step outside a graph
+        assert sorted((m[2], m[3]) for m in out.msgs if m[0] == "done") == [
+            (1, 28),
+            (2, 32),
+            (3, 36),
+        ]
+        width = max(len(r[2]) for r in batch)
+        got[loop] = (
+            [[s[i] for s in steps] for i in range(3)]
+            if loop == "pipelined"
+            else outputs[-1][:3, width:].tolist()
+        )
+        del eng
+        torch.cuda.empty_cache()
+    assert got["pipelined"] == got["generate"]
+    print(f"36 tokens of 3 rows at 8: generate() {seconds['generate']:.3f} s, "
+          f"pipelined {seconds['pipelined']:.3f} s")  # fmt: skip
+    assert seconds["pipelined"] < seconds["generate"]
 
 
 def test_packed_decode_attention_is_transformers_sdpa_on_the_gpu_eager_and_compiled():

@@ -192,7 +192,9 @@ def test_gpus_asked_for_on_a_machine_without_them_fail_the_start_saying_so(
 
 def test_a_batch_size_sweep_runs_on_a_tensor_parallel_group(tmp_path, tiny_model_dir):
     # each point's new max_batch_size reaches rank 0's batcher; the follower runs whatever
-    # rank 0 announces, so both step through every point's batches
+    # rank 0 announces, so both step through every point's batches. compile: true pads the
+    # decode steps, so both ranks decode pipelined (uncompiled on the CPU), each point's in a
+    # cache of its rows
     import json
 
     from tests.integration.test_cli import cli, write
@@ -201,7 +203,7 @@ def test_a_batch_size_sweep_runs_on_a_tensor_parallel_group(tmp_path, tiny_model
         "name": "tp-sweep",
         "backend": {"kind": "transformers", "model": str(tiny_model_dir), "device": "cpu",
                     "tensor_parallel": 2, "mode": "static", "max_batch_size": 4,
-                    "max_wait_ms": 50},
+                    "max_wait_ms": 50, "compile": True},
         "workload": {"input_tokens": 8, "output_tokens": 4},
         "load": {"arrival": {"kind": "burst"}, "requests": 64, "warmup_requests": 8,
                  "validity": {**LENIENT, "max_burst_send_share": 1.0}},
@@ -214,4 +216,5 @@ def test_a_batch_size_sweep_runs_on_a_tensor_parallel_group(tmp_path, tiny_model
     points = json.loads((out / "sweep.json").read_text())["points"]
     assert [p["metrics"]["requests"]["completed"] for p in points] == [2, 6]
     assert all(p["metrics"]["backend"]["tensor_parallel"]["size"] == 2 for p in points)
+    assert [p["metrics"]["backend"]["decode_loop"] for p in points] == ["pipelined"] * 2
     assert _engines() == []

@@ -189,6 +189,17 @@ def compile_cache_counts() -> dict[str, int] | None:
     return {"hits": c["fxgraph_cache_hit"], "misses": c["fxgraph_cache_miss"]}
 
 
+def cudagraph_skips() -> int | None:
+    """Compiled graphs inductor ran without a CUDA graph around them in this process (None:
+    nothing compiled): each such step pays its kernel launches again, which is most of what
+    compile buys a decode step. Its log line says why (an input mutated, a CPU tensor, ...)."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
 def compile_seconds() -> float:
     """Seconds torch.compile has spent building graphs in this process so far: dynamo's
     tracing, AOT autograd and inductor's code generation (0: it was never used)."""

@@ -22,8 +22,10 @@ from loadtest.backends.transformers.compiling import (
     compile_cache_counts,
     compile_seconds,
     compiled_graphs,
+    cudagraph_skips,
     marks_batch_dynamic,
 )
+from loadtest.backends.transformers.decode_loop import PIPELINED, PipelinedDecode
 from loadtest.backends.transformers.embedding import embed_batch
 from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.stamping import (
@@ -76,6 +78,11 @@ class Engine:
         t = time.monotonic()
         self.model, self.device, self.info = loaded or load_model(spec, base_dir, layout)
         self.padded = PaddedDecode(self.model) if self.info.get("pad_decode") else None
+        self.loop = (
+            PipelinedDecode(self.model, self.padded)
+            if self.padded is not None and self.info.get("decode_loop") == "pipelined"
+            else None
+        )
         self.lockstep = None
         self.warming_dynamic = False  # inside a warm-up that marks the batch dynamic
         if layout is not None and layout.size > 1:
@@ -83,7 +90,7 @@ class Engine:
 
             self.lockstep = Lockstep(control_group())
         self.info["load_s"] = round(time.monotonic() - t, 3)
-        self.stamp_source = choose_stamp_source(self.device)
+        self.stamp_source = PIPELINED if self.loop else choose_stamp_source(self.device)
         self.info["stamp_source"] = self.stamp_source
         self.stamp_mismatches = (
             0  # batches since the last facts whose stamp count differed from their tokens
@@ -257,6 +264,10 @@ class Engine:
             self._after_step if real else None,
             accounting=(lambda: self.acct if self.profiler is None else None) if real else None,
         )
+        label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
+        if self.loop is not None:
+            self._decode_pipelined(self.loop, batch, ids, mask, streamer, steps, label)
+            return 0
         kwargs = self._generate_kwargs(
             width, max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5]
         )
@@ -269,7 +280,6 @@ class Engine:
             hook = AfterSyncStamps(torch, streamer)
         else:
             kwargs["streamer"] = streamer
-        label = None if self.profiler is None else f"loadtest batch {[r[1] for r in batch]}"
         if self.lockstep is not None:  # every rank runs this generate(), with these inputs
             shape = self.padded.shape if self.padded is not None else None
             self.lockstep.announce(ids, mask, kwargs, shape, self.warming_dynamic)
@@ -288,6 +298,26 @@ class Engine:
         streamer.close_rest()
         generated = sequences.shape[-1] - width
         return 0 if hook is None or hook.stamps == generated else 1
+
+    def _decode_pipelined(
+        self, loop: PipelinedDecode, batch: list, ids, mask, streamer, steps, label
+    ) -> None:
+        """The batch through the pipelined loop (decode_loop.py): every step stamped, so the
+        stamps are the tokens by construction."""
+        caps = [r[3] for r in batch]
+        eos = None if all(r[4] for r in batch) else batch[0][5]
+        eos_ids = [eos] if isinstance(eos, int) else eos
+        plan = (caps, eos_ids, min(steps or max(caps), max(caps)))
+        loop.padded.generate_kwargs(self.info["decode_batch_size"], ids.shape[1] + max(caps))
+        if self.lockstep is not None:  # every rank runs this decode, with these inputs
+            self.lockstep.announce_decode(ids, mask, plan, loop.padded.shape)
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        with self.profiler.annotate(label) if label else nothing():
+            streamer.start(time.monotonic_ns())
+            loop.run(ids, mask, *plan, stamp=streamer.step)
+        if self.profiler is not None:
+            self.profiler.end_steps()
+        streamer.close_rest()
 
     def _generate_kwargs(self, width: int, max_new: int, ignore_eos: bool, eos) -> dict:
         """generate()'s settings for a batch of prompts ``width`` tokens wide."""
@@ -388,6 +418,9 @@ class Engine:
         cache = compile_cache_counts()
         if cache is not None:
             facts["compile_cache"] = cache
+        skips = cudagraph_skips()
+        if skips and self.device.type == "cuda":
+            facts["cudagraph_skips"] = skips
         if reset:
             self.graphs_at_window = None
         if reset and self.pending_export is not None:

@@ -7,16 +7,17 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from loadtest.backends.transformers.decode_loop import PipelinedDecode
 from loadtest.backends.transformers.layout import Layout
 from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.parallel import control_group
 
 
-def follow(model, device, control, padded=None) -> None:
-    """A follower's loop: run whatever generate() rank 0 announces, until it says stop.
-    ``padded``: this rank's ``PaddedDecode`` (its own static cache) when decode steps are
-    padded; a warm-up that marks the batch dynamic is marked here alike, so every rank builds
-    the same graphs."""
+def follow(model, device, control, padded=None, loop=None) -> None:
+    """A follower's loop: run whatever generate() or pipelined decode rank 0 announces, until
+    it says stop. ``padded``: this rank's ``PaddedDecode`` (its own static cache) when decode
+    steps are padded, and ``loop`` its ``PipelinedDecode`` when they are pipelined; a warm-up
+    that marks the batch dynamic is marked here alike, so every rank builds the same graphs."""
     import torch
     import torch.distributed as dist
 
@@ -28,6 +29,11 @@ def follow(model, device, control, padded=None) -> None:
         command = box[0]
         if command[0] == "stop":
             return
+        if command[0] == "decode":
+            _, ids, mask, (caps, eos, steps), shape = command
+            padded.generate_kwargs(*shape)
+            loop.run(ids.to(device), mask.to(device), caps, eos, steps)
+            continue
         _, ids, mask, kwargs, padded_shape, dynamic = command
         if padded_shape is not None:
             kwargs.update(padded.generate_kwargs(*padded_shape))
@@ -46,7 +52,10 @@ def follower_main(spec: dict, base_dir: str, layout: Layout, says) -> None:
     try:
         model, device, info = load_model(spec, base_dir, layout)
         padded = PaddedDecode(model) if info.get("pad_decode") else None
-        follow(model, device, control_group(), padded)
+        loop = None
+        if padded is not None and info.get("decode_loop") == "pipelined":
+            loop = PipelinedDecode(model, padded)
+        follow(model, device, control_group(), padded, loop)
     except BaseException as exc:
         try:
             says.send(f"{type(exc).__name__}: {exc}"[:500])

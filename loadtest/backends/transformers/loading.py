@@ -9,7 +9,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from loadtest.backends.transformers import attention, padded_decode, parallel, placement, split
+from loadtest.backends.transformers import (
+    attention,
+    decode_loop,
+    padded_decode,
+    parallel,
+    placement,
+    split,
+)
 from loadtest.backends.transformers.compiling import (
     batching_details,
     decode_compile_config,
@@ -96,6 +103,7 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     model.eval()
     attention.pack_decode_attention(model, spec)
     pad_decode, unpadded_why = _padding(model, spec)
+    loop, unpipelined_why = decode_loop.decode_loop_of(model, spec, pad_decode)
     compile_options = None
     if spec["compile"]:
         compile_config, compile_options = decode_compile_config(spec.get("compile_options"))
@@ -107,6 +115,8 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         "prompt_bucket": spec.get("prompt_bucket") or 1,
         "pad_decode": pad_decode,
         **({"pad_decode_off": unpadded_why} if unpadded_why else {}),
+        "decode_loop": loop,
+        **({"decode_loop_off": unpipelined_why} if unpipelined_why else {}),
         **batching_details(spec, pad_decode),
         "mode": spec["mode"],
         "api": spec.get("api", "generate"),

@@ -116,6 +116,16 @@ class PaddedDecode:
         return {self._cache_arg: self._cache, "cache_implementation": None}
 
     @property
+    def cache(self) -> Any:
+        """The static cache the last ``generate_kwargs`` gave (None before the first)."""
+        return self._cache
+
+    @property
+    def cache_arg(self) -> str:
+        """What the model's forward calls its cache argument."""
+        return self._cache_arg
+
+    @property
     def shape(self) -> tuple[int, int]:
         """(rows, length) of the cache the last ``generate_kwargs`` gave: given to another
         rank's ``generate_kwargs``, it makes that rank's cache the same."""

@@ -110,6 +110,14 @@ class Lockstep:
         command = ("generate", ids, mask, settings, padded, dynamic)
         dist.broadcast_object_list([command], src=0, group=self.control)
 
+    def announce_decode(self, ids, mask, plan: tuple, padded: tuple[int, int]) -> None:
+        """Every rank runs this pipelined decode (``decode_loop``): the inputs, ``plan`` (caps,
+        end-of-sequence ids, steps: what every rank's stop decisions follow) and the rows and
+        length of the padded cache each rank holds its own of."""
+        import torch.distributed as dist
+
+        dist.broadcast_object_list([("decode", ids, mask, plan, padded)], src=0, group=self.control)
+
     def finish(self) -> None:
         import torch.distributed as dist
 

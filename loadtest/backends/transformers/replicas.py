@@ -177,7 +177,14 @@ def merge_facts(parts: list[dict]) -> dict:
 
 def _own(part: dict) -> dict[str, Any]:
     """What the result lists for one replica."""
-    keep = ("batches", "peak_mem_mb", "peak_rss_mb", "recompiles_in_window", "stamp_mismatches")
+    keep = (
+        "batches",
+        "peak_mem_mb",
+        "peak_rss_mb",
+        "recompiles_in_window",
+        "cudagraph_skips",
+        "stamp_mismatches",
+    )
     out: dict[str, Any] = {k: part[k] for k in keep if k in part}
     acct = part.get("roofline_acct") or {}
     if acct.get("decode_steps"):

@@ -391,6 +391,7 @@ class BackendFacts(_Doc):
     warnings: list[str] = Field(default_factory=list)  # what the backend saw that casts doubt
     peak_mem_mb: Number | None = None
     recompiles_in_window: int | None = None  # torch.compile graphs built inside the window
+    cudagraph_skips: int | None = None  # compiled graphs run without a CUDA graph (on CUDA)
     stamp_mismatches: int | None = None  # batches whose stamps did not match their tokens
     mode: str | None = None  # an engine's batching mode
     device_name: str | None = None

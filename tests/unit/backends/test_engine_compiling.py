@@ -204,18 +204,20 @@ def test_a_compiled_step_past_torchs_recompile_limit_fails_instead_of_running_ea
             eng._generate([("req", 2, [5] * 8, 4, True, None)] * 3, set(), out, set())
 
 
-@pytest.mark.integration
-def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_steps(
-    tiny_model_dir,
-):
-
-    from loadtest.backends.transformers.compiling import compiled_graphs
-    from loadtest.backends.transformers.engine import WARM_STEPS
-    from loadtest.backends.transformers.stamping import AFTER_SYNC
-
-    eng, out = make_engine(tiny_model_dir, compile=True)
-    compile_eagerly(eng.model)
+def _spy_on_decodes(eng) -> list[tuple[int, int]]:
+    """(new tokens asked for, tokens decoded) of every batch the engine decodes from now on,
+    through generate() or the pipelined loop."""
     calls: list = []
+    if eng.loop is not None:
+        run = eng.loop.run
+
+        def spy_run(ids, mask, caps, eos, steps, stamp=None):
+            ran = run(ids, mask, caps, eos, steps, stamp)
+            calls.append((max(caps), ran))
+            return ran
+
+        eng.loop.run = spy_run
+        return calls
     generate = eng.model.generate
 
     def spy(**kwargs):
@@ -224,12 +226,31 @@ def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_
         return sequences
 
     eng.model.generate = spy
+    return calls
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("loop", ["generate", "pipelined"])
+def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_steps(
+    tiny_model_dir, loop
+):
+
+    from loadtest.backends.transformers.compiling import compiled_graphs
+    from loadtest.backends.transformers.decode_loop import PIPELINED
+    from loadtest.backends.transformers.engine import WARM_STEPS
+    from loadtest.backends.transformers.stamping import AFTER_SYNC
+
+    eng, out = make_engine(tiny_model_dir, compile=True, decode_loop=loop)
+    assert eng.info["decode_loop"] == ("pipelined" if loop == "pipelined" else "generate()")
+    compile_eagerly(eng.model)
+    calls = _spy_on_decodes(eng)
     new_tokens = WARM_STEPS + 12
     torch._dynamo.reset()
     eng._warmup([(2, 8, new_tokens), (4, 8, new_tokens)])
     # a static cache for 8 + 20 tokens, generated to 8 of them, one stamp per token still
     assert calls == [(new_tokens, WARM_STEPS)] * 2
-    assert eng.stamp_source == AFTER_SYNC
+    assert eng.padded.shape == (8, 8 + new_tokens)
+    assert eng.stamp_source == (PIPELINED if loop == "pipelined" else AFTER_SYNC)
     graphs = compiled_graphs()
     batch = [("req", i, [5] * 8, new_tokens, True, None) for i in (1, 2, 3)]
     out.msgs.clear()

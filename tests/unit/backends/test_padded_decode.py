@@ -108,7 +108,8 @@ def test_padded_decode_steps_run_at_max_rows_through_one_graph_and_give_the_batc
     from loadtest.backends.transformers.compiling import compiled_graphs
 
     step_rows = _spy_on_compiled_steps(monkeypatch)
-    eng, out = make_engine(tiny_model_dir, compile=True)  # pad_decode: on by default
+    # pad_decode: on by default; generate()'s own loop (test_decode_loop.py: the pipelined one)
+    eng, out = make_engine(tiny_model_dir, compile=True, decode_loop="generate")
     assert eng.info["pad_decode"] and eng.info["decode_batch_size"] == 8
     assert eng.info["batch_buckets"] == [1, 2, 4, 8]
     compile_eagerly(eng.model)
