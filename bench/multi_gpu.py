@@ -82,6 +82,7 @@ def run(name: str, backend: dict, load: dict, out: Path) -> dict:
         "warmup_s": b.get("warmup_s"),
         "peak_mem_mb": m.get("peak_mem_mb"),
         "decode_loop": b.get("decode_loop"),
+        "all_reduce": (b.get("tensor_parallel") or {}).get("all_reduce"),
         "cudagraph_skips": b.get("cudagraph_skips"),
         "gpus": [_gpu_line(d) for d in (m.get("gpu") or {}).get("devices") or []],
         "seconds": round(time.monotonic() - t),
@@ -127,14 +128,28 @@ def replicas_compiled(out: Path) -> list[dict]:
     ]
 
 
-def tp8b(out: Path) -> list[dict]:
+# tp8b's runs: (decode loop, tensor_parallel, users, all_reduce, name suffix)
+TP8B = [
+    ("pipelined", 1, 1, None, ""),
+    ("pipelined", 2, 1, None, ""),
+    ("pipelined", 1, 16, None, ""),
+    ("pipelined", 2, 16, None, ""),
+    ("pipelined", 2, 1, "nccl", "-nccl"),
+    ("generate", 1, 1, None, "-generate"),
+    ("generate", 2, 1, "nccl", "-generate"),
+]
+
+
+def tp8b(out: Path, generate: bool = True) -> list[dict]:
     rows = []
-    runs = [(loop, tp, users) for loop in ("pipelined", "generate") for tp in (1, 2)
-            for users in ((1, 16) if loop == "pipelined" else (1,))]  # fmt: skip
-    for loop, tp, users in runs:
+    for loop, tp, users, all_reduce, suffix in TP8B:
+        if loop == "generate" and not generate:
+            continue
         backend = {**B8, "max_batch_size": 16, "compile": True, "tensor_parallel": tp,
                    "devices": gpus(0, tp), "decode_loop": loop}  # fmt: skip
-        name = f"8b-tp{tp}-b{users}-compiled" + ("-generate" if loop == "generate" else "")
+        if all_reduce:
+            backend["all_reduce"] = all_reduce
+        name = f"8b-tp{tp}-b{users}-compiled{suffix}"
         rows.append(run(name, backend, closed(users, 4 * users + 16), out))
     return rows
 
@@ -168,6 +183,9 @@ def main() -> None:
     ap.add_argument("--only", default="replicas,tp8b,tp70b,four")
     ap.add_argument("--tp70b-sizes", default="2,4", help="tensor_parallel sizes of the 70B")
     ap.add_argument("--tp70b-users", default="1,8", help="closed-loop users of the 70B runs")
+    ap.add_argument(
+        "--no-generate", action="store_true", help="tp8b: leave out generate()'s loop rows"
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     count = torch.cuda.device_count()
@@ -180,7 +198,7 @@ def main() -> None:
         elif section == "replicas-compiled":
             rows += replicas_compiled(args.out)
         elif section == "tp8b":
-            rows += tp8b(args.out)
+            rows += tp8b(args.out, generate=not args.no_generate)
         elif section == "tp70b":
             sizes = [int(x) for x in args.tp70b_sizes.split(",")]
             users = [int(x) for x in args.tp70b_users.split(",")]
@@ -214,13 +232,18 @@ def table(rows: list[dict]) -> None:
     ]:
         if a in by and b in by and by[b]["tok_s"]:
             print(f"{a} / {b}: output tok/s x{by[a]['tok_s'] / by[b]['tok_s']:.2f}")
-    for users, loop in ((1, ""), (16, ""), (1, "-generate")):
-        one = by.get(f"8b-tp1-b{users}-compiled{loop}")
-        two = by.get(f"8b-tp2-b{users}-compiled{loop}")
+    for users, two_suffix, one_suffix in (
+        (1, "", ""),
+        (16, "", ""),
+        (1, "-nccl", ""),
+        (1, "-generate", "-generate"),
+    ):
+        one = by.get(f"8b-tp1-b{users}-compiled{one_suffix}")
+        two = by.get(f"8b-tp2-b{users}-compiled{two_suffix}")
         if one and two and one["itl_p50"]:
             print(
-                f"batch {users}{loop or ' pipelined'}: ITL p50 TP2/TP1 = "
-                f"{two['itl_p50'] / one['itl_p50']:.2f}"
+                f"batch {users}, TP2{two_suffix or ' pipelined, one-shot'} / "
+                f"TP1{one_suffix or ' pipelined'}: ITL p50 x{two['itl_p50'] / one['itl_p50']:.2f}"
             )
 
 

@@ -140,6 +140,13 @@ class TransformersSpec(Spec):
         "model's own plan), a process each, stepping together: static or single mode; "
         "with compile, the all-reduces run inside the decode step's CUDA graph.",
     )
+    all_reduce: Literal["one_shot", "nccl"] | None = Field(
+        None,
+        description="tensor_parallel on CUDA: one_shot sums a decode step's small all-reduces "
+        "in one kernel over symmetric (peer-to-peer) memory, without NCCL's per-call latency; "
+        "larger ones, and nccl, use NCCL (default: one_shot where the GPUs can map each "
+        "other's memory).",
+    )
     cpu_affinity: Literal["blocks", "none"] = Field(
         "blocks",
         description="GPU engines: blocks pins each engine process to a block of CPUs of its "

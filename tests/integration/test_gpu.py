@@ -262,6 +262,8 @@ def test_several_gpus_as_replicas_or_tensor_parallel_groups(tmp_path, backend):
         split = b["tensor_parallel"]
         assert split["size"] == tp and split["vocabulary_rows"] == 128256 // tp
         assert split["nccl_env"].get("NCCL_NVLS_ENABLE") in ("0", None)
+        assert split["all_reduce"].startswith("one-shot over symmetric memory"), split
+        assert b["decode_loop"] == ("pipelined" if backend.get("compile") else "generate()")
         # 1.24 B bf16 parameters are ~2.5 GB whole; one rank's part, a cache and activations
         assert 2500 / tp < m["peak_mem_mb"] < 2500 / tp + 1200
     if len(backend["devices"]) > tp:

@@ -107,6 +107,9 @@ def test_a_tensor_parallel_group_runs_a_scenario_and_leaves_nothing_behind(
     assert m["requests"]["completed"] > 20 and m["requests"]["failed"] == 0
     b = m["backend"]
     assert b["tensor_parallel"]["size"] == 2 and "TP2 on cpu,cpu" in b["name"]
+    assert b["tensor_parallel"]["all_reduce"] == (
+        "the process group's (NCCL on CUDA, gloo on the CPU): not on CUDA"
+    )
     assert _engines() == []  # rank 0 and its follower are gone
 
 

@@ -97,7 +97,9 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         else {}
     )
     if plan is not None:
-        model, split_facts = _load_split(config, folder, plan, device, dtype, attn, layout)
+        model, split_facts = _load_split(
+            config, folder, plan, device, dtype, attn, layout, spec.get("all_reduce")
+        )
     else:
         model, source, split_facts = _built(spec, base_dir, device, dtype, attn)
     model.eval()
@@ -254,9 +256,19 @@ def _whole_config(spec: dict, base_dir: str, layout: Layout):
     return split.checkpoint_config(folder), folder, f"{folder}, rank {layout.rank} of {layout.size}"
 
 
-def _load_split(config, folder: Path | None, plan: dict, device, dtype, attn: dict, layout: Layout):
+def _load_split(
+    config,
+    folder: Path | None,
+    plan: dict,
+    device,
+    dtype,
+    attn: dict,
+    layout: Layout,
+    all_reduce: str | None,
+):
     """This rank's part of the model, built at its local shape on its device: random weights
-    for a dummy, the checkpoint's slices otherwise (``split``)."""
+    for a dummy, the checkpoint's slices otherwise (``split``); its small all-reduces one-shot
+    where ``all_reduce`` (default: where the device can) says so."""
     import torch
     import transformers
 
@@ -266,7 +278,12 @@ def _load_split(config, folder: Path | None, plan: dict, device, dtype, attn: di
     if folder is not None:
         split.load_slices(model, folder, layout.rank, layout.size, plan)
     applied = split.apply(model, config, plan, layout.rank, layout.size)
+    one_shot_off: str | None = "the scenario's all_reduce: nccl"
+    if all_reduce != "nccl":
+        one_shot_off = split.use_one_shot(dtype, device)
+        if one_shot_off and all_reduce == "one_shot":
+            raise ValueError(f"backend.all_reduce: one_shot: {one_shot_off}")
     return model, {
-        **split.describe(local, plan, layout.size, applied),
+        **split.describe(local, plan, layout.size, applied, one_shot_off),
         "nccl_env": parallel.nccl_facts(),
     }

@@ -21,6 +21,14 @@ version calls it:
 Any other style is refused before any GPU work, naming the layer and the style. The collectives
 are torch's functional ones, which torch.compile traces into the decode graph, so a compiled
 split step runs its all-reduces inside the CUDA graph.
+
+On CUDA the small all-reduces (a decode step's: rows x hidden) are one-shot over symmetric
+memory (``all_reduce: one_shot``, the default there): each rank copies its partial sum into a
+buffer every rank of the group can read over NVLink, then sums the group's copies, in one
+kernel with no NCCL call. A decode step has two all-reduces a layer, each a few microseconds of
+data behind NCCL's fixed latency, so at small batches their latency is a large share of a split
+step (docs/benchmarks.md §10). Larger ones (a prefill's) stay NCCL's. The buffer is plain
+peer-to-peer memory: no NVLink multicast.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import copy
 import functools
 import re
 from pathlib import Path
+from typing import Any
 
 SPLIT_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
 COLWISE = ("colwise", "local_colwise")
@@ -38,6 +47,11 @@ WHOLE = ("replicate", "replicated_with_grad_allreduce")
 HEAD_SPLIT = ("colwise", "colwise_rep", "colwise_gather_output")
 EMBEDDING = "embed_tokens"
 HEAD = "lm_head"
+
+# The largest all-reduce done one-shot (bytes): a one-shot reads every peer's whole buffer, so
+# past a few hundred kilobytes NCCL's ring is faster (vLLM's custom all-reduce stops about here).
+ONE_SHOT_BYTES = 1 << 20
+_one_shot: dict[str, Any] = {}  # "buffer": this rank's symmetric buffer; "group": its group name
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,6 +65,10 @@ def _modules():
     gather = getattr(fc, "all_gather_single", None) or fc.all_gather_tensor
 
     def summed(t):
+        buffer = _one_shot.get("buffer")
+        if buffer is not None and t.dtype == buffer.dtype and t.numel() <= buffer.numel():
+            t = t.contiguous()
+            return one_shot_sum(buffer[: t.numel()].view(t.shape), t, _one_shot["group"])
         return fc.all_reduce(t, "sum", _world())
 
     class RowwiseLinear(torch.nn.Linear):
@@ -81,6 +99,37 @@ def _modules():
             return whole[..., : self.vocab_size]
 
     return RowwiseLinear, VocabularyEmbedding, VocabularyHead
+
+
+def one_shot_sum(shared, t, group: str):
+    """``t`` summed over the group: copied into ``shared`` (this rank's view of the symmetric
+    buffer, ``t``'s shape), then every rank's copy read and added, in one kernel."""
+    import torch
+
+    return torch.ops.symm_mem.one_shot_all_reduce_copy(shared, t, "sum", group)
+
+
+def use_one_shot(dtype, device) -> str | None:
+    """Set up this rank's one-shot all-reduce (every rank of the group at once: the buffer's
+    rendezvous is a collective); why not where it cannot (None: it is in use)."""
+    import torch
+    import torch.distributed as dist
+
+    if device.type != "cuda":
+        return "not on CUDA"
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        group = _world()
+        rows = ONE_SHOT_BYTES // torch.tensor([], dtype=dtype).element_size()
+        buffer = symm_mem.empty(rows, dtype=dtype, device=device)
+        symm_mem.rendezvous(buffer, group)
+        torch._dynamo.mark_static_address(buffer)  # a CUDA graph reads it where it is
+        dist.barrier(group)
+    except Exception as exc:  # no peer access, no symmetric memory in this torch or driver
+        return f"symmetric memory unavailable ({type(exc).__name__}: {str(exc)[:200]})"
+    _one_shot.update(buffer=buffer, group=group.group_name)
+    return None
 
 
 def _world():
@@ -237,8 +286,11 @@ def load_slices(model, directory: Path, rank: int, size: int, plan: dict[str, st
         raise ValueError(f"{directory}: the checkpoint lacks {sorted(missing)[:5]}")
 
 
-def describe(local, plan: dict[str, str], size: int, split: dict[str, int]) -> dict:
-    """What the split is, for the result."""
+def describe(
+    local, plan: dict[str, str], size: int, split: dict[str, int], one_shot_off: str | None
+) -> dict:
+    """What the split is, for the result (``one_shot_off``: why the all-reduces are all NCCL's,
+    None where the small ones are one-shot)."""
     vocabulary = (
         f"; the vocabulary split ({split['vocabulary_rows']} rows a rank; embed_tokens' "
         "lookups all-reduced, lm_head's logits gathered)"
@@ -252,5 +304,10 @@ def describe(local, plan: dict[str, str], size: int, split: dict[str, int]) -> d
         "plan_styles": sorted(set(plan.values())),
         "per_rank": {name: getattr(local, name) for name in SPLIT_FIELDS},
         "vocabulary_rows": split["vocabulary_rows"] or None,
+        "all_reduce": (
+            f"one-shot over symmetric memory up to {ONE_SHOT_BYTES // 1024} KiB, NCCL above"
+            if one_shot_off is None
+            else f"the process group's (NCCL on CUDA, gloo on the CPU): {one_shot_off}"
+        ),
         "note": "parameters, parameter_bytes and the roofline count one rank's part: per GPU",
     }
