@@ -2,7 +2,8 @@
 INTEGER, a choice's values), never Python's type names, and nothing after a flag.
 
 typer 0.29 writes each option's Python annotation (``<bool>`` after a flag, ``<list[Path]>``);
-a metavar of our own takes its place. Set once, on the command classes every command is built
+a metavar of our own takes its place, read from typer's type descriptor (0.29) or from click's
+parameter type (before 0.29, whose options have no descriptor). Set once, on the command classes every command is built
 with, so no option can be declared without it.
 """
 
@@ -22,7 +23,9 @@ def _metavar(param) -> str:
         return ""  # a flag takes no value: nothing is written after it
     if isinstance(param, typer.core.TyperArgument):
         return (param.name or "value").upper()
-    kind = param.type_descriptor
+    kind = getattr(param, "type_descriptor", None)
+    if kind is None:  # typer before 0.29: options carry click's types
+        return _click_metavar(getattr(param, "type", None))
     if kind.is_choice:
         return "[" + "|".join(str(getattr(c, "value", c)) for c in kind.choices or ()) + "]"
     if kind.is_path:
@@ -33,6 +36,21 @@ def _metavar(param) -> str:
     if isinstance(annotation, type) and issubclass(annotation, PurePath):
         return "PATH"
     return WORDS.get(annotation, "VALUE") if isinstance(annotation, type) else "VALUE"
+
+
+# click's type names (``ParamType.name``) as a shell user reads them
+CLICK_WORDS = {"integer": "INTEGER", "float": "FLOAT", "text": "TEXT", "boolean": "BOOL"}
+
+
+def _click_metavar(kind) -> str:
+    """The same words from a click parameter type (typer before 0.29 builds options on click)."""
+    import click
+
+    if isinstance(kind, click.Choice):
+        return "[" + "|".join(str(getattr(c, "value", c)) for c in kind.choices) + "]"
+    if isinstance(kind, click.Path | click.File):
+        return "PATH"
+    return CLICK_WORDS.get(getattr(kind, "name", ""), "VALUE")
 
 
 def _name_values(params: list) -> list:

@@ -38,3 +38,23 @@ def test_flags_show_no_value_and_options_name_theirs():
     assert lines["--metric"].split()[2] == "TEXT"
     assert lines["--html"].split()[2] == "PATH"
     assert "RUN_A" in r.output and "RUN_B" in r.output
+
+
+def test_options_without_typers_type_descriptor_are_named_from_clicks_types():
+    # typer before 0.29 (0.16 .. 0.28) builds options on click's types and has no descriptor
+    import types
+
+    click = pytest.importorskip("click")
+    from loadtest.cli.help_style import _metavar
+
+    def option(kind):
+        return types.SimpleNamespace(is_flag=False, count=False, type=kind)
+
+    assert _metavar(option(click.Path())) == "PATH"
+    assert _metavar(option(click.File())) == "PATH"
+    assert _metavar(option(click.INT)) == "INTEGER"
+    assert _metavar(option(click.FLOAT)) == "FLOAT"
+    assert _metavar(option(click.STRING)) == "TEXT"
+    assert _metavar(option(click.Choice(["md", "html"]))) == "[md|html]"
+    assert _metavar(option(click.UUID)) == "VALUE"
+    assert _metavar(types.SimpleNamespace(is_flag=True, type=click.BOOL)) == ""
