@@ -264,6 +264,25 @@ def gpu_rows(gpu: dict | None) -> list[tuple[str, str]]:
     return rows
 
 
+def gpu_lines(gpu: dict | None) -> list[str]:
+    """One line a GPU for the terminal: kernel-active share, peak memory, power, SM clock and
+    the throttle reasons seen over the window."""
+    if not gpu or not gpu.get("available"):
+        return []
+    lines = []
+    for d in gpu["devices"]:
+        util, power = d.get("utilization_gpu_pct") or {}, d.get("power_w") or {}
+        clock = (d.get("clocks_sm_mhz") or {}).get("mean")
+        throttled = ", ".join(d.get("throttle_reasons_seen") or ()) or "none"
+        lines.append(
+            f"GPU {d['index']} {d['name']}: kernel-active {_f(util.get('mean'), '{:.0f}%')}, "
+            f"peak {_f(d.get('peak_memory_mib'), '{:,.0f} MiB')}, "
+            f"power {_f(power.get('mean'), '{:.0f} W')}, SM {_f(clock, '{:.0f} MHz')}, "
+            f"throttled: {throttled}"
+        )
+    return lines
+
+
 def roofline_rows(r: dict | None) -> list[tuple[str, str]]:
     """Label/value rows of the roofline (MBU, MFU, floor, diagnosis) for the reports."""
     if not r:

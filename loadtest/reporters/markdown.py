@@ -7,6 +7,7 @@ from pathlib import Path
 from loadtest.core import atomic
 from loadtest.core.text import visible_doc
 from loadtest.reporters import insight
+from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import (
     LatencySummary,
     Requests,
@@ -56,6 +57,7 @@ def render(metrics: RunMetrics) -> str:
         ("Sessions", insight.sessions_rows(m.sessions)),
         ("Server", insight.server_rows(m.server)),
         ("Client workers", insight.workers_rows(m.workers, m.backend)),
+        ("Placement", placement_rows(m.backend, m.roofline)),
         ("GPU", insight.gpu_rows(m.gpu)),
         ("Roofline", insight.roofline_rows(m.roofline)),
     ):

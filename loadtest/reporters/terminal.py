@@ -10,6 +10,7 @@ from loadtest.analysis.sla import overall
 from loadtest.core.text import visible_doc
 from loadtest.reporters import insight
 from loadtest.reporters.console import make_console, styled
+from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import (
     LatencySummary,
     Regression,
@@ -64,6 +65,10 @@ def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True
     for label, value in rows + insight.traffic_rows(m):
         console.print(f"{label}: {value}")
     _render_traffic(m, console)
+    for label, value in placement_rows(m.backend, m.roofline):
+        console.print(f"{label}: {value}")
+    for line in insight.gpu_lines(m.gpu):
+        console.print(line)
     loop, lag = m.harness.loop_lag_ms, m.latency_ms["dispatch_lag"]
     busy = m.harness.loop_busy
     console.print(

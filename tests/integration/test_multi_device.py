@@ -124,6 +124,16 @@ def test_replicas_share_the_load_and_each_reports_its_own(tmp_path, tiny_model_d
     assert sum(routed) == m["requests"]["sent"]
     assert sum(r["batches"] for r in b["replicas"]) == b["batches"]
     assert _engines() == []
+    # every report says where each replica ran and what it carried
+    from loadtest.reporters import markdown
+    from loadtest.results.model import RunMetrics
+
+    report = markdown.render(RunMetrics.model_validate(m))
+    assert "## Placement" in report
+    for r in b["replicas"]:
+        assert (
+            f"| replica {r['index']} | cpu; CPUs {r['cpus']}; {r['requests']} requests; " in report
+        )
 
 
 def _kill_when_running(name: str, after_s: float) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from loadtest.core import atomic
 from loadtest.reporters import insight, plots
 from loadtest.reporters.html.page import card, esc, num, page, pairs, svg, table
+from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import RunMetrics, Validity, Verdict
 
 LAT_COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
@@ -204,6 +205,9 @@ def _engine(m: RunMetrics) -> str:
     if roof:
         out.append(plots.roofline_plot(m.roofline) or "")
         out.append("<h3>Roofline</h3>" + pairs(roof))
+    rows = placement_rows(m.backend, m.roofline)
+    if rows:
+        out.append("<h3>Placement</h3>" + pairs(rows))
     rows = insight.gpu_rows(m.gpu)
     if rows:
         out.append("<h3>GPU telemetry</h3>" + pairs(rows))
