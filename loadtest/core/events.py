@@ -20,12 +20,14 @@ class Sent:
     An HTTP client also says where its part of that time went (ns, from the request's start in
     the client): waiting for a pooled connection, opening a new one, and time this process
     was off the CPU while it had work to do (another process held the core); the rest was the
-    client's own work on the event loop."""
+    client's own work on the event loop. ``retries``: sends onto a kept-alive connection the
+    server had already closed, sent again on a new one (the send stamped is the last)."""
 
     t_ns: int
     pool_ns: int = 0
     connect_ns: int = 0
     off_cpu_ns: int = 0
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True)

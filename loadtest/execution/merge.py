@@ -72,6 +72,7 @@ def merge(parts: list[Recorder]) -> Recorder:
 # the counts a merged recorder sums over its parts
 _SUMMED = (
     "completed",
+    "connection_retries",
     "failed",
     "warmup",
     "warmup_failed",

@@ -104,6 +104,8 @@ class Recorder:
         self.closed: list[dict] = []  # summaries + encoded histograms of closed intervals
         self.token_bins: Counter[int] = Counter()
         self.completed = self.failed = self.warmup = self.warmup_failed = 0
+        # sends onto a kept-alive connection the server had closed, sent again (every request)
+        self.connection_retries = 0
         self.errors_by_type: Counter[str] = Counter()
         self.single_token = 0  # requests with <2 tokens: TPOT undefined, counted not recorded
         self.token_count_mismatch = 0
@@ -146,6 +148,8 @@ class Recorder:
     def finish(self, st: RequestState) -> None:
         """Record a finished request: its latencies, or its failure, and its tokens in the window."""
         self._count_window(st)
+        if st.wire is not None and st.wire.retries:
+            self.connection_retries += st.wire.retries
         if st.stamps:
             self.first_tokens.append((st.stamps[0], st.stamps[0] - st.sent_ns))
         if self.goodput is not None and not st.req.warmup and not st.cancelled:

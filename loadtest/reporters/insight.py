@@ -435,6 +435,11 @@ def requests_line(r) -> str:
     parts.append(f"{r.warmup} warmup")
     if r.interrupted:
         parts.append(f"{r.interrupted} interrupted")
+    if r.connection_retries:
+        parts.append(
+            f"{r.connection_retries} sent again on a new connection (the server had closed "
+            "the kept-alive one)"
+        )
     return ", ".join(parts)
 
 

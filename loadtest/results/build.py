@@ -169,6 +169,7 @@ def _requests(outcome: RunOutcome, planned: int | None) -> Requests:
         warmup=rec.warmup,
         interrupted=outcome.interrupted,
         cancelled=rec.cancelled or None,
+        connection_retries=rec.connection_retries or None,
         errors_by_type=dict(rec.errors_by_type),
         under_two_tokens=rec.single_token,
         output_tokens=rec.output_tokens_measured,

@@ -536,3 +536,94 @@ def test_a_stream_that_never_ends_fails_its_request_with_bounded_memory(tmp_path
         sock.close()
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert set(m["requests"]["errors_by_type"]) == {"bad_response"}, (r.stderr, m["requests"])
+
+
+class OneAnswerServer:
+    """Answers one streamed completion a connection, keeps it open (no ``Connection: close``),
+    and closes it when the next request comes on it, unread: the server's keep-alive running
+    out as the client sends. Counts what it answered and what it dropped."""
+
+    STREAM = b"".join(
+        [b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'] * 3
+        + [
+            b'data: {"choices": [{"text": "a", "finish_reason": "length"}]}\n\n',
+            b"data: [DONE]\n\n",
+        ]
+    )
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.answered = self.dropped = 0
+        self.paths: list[str] = []  # of the requests answered, in order
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(10)
+        seen, answers = b"", 0
+        try:
+            while True:
+                while b"\r\n\r\n" not in seen:
+                    got = conn.recv(65536)
+                    if not got:
+                        return
+                    seen += got
+                head, _, seen = seen.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+                if answers:  # a kept-alive connection's next request: closed, unanswered
+                    self.dropped += 1
+                    return
+                while len(seen) < length:
+                    seen += conn.recv(65536)
+                seen = seen[length:]
+                self.paths.append(head.split(b" ")[1].decode())
+                if head.startswith(b"GET "):  # /v1/models: where the tokenizer is
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(self.STREAM), self.STREAM))  # fmt: skip
+                    self.answered += 1
+                answers += 1
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_request_sent_as_the_server_closed_its_kept_alive_connection_is_sent_again(tmp_path):
+    """The client's reuse of a connection the server had closed is the client's to repair:
+    each such request is sent again on a new connection, once, and none fails; the result
+    counts them (an earlier client counted each as a server failure)."""
+    server = OneAnswerServer()
+    try:
+        path = openai_scenario(tmp_path, server.port, api="completions")
+        load = ["load.arrival={kind: concurrency, users: 1}", "load.requests=12",
+                "load.duration=null", "load.validity={max_dispatch_lag_p99: 2s}"]  # fmt: skip
+        r = cli(
+            "run", path, "--out", tmp_path / "run", "-q", *sum((["--set", s] for s in load), [])
+        )
+    finally:
+        server.close()
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    req = m["requests"]
+    assert req["failed"] == 0 and req["completed"] + req["warmup"] == req["sent"], (r.stderr, req)
+    # every request went onto the connection its predecessor left kept alive, was dropped
+    # unread, and was answered on a new one: the server answered each once
+    assert req["connection_retries"] == req["sent"]
+    completions = [p for p in server.paths if p == "/v1/completions"]
+    assert len(completions) == req["sent"] + 1, server.paths  # and the start-up probe's
+    assert server.dropped >= req["sent"]

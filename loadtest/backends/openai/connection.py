@@ -21,6 +21,9 @@ from loadtest.core._version import __version__
 from loadtest.core.events import Sent
 
 ERROR_TEXT_CHARS = 300  # of an error body or exception message kept for the result
+# How a send onto a kept-alive connection the server had already closed fails, before any byte
+# of an answer: such a request is sent again, once, on a new connection.
+STALE = frozenset({"server_disconnected", "connection_reset"})
 
 
 def open_pool(
@@ -109,7 +112,7 @@ class ConnectionPool:
         now, cpu = self.now, time.thread_time_ns
         if wire is not None:
             wire.start_ns, wire.cpu_start_ns = now(), cpu()
-        conn = await self._acquire(wire)
+        conn, reused = await self._acquire(wire)
         length = b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
         request = b"%s %s HTTP/1.1\r\n%s%s\r\n%s" % (
             method.encode(),
@@ -119,6 +122,18 @@ class ConnectionPool:
             body,
         )
         timeout = self.read_timeout_ns if read_timeout_ns is None else read_timeout_ns
+        try:
+            return await conn.exchange(request, eager, timeout, wire)
+        except HttpFailure as exc:
+            # A kept-alive connection the server closed as this request went onto it (its
+            # keep-alive ran out, or it closes after every answer): the server never saw the
+            # request, so it is the client's to send again, once, on a new connection. The
+            # request's latency still runs from its intended send.
+            if not (reused and exc.kind in STALE and conn.answered_nothing):
+                raise
+        if wire is not None:
+            wire.retries += 1
+        conn = await self._connect(wire)
         return await conn.exchange(request, eager, timeout, wire)
 
     def _target(self, url: str) -> bytes:
@@ -140,14 +155,15 @@ class ConnectionPool:
 
     # -- the pool ---------------------------------------------------------------------------
 
-    async def _acquire(self, wire: Any) -> Connection:
+    async def _acquire(self, wire: Any) -> tuple[Connection, bool]:
+        """A connection for a request, and whether it carried one before (kept alive)."""
         while True:
             while self._idle:
                 conn = self._idle.pop()
                 if not conn.lost:
-                    return conn
+                    return conn, True
             if not self.limit or self._open < self.limit:
-                return await self._connect(wire)
+                return await self._connect(wire), False
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             start = self.now()
@@ -248,11 +264,19 @@ class Wire:
     bytes left (with the thread's CPU time at both), and its waits on the way: for a pooled
     connection (``queued_ns``) and for a new one (``connect_ns``)."""
 
-    __slots__ = ("connect_ns", "cpu_sent_ns", "cpu_start_ns", "queued_ns", "sent_ns", "start_ns")
+    __slots__ = (
+        "connect_ns",
+        "cpu_sent_ns",
+        "cpu_start_ns",
+        "queued_ns",
+        "retries",
+        "sent_ns",
+        "start_ns",
+    )
 
     def __init__(self) -> None:
         self.sent_ns = self.start_ns = self.cpu_start_ns = self.cpu_sent_ns = 0
-        self.queued_ns = self.connect_ns = 0
+        self.queued_ns = self.connect_ns = self.retries = 0
 
     def sent(self) -> Sent:
         """The send, and where the client's part of its lateness went: the thread was off the
@@ -265,6 +289,7 @@ class Wire:
             pool_ns=self.queued_ns,
             connect_ns=self.connect_ns,
             off_cpu_ns=max(0, off_cpu),
+            retries=self.retries,
         )
 
 

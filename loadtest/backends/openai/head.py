@@ -23,10 +23,10 @@ class Head:
 
 
 def read_head(raw: bytes) -> Head:
-    """The head whose bytes (up to its blank line) are ``raw``; ValueError for a status line
-    that is no HTTP/1 response's. An interim answer (1xx) comes back with its status alone:
+    """The head whose bytes (up to its blank line) are ``raw``, its lines ending in CRLF or a
+    bare LF; ValueError for a status line that is no HTTP/1 response's. An interim answer (1xx) comes back with its status alone:
     the real head follows it."""
-    lines = raw.decode("latin-1").split("\r\n")
+    lines = [line.removesuffix("\r") for line in raw.decode("latin-1").split("\n")]
     version, _, status = lines[0].partition(" ")
     try:
         code = int(status.partition(" ")[0])

@@ -20,6 +20,7 @@ status, with its Location in the message.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import time
 from typing import Any
@@ -33,6 +34,9 @@ BATCH_BYTES = 32 << 10
 PAUSE_BYTES = 4 << 20
 MAX_HEAD_BYTES = 64 << 10  # a response head past this is no server's answer
 MAX_LINE_BYTES = 4 << 10  # of a chunk's size line or a trailer
+MAX_INTERIM = 100  # interim answers (100 Continue, 103) before a response's head: more is no server
+# a head ends at a blank line; lines may end in a bare LF (RFC 9112 2.2 lets a client accept it)
+HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 
 # where a connection's current response is
@@ -77,6 +81,8 @@ class Connection(asyncio.Protocol):
         self.wake_bytes = wake_bytes
         self.waiter: asyncio.Future | None = None  # the stream's coroutine, waiting for bytes
         self.head = b""
+        self.heard = False  # a byte of the answer came (an interim head counts)
+        self.interim = 0  # interim answers (1xx) so far
         self.need = 0  # of the current chunk's data (chunked), or of the body (a length)
         self.crlf = 0  # bytes of the CRLF after a chunk's data still to pass over
         self.line = b""  # a chunk-size or trailer line, begun in an earlier read
@@ -114,6 +120,11 @@ class Connection(asyncio.Protocol):
             Response(self).close()
             raise
         return Response(self)
+
+    @property
+    def answered_nothing(self) -> bool:
+        """No byte of an answer to the request it carries (or carried last) came back."""
+        return not self.heard
 
     @property
     def idle(self) -> bool:
@@ -255,22 +266,32 @@ class Connection(asyncio.Protocol):
         return got
 
     def _head_in(self, data: bytes) -> bytes:
-        """The response head, taken from ``data``; what of ``data`` is body."""
+        """The response head, taken from ``data``; what of ``data`` is body. Interim answers
+        (100 Continue) before it are passed over, however many (a loop: no recursion)."""
+        self.heard = True
         head = self.head + data
-        end = head.find(b"\r\n\r\n")
-        if end < 0:
-            self.head = head
-            if len(head) > MAX_HEAD_BYTES:
-                self._fail(HttpFailure("bad_http", "a response head past 64 KiB"))
-            return b""
-        self.head, rest = b"", head[end + 4 :]
-        try:
-            got = read_head(head[:end])
-        except ValueError as exc:
-            self._fail(HttpFailure("bad_http", str(exc)))
-            return b""
-        if got.status < 200:  # an interim answer (100 Continue): the real head comes after it
-            return self._head_in(rest) if rest else b""
+        while True:
+            found = HEAD_END.search(head)
+            if found is None:
+                self.head = head
+                if len(head) > MAX_HEAD_BYTES:
+                    self._fail(HttpFailure("bad_http", "a response head past 64 KiB"))
+                return b""
+            self.head, rest = b"", head[found.end() :]
+            try:
+                got = read_head(head[: found.start()])
+            except ValueError as exc:
+                self._fail(HttpFailure("bad_http", str(exc)))
+                return b""
+            if got.status >= 200:
+                break
+            self.interim += 1  # an interim answer (100 Continue): the real head comes after it
+            if self.interim > MAX_INTERIM:
+                self._fail(HttpFailure("bad_http", f"more than {MAX_INTERIM} interim answers"))
+                return b""
+            head = rest
+            if not head:
+                return b""
         self.status, self.headers = got.status, got.headers
         if not got.keep_alive:
             self.reusable = False

@@ -44,6 +44,9 @@ class Requests(_Doc):
     warmup: int | None = None
     interrupted: int | None = None  # in flight when the run was stopped early
     cancelled: int | None = None  # cancelled mid-stream by the plan (load.cancel)
+    # sends onto a kept-alive connection the server had already closed, sent again on a new
+    # one (warm-up included): the client's, never a failure
+    connection_retries: int | None = None
     errors_by_type: dict[str, int] = Field(default_factory=dict)
     under_two_tokens: int | None = None
     output_tokens: int | None = None

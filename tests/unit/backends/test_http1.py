@@ -140,6 +140,30 @@ def test_an_interim_answer_is_passed_over_and_a_204_has_no_body():
     assert conn.status == 204 and conn.state == http1._DONE and conn.reusable
 
 
+def test_any_number_of_interim_answers_is_passed_over_without_recursion_up_to_a_bound():
+    # 100 interim heads in one read, then the answer: passed over in a loop
+    conn, _ = _feed(b"HTTP/1.1 100 Continue\r\n\r\n" * 100 + b"HTTP/1.1 204 No\r\n\r\n", [])
+    assert conn.status == 204 and conn.error is None
+    # 20,000 of them: no server's answer (no RecursionError either), and no endless wait
+    conn, _ = _feed(b"HTTP/1.1 100 Continue\r\n\r\n" * 20_000, [])
+    assert conn.error is not None and conn.error.kind == "bad_http"
+    assert "more than 100 interim answers" in str(conn.error)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",  # bare LF throughout
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\n\r\nok",  # mixed
+        b"HTTP/1.1 100 Continue\n\nHTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+    ],
+)
+def test_a_head_whose_lines_end_in_a_bare_lf_is_read_at_once(raw):
+    conn, _ = _feed(raw, [])
+    assert conn.status == 200 and conn.headers == {"content-length": "2"}
+    assert bytes(conn.buf) == b"ok" and conn.state == http1._DONE
+
+
 def test_connection_close_and_http_1_0_are_not_kept():
     conn, _ = _feed(_HEAD + b"Connection: close\r\nContent-Length: 0\r\n\r\n", [])
     assert conn.state == http1._DONE and not conn.reusable
@@ -195,8 +219,13 @@ class Server:
     ``delay_s``), counting connections and requests; ``close_after``: it closes each
     connection after that many answers."""
 
-    def __init__(self, body: bytes = b"{}", delay_s: float = 0.0, close_after: int = 0) -> None:
+    def __init__(
+        self, body: bytes = b"{}", delay_s: float = 0.0, close_after: int = 0, drop_next=False
+    ) -> None:
+        """``drop_next``: after ``close_after`` answers a connection is closed when the next
+        request comes on it, unanswered (a keep-alive that ran out as the request went)."""
         self.body, self.delay_s, self.close_after = body, delay_s, close_after
+        self.drop_next = drop_next
         self.connections = self.requests = 0
         self.left: list[float] = []  # when each connection's client went away
 
@@ -206,6 +235,8 @@ class Server:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                if self.drop_next and answered >= self.close_after:
+                    break  # closed, the request unread
                 length = 0
                 for line in head.split(b"\r\n"):
                     if line.lower().startswith(b"content-length:"):
@@ -218,7 +249,7 @@ class Server:
                 )
                 await writer.drain()
                 answered += 1
-                if self.close_after and answered >= self.close_after:
+                if self.close_after and answered >= self.close_after and not self.drop_next:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             self.left.append(time.monotonic())
@@ -287,6 +318,43 @@ def test_a_connection_the_server_closes_is_not_used_again():
 
     server = asyncio.run(main())
     assert server.connections == 3 and server.requests == 3
+
+
+def test_a_request_sent_onto_a_kept_alive_connection_the_server_closed_is_sent_again_once():
+    # each connection answers one request and closes when the next comes on it, unread: every
+    # request after the first goes onto a closed connection, and is sent again on a new one
+    async def main():
+        server = Server(b"ok", close_after=1, drop_next=True)
+        async with server as url:
+            pool = _pool(url)
+            wires = [Wire() for _ in range(5)]
+            answers = [await _get(pool, url, w) for w in wires]
+            await pool.close()
+        return answers, wires, server
+
+    answers, wires, server = asyncio.run(main())
+    assert answers == [b"ok"] * 5
+    assert [w.retries for w in wires] == [0, 1, 1, 1, 1]
+    assert server.requests == 5 and server.connections == 5  # each answered once, none twice
+    assert wires[1].sent().retries == 1
+
+
+def test_a_new_connection_closed_unanswered_fails_without_a_retry():
+    # the server closes every connection at its first request: a fresh connection's failure is
+    # the server's, not a stale one's, and is not sent again
+    async def main():
+        server = Server(close_after=0, drop_next=True)
+        async with server as url:
+            pool = _pool(url)
+            wire = Wire()
+            with pytest.raises(HttpFailure) as failed:
+                await _get(pool, url, wire)
+            await pool.close()
+        return failed.value, wire, server
+
+    failure, wire, server = asyncio.run(main())
+    assert failure.kind in ("server_disconnected", "connection_reset") and not failure.connecting
+    assert wire.retries == 0 and server.connections == 1 and server.requests == 0
 
 
 def test_a_refused_connection_fails_as_connect_error_while_connecting():
