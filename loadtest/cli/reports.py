@@ -16,6 +16,8 @@ from loadtest.results.model import RepeatDoc, RunMetrics
 def exit_code(doc: RunMetrics | RepeatDoc) -> int:
     """For a metrics.json or a repeat.json (its pooled status and SLA verdict)."""
     verdict = None if doc.sla is None else doc.sla.verdict
+    if isinstance(doc, RunMetrics) and doc.harness is not None and doc.harness.internal_error:
+        return exit_codes.INTERNAL  # a bug in loadtest stopped it: not the system's failure
     interrupted_by = doc.interrupted_by if isinstance(doc, RunMetrics) else None
     return exit_codes.for_result(doc.status, verdict, interrupted_by)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -57,6 +58,7 @@ class RunOutcome:
     # near 1 the loop is one core's limit, and every stamp and send waits on it
     loop_busy: float | None = None
     prompts_at_send: int = 0  # prompts made as they were sent, past what was made before t0
+    internal_error: str | None = None  # a bug in loadtest stopped the run (it exits 5)
 
 
 class Runner(Users):
@@ -111,6 +113,7 @@ class Runner(Users):
         self._unstarted = 0  # spawned requests whose first step has not run
         self._cancel_reason: str | None = None
         self._failure: str | None = None
+        self.internal_error: str | None = None  # a bug in loadtest stopped the run
         self._stop = asyncio.Event()
         self._throttle_exit = 0
         # A ceiling on top of the schedule, not the schedule.
@@ -214,6 +217,7 @@ class Runner(Users):
             stopped_ns=self.stopped_ns,
             loop_busy=busy_share_since(busy_from),
             prompts_at_send=0 if self._prompts is None else self._prompts.left,
+            internal_error=self.internal_error,
         )
 
     def stats(self, percentiles: bool = True) -> dict:
@@ -336,13 +340,34 @@ class Runner(Users):
             self._fail(st, type(exc).__name__)
             self._failure = str(exc)
             self.request_stop("failed")
-        except Exception as exc:  # a backend bug fails this request, not the run
-            self._fail(st, type(exc).__name__)
+        except Exception as exc:
+            # Backends say what failed on the server's side as Failed events; an exception
+            # that gets here is a bug in loadtest, never the server's failure: the run stops
+            # with what it measured, as an internal error, and this request is not counted.
+            self._internal_error(st, exc)
+            self.interrupted += 1
+            self.in_flight -= 1
+            return st
         self.in_flight -= 1
         if self.profile is not None:
             self.profile.on_done(req.index)
         self._recording().add(st)
         return st
+
+    def _internal_error(self, st: RequestState, exc: Exception) -> None:
+        """Stop the run for a bug in loadtest met while reading request ``st``: the traceback
+        on stderr, the result saying so (and exiting 5), the request left uncounted."""
+        import traceback
+
+        if self.internal_error is None:
+            traceback.print_exception(exc, file=sys.stderr)
+            self.internal_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            self._failure = (
+                f"internal error in loadtest while reading request {st.req.index} "
+                f"({self.internal_error}): a bug in loadtest, not the server's failure; "
+                "please report it with the traceback printed above"
+            )
+        self.request_stop("failed")
 
     def _time_limit(self, st: RequestState) -> tuple[float | None, bool]:
         """Seconds the request may run from now (None: no limit), and whether that limit is

@@ -256,6 +256,7 @@ class WorkerGroup:
                 (o.loop_busy for o in outcomes if o.loop_busy is not None), default=None
             ),
             prompts_at_send=sum(o.prompts_at_send for o in outcomes),
+            internal_error=next((o.internal_error for o in outcomes if o.internal_error), None),
         )
 
     def _part(self, i: int, parts: dict, lost: dict, after) -> WorkerPart:

@@ -133,6 +133,7 @@ def build_result(
             loop_lag_ms=LatencySummary(**outcome.loop_lag.summary_ms()),
             throttled_requests=outcome.throttled,
             failure=outcome.failure,
+            internal_error=outcome.internal_error,
             loop_busy=outcome.loop_busy,
         ),
         validity=validity,

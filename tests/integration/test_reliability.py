@@ -627,3 +627,50 @@ def test_a_request_sent_as_the_server_closed_its_kept_alive_connection_is_sent_a
     completions = [p for p in server.paths if p == "/v1/completions"]
     assert len(completions) == req["sent"] + 1, server.paths  # and the start-up probe's
     assert server.dropped >= req["sent"]
+
+
+def test_a_bug_in_loadtest_while_reading_a_request_is_an_internal_error_not_a_server_failure(
+    tmp_path, monkeypatch
+):
+    """An exception a backend did not declare as the server's (a Failed event) is loadtest's
+    own bug: the run stops with what it measured, says so, exits 5, and counts no request as
+    failed against the server."""
+    from loadtest.backends.sim import SimBackend
+    from loadtest.cli.reports import exit_code
+    from loadtest.results.model import RunMetrics
+
+    submit = SimBackend.submit
+
+    async def buggy(self, req, prompt_ids):
+        if req.index == 5:
+            raise TypeError("unhashable type: 'list'")  # e.g. an odd field read carelessly
+        async for event in submit(self, req, prompt_ids):
+            yield event
+
+    monkeypatch.setattr(SimBackend, "submit", buggy)
+    data = {"name": "bug", "backend": {"kind": "sim"}, "telemetry": {"gpu": False},
+            "load": {"arrival": {"kind": "constant", "rate": 10}, "requests": 40,
+                     "validity": LENIENT}}  # fmt: skip
+    from tests.conftest import run_virtual_scenario
+
+    m = run_virtual_scenario(tmp_path, data, ())
+    assert m["status"] == "failed"
+    assert m["requests"]["failed"] == 0 and m["requests"]["errors_by_type"] == {}
+    assert m["harness"]["internal_error"] == "TypeError: unhashable type: 'list'"
+    assert "internal error in loadtest while reading request 5" in m["harness"]["failure"]
+    assert exit_code(RunMetrics.model_validate(m)) == exit_codes.INTERNAL == 5
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        b'{"choices": ' + b"[" * 5000 + b"]" * 5000 + b"}",  # nested past any parser's depth
+        b'{"type": "response.function_call_arguments.delta", "delta": "x", "output_index": [1]}',
+    ],
+    ids=["deep", "odd_output_index"],
+)
+def test_an_answer_too_deep_or_of_the_wrong_shape_is_a_bad_response(event):
+    from loadtest.backends.openai.events import BadResponse, parse_event, responses_delta
+
+    with pytest.raises(BadResponse):
+        responses_delta(parse_event(event))

@@ -117,7 +117,7 @@ def responses_delta(event: dict) -> Delta:
         if not isinstance(delta, str):
             raise BadResponse(f"{kind}: delta: expected text")
         if part == "tool":
-            index = event.get("output_index", 0)
+            index = _output_index(event)
             return Delta(delta, tools=((index, None, delta),), source=event, has_choice=True)
         if part == "reasoning":
             return Delta(delta, reasoning=delta or None, source=event, has_choice=True)
@@ -125,7 +125,7 @@ def responses_delta(event: dict) -> Delta:
     if kind == "response.output_item.added":
         item = event.get("item") or {}
         if isinstance(item, dict) and item.get("type") == "function_call":
-            index = event.get("output_index", 0)
+            index = _output_index(event)
             name = item.get("name") if isinstance(item.get("name"), str) else None
             return Delta("", tools=((index, name, ""),), source=event, has_choice=True)
         return Delta(None, source=event)
@@ -137,6 +137,15 @@ def responses_delta(event: dict) -> Delta:
         reason = "length" if response.get("status") == "incomplete" else "stop"
         return Delta(None, reason, usage=_chat_usage(usage), source=response, has_choice=True)
     return Delta(None, source=response, has_choice=kind == "response.created")
+
+
+def _output_index(event: dict) -> int:
+    """A Responses event's ``output_index``: a whole number (``BadResponse`` otherwise: it keys
+    the function call its deltas belong to)."""
+    index = event.get("output_index", 0)
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < 1 << 16:
+        raise BadResponse(f"{event.get('type')}: output_index: expected a small whole number")
+    return index
 
 
 def _chat_usage(usage: Any) -> Any:
@@ -179,6 +188,8 @@ def parse_event(data: bytes) -> dict:
             event = json.loads(data.decode("utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadResponse(f"not JSON: {exc}") from None
+        except RecursionError:  # no answer of the API nests this deep
+            raise BadResponse("JSON nested too deeply to read") from None
     if not isinstance(event, dict):
         raise BadResponse(f"expected a JSON object, got {data[:80]!r}")
     return event

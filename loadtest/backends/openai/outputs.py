@@ -62,7 +62,7 @@ class OutputChecks:
             return "cut_at_length"
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # too deep to read is read as not JSON
             return "bad_json"
         if self.content.response_format == {"type": "json_object"} and not key:
             return "ok" if isinstance(value, dict) else "schema_mismatch"
@@ -71,7 +71,10 @@ class OutputChecks:
         validator = self._validator(key, schema)
         if validator is None:
             return "ok"  # jsonschema not installed: parsed, not validated (the summary says)
-        return "ok" if validator.is_valid(value) else "schema_mismatch"
+        try:
+            return "ok" if validator.is_valid(value) else "schema_mismatch"
+        except RecursionError:  # a value too deep for the validator to walk holds no schema's
+            return "schema_mismatch"
 
     def _validator(self, key: str, schema: dict) -> Any:
         if key not in self._validators:

@@ -27,6 +27,8 @@ async def read_answer(resp: Any, api: str, inputs: int) -> tuple[int | None, str
         answer = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadResponse(f"not JSON: {exc}") from None
+    except RecursionError:  # no answer of the API nests this deep
+        raise BadResponse("JSON nested too deeply to read") from None
     if not isinstance(answer, dict):
         raise BadResponse(f"expected a JSON object, got {raw[:80]!r}")
     expected = inputs if api == "embeddings" else inputs - 1

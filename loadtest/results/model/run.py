@@ -85,6 +85,8 @@ class Harness(_Doc):
     loop_lag_ms: LatencySummary
     throttled_requests: int
     failure: str | None
+    # a bug in loadtest that stopped the run (its exception; the run exits 5), never the server's
+    internal_error: str | None = None
     # the event loop thread's CPU time over the run's real time (the busiest worker's); None
     # on a virtual clock, and in results written before it was measured
     loop_busy: float | None = None
