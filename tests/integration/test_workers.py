@@ -131,7 +131,9 @@ def test_a_lost_worker_fails_the_run_and_keeps_what_the_others_measured(tmp_path
     statuses = sorted(w["status"] for w in m["workers"])
     assert statuses == ["failed", "lost"]
     kept = next(w for w in m["workers"] if w["status"] == "failed")
-    assert kept["completed"] > 50 and m["requests"]["completed"] == kept["completed"]
+    # its count depends on how soon the workers started on a busy machine; that it is kept whole
+    # is the point
+    assert kept["completed"] > 0 and m["requests"]["completed"] == kept["completed"]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "failed"
 
 
