@@ -264,7 +264,7 @@ def _load_split(
     dtype,
     attn: dict,
     layout: Layout,
-    all_reduce: str | None,
+    all_reduce: str | None = None,
 ):
     """This rank's part of the model, built at its local shape on its device: random weights
     for a dummy, the checkpoint's slices otherwise (``split``); its small all-reduces one-shot
