@@ -101,7 +101,36 @@ def _preflight(scenario: Scenario, base_dir: Path) -> list[tuple[tuple, str]]:
         p = p if p.is_absolute() else base_dir / p
         if not p.is_file():
             problems.append((loc, f"file not found: {p}"))
+    problems += _open_files_problems(scenario)
     return problems
+
+
+def _open_files_problems(scenario: Scenario) -> list[tuple[tuple, str]]:
+    """A closed loop over HTTP holds a connection a user: refused where this host's limit on
+    open files (raised to its hard limit) cannot hold them (workers on this host share them;
+    Ray workers elsewhere have limits of their own)."""
+    from loadtest.core import open_files
+
+    arrival, load = scenario.load.arrival, scenario.load
+    cap = getattr(scenario.backend, "max_connections", None)
+    if scenario.backend.kind != "openai" or arrival.kind != "concurrency" or load.ray:
+        return []
+    users = arrival.users
+    connections = min(users, cap) if cap else users
+    per_process = -(-connections // max(1, load.workers))
+    short = open_files.shortfall(per_process)
+    if short is None:
+        return []
+    needed, limit = short
+    return [
+        (
+            ("load", "arrival", "users"),
+            f"{users} users hold up to {per_process} connections in a client process, about "
+            f"{needed} open files with its own, and this host lets a process open {limit} "
+            f"(ulimit -n, at its hard limit): raise the hard limit (ulimit -Hn {needed}), or "
+            "use fewer users or more load.workers",
+        )
+    ]
 
 
 def _parse_override(item: str, path: Path) -> tuple[tuple, object]:

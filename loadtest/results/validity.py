@@ -53,6 +53,12 @@ def judge_validity(
             reasons.append(reason)
         if warning:
             warnings.append(warning)
+    if rec.errors_by_type.get("client_out_of_files"):
+        reasons.append(
+            f"{rec.errors_by_type['client_out_of_files']} requests failed because this client ran "
+            "out of file descriptors (EMFILE): the failures are the client's, not the server's; "
+            "raise ulimit -n"
+        )
     if rec.completed < v.min_completed:
         reasons.append(f"{rec.completed} measured requests completed, fewer than {v.min_completed}")
     if rec.failed:

@@ -674,3 +674,42 @@ def test_an_answer_too_deep_or_of_the_wrong_shape_is_a_bad_response(event):
 
     with pytest.raises(BadResponse):
         responses_delta(parse_event(event))
+
+
+def _limit_open_files(soft: int, hard: int):
+    def limit():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return limit
+
+
+def test_more_users_than_the_open_file_limit_holds_are_refused_before_the_run(tmp_path):
+    """A closed loop over HTTP holds a connection a user. Under ``ulimit -n`` the soft limit is
+    raised to the hard one, as load tools do; past the hard one the run is refused before it
+    starts, naming the field and the number it needs (an earlier client ran out of files mid-run
+    and called the server down)."""
+    path = openai_scenario(tmp_path, 9, api="completions")
+    text = (
+        path.read_text()
+        .replace("kind: constant", "kind: concurrency")
+        .replace("rate: 2", "users: 1500")
+    )
+    path.write_text(text)
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if "users: 1500" in x)
+
+    def validate(soft, hard):
+        return subprocess.run(
+            [sys.executable, "-m", "loadtest", "validate", str(path)],
+            capture_output=True, text=True, timeout=60, preexec_fn=_limit_open_files(soft, hard),
+        )  # fmt: skip
+
+    refused = validate(1024, 1024)
+    assert refused.returncode == exit_codes.USAGE, refused.stdout + refused.stderr
+    said = refused.stdout + refused.stderr
+    assert f"{path.name}:{line}: load.arrival.users: 1500 users hold up to 1500 connections" in said
+    assert "about 1756 open files" in said and "lets a process open 1024" in said
+    # a soft limit below what is needed, under a hard one above it: raised, and accepted
+    accepted = validate(1024, 4096)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadtest.backends.openai.http1 import Connection, HttpFailure, Response
-from loadtest.core import outside
+from loadtest.core import open_files, outside
 from loadtest.core._version import __version__
 from loadtest.core.events import Sent
 
@@ -24,6 +24,7 @@ ERROR_TEXT_CHARS = 300  # of an error body or exception message kept for the res
 # How a send onto a kept-alive connection the server had already closed fails, before any byte
 # of an answer: such a request is sent again, once, on a new connection.
 STALE = frozenset({"server_disconnected", "connection_reset"})
+CLIENT_OUT_OF_FILES = "client_out_of_files"  # an error type that is the client's, not the server's
 
 
 def open_pool(
@@ -202,7 +203,13 @@ class ConnectionPool:
         except ssl.SSLCertVerificationError as exc:
             failure = HttpFailure("tls_error", f"{self.origin}: {exc}", True)
         except OSError as exc:
-            failure = HttpFailure("connect_error", f"{self.origin}: {exc}", True)
+            if exc.errno in open_files.CLIENT_ERRNOS:  # the client's limit, not the server down
+                failure = HttpFailure(
+                    CLIENT_OUT_OF_FILES,
+                    f"this client ran out of file descriptors ({exc.strerror}): raise ulimit -n",
+                )
+            else:
+                failure = HttpFailure("connect_error", f"{self.origin}: {exc}", True)
         except BaseException:
             self._open -= 1
             self._wake()

@@ -494,3 +494,24 @@ def test_the_send_is_stamped_before_the_bytes_leave_whatever_holds_the_client_af
     assert asyncio.run(main()) == b"ok"  # asyncio's own loop: its transport is the one held
     listener.close()
     assert wire.start_ns <= wire.sent_ns <= received[0]
+
+
+def test_a_client_out_of_file_descriptors_says_so_and_is_not_a_server_that_is_down(monkeypatch):
+    import errno
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        async def no_files(*args, **kwargs):
+            raise OSError(errno.EMFILE, "Too many open files")
+
+        monkeypatch.setattr(loop, "create_connection", no_files)
+        pool = _pool("http://127.0.0.1:9/v1/x")
+        with pytest.raises(HttpFailure) as failed:
+            await pool.request("POST", "http://127.0.0.1:9/v1/x", b"{}")
+        return failed.value, pool
+
+    failure, pool = asyncio.run(main())
+    assert failure.kind == "client_out_of_files" and "raise ulimit -n" in str(failure)
+    assert not failure.connecting  # never counted towards "the server is down"
+    assert pool._open == 0  # the slot it took is given back
