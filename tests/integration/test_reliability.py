@@ -551,7 +551,8 @@ class OneAnswerServer:
         ]
     )
 
-    def __init__(self) -> None:
+    def __init__(self, stream: bytes = STREAM) -> None:
+        self.stream = stream
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -592,7 +593,7 @@ class OneAnswerServer:
                     conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                 else:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(self.STREAM), self.STREAM))  # fmt: skip
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(self.stream), self.stream))  # fmt: skip
                     self.answered += 1
                 answers += 1
         except OSError:
@@ -713,3 +714,24 @@ def test_more_users_than_the_open_file_limit_holds_are_refused_before_the_run(tm
     # a soft limit below what is needed, under a hard one above it: raised, and accepted
     accepted = validate(1024, 4096)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
+def test_without_usage_a_closing_chunk_with_no_text_is_not_a_token(tmp_path):
+    """Four tokens of text, then a chunk with no text that carries only the finish reason, and
+    no usage: four tokens (an earlier client counted five)."""
+    text = b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'
+    closing = b'data: {"choices": [{"text": "", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
+    server = OneAnswerServer(text * 4 + closing)
+    try:
+        path = openai_scenario(tmp_path, server.port, api="completions")
+        load = ["load.arrival={kind: concurrency, users: 1}", "load.requests=5",
+                "load.duration=null", "load.validity={max_dispatch_lag_p99: 2s}"]  # fmt: skip
+        r = cli(
+            "run", path, "--out", tmp_path / "run", "-q", *sum((["--set", s] for s in load), [])
+        )
+    finally:
+        server.close()
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    req = m["requests"]
+    assert req["completed"] == 5 and req["output_tokens"] == 5 * 4, (r.stderr, req)
+    assert m["latency_ms"]["itl"]["count"] == 5 * 3

@@ -334,6 +334,8 @@ class OpenAIBackend(Backend):
         """A complete stream's tokens, one stamp each, and its end; and what it shows."""
         usage, chunks = stream.usage, stream.chunks
         served = usage_count(usage, "completion_tokens")
+        if served is None and stream.closing_empty:
+            chunks = chunks[:-1]  # no usage to say otherwise: a closing chunk is not a token
         mode = self._tokens.learn(chunks, usage)
         token_stamps = self._tokens.by_chunk(chunks, mode)
         if token_stamps is None:  # the tokenizer's count, reconciled to the server's

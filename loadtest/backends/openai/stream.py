@@ -56,6 +56,9 @@ class Stream:
         self.reply_chars = 0  # of the reply: past MAX_REPLY_CHARS the history keeps its start
         self.usage: Any = None
         self.finish_reason: str | None = None
+        # the last chunk of text was empty and carried the finish reason: a closing chunk, which
+        # holds no token unless the server's usage says so
+        self.closing_empty = False
         self.response_id: str | None = None  # the server's id: per-request exports join on it
         self.model: str | None = None
         self.reasoning: list[tuple[int, str]] = []  # the chunks that were reasoning
@@ -251,6 +254,7 @@ class Stream:
         if d.text is not None:
             self.chunk_ns.append(t)
             self.chunk_texts.append(d.text)
+            self.closing_empty = d.reason is not None and not d.text
             self.chars += len(d.text)
             if len(self.chunk_ns) > self.max_chunks or (
                 self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks
