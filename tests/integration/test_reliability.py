@@ -735,3 +735,27 @@ def test_without_usage_a_closing_chunk_with_no_text_is_not_a_token(tmp_path):
     req = m["requests"]
     assert req["completed"] == 5 and req["output_tokens"] == 5 * 4, (r.stderr, req)
     assert m["latency_ms"]["itl"]["count"] == 5 * 3
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b"<html><body>a login page</body></html>", b"text/html"),
+        (b'{"choices": [{"text": "hi", "finish_reason": "stop"}]}', b"application/json"),
+    ],
+    ids=["html", "unstreamed_json"],
+)
+def test_a_probe_answer_no_request_could_read_fails_the_start(tmp_path, body, kind):
+    """A 200 whose body is a web page, or one JSON answer where a stream was asked for: every
+    request would end incomplete, so the start-up probe fails the start saying so (an earlier
+    probe passed it, and every request then failed)."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (kind, len(body))
+    server = SilentServer(reply=head + body)
+    try:
+        path = openai_scenario(tmp_path, server.port, api="completions")
+        r = cli("run", path, "--out", tmp_path / "run", "-q")
+    finally:
+        server.close()
+    assert r.returncode == exit_codes.FAILED, r.stdout + r.stderr
+    said = r.stdout + r.stderr
+    assert "is not an OpenAI stream: incomplete_stream" in said and kind.decode() in said, said

@@ -43,6 +43,7 @@ from loadtest.backends.openai.tokens import (
 from loadtest.config.apis import POOLING_APIS
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Cancelled, Failed, Finished, Tokens
+from loadtest.core.text import visible
 from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
 from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer
@@ -429,7 +430,13 @@ class OpenAIBackend(Backend):
                     return resp.status, ""
                 # read to its end (bounded: a stream past a few chunks a token is refused)
                 stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
-                await stream.read(resp.batch, self.clock.now_ns, None, resp.reads)
+                ended = await stream.read(resp.batch, self.clock.now_ns, None, resp.reads)
+                if isinstance(ended, Failed):  # what every request would end in: say so now
+                    kind = visible(resp.headers.get("content-type", "no Content-Type")[:60])
+                    raise BackendError(
+                        f"{self.url}: the probe's answer (HTTP {resp.status}, {kind}) is not an "
+                        f"OpenAI stream: {ended.error_type}: {ended.message}"
+                    )
                 self.server_model = self.server_model or stream.model
                 self._tokens.learn(stream.chunks, stream.usage)
                 return resp.status, ""
