@@ -226,15 +226,7 @@ def row_images(value: object, folder: Path, where: str) -> tuple[str, ...]:
             out.append(item)
             continue
         if isinstance(item, str):
-            path = Path(item).expanduser()
-            path = path if path.is_absolute() else folder / path
-            mime = _MIME.get(path.suffix.lower())
-            if mime is None or not path.is_file():
-                why = "not found" if not path.is_file() else f"not an image ({path.suffix})"
-                raise ScenarioError([f"{where}: images: {path}: {why}"])
-            if path.stat().st_size > MAX_IMAGE_BYTES:
-                raise ScenarioError([f"{where}: images: {path}: over {MAX_IMAGE_BYTES >> 20} MiB"])
-            data, kind = path.read_bytes(), mime
+            data, kind = _image_file(item, folder, where)
         elif isinstance(item, dict) and isinstance(item.get("bytes"), bytes):
             data, kind = item["bytes"], "image/png"
         elif hasattr(item, "save"):  # a PIL image (the datasets library's Image feature)
@@ -247,6 +239,38 @@ def row_images(value: object, folder: Path, where: str) -> tuple[str, ...]:
             )
         out.append(f"data:{kind};base64,{base64.b64encode(data).decode('ascii')}")
     return tuple(out)
+
+
+# how each image format's file begins (a file named .png that is not one is not sent)
+_MAGIC = {"image/png": (b"\x89PNG",), "image/jpeg": (b"\xff\xd8\xff",),
+          "image/gif": (b"GIF87a", b"GIF89a"), "image/webp": (b"RIFF",)}  # fmt: skip
+
+
+def _image_file(name: str, folder: Path, where: str) -> tuple[bytes, str]:
+    """An image file a row names, read: it must lie inside the dataset's folder once every
+    link is followed (a row is outside text: it may name ``/etc/passwd``, ``../..`` or a link
+    named .png), be an image by its name and its first bytes, and be at most MAX_IMAGE_BYTES."""
+    path = Path(name)
+    path = path if path.is_absolute() else folder / path
+    try:
+        resolved, inside = path.resolve(strict=True), folder.resolve()
+    except (OSError, RuntimeError):  # missing, or a loop of links
+        raise ScenarioError([f"{where}: images: {path}: not found"]) from None
+    if not resolved.is_relative_to(inside):
+        raise ScenarioError(
+            [f"{where}: images: {path}: outside the dataset's folder ({inside}); not read"]
+        )
+    mime = _MIME.get(path.suffix.lower())
+    if mime is None or not resolved.is_file():
+        why = f"not an image ({path.suffix})" if resolved.is_file() else "not a file"
+        raise ScenarioError([f"{where}: images: {path}: {why}"])
+    with resolved.open("rb") as f:
+        data = f.read(MAX_IMAGE_BYTES + 1)
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ScenarioError([f"{where}: images: {path}: over {MAX_IMAGE_BYTES >> 20} MiB"])
+    if not data.startswith(_MAGIC[mime]):
+        raise ScenarioError([f"{where}: images: {path}: not a {mime} file by its content"])
+    return data, mime
 
 
 def _ids(ids: list[int]) -> array:

@@ -402,3 +402,31 @@ def test_a_stream_whose_usage_matches_its_chunks_is_never_tokenized(
         m = run(tmp_path, data)
     assert m["requests"]["completed"] == 6 and m["requests"]["failed"] == 0
     assert [r["output_tokens"] for r in records(tmp_path)] == [6] * 6
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("/etc/passwd", "outside the dataset's folder"),  # absolute, elsewhere
+        ("../secret.png", "outside the dataset's folder"),  # up and out
+        ("link.png", "outside the dataset's folder"),  # a link named .png, to a file outside
+        ("fake.png", "not a image/png file by its content"),  # inside, but no image
+    ],
+)
+def test_a_dataset_image_path_never_reads_a_file_outside_its_folder(tmp_path, name, said):
+    """A dataset row is outside text: the files it names are read only inside the dataset's
+    folder, links followed, and only when they are images; never sent to the server otherwise."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"\x89PNG not for the server")
+    (folder / "link.png").symlink_to(secret)
+    (folder / "fake.png").write_text("a text file named .png")
+    (folder / "vision.jsonl").write_text(json.dumps({"prompt": "a", "images": [name]}) + "\n")
+    data = scenario("http://127.0.0.1:9/v1", "chat", {"dataset": "data/vision.jsonl"})
+    from loadtest.workload.plan import check_plan
+
+    loaded = load_scenario(write_scenario(tmp_path, data), [])
+    with pytest.raises(ScenarioError) as err:
+        check_plan(loaded.scenario, lambda n: tmp_path / n)
+    assert "vision.jsonl:1: images:" in str(err.value) and said in str(err.value), err.value
