@@ -13,6 +13,7 @@ _Model = StrictModel
 
 MAX_USERS = 100_000  # a typo (1e9 users) must not exhaust memory before anything runs
 MAX_CV = 100.0
+MIN_CV = 0.01  # gaps this regular are constant arrivals; below it gamma's shape overflows
 
 
 class ConstantArrival(_Model):
@@ -35,7 +36,7 @@ class GammaArrival(_Model):
     kind: Literal["gamma"]
     rate: Rate = Field(description="Mean requests per second.")
     cv: float = Field(
-        gt=0,
+        ge=MIN_CV,
         le=MAX_CV,
         description="Burstiness: coefficient of variation of the gaps (1 = Poisson).",
     )

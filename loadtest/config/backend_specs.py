@@ -73,6 +73,31 @@ class NoopSpec(Spec):
     )
 
 
+MAX_BODY_DEPTH = 32  # of extra_body's nesting: no API's request nests deeper
+
+
+def _not_json(value: object, where: str, depth: int) -> str | None:
+    """Why ``value`` is not strict JSON (a non-finite number, too deep), naming where; None."""
+    import math
+
+    if depth > MAX_BODY_DEPTH:
+        return f"{where or 'it'}: nested deeper than {MAX_BODY_DEPTH}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where}: {value!r} is not a JSON number"
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, item in items:
+        problem = _not_json(item, f"{where}.{key}" if where else str(key), depth + 1)
+        if problem:
+            return problem
+    return None
+
+
 class OpenAISpec(Spec):
     """A served model behind an OpenAI-compatible HTTP API (vLLM, SGLang, TGI, llama.cpp,
     ``transformers serve``), streamed over server-sent events."""
@@ -149,6 +174,17 @@ class OpenAISpec(Spec):
         description="This many failed connections in a row, none "
         "succeeding: the server is down; the run ends (status failed).",
     )
+
+    @field_validator("extra_body")
+    @classmethod
+    def _strict_json(cls, body: dict) -> dict:
+        """What is merged into every request must be JSON as servers read it: no NaN or
+        infinity (Python would send the non-JSON ``Infinity``), and no nesting past a depth any
+        API has."""
+        problem = _not_json(body, "", 0)
+        if problem:
+            raise ValueError(problem)
+        return body
 
     def secret_values(self) -> list[str]:
         """Every secret this spec holds (API key, URL credentials, sensitive header values)."""

@@ -16,6 +16,7 @@ _Model = StrictModel
 MAX_TOKENS = 10_000_000  # per request, input or output: a typo must not exhaust memory
 MAX_MODELS = 64  # a model mix's names (each has its own histograms)
 MAX_MODEL_NAME = 256
+MAX_WEIGHT = 1e9  # a mix's weights are ratios; past this their sum could overflow
 
 
 class _Clipped(_Model):
@@ -201,8 +202,10 @@ class Workload(_Model):
                     f"{name[:40]!r}: a model's name is printable and at most {MAX_MODEL_NAME} "
                     "characters"
                 )
-            if not (math.isfinite(weight) and weight > 0):
-                raise ValueError(f"{name}: a weight is a positive number, got {weight!r}")
+            if not (math.isfinite(weight) and 0 < weight <= MAX_WEIGHT):
+                raise ValueError(
+                    f"{name}: a weight is a positive number up to {MAX_WEIGHT:g}, got {weight!r}"
+                )
         return models
 
     @model_validator(mode="before")

@@ -759,3 +759,24 @@ def test_a_probe_answer_no_request_could_read_fails_the_start(tmp_path, body, ki
     assert r.returncode == exit_codes.FAILED, r.stdout + r.stderr
     said = r.stdout + r.stderr
     assert "is not an OpenAI stream: incomplete_stream" in said and kind.decode() in said, said
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["load.arrival={kind: gamma, rate: 5, cv: 1e-300}"], "load.arrival.cv"),
+        (["workload.models={a: 1e308, b: 1e308}"], "a weight is a positive number up to 1e+09"),
+        (["backend.extra_body={temperature: .inf}"], "temperature: inf is not a JSON number"),
+        (["backend.extra_body={a: [1, {b: .nan}]}"], "a.1.b: nan is not a JSON number"),
+        (["backend.extra_body=" + "{a: " * 40 + "1" + "}" * 40], "nested deeper than 32"),
+    ],
+    ids=["cv", "weights", "inf", "nan", "deep"],
+)
+def test_numbers_past_what_a_run_can_use_are_refused_by_field(tmp_path, overrides, said):
+    """Floors and ceilings at validation: values that would overflow the plan (an earlier run
+    ended in an internal error) or be sent as something other than JSON are usage errors."""
+    path = openai_scenario(tmp_path, 9, api="completions")
+    args = sum((["--set", o] for o in overrides), [])
+    r = cli("validate", path, *args)
+    assert r.returncode == exit_codes.USAGE, r.stdout + r.stderr
+    assert said in r.stdout + r.stderr, r.stdout + r.stderr

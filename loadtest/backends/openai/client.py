@@ -233,7 +233,7 @@ class OpenAIBackend(Backend):
         cancels = req.stop_at_ns is not None or req.stop_after_tokens is not None
         try:
             resp = await self._pool.request(
-                "POST", self.url, json.dumps(body).encode(), wire, eager=cancels
+                "POST", self.url, json.dumps(body, allow_nan=False).encode(), wire, eager=cancels
             )
             try:
                 self._connect_errors_in_a_row = 0
@@ -421,7 +421,9 @@ class OpenAIBackend(Backend):
             else self._bodies.streaming("hello", None, PROBE_TOKENS, via, Counter())
         )
         try:
-            resp = await self._pool.request("POST", self.url, json.dumps(body).encode(), Wire())
+            resp = await self._pool.request(
+                "POST", self.url, json.dumps(body, allow_nan=False).encode(), Wire()
+            )
             try:
                 if resp.status >= 300:
                     return resp.status, await error_text(resp)
