@@ -780,3 +780,32 @@ def test_numbers_past_what_a_run_can_use_are_refused_by_field(tmp_path, override
     r = cli("validate", path, *args)
     assert r.returncode == exit_codes.USAGE, r.stdout + r.stderr
     assert said in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_a_port_that_speaks_another_protocol_fails_the_start_saying_so(tmp_path):
+    """An SSH server's banner where an HTTP server was expected: the start fails (exit 4),
+    naming what came back (an earlier client ended in an internal error)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            threading.Timer(5, conn.close).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        path = openai_scenario(tmp_path, sock.getsockname()[1], api="completions")
+        r = cli("run", path, "--out", tmp_path / "run", "-q")
+    finally:
+        sock.close()
+    assert r.returncode == exit_codes.FAILED, r.stdout + r.stderr
+    assert "internal error" not in r.stderr
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    error = m["backend"]["error"]
+    assert "not an HTTP status line: b'SSH-2.0-OpenSSH_9.6" in error, error

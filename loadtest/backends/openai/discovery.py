@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
 
 from loadtest.core import secrets
 from loadtest.core.errors import BackendError
+from loadtest.core.text import visible
 
 
 def server_root(base_url: str) -> str:
@@ -96,11 +98,14 @@ def _model_list(base_url: str, api_key: str | None, timeout_s: float) -> list[di
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise BackendError(f"{secrets.redact_url(url)}: no answer ({reason})") from None
+    except http.client.HTTPException as exc:  # an SSH or FTP banner, or no HTTP at all
+        answer = visible(str(exc)[:80])
+        raise BackendError(f"{secrets.redact_url(url)}: not an HTTP answer ({answer})") from None
     try:
         entries = json.loads(body)["data"]
         if not all(isinstance(m, dict) and "id" in m for m in entries):
             raise TypeError
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise BackendError(
             f"{secrets.redact_url(url)}: not an OpenAI model list; give --model"
         ) from None

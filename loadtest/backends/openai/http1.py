@@ -66,6 +66,7 @@ class Connection(asyncio.Protocol):
         self.counted = True  # in the pool's count of open connections
         self.reusable = True  # may carry another request once this response is read
         self.state = _IDLE
+        self.unsolicited = b""  # bytes the server sent with no request out (a banner): closed
         self._reset(1)
 
     def _reset(self, wake_bytes: int) -> None:
@@ -105,6 +106,12 @@ class Connection(asyncio.Protocol):
         self.state = _HEAD
         self.read_timeout_ns = read_timeout_ns
         try:
+            if self.unsolicited:  # it spoke first: an SSH or FTP server, say, not HTTP
+                raise HttpFailure(
+                    "bad_http", f"not an HTTP status line: {self.unsolicited[:60]!r} (unasked)"
+                )
+            if self.lost or self.transport.is_closing():  # closed since it was pooled
+                raise HttpFailure("server_disconnected", "the server closed the connection")
             # stamped as the bytes go: a write that wakes a server on this host may hand it
             # the core, and a stamp after the write would then carry the server's time
             if wire is not None:
@@ -178,6 +185,8 @@ class Connection(asyncio.Protocol):
             self.buf += data
         else:  # bytes with no request out, or past a response's end: not a server to trust
             self.reusable = False
+            if state == _IDLE and not self.unsolicited:
+                self.unsolicited = data[:80]
             self.transport.close()
             return
         self.silent_from = t
@@ -271,6 +280,10 @@ class Connection(asyncio.Protocol):
         self.heard = True
         head = self.head + data
         while True:
+            if head[:5] != b"HTTP/"[: len(head)]:  # judged at once, not at a blank line to come
+                line = head.split(b"\n", 1)[0][:80]
+                self._fail(HttpFailure("bad_http", f"not an HTTP status line: {line!r}"))
+                return b""
             found = HEAD_END.search(head)
             if found is None:
                 self.head = head

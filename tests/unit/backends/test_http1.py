@@ -44,6 +44,9 @@ class FakeTransport:
     def get_extra_info(self, name: str) -> None:
         return None
 
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
 
 def _connection(clock) -> http1.Connection:
     pool = ConnectionPool("http://127.0.0.1:9/", {}, False, 0, 10**9, 0, clock)
@@ -162,6 +165,24 @@ def test_a_head_whose_lines_end_in_a_bare_lf_is_read_at_once(raw):
     conn, _ = _feed(raw, [])
     assert conn.status == 200 and conn.headers == {"content-length": "2"}
     assert bytes(conn.buf) == b"ok" and conn.state == http1._DONE
+
+
+def test_a_server_that_speaks_first_fails_the_request_sent_to_it_by_what_it_said():
+    # an SSH server's banner arrives before any request: the connection is closed, and the
+    # request then sent on it fails naming the banner (never a write on a closed transport)
+    pool = ConnectionPool("http://127.0.0.1:9/", {}, False, 0, 10**9, 0, time.monotonic_ns)
+    conn = http1.Connection(pool)
+    conn.connection_made(FakeTransport())
+    conn.data_received(b"SSH-2.0-OpenSSH_9.6\r\n")
+    assert conn.transport.closed and not conn.reusable
+
+    async def send():
+        await conn.exchange(b"GET / HTTP/1.1\r\n\r\n", False, 0)
+
+    with pytest.raises(HttpFailure) as failed:
+        asyncio.run(send())
+    assert failed.value.kind == "bad_http" and "SSH-2.0-OpenSSH_9.6" in str(failed.value)
+    assert conn.transport.written == b""  # nothing was written to it
 
 
 def test_connection_close_and_http_1_0_are_not_kept():
