@@ -25,6 +25,7 @@ from aiohttp import web
 @dataclass
 class StubServer:
     tokenize: bool = False  # vLLM's /tokenize (a token every 4 bytes, rounded up)
+    tokenize_count: int | None = None  # what /tokenize answers whatever the text (a broken one)
     profiler: bool = False  # vLLM's /start_profile and /stop_profile
     bodies: list[dict] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # paths of every non-generation request
@@ -85,7 +86,8 @@ class StubServer:
         text = body.get("prompt")
         if text is None:  # a chat: the same plain rendering the client falls back to
             text = " ".join(m["content"] for m in body["messages"])
-        return web.json_response({"count": -(-len(text) // 4), "max_model_len": 4096, "tokens": []})
+        count = self.tokenize_count or -(-len(text) // 4)
+        return web.json_response({"count": count, "max_model_len": 4096, "tokens": []})
 
     async def _profile(self, request: web.Request) -> web.Response:
         self.calls.append(request.path)

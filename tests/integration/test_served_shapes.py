@@ -85,6 +85,24 @@ def test_without_a_tokenizer_prompts_are_sized_by_the_servers_tokenize(tmp_path)
     assert table.num_rows == 4 and table.column("response_id").to_pylist()[0].startswith("r")
 
 
+@pytest.mark.parametrize("count", [1, 10**9], ids=["one_token", "a_billion"])
+def test_a_tokenize_whose_counts_no_tokenizer_makes_is_not_used(tmp_path, count):
+    """A broken or hostile /tokenize (4096 bytes a token, or a billion tokens in 4096 bytes)
+    would make every prompt thousands of times longer, or empty: its counts are not used, and
+    the result says so (prompts stay sized in bytes)."""
+    with StubServer(tokenize=True, tokenize_count=count) as stub:
+        data = served(
+            stub.url,
+            {"input_tokens": 10, "output_tokens": 2},
+            {"arrival": {"kind": "concurrency", "users": 1}, "requests": 3},
+        )
+        run = run_scenario(load_scenario(write_scenario(tmp_path, data), []), tmp_path / "run")
+    sizing = run.metrics["backend"]["prompt_sizing"]
+    assert sizing.startswith("bytes of text") and "was not used" in sizing, sizing
+    prompts = [b["messages"][0]["content"] for b in stub.bodies if b["max_tokens"] == 2]
+    assert [len(p) for p in prompts][-3:] == [10] * 3  # a 10-token prompt is 10 bytes
+
+
 def test_a_server_without_profiler_endpoints_is_said_so(tmp_path):
     with StubServer() as stub:
         data = served(

@@ -51,6 +51,10 @@ from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer
 PROBE_TOKENS = 2
 TOKENIZE_SAMPLE_BYTES = 4096  # text whose server token count sets bytes per token
 
+# Bytes a token the server's /tokenize may give for text and still be used: every tokenizer in
+# use makes between about 1 and 6 bytes of text a token (random characters fewer, prose more).
+MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.5, 16.0
+
 
 class OpenAIBackend(Backend):
     """An OpenAI-compatible server over HTTP (chat or completions), streamed."""
@@ -135,6 +139,17 @@ class OpenAIBackend(Backend):
                 + ("(the chat template)" if templated else "(special tokens)")
             )
         per_token = await self._server_bytes_per_token()
+        if per_token is not None and not all(
+            MIN_BYTES_PER_TOKEN <= b <= MAX_BYTES_PER_TOKEN for b in per_token
+        ):
+            # a broken or hostile /tokenize would make every prompt thousands of times longer
+            # (or empty): its counts are not used
+            implausible = ", ".join(f"{b:.3g}" for b in per_token)
+            return tokenizer, (
+                "bytes of text: no tokenizer for the model here (one 'token' = one byte); the "
+                f"server's /tokenize gave {implausible} bytes a token, outside "
+                f"{MIN_BYTES_PER_TOKEN:g}..{MAX_BYTES_PER_TOKEN:g}, and was not used"
+            )
         if per_token is None:
             return (
                 tokenizer,
