@@ -39,13 +39,13 @@ def write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        rundir.record(path)  # in a run directory: the run wrote it (--overwrite removes it)
     except BaseException:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
+    rundir.record(path)  # in a run directory: the run wrote it (--overwrite removes it)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -97,7 +97,8 @@ def claim(path: Path, overwrite: bool = False) -> Path:
 
 def record(path: Path) -> None:
     """Note, in the marker of the run directory ``path`` is in, that a run wrote it (nothing
-    where the folder is no run directory)."""
+    where the folder is no run directory). Never raises: on a full disk the file is written
+    and only this note of it is lost (``--overwrite`` then leaves that file to be replaced)."""
     name = Path(path).name
     if not name or "\n" in name or name == MARKER:
         return
@@ -107,6 +108,8 @@ def record(path: Path) -> None:
         return
     try:
         os.write(fd, (name + "\n").encode("utf-8", "surrogateescape"))
+    except OSError:
+        pass
     finally:
         os.close(fd)
 

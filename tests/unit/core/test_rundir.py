@@ -108,3 +108,25 @@ def test_a_directory_a_killed_run_claimed_and_left_empty_is_taken_without_overwr
     assert _crash_after_claiming(run, kill=True) == -9
     assert [p.name for p in run.iterdir()] == [rundir.MARKER]  # SIGKILL: nothing ran after
     assert rundir.claim(run) == run  # nothing in it to keep: no --overwrite needed
+
+
+def test_a_file_written_when_the_marker_cannot_take_its_name_is_still_written(
+    tmp_path, monkeypatch
+):
+    """A full disk can refuse the marker's one more line after the file itself was written:
+    the file stands and its write succeeds (an earlier run called its written result lost)."""
+    import errno
+    import json
+
+    from loadtest.core import atomic
+
+    run = rundir.claim(tmp_path / "run")
+    real_write = rundir.os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "write", full)
+    atomic.write_json(run / "metrics.json", {"status": "ok"})
+    monkeypatch.setattr(rundir.os, "write", real_write)
+    assert json.loads((run / "metrics.json").read_text()) == {"status": "ok"}
