@@ -11,6 +11,10 @@ from loadtest.config.types import StrictModel
 
 MAX_SIDE = 8192  # pixels: a typo must not render a gigapixel image per request
 MAX_AUDIO_S = 600.0
+# raw bytes of one request's images (RGB) or audio (16-bit samples) rendered: each set is held
+# in memory before t0 and sent with every request, so a typo (64 images of 8192x8192: 12 GiB)
+# must be refused, not rendered
+MAX_RAW_MEDIA_BYTES = 256 << 20
 
 
 class SyntheticTools(StrictModel):
@@ -88,6 +92,16 @@ class Images(StrictModel):
     height: int = Field(512, ge=1, le=MAX_SIDE, description="Pixels.")
     format: Literal["png", "jpeg"] = Field("png", description="Encoded as PNG or JPEG.")
 
+    @model_validator(mode="after")
+    def _budget(self):
+        raw = self.count * self.width * self.height * 3
+        if raw > MAX_RAW_MEDIA_BYTES:
+            raise ValueError(
+                f"{self.count} images of {self.width}x{self.height} are {raw / 2**20:,.0f} MiB "
+                f"of pixels a request, over {MAX_RAW_MEDIA_BYTES >> 20} MiB: fewer or smaller"
+            )
+        return self
+
 
 class Audio(StrictModel):
     """Seeded synthetic audio (16-bit mono WAV) sent with each chat request as ``input_audio``."""
@@ -95,3 +109,14 @@ class Audio(StrictModel):
     seconds: float = Field(gt=0, le=MAX_AUDIO_S, description="Length of each clip.")
     sample_rate: int = Field(16_000, ge=1000, le=192_000, description="Samples a second.")
     count: int = Field(1, ge=1, le=16, description="Clips per request.")
+
+    @model_validator(mode="after")
+    def _budget(self):
+        raw = self.count * self.seconds * self.sample_rate * 2
+        if raw > MAX_RAW_MEDIA_BYTES:
+            raise ValueError(
+                f"{self.count} clips of {self.seconds:g} s at {self.sample_rate} Hz are "
+                f"{raw / 2**20:,.0f} MiB of samples a request, over "
+                f"{MAX_RAW_MEDIA_BYTES >> 20} MiB: fewer, shorter or a lower rate"
+            )
+        return self

@@ -769,8 +769,16 @@ def test_a_probe_answer_no_request_could_read_fails_the_start(tmp_path, body, ki
         (["backend.extra_body={temperature: .inf}"], "temperature: inf is not a JSON number"),
         (["backend.extra_body={a: [1, {b: .nan}]}"], "a.1.b: nan is not a JSON number"),
         (["backend.extra_body=" + "{a: " * 40 + "1" + "}" * 40], "nested deeper than 32"),
+        (
+            ["backend.api=chat", "workload.images={count: 64, width: 8192, height: 8192}"],
+            "64 images of 8192x8192 are 12,288 MiB of pixels a request, over 256 MiB",
+        ),
+        (
+            ["backend.api=chat", "workload.audio={count: 16, seconds: 600, sample_rate: 192000}"],
+            "16 clips of 600 s at 192000 Hz are 3,516 MiB of samples a request",
+        ),
     ],
-    ids=["cv", "weights", "inf", "nan", "deep"],
+    ids=["cv", "weights", "inf", "nan", "deep", "images", "audio"],
 )
 def test_numbers_past_what_a_run_can_use_are_refused_by_field(tmp_path, overrides, said):
     """Floors and ceilings at validation: values that would overflow the plan (an earlier run
