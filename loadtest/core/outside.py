@@ -39,11 +39,17 @@ def read_text(path: Path, limit: int | None = None) -> str:
         ) from None
 
 
+MAX_INPUT_BYTES = 1 << 30  # of an input file read whole (a dataset): larger is refused unread
+
+
 def read_input(path: Path, what: str) -> str:
     """An input file a scenario names (a dataset, a trace), as text; ``ScenarioError`` naming
-    the file and line when it cannot be read or is not text."""
+    the file and line when it cannot be read, is not text, or is over ``MAX_INPUT_BYTES``
+    (judged by its size before any of it is read)."""
     try:
-        return read_text(path)
+        if Path(path).stat().st_size > MAX_INPUT_BYTES:
+            raise OutsideTextError(f"larger than {MAX_INPUT_BYTES >> 20} MiB; not read")
+        return read_text(path, MAX_INPUT_BYTES)
     except OSError as exc:
         raise ScenarioError([f"{path}:1: cannot read the {what}: {exc.strerror}"]) from None
     except OutsideTextError as exc:

@@ -24,6 +24,7 @@ at the row that crosses it.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from loadtest.core.errors import ScenarioError
 MAX_TRACE_S = 366 * 86400  # a trace longer than a year is no load test: refused by line
 MAX_TRACE_TOKENS = 10_000_000  # per request, as the workload's lengths
 MAX_BLOCKS = 100_000  # hash ids a request may name
+MAX_LINE_BYTES = 16 << 20  # of one line of a trace: a file with no newline is not read whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +151,14 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     line that is not UTF-8 is named by its own number)."""
     try:
         with open(path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
+            for lineno in itertools.count(1):
+                raw = f.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    return
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ScenarioError(
+                        [f"{path}:{lineno}: a line over {MAX_LINE_BYTES:,} bytes; not read"]
+                    )
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError:

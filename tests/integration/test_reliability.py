@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from loadtest.cli import app
 from loadtest.core import exit_codes, secrets
 from loadtest.core.clock import run_virtual
+from loadtest.core.errors import ScenarioError
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.rate_ceiling import RateCeiling
 from tests.conftest import LENIENT, start_run, write_scenario
@@ -817,3 +818,25 @@ def test_a_port_that_speaks_another_protocol_fails_the_start_saying_so(tmp_path)
     m = json.loads((tmp_path / "run" / "metrics.json").read_text())
     error = m["backend"]["error"]
     assert "not an HTTP status line: b'SSH-2.0-OpenSSH_9.6" in error, error
+
+
+def test_a_trace_line_past_its_budget_is_refused_unread(tmp_path, monkeypatch):
+    """A trace of one endless line (no newline) is refused at the line, never read whole."""
+    from loadtest.workload import traces
+
+    monkeypatch.setattr(traces, "MAX_LINE_BYTES", 1024)
+    (tmp_path / "t.txt").write_text("0.1\n0.2\n" + "9" * 5000)
+    lines = traces._lines(tmp_path / "t.txt")
+    assert [next(lines), next(lines)] == [(1, "0.1\n"), (2, "0.2\n")]
+    with pytest.raises(ScenarioError, match=r"t\.txt:3: a line over 1,024 bytes; not read"):
+        next(lines)
+
+
+def test_an_input_file_past_its_budget_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from loadtest.core import outside
+
+    monkeypatch.setattr(outside, "MAX_INPUT_BYTES", 1 << 20)
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"x" * ((1 << 20) + 1))
+    with pytest.raises(ScenarioError, match=r"big\.jsonl:1: larger than 1 MiB; not read"):
+        outside.read_input(big, "dataset")
