@@ -606,21 +606,27 @@ class OneAnswerServer:
         self.sock.close()
 
 
-def test_a_request_sent_as_the_server_closed_its_kept_alive_connection_is_sent_again(tmp_path):
-    """The client's reuse of a connection the server had closed is the client's to repair:
-    each such request is sent again on a new connection, once, and none fails; the result
-    counts them (an earlier client counted each as a server failure)."""
-    server = OneAnswerServer()
+def _one_user_run(tmp_path: Path, server: OneAnswerServer, requests: int):
+    """``loadtest run`` of one closed-loop user sending ``requests`` completions to
+    ``server`` (closed after): the process and its metrics."""
     try:
         path = openai_scenario(tmp_path, server.port, api="completions")
-        load = ["load.arrival={kind: concurrency, users: 1}", "load.requests=12",
+        load = ["load.arrival={kind: concurrency, users: 1}", f"load.requests={requests}",
                 "load.duration=null", "load.validity={max_dispatch_lag_p99: 2s}"]  # fmt: skip
         r = cli(
             "run", path, "--out", tmp_path / "run", "-q", *sum((["--set", s] for s in load), [])
         )
     finally:
         server.close()
-    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    return r, json.loads((tmp_path / "run" / "metrics.json").read_text())
+
+
+def test_a_request_sent_as_the_server_closed_its_kept_alive_connection_is_sent_again(tmp_path):
+    """The client's reuse of a connection the server had closed is the client's to repair:
+    each such request is sent again on a new connection, once, and none fails; the result
+    counts them (an earlier client counted each as a server failure)."""
+    server = OneAnswerServer()
+    r, m = _one_user_run(tmp_path, server, 12)
     req = m["requests"]
     assert req["failed"] == 0 and req["completed"] + req["warmup"] == req["sent"], (r.stderr, req)
     # every request went onto the connection its predecessor left kept alive, was dropped
@@ -722,17 +728,7 @@ def test_without_usage_a_closing_chunk_with_no_text_is_not_a_token(tmp_path):
     no usage: four tokens (an earlier client counted five)."""
     text = b'data: {"choices": [{"text": "a", "finish_reason": null}]}\n\n'
     closing = b'data: {"choices": [{"text": "", "finish_reason": "length"}]}\n\ndata: [DONE]\n\n'
-    server = OneAnswerServer(text * 4 + closing)
-    try:
-        path = openai_scenario(tmp_path, server.port, api="completions")
-        load = ["load.arrival={kind: concurrency, users: 1}", "load.requests=5",
-                "load.duration=null", "load.validity={max_dispatch_lag_p99: 2s}"]  # fmt: skip
-        r = cli(
-            "run", path, "--out", tmp_path / "run", "-q", *sum((["--set", s] for s in load), [])
-        )
-    finally:
-        server.close()
-    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    r, m = _one_user_run(tmp_path, OneAnswerServer(text * 4 + closing), 5)
     req = m["requests"]
     assert req["completed"] == 5 and req["output_tokens"] == 5 * 4, (r.stderr, req)
     assert m["latency_ms"]["itl"]["count"] == 5 * 3
