@@ -1,6 +1,7 @@
 """The engine: the loaded model, the static batcher and its bookkeeping, inside the worker
-process. It forms batches from the inbox, runs one padded generate() a batch with its tokens
-stamped after each step's device sync (stamping.py), warms up every shape the run will use,
+process. It forms batches from the inbox, decodes each one, padded: through the pipelined
+loop (decode_loop.py, padded compiled batches) or one generate() with its tokens stamped after
+each step's device sync (stamping.py); it warms up every shape the run will use,
 opens and closes profiler windows between steps, and reports its facts (steps for the roofline,
 garbage-collector pauses, compiled graphs, peak memory).
 """
@@ -232,9 +233,10 @@ class Engine:
     def _generate(
         self, batch: list, cancelled: set, out, finished: set, steps: int | None = None
     ) -> int:
-        """One padded generate() for the batch (at most ``steps`` tokens, its cache sized for the
-        batch's whole output all the same); returns 1 if the number of step stamps
-        differed from the number of tokens generate() returned, else 0."""
+        """Decode the batch, padded: the pipelined loop where the engine has one, else one
+        generate() (at most ``steps`` tokens, its cache sized for the batch's whole output all
+        the same); returns 1 if generate()'s step stamps differed in number from the tokens it
+        returned, else 0 (the pipelined loop stamps every step it reads: always 0)."""
         torch = self.torch
         bucket = self.info.get("prompt_bucket") or 1
         width = -(-max(len(r[2]) for r in batch) // bucket) * bucket  # up to the bucket
