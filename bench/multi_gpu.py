@@ -16,7 +16,14 @@ batches, 128 tokens in and 128 out, closed loops; a failed row is printed and th
   then two replicas).
 - ``tp70b``: dummy:llama-3.1-70b compiled, TP=2 (and TP=4 with four GPUs) at batch 1 and 8:
   TTFT, ITL and the HBM floor (one rank's bytes a decode step at the GPU's peak bandwidth).
-- ``four``: the 8B compiled at TP=4 (batch 1), and two replicas of TP=2 at saturation.
+- ``four`` (four GPUs): ``tp4-8b``, the 8B compiled at TP=4 (batch 1), and
+  ``replicas-of-tp2``, two replicas of TP=2, compiled, at saturation (against
+  ``replicas-compiled``'s lone GPU).
+
+A call of ten minutes holds a few sections; ``--table`` prints the whole table from the
+``multi_gpu.json`` of several calls on one machine:
+
+    python bench/multi_gpu.py --table call1/multi_gpu.json call2/multi_gpu.json
 """
 
 from __future__ import annotations
@@ -63,8 +70,7 @@ def run(name: str, backend: dict, load: dict, out: Path) -> dict:
         m = run_scenario(parse_scenario(text, out / f"{name}.yml", []), out / name).metrics
     except Exception as exc:  # a row that failed is a row: the rest go on
         row = {"name": name, "status": "error", "failure": f"{type(exc).__name__}: {exc}"[:300]}
-        print(json.dumps(row), flush=True)
-        return row
+        return _keep(row, out)
     lat, b = m["latency_ms"], m["backend"]
     decode = (m.get("roofline") or {}).get("decode") or {}
     row = {
@@ -89,7 +95,18 @@ def run(name: str, backend: dict, load: dict, out: Path) -> dict:
         "failure": (m.get("harness") or {}).get("failure") or b.get("error"),
         "invalid_because": (m.get("validity") or {}).get("reasons"),
     }
+    return _keep(row, out)
+
+
+def _keep(row: dict, out: Path) -> dict:
+    """Print the row and add it to ``out/multi_gpu.json`` at once (atomically), so a call
+    stopped by its time limit keeps every row measured before."""
     print(json.dumps(row), flush=True)
+    path = out / "multi_gpu.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([*rows, row], indent=1))
+    tmp.replace(path)
     return row
 
 
@@ -166,20 +183,23 @@ def tp70b(out: Path, count: int, sizes: list[int], users_list: list[int]) -> lis
     return rows
 
 
-def four(out: Path) -> list[dict]:
+def tp4_8b(out: Path) -> list[dict]:
     tp4 = {**B8, "max_batch_size": 16, "compile": True, "tensor_parallel": 4, "devices": gpus(0, 4)}
-    two_by_two = {**B8, "max_batch_size": 32, "tensor_parallel": 2, "devices": gpus(0, 4)}
-    return [
-        run("8b-tp4-b1-compiled", tp4, closed(1, 20), out),
-        run("8b-2replicas-of-tp2-b32", two_by_two, closed(64, 384), out),
-    ]
+    return [run("8b-tp4-b1-compiled", tp4, closed(1, 20), out)]
+
+
+def replicas_of_tp2(out: Path) -> list[dict]:
+    two_by_two = {**B8, "max_batch_size": 32, "compile": True, "tensor_parallel": 2,
+                  "devices": gpus(0, 4)}  # fmt: skip
+    return [run("8b-2replicas-of-tp2-b32-compiled", two_by_two, closed(64, 384), out)]
 
 
 def main() -> None:
     import torch
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--table", type=Path, nargs="+", help="print the table of these calls' rows")
     ap.add_argument("--only", default="replicas,tp8b,tp70b,four")
     ap.add_argument("--tp70b-sizes", default="2,4", help="tensor_parallel sizes of the 70B")
     ap.add_argument("--tp70b-users", default="1,8", help="closed-loop users of the 70B runs")
@@ -187,30 +207,40 @@ def main() -> None:
         "--no-generate", action="store_true", help="tp8b: leave out generate()'s loop rows"
     )
     args = ap.parse_args()
+    if args.table:  # no GPU needed: the rows of earlier calls, one table
+        rows = [r for path in args.table for r in json.loads(path.read_text())]
+        table(rows, device=None)
+        return
+    if args.out is None:
+        ap.error("--out is required to measure")
     args.out.mkdir(parents=True, exist_ok=True)
     count = torch.cuda.device_count()
     if count < 2:
         raise SystemExit(f"needs two GPUs; this machine has {count}")
-    rows: list[dict] = []
-    for section in args.only.split(","):
-        if section == "replicas":
-            rows += replicas(args.out)
-        elif section == "replicas-compiled":
-            rows += replicas_compiled(args.out)
-        elif section == "tp8b":
-            rows += tp8b(args.out, generate=not args.no_generate)
-        elif section == "tp70b":
-            sizes = [int(x) for x in args.tp70b_sizes.split(",")]
-            users = [int(x) for x in args.tp70b_users.split(",")]
-            rows += tp70b(args.out, count, sizes, users)
-        elif section == "four" and count >= 4:
-            rows += four(args.out)
-        (args.out / "multi_gpu.json").write_text(json.dumps(rows, indent=1))
+    sections = {
+        "replicas": lambda: replicas(args.out),
+        "replicas-compiled": lambda: replicas_compiled(args.out),
+        "tp8b": lambda: tp8b(args.out, generate=not args.no_generate),
+        "tp70b": lambda: tp70b(
+            args.out,
+            count,
+            [int(x) for x in args.tp70b_sizes.split(",")],
+            [int(x) for x in args.tp70b_users.split(",")],
+        ),
+        "tp4-8b": lambda: tp4_8b(args.out) if count >= 4 else [],
+        "replicas-of-tp2": lambda: replicas_of_tp2(args.out) if count >= 4 else [],
+    }
+    wanted = args.only.replace("four", "tp4-8b,replicas-of-tp2").split(",")
+    unknown = [w for w in wanted if w not in sections]
+    if unknown:
+        ap.error(f"unknown sections {unknown}; known: {', '.join(sections)}, four")
+    rows = [row for name in wanted for row in sections[name]()]
     table(rows)
 
 
-def table(rows: list[dict]) -> None:
-    print(f"\n{torch_device_line()}")
+def table(rows: list[dict], device: str | None = "") -> None:
+    if device is not None:
+        print(f"\n{device or torch_device_line()}")
     print("| run | status | out tok/s | TTFT p50 ms | ITL p50 ms | ITL p99 ms | step ms | "
           "HBM floor ms | replica steps ms | CPUs | peak MB/GPU |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -227,11 +257,17 @@ def table(rows: list[dict]) -> None:
     for a, b in [
         ("8b-2replicas-b32", "8b-1gpu-b32"),
         ("8b-2replicas-b32-unpinned", "8b-1gpu-b32"),
-        ("8b-2replicas-of-tp2-b32", "8b-1gpu-b32"),
+        ("8b-2replicas-of-tp2-b32-compiled", "8b-1gpu-b32-compiled"),
         ("8b-2replicas-b32-compiled", "8b-1gpu-b32-compiled"),
     ]:
         if a in by and b in by and by[b]["tok_s"]:
             print(f"{a} / {b}: output tok/s x{by[a]['tok_s'] / by[b]['tok_s']:.2f}")
+            steps, lone = [x for x in by[a]["replica_steps_ms"] if x], by[b]["step_ms"]
+            if steps and lone:
+                print(f"  slowest replica's decode step / lone engine's: x{max(steps) / lone:.3f}")
+    for r in rows:
+        if r["status"] != "error" and r["step_ms"] and r["hbm_floor_ms"]:
+            print(f"{r['name']}: decode step / HBM floor x{r['step_ms'] / r['hbm_floor_ms']:.2f}")
     for users, two_suffix, one_suffix in (
         (1, "", ""),
         (16, "", ""),
