@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The four-GPU machine's calls (device.run, ten minutes each), run one after the other on one
 # warm machine; each writes its logs and multi_gpu.json under $OUT. The table of all three:
-#   python bench/multi_gpu.py --table call1/b70tp2.json call2/four.json call3/replicas.json
+#   python bench/multi_gpu.py --table call1/b70tp2.json call2/four.json call3/replicas.json call3/tp4.json
 #
 #   bash bench/multi_gpu_calls.sh 1   # tests on GPUs 0-1 beside the 70B at TP=2 on GPUs 2-3
-#   bash bench/multi_gpu_calls.sh 2   # the 70B at TP=4, two replicas of TP=2 (all four)
-#   bash bench/multi_gpu_calls.sh 3   # replicas against one GPU (0-1 alone), four-GPU tests, TP=4 8B
+#   bash bench/multi_gpu_calls.sh 2   # four-GPU tests, the 70B at TP=4, two replicas of TP=2
+#   bash bench/multi_gpu_calls.sh 3   # two replicas against one GPU (0-1 alone), the 8B at TP=4
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 export PYTHONUNBUFFERED=1
@@ -42,11 +42,11 @@ case ${1:?phase 1, 2 or 3} in
   wait
   ;;
 2)
-  bench four 560 --only tp70b,replicas-of-tp2 --tp70b-sizes 4
+  gpu_tests tests4 150 -k 'tp4_compiled or replicas_of_tp2'
+  bench four 420 --only tp70b,replicas-of-tp2 --tp70b-sizes 4
   ;;
 3)
   CUDA_VISIBLE_DEVICES=0,1 bench replicas 330 --only replicas-compiled
-  gpu_tests tests4 150 -k 'tp4_compiled or replicas_of_tp2'
-  bench tp4 90 --only tp4-8b
+  bench tp4 120 --only tp4-8b
   ;;
 esac
