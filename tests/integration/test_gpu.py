@@ -233,6 +233,8 @@ FOUR = ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
     "backend",
     [
         {"devices": TWO, "mode": "static", "max_batch_size": 8},
+        # the pipelined loop's events on the replica's own GPU (cuda:1's were once on cuda:0's)
+        {"devices": TWO, "mode": "static", "max_batch_size": 8, "compile": True},
         {"devices": TWO, "tensor_parallel": 2, "mode": "static", "max_batch_size": 8},
         # the all-reduces and the vocabulary's gather inside the decode step's CUDA graph
         {"devices": TWO, "tensor_parallel": 2, "mode": "static", "max_batch_size": 8,
@@ -241,7 +243,7 @@ FOUR = ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
          "compile": True},
         {"devices": FOUR, "tensor_parallel": 2, "mode": "static", "max_batch_size": 8},
     ],
-    ids=["two_replicas", "tp2", "tp2_compiled", "tp4_compiled", "two_replicas_of_tp2"],
+    ids=["two_replicas", "two_replicas_compiled", "tp2", "tp2_compiled", "tp4_compiled", "two_replicas_of_tp2"],
 )  # fmt: skip
 def test_several_gpus_as_replicas_or_tensor_parallel_groups(tmp_path, backend):
     """NCCL between a group's GPUs: every token stamped, each replica or rank on its own
@@ -272,6 +274,11 @@ def test_several_gpus_as_replicas_or_tensor_parallel_groups(tmp_path, backend):
         assert all(r["requests"] > 0 for r in b["replicas"])
         blocks = [_cpus(r["cpus"]) for r in b["replicas"]]
         assert not set.intersection(*blocks), blocks  # each engine on CPUs of its own
+        # the same model on the same kind of GPU: each replica's step is the other's, and a
+        # token's gap is a step (stamps taken when the replica's own GPU finished the step)
+        steps = [r["decode_step_ms"] for r in b["replicas"]]
+        assert max(steps) < 1.3 * min(steps), steps
+        assert 0.7 < m["latency_ms"]["itl"]["p50"] / max(steps) < 1.3, (steps, m["latency_ms"])
     assert len(m["gpu"]["devices"]) >= len(backend["devices"])  # each GPU sampled
 
 

@@ -233,8 +233,8 @@ class PipelinedDecode:
         slot = k % RING
         event = self._events[slot]
         self._host[slot].copy_(token, non_blocking=event is not None)
-        if event is not None:
-            event.record()
+        if event is not None:  # on the stream that runs the step and the copy, by name
+            event.record(self.torch.cuda.current_stream(token.device))
 
     def _wait(self, k: int):
         """Step k's tokens on the host, once its step and copy are done."""

@@ -370,8 +370,8 @@ class Engine:
         with collector_paused():
             yield
         if self.device.type == "cuda":
-            self.torch.cuda.synchronize()
-            self.torch.cuda.reset_peak_memory_stats()
+            self.torch.cuda.synchronize(self.device)
+            self.torch.cuda.reset_peak_memory_stats(self.device)
         settle_heap()  # the one collection of the warm-up's garbage, counted in its gc_s
         details = {
             "compile_s": round(compile_seconds() - compiled, 3),

@@ -77,6 +77,11 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     # Every rank checks the whole group, in the same order, so whichever rank's failure reaches
     # the harness first, it names the same device: the first one the machine lacks.
     device = [resolve_device(name) for name in layout.devices][layout.rank]
+    if device.type == "cuda":
+        # This process's GPU is its current device, so that whatever names none (CUDA events,
+        # synchronize(), the graphs' memory pool and stream) means this one, not cuda:0: a
+        # replica on cuda:1 recorded its decode events on cuda:0's idle stream.
+        torch.cuda.set_device(device)
     dtype = resolve_dtype(spec["dtype"], device)
     cpus = placement.place(
         layout.index, layout.processes, device.type, spec.get("cpu_affinity", "blocks")
