@@ -302,17 +302,22 @@ def prefix_reuse(requests: Iterable, block_tokens: int) -> float | None:
     """The share of the measured requests' prompt tokens that an earlier request (warm-up
     included) sent as the same prefix: what a prefix cache with room for everything would hit,
     replaying the trace in order. None when no request names blocks."""
-    seen: dict[tuple[int, ...], int] = {}  # a chain of blocks -> tokens of its last block sent
+    # A chain of blocks is named by its parent chain's number and its last block, so the map
+    # grows by one entry a block: keyed by the chains themselves it grew with the square of a
+    # request's block count (a 20,000-block row took gigabytes).
+    number: dict[tuple[int, int], int] = {}  # (parent chain, block) -> this chain's number
+    seen: dict[int, int] = {}  # a chain's number -> tokens of its last block sent
     hit = total = 0
     for r in requests:
         if not r.blocks:
             continue
         chain_hit = True
-        for i in range(len(r.blocks)):
+        chain = -1  # the empty chain
+        for i, block in enumerate(r.blocks):
             length = min(block_tokens, r.input_tokens - i * block_tokens)
             if length <= 0:
                 break
-            chain = r.blocks[: i + 1]
+            chain = number.setdefault((chain, block), len(number))
             before = seen.get(chain, 0)
             if not r.warmup:
                 hit += min(length, before) if chain_hit else 0

@@ -78,6 +78,28 @@ def test_prefix_reuse_is_what_an_unbounded_cache_would_hit(tmp_path):
     assert prefix_reuse(plan.requests, 512) == pytest.approx(1024 / 3000)
 
 
+def test_prefix_reuse_keys_a_block_by_the_chain_before_it_in_memory_linear_in_blocks():
+    import tracemalloc
+    from types import SimpleNamespace
+
+    def req(blocks, warmup=False):
+        return SimpleNamespace(blocks=tuple(blocks), input_tokens=512 * len(blocks), warmup=warmup)
+
+    # block 2 after block 3 is not block 2 after block 1: only block 3 itself is found again
+    assert prefix_reuse([req([1, 2]), req([3, 2]), req([3, 4])], 512) == pytest.approx(
+        512 / (3 * 1024)
+    )
+    # four rows of 20,000 blocks (10 M tokens each): one map entry a block, not one a prefix
+    rows = [req(range(k, k + 20_000)) for k in range(4)]
+    tracemalloc.start()
+    try:
+        assert prefix_reuse(rows, 512) == 0.0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak  # keyed by whole prefixes it held ~6 GB
+
+
 def test_rate_and_time_scale_replay_faster_or_slower(tmp_path):
     # three requests over 2 s; at rate 1 they span 3 s: every time x 1.5
     plan = plan_for(tmp_path, MOONCAKE, "mooncake", rate=1)
