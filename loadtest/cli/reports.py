@@ -29,7 +29,7 @@ def report(
 ) -> None:
     """Re-render a saved run (report.md, report.html), repeat (repeat.html and each replicate's)
     or sweep (sweep.md, sweep.html) from its JSON alone."""
-    from loadtest.reporters import exports, html, markdown, sweep_report, terminal
+    from loadtest.reporters import sweep_report, terminal
     from loadtest.results.model import ResultReadError, read_repeat, read_run, read_sweep
 
     try:  # through the typed readers: a broken or hostile file is refused, never half-read
@@ -55,11 +55,7 @@ def report(
     except ResultReadError as exc:
         usage_error(str(exc))
     terminal.render(metrics)
-    written = [
-        markdown.write(metrics, run_dir),
-        html.write_run(metrics, run_dir),
-        *exports.write(metrics, run_dir),
-    ]
+    written = _write_each(metrics, run_dir)
     typer.echo("report: " + ", ".join(str(p) for p in written))
     raise typer.Exit(exit_code(metrics))
 
@@ -67,19 +63,42 @@ def report(
 def write_reports(run_dir: Path) -> list[Path]:
     """report.md and report.html beside a run's metrics.json. The result is already written:
     a report that cannot be rendered is a warning, never a lost run."""
-    from loadtest.reporters import exports, html, markdown
     from loadtest.results.model import ResultReadError, read_run
 
     try:
         metrics = read_run(run_dir / "metrics.json")
-        return [
-            markdown.write(metrics, run_dir),
-            html.write_run(metrics, run_dir),
-            *exports.write(metrics, run_dir),
-        ]
-    except (ResultReadError, OSError, ValueError, ImportError) as exc:
+    except (ResultReadError, OSError, ValueError) as exc:
         error(f"{run_dir}: the report could not be written ({exc}); metrics.json is intact")
         return []
+    return _write_each(metrics, run_dir)
+
+
+def _write_each(metrics: RunMetrics, run_dir: Path) -> list[Path]:
+    """report.md, report.html, timeseries.csv and histograms.hlog, each on its own: one that
+    cannot be written (a full disk, a renderer's error) is named, and the others are tried.
+    Returns the files written."""
+    from loadtest.reporters import exports, html, markdown
+
+    files = [
+        ("report.md", lambda d: markdown.write(metrics, d)),
+        ("report.html", lambda d: html.write_run(metrics, d)),
+        *exports.files(metrics),
+    ]
+    written, failed = [], []
+    for name, write in files:
+        try:
+            write(run_dir)
+        except (OSError, ValueError, ImportError) as exc:
+            failed.append(f"{name} ({getattr(exc, 'strerror', None) or exc})")
+        else:
+            written.append(run_dir / name)
+    if failed:
+        kept = ", ".join(p.name for p in written) or "none"
+        error(
+            f"{run_dir}: could not write {', '.join(failed)}; written: {kept}; "
+            "metrics.json is intact"
+        )
+    return written
 
 
 def write_repeat_report(out: Path, doc: RepeatDoc) -> list[Path]:

@@ -4,6 +4,7 @@ plotters and other hdrh tooling)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from loadtest.core import atomic
@@ -14,8 +15,9 @@ INTERVAL_COLUMNS = ("t_s", "completed", "failed", "output_tokens_per_s")
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
 
 
-def write(metrics: RunMetrics, run_dir: Path) -> list[Path]:
-    """timeseries.csv and histograms.hlog beside metrics.json; nothing for an unmeasured run."""
+def files(metrics: RunMetrics) -> list[tuple[str, Callable[[Path], None]]]:
+    """timeseries.csv and histograms.hlog, each a name and its writer (into a run directory):
+    none for an unmeasured run."""
     ts = metrics.timeseries
     if not ts or not ts.points:
         return []
@@ -23,9 +25,11 @@ def write(metrics: RunMetrics, run_dir: Path) -> list[Path]:
         *INTERVAL_COLUMNS,
         *(f"{m}_{p}_ms" for m in INTERVAL_METRICS for p in ("p50", "p99")),
     ]
-    atomic.write_csv(run_dir / "timeseries.csv", [p.view() for p in ts.points], columns)
-    atomic.write_text(run_dir / "histograms.hlog", hlog_text(metrics))
-    return [run_dir / "timeseries.csv", run_dir / "histograms.hlog"]
+    rows = [p.view() for p in ts.points]
+    return [
+        ("timeseries.csv", lambda d: atomic.write_csv(d / "timeseries.csv", rows, columns)),
+        ("histograms.hlog", lambda d: atomic.write_text(d / "histograms.hlog", hlog_text(metrics))),
+    ]
 
 
 def hlog_text(metrics: RunMetrics) -> str:

@@ -357,3 +357,36 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
         assert both.returncode == 2 and "not both" in both.stderr
     finally:
         server.kill()
+
+
+def test_a_disk_that_takes_no_large_file_loses_only_those_files_and_says_which(tmp_path):
+    """Every file degrades on its own (a per-file size limit stands in for a full disk):
+    metrics.json is written and says which exports failed; each report file is tried, and the
+    error names the ones not written and the ones written; the exit code is the run's."""
+    import resource
+
+    limit = 32 << 10  # metrics.json (~14 KB) fits; report.html and the exports do not
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG on write instead of a kill
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    data = {**SIM_DEMO, "outputs": {"requests_jsonl": True}}
+    data["load"] = {**SIM_DEMO["load"], "arrival": {"kind": "poisson", "rate": 200}}
+    out = tmp_path / "out"
+    r = cli("run", write(tmp_path, data), "--out", out, "-q", preexec_fn=small_files)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["status"] == "ok"
+    assert any(
+        "requests.jsonl (File too large)" in w and "requests.csv" in w
+        for w in m["validity"]["warnings"]
+    ), m["validity"]["warnings"]
+    assert (
+        "could not write report.html (File too large); written: report.md, "
+        "timeseries.csv, histograms.hlog; metrics.json is intact" in r.stderr.replace("\n", " ")
+    )
+    on_disk = {p.name for p in out.iterdir()}
+    assert on_disk == {".loadtest-run", "metrics.json", "report.md", "timeseries.csv",
+                       "histograms.hlog"}  # nothing half-written left behind  # fmt: skip
+    assert set((out / ".loadtest-run").read_text().split()) == on_disk - {".loadtest-run"}

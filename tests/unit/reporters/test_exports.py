@@ -24,8 +24,10 @@ def test_the_interval_histograms_read_back_through_hdrh_tooling(tmp_path, run_vi
             "load": {"arrival": {"kind": "constant", "rate": 50}, "duration": "5s"},
         }
     )
-    written = exports.write(RunMetrics.model_validate(m), tmp_path)
-    assert [p.name for p in written] == ["timeseries.csv", "histograms.hlog"]
+    files = exports.files(RunMetrics.model_validate(m))
+    assert [name for name, _ in files] == ["timeseries.csv", "histograms.hlog"]
+    for _, write in files:
+        write(tmp_path)
     rows = list(csv.DictReader((tmp_path / "timeseries.csv").open()))
     assert (
         len(rows) == len(m["timeseries"]["points"])
