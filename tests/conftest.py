@@ -128,11 +128,15 @@ def vllm_python() -> Path:
     return python
 
 
+KEEP_ALIVE_S = 2  # the shared vLLM's idle-connection timeout
+
+
 @pytest.fixture(scope="session")
 def vllm_server(vllm_python, tmp_path_factory):
     """One vLLM for the session, serving the tiny model as ``tiny`` (and as ``tiny-b``: two
     served names for a model mix), its torch profiler on call (without Python stacks: vLLM's
-    default stack tracing stalls its engine here), and tool calls parsed (hermes)."""
+    default stack tracing stalls its engine here), tool calls parsed (hermes), and idle
+    connections closed after 2 s (the client's reuse of a closed one is met in every test)."""
     from tests import real_servers
 
     work = tmp_path_factory.mktemp("vllm")
@@ -144,6 +148,7 @@ def vllm_server(vllm_python, tmp_path_factory):
         {"torch_profiler_with_stack": False},
         *real_servers.TOOL_ARGS,
         also_as=("tiny-b",),
+        keep_alive_s=KEEP_ALIVE_S,
     )
     yield server
     server.stop()

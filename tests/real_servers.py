@@ -139,13 +139,15 @@ def start_vllm(
     *extra: str,
     also_as: tuple[str, ...] = (),
     compiled: bool = False,
+    keep_alive_s: int = 5,
 ) -> Server:
     """vLLM on loopback serving ``model_dir`` as ``tiny`` (and as each of ``also_as``: one
     model under several served names); ``profiler``: its --profiler-config (a torch profiler
     writing under ``workdir/profiles`` unless given otherwise). Eager (``--enforce-eager``)
     unless ``compiled``: a start takes 22 s here instead of 41, five start in a CPU suite held
     to ~15 minutes, and a tiny model's eager step is as good a server to test against; the
-    benchmarks keep vLLM's default, compiled."""
+    benchmarks keep vLLM's default, compiled. ``keep_alive_s``: how long it keeps an idle
+    connection open (vLLM's default 5)."""
     port = free_port()
     log = workdir / "vllm.log"
     profile_dir = None
@@ -168,6 +170,7 @@ def start_vllm(
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(keep_alive_s),
     }
     proc = subprocess.Popen(
         args,

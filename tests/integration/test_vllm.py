@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import LENIENT, write_scenario
+from tests.conftest import KEEP_ALIVE_S, LENIENT, write_scenario
 
 pytest.importorskip("aiohttp")
 
@@ -205,6 +205,47 @@ def test_sessions_carry_the_servers_replies_counted_as_the_server_counts(vllm, t
     assert all(row["input_tokens"] == row["planned_input_tokens"] for row in rows)
     later = [row for row in rows if row["turn"] == 2]
     assert all(row["input_tokens"] > 24 * 3 + 8 * 2 - 1 for row in later)
+
+
+def _successes(vllm) -> float:
+    """vLLM's own count of requests it finished, every label set summed."""
+    import urllib.request
+
+    with urllib.request.urlopen(vllm.root + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:request_success_total")
+    )
+
+
+def test_users_who_think_as_long_as_vllm_keeps_a_connection_lose_no_request(vllm, tmp_path):
+    """Users who think exactly as long as vLLM keeps an idle connection (2 s here) send as
+    vLLM closes it: a request found on a closed connection goes on a new one, one written as
+    the close crossed it is sent again (a connection retry), none fails, and vLLM finishes
+    each once (an earlier client failed 5 of 48 with vLLM's 5 s). The deterministic case, a
+    server that closes after every answer, is test_reliability's."""
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "keep-alive",
+            "backend": served(vllm, api="completions"),
+            "workload": {"input_tokens": 8, "output_tokens": 4},
+            "load": {
+                "arrival": {"kind": "concurrency", "users": 2, "think_time": f"{KEEP_ALIVE_S}s"},
+                "requests": 12,
+                "warmup_requests": 0,
+                "validity": LENIENT,
+            },
+        },
+    )
+    before = _successes(vllm)
+    r = cli("run", path, "-o", tmp_path / "run", "-q")
+    assert r.returncode == 0, r.stderr
+    req = metrics(tmp_path / "run")["requests"]
+    assert req["failed"] == 0 and req["completed"] == req["sent"] == 12, req
+    assert _successes(vllm) - before == req["sent"] + 1, req  # and the start-up probe's
 
 
 def test_a_profile_window_runs_vllms_profiler(vllm, tmp_path):
