@@ -106,7 +106,12 @@ class RayCluster:
         self.facts: dict = {}
 
     async def connect(self) -> dict:
-        """Connect (bounded: Ray's own client retries an unreachable address for minutes)."""
+        """Connect (bounded: Ray's own client retries an unreachable address for minutes).
+        The session's signal handlers stand after it, whatever Ray installed."""
+        with _signals_kept():
+            return await self._connect_bounded()
+
+    async def _connect_bounded(self) -> dict:
         if self.address == "local":
             # Started here, on this thread: Ray ties the processes it starts to the life of the
             # thread that started them (a helper thread's end would kill them). Seconds, once.
@@ -161,6 +166,27 @@ class RayCluster:
 
         with contextlib.suppress(Exception):
             ray.shutdown()
+
+
+@contextlib.contextmanager
+def _signals_kept():
+    """Put back this process's SIGINT, SIGTERM and SIGHUP handlers after Ray's start-up.
+    ``ray.init`` installs its own, in Python (on the main thread: exit at once) and in its core
+    worker (C: log and die), so a SIGTERM killed the run with exit 143, no result written and
+    Ray's processes left running; the session's handlers stop the run, write the partial
+    result and shut Ray down."""
+    import signal
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    main = threading.current_thread() is threading.main_thread()
+    before = {sig: signal.getsignal(sig) for sig in sigs} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:  # None: set outside Python, nothing to put back
+                with contextlib.suppress(OSError, ValueError):
+                    signal.signal(sig, handler)  # sets the C-level handler again too
 
 
 def _settle(future: asyncio.Future, result) -> None:

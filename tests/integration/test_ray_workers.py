@@ -114,3 +114,83 @@ def _actor_pids() -> list[int]:
     """The worker actors' processes (Ray titles them ``ray::RayWorker...``)."""
     out = subprocess.run(["pgrep", "-f", "ray::RayWorker"], capture_output=True, text=True)
     return sorted(int(p) for p in out.stdout.split())
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every live process under ``pid``, with its command line."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                try:
+                    found[child] = open(f"/proc/{child}/cmdline").read().replace("\0", " ")
+                except OSError:
+                    continue
+                frontier.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterms_to_a_run_on_a_local_ray_write_the_partial_result_and_leave_nothing(tmp_path):
+    """``--ray local`` then SIGTERM, three times: Ray's own handlers (installed by ray.init)
+    once took over, exit 143 with no metrics.json and Ray's processes left running. The
+    session's handlers stand: the partial result is written, Ray is shut down."""
+    import sys
+
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "ray-local",
+            "backend": {"kind": "noop", "start_timeout": "3m"},  # Ray's own start is inside
+            "workload": {"input_tokens": 8, "output_tokens": 4},
+            "load": {"arrival": {"kind": "poisson", "rate": 50}, "duration": "5m",
+                     "workers": 2, "ray": "local", "validity": LENIENT},
+            "telemetry": {"gpu": False},
+        },
+    )  # fmt: skip
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadtest", "run", str(path), "-o", str(out), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            under = _descendants(proc.pid)
+            if sum("ray::RayWorker" in cmd for cmd in under.values()) == 2:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the workers never started: {proc.communicate(timeout=30)}")
+        time.sleep(2.0)  # the run under way
+        under = _descendants(proc.pid)
+        for _ in range(3):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["status"] == "interrupted" and m["interrupted_by"] == "SIGTERM"
+    assert m["requests"]["completed"] > 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(p) for p in under):
+        time.sleep(0.5)
+    assert not [cmd[:80] for p, cmd in under.items() if _alive(p)]
