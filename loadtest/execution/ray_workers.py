@@ -149,7 +149,8 @@ class RayCluster:
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
             if self.address == "local":
-                kwargs["include_dashboard"] = False
+                # "local" by name: a new instance here, even where RAY_ADDRESS names a cluster
+                kwargs.update(address="local", include_dashboard=False)
             else:
                 kwargs["address"] = self.address
             ray.init(**kwargs)
