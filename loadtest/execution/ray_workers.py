@@ -361,7 +361,15 @@ async def ray_channels(cluster: RayCluster, loaded: LoadedScenario) -> list:
     import ray
 
     count = loaded.scenario.load.workers
-    placement = _Placement(count, loaded.scenario.backend.start_timeout / 1e9)
+    cpus = cluster.facts.get("cpus") or 0
+    if cluster.address == "local" and cpus < count:  # a local instance never grows
+        raise BackendError(
+            f"Ray (local) has {cpus} CPUs on this host; {count} workers of one CPU each need "
+            f"{count} (set load.workers to {cpus} at most, or give --ray a cluster's address)"
+        )
+    # inside the start's own limit, so that a full cluster is said as such and not as a
+    # system under test that did not answer
+    placement = _Placement(count, 0.9 * loaded.scenario.backend.start_timeout / 1e9)
     await placement.ready(cluster)
     actor_class = ray.remote(RayWorker)
     return [RayChannel(actor_class, placement, loaded, i, count) for i in range(count)]

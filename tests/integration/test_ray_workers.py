@@ -194,3 +194,22 @@ def test_sigterms_to_a_run_on_a_local_ray_write_the_partial_result_and_leave_not
     while time.monotonic() < deadline and any(_alive(p) for p in under):
         time.sleep(0.5)
     assert not [cmd[:80] for p, cmd in under.items() if _alive(p)]
+
+
+def test_more_workers_than_a_local_ray_has_cpus_is_said_at_once(tmp_path):
+    load = {"arrival": {"kind": "poisson", "rate": 10}, "duration": "1s"}
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "ray-local",
+            "backend": {"kind": "noop", "start_timeout": "3m"},
+            "workload": {"input_tokens": 8, "output_tokens": 4},
+            "load": {**load, "workers": os.cpu_count() + 1, "ray": "local"},
+            "telemetry": {"gpu": False},
+        },
+    )
+    started = time.monotonic()
+    m = run_scenario(load_scenario(path), tmp_path / "run").metrics
+    assert m["status"] == "failed"
+    assert f"Ray (local) has {os.cpu_count()} CPUs on this host" in m["backend"]["error"]
+    assert time.monotonic() - started < 90  # not the 3 minutes of the start's limit
