@@ -80,9 +80,11 @@ def _flags_scenario(url: str, model: str, given: dict, overrides: list[str]) -> 
 
 
 def _written(data: dict, url: str, save_to: Path | None, overwrite: bool) -> tuple[Path, list[str]]:
-    """The scenario written where it is asked for (or a temporary file), and the override that
-    carries URL credentials: they are never written (the file, the run's copy, a temp file), the
-    file names the server without them, and they reach the run as an override held in memory."""
+    """The scenario written where it is asked for (or a temporary file), and the overrides that
+    carry its secrets (URL credentials, sensitive header and body values): they are never
+    written (the file, the run's copy, a temp file), the file holds them masked, and they reach
+    the run as overrides held in memory."""
+    import json
     import shlex
     import sys
     import tempfile
@@ -91,16 +93,28 @@ def _written(data: dict, url: str, save_to: Path | None, overwrite: bool) -> tup
     from loadtest.core import atomic, secrets
 
     secret_url = secrets.redact_url(url) != url
-    data["backend"]["base_url"] = secrets.redact_url(url)
-    keep_url = [f"backend.base_url={url}"] if secret_url else []
+    backend = data["backend"]
+    backend["base_url"] = secrets.redact_url(url)
+    keep = [f"backend.base_url={url}"] if secret_url else []
     secrets.register(*secrets.url_credentials(url))  # the command line below is scrubbed
-    text = quick.to_yaml(data, "loadtest " + shlex.join(sys.argv[1:]))
+    # Secret header and body values (given with --set) are held back the same way: written as
+    # ***, which a later run of the file refuses until they are given again
+    for field in ("headers", "extra_body"):
+        given = backend.get(field) or {}
+        if secrets.sensitive_values(given):
+            secrets.register(*secrets.sensitive_values(given))
+            backend[field] = secrets.redact_mapping(given)
+            keep.append(f"backend.{field}={json.dumps(given)}")  # JSON: YAML, exactly
+    command = "loadtest " + shlex.join(sys.argv[1:])
+    if len(keep) > secret_url:
+        command += f"\n# Values written as {secrets.MASK} are secrets: give them again with --set"
+    text = quick.to_yaml(data, command)
     if save_to is not None:
         if save_to.exists() and not overwrite:
             usage_error(f"--save-scenario {save_to}: exists (--overwrite to replace it)")
         atomic.write_text(save_to, text)
         typer.echo(f"scenario: {save_to}", err=True)
-        return save_to, keep_url
+        return save_to, keep
     path = Path(tempfile.mkdtemp(prefix="loadtest-")) / "scenario.yml"
     atomic.write_text(path, text)
-    return path, keep_url
+    return path, keep

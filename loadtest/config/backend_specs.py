@@ -175,6 +175,19 @@ class OpenAISpec(Spec):
         "succeeding: the server is down; the run ends (status failed).",
     )
 
+    @field_validator("headers", "extra_body")
+    @classmethod
+    def _no_masked_secret(cls, mapping: dict) -> dict:
+        """A value written as ``***`` is a secret a saved scenario held back: sending the mask
+        would fail every request as the server's auth error, far from its cause."""
+        masked = secrets.masked_names(mapping)
+        if masked:
+            raise ValueError(
+                f"{', '.join(masked)}: {secrets.MASK} is a secret held back when the scenario "
+                "was saved; give its value again (--set, or api_key_env for the API key)"
+            )
+        return mapping
+
     @field_validator("extra_body")
     @classmethod
     def _strict_json(cls, body: dict) -> dict:

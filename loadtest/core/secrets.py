@@ -122,6 +122,18 @@ def redact_mapping(mapping: dict) -> dict:
     return out
 
 
+def masked_names(mapping: dict, prefix: str = "") -> list[str]:
+    """The dotted names in a mapping whose value is the mask itself: a secret a saved scenario
+    held back, which must be given again rather than sent as ``***``."""
+    found = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            found += masked_names(value, f"{prefix}{key}.")
+        elif value == MASK and is_sensitive_name(key):
+            found.append(f"{prefix}{key}")
+    return found
+
+
 def sensitive_values(mapping: dict) -> list[str]:
     """The string values of sensitive names in a mapping, recursively: to register them."""
     found = []

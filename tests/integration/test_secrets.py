@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("aiohttp")
 
 ROOT = Path(__file__).resolve().parents[2]
-PASSWORD, KEY = "pw-s3cret-5678", "sk-verysecret-1234"
+PASSWORD, KEY, HEADER = "pw-s3cret-5678", "sk-verysecret-1234", "hdr-secret-9012"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -48,6 +48,7 @@ def test_url_credentials_and_a_key_run_and_are_never_shown_or_stored(fast_server
             "--requests", "3", "--json", "-o", str(tmp_path / "run"),
             "--save-scenario", str(saved),
             "--set", "load.validity.max_dispatch_lag_p99=2s",
+            "--set", f"backend.headers={{X-Api-Key: {HEADER}, X-Trace: hello}}",
         ],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
@@ -57,8 +58,39 @@ def test_url_credentials_and_a_key_run_and_are_never_shown_or_stored(fast_server
     files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
     files += [saved] + [p for d in created for p in Path(d).rglob("*") if p.is_file()]
     for text in [r.stdout, r.stderr] + [p.read_text(errors="replace") for p in files]:
-        assert PASSWORD not in text and KEY not in text
+        assert PASSWORD not in text and KEY not in text and HEADER not in text
     assert "http://***@127.0.0.1" in saved.read_text()
+    # a secret header given with --set is saved masked; the file then refuses to run with the
+    # mask in its place (it would fail every request as the server's auth error)
+    import yaml
+
+    headers = yaml.safe_load(saved.read_text())["backend"]["headers"]
+    assert headers == {"X-Api-Key": "***", "X-Trace": "hello"}
+    again = subprocess.run(
+        [sys.executable, "-m", "loadtest", "validate", str(saved)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert again.returncode == 2
+    assert "backend.headers: X-Api-Key: *** is a secret held back" in again.stderr
+
+
+def test_a_url_runs_secret_headers_reach_the_run_but_not_the_file(tmp_path, monkeypatch):
+    from loadtest.cli import from_url
+    from loadtest.config.loading import load_scenario
+
+    monkeypatch.setattr(sys, "argv", ["loadtest", "run", "--set", f"x={HEADER}"])
+    data = {
+        "name": "t",
+        "backend": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m",
+                    "headers": {"Authorization": f"Bearer {HEADER}", "X-Trace": "t"},
+                    "extra_body": {"temperature": 0, "session_token": HEADER}},
+        "load": {"arrival": {"kind": "poisson", "rate": 1}, "requests": 1},
+    }  # fmt: skip
+    path, keep = from_url._written(data, "http://127.0.0.1:1/v1", tmp_path / "s.yml", False)
+    assert HEADER not in path.read_text()
+    backend = load_scenario(path, keep).scenario.backend
+    assert backend.headers == {"Authorization": f"Bearer {HEADER}", "X-Trace": "t"}
+    assert backend.extra_body == {"temperature": 0, "session_token": HEADER}
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
