@@ -4,8 +4,9 @@ vLLM, SGLang and TGI each expose their state under their own names; they are map
 ones. The names are those the servers expose today (vLLM V1, read off a running vLLM 0.32; SGLang
 and TGI from their documentation), each followed by older names kept as fallbacks. Three kinds:
 
-- gauges (requests running and waiting, KV-cache usage as a fraction of the cache), summed over
-  label sets: mean, max and last over the window, and a column per sample in ``server.csv``;
+- gauges (requests running and waiting, summed over label sets; KV-cache usage as a fraction
+  of the cache, its mean over them: several data-parallel engines): mean, max and last over
+  the window, and a column per sample in ``server.csv``;
 - histograms (TTFT, ITL, TPOT, end to end, queue, prefill and decode time), whose ``_sum`` and
   ``_count`` give the mean over the window and over each sample interval;
 - counters (prompt and generation tokens, preemptions, prefix-cache hits and queries,
@@ -29,7 +30,7 @@ import urllib.request
 
 from loadtest.backends.openai.discovery import server_root
 
-# common name -> the names servers use for it (gauges; summed over label sets), newest first
+# common name -> the names servers use for it (gauges; over label sets as parse() says), newest first
 GAUGES: dict[str, tuple[str, ...]] = {
     "requests_running": (
         "vllm:num_requests_running",
@@ -147,10 +148,20 @@ _WANTED = tuple(
 )
 
 
+# Fractions each engine publishes of its own (its KV cache, its hit rate): over the label sets
+# of several engines (data parallel) their mean, the share of them all; a sum read 1.3 for two
+# engines' caches 65% full. Counts and counters are summed.
+MEAN_OVER_LABELS = frozenset(
+    [*GAUGES["kv_cache_usage"], *(n for names in RATIO_GAUGES.values() for n in names)]
+)
+
+
 def parse(text: str) -> dict[str, float]:
-    """Prometheus text exposition -> ``{metric name: value}``, summed over label sets (a
-    histogram's ``_bucket`` lines are left out: their sum over ``le`` means nothing)."""
+    """Prometheus text exposition -> ``{metric name: value}``, summed over label sets, or their
+    mean for an engine's fraction (``MEAN_OVER_LABELS``); a histogram's ``_bucket`` lines are
+    left out: their sum over ``le`` means nothing."""
     out: dict[str, float] = {}
+    sets: dict[str, int] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
@@ -164,6 +175,9 @@ def parse(text: str) -> dict[str, float]:
             continue
         if math.isfinite(value):
             out[head] = out.get(head, 0.0) + value
+            sets[head] = sets.get(head, 0) + 1
+    for name in MEAN_OVER_LABELS.intersection(out):
+        out[name] /= sets[name]
     return out
 
 

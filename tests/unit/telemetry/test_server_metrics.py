@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadtest.telemetry.server_metrics import ServerSampler, metrics_url, parse
 
 SGLANG = """# HELP sglang:num_running_reqs The number of running requests.
@@ -182,3 +184,22 @@ def test_sglang_publishes_its_speculative_figures_as_gauges():
     m = s.summary(0, None)["metrics"]
     assert m["spec_accept_length"] == {"window": 3.1}
     assert m["spec_acceptance_rate"] == {"window": 0.7}
+
+
+def test_two_data_parallel_engines_sum_their_counts_and_average_their_fractions():
+    page = """\
+vllm:num_requests_running{engine="0",model_name="m"} 3
+vllm:num_requests_running{engine="1",model_name="m"} 4
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.6
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 10
+vllm:prefix_cache_hits_total{engine="1",model_name="m"} 30
+sglang:cache_hit_rate{dp="0"} 0.2
+sglang:cache_hit_rate{dp="1"} 0.4
+"""
+    values = parse(page)
+    assert values["vllm:num_requests_running"] == 7  # requests: both engines'
+    assert values["vllm:prefix_cache_hits_total"] == 40
+    # fractions of each engine's own cache: the share of both caches, not 1.3
+    assert values["vllm:kv_cache_usage_perc"] == pytest.approx(0.65)
+    assert values["sglang:cache_hit_rate"] == pytest.approx(0.3)
