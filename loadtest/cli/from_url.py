@@ -99,14 +99,16 @@ def _written(data: dict, url: str, save_to: Path | None, overwrite: bool) -> tup
     secrets.register(*secrets.url_credentials(url))  # the command line below is scrubbed
     # Secret header and body values (given with --set) are held back the same way: written as
     # ***, which a later run of the file refuses until they are given again
+    masked = []
     for field in ("headers", "extra_body"):
         given = backend.get(field) or {}
-        if secrets.sensitive_values(given):
-            secrets.register(*secrets.sensitive_values(given))
+        if values := secrets.sensitive_values(given):
+            secrets.register(*values)
             backend[field] = secrets.redact_mapping(given)
-            keep.append(f"backend.{field}={json.dumps(given)}")  # JSON: YAML, exactly
+            masked.append(f"backend.{field}={json.dumps(given)}")  # JSON: YAML, exactly
+    keep += masked
     command = "loadtest " + shlex.join(sys.argv[1:])
-    if len(keep) > secret_url:
+    if masked:
         command += f"\n# Values written as {secrets.MASK} are secrets: give them again with --set"
     text = quick.to_yaml(data, command)
     if save_to is not None:
