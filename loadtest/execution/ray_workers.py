@@ -153,7 +153,8 @@ class RayCluster:
                 kwargs.update(address="local", include_dashboard=False)
             else:
                 kwargs["address"] = self.address
-            ray.init(**kwargs)
+            with _no_failure_signal_handler():
+                ray.init(**kwargs)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         return {
             "ray": ray.__version__,
@@ -165,7 +166,7 @@ class RayCluster:
     def disconnect(self) -> None:
         import ray
 
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception), _signals_kept():
             ray.shutdown()
 
 
@@ -188,6 +189,31 @@ def _signals_kept():
             if handler is not None:  # None: set outside Python, nothing to put back
                 with contextlib.suppress(OSError, ValueError):
                     signal.signal(sig, handler)  # sets the C-level handler again too
+
+
+@contextlib.contextmanager
+def _no_failure_signal_handler():
+    """Keep Ray's C++ crash handler out of this process. The driver's core worker takes SIGTERM
+    as a crash signal and, at ``ray.shutdown``, sets it back to the default at C level, under
+    Python's handler: a SIGTERM in the second of shutdown after that killed the run (-15)
+    before its report was done. Ray reads its switch (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``,
+    from the environment at import) when the core worker starts; where a Ray lacks it,
+    ``disconnect`` still puts the handlers back after the shutdown."""
+    import importlib
+
+    try:
+        ray_constants: Any = importlib.import_module("ray._private.ray_constants")
+    except ImportError:
+        ray_constants = None
+    name = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+    before = getattr(ray_constants, name, None)
+    if before is not None:
+        setattr(ray_constants, name, True)
+    try:
+        yield
+    finally:
+        if before is not None:
+            setattr(ray_constants, name, before)
 
 
 def _settle(future: asyncio.Future, result) -> None:
