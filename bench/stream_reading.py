@@ -39,10 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.token_capacity import MODEL, Server
-from loadtest.backends.openai.connection import ConnectionPool
 from loadtest.backends.openai.stream import Stream
 from loadtest.core import loop as event_loop
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.transport.pool import ConnectionPool
+from loadtest.transport.settings import ClientSettings
 
 MODES = ("aiohttp", "http1 by read", "http1 in batches")
 
@@ -77,7 +78,9 @@ async def one_round(url: str, rate: float, seconds: float, output_len: int, mode
 
         close = session.close
     else:
-        pool = ConnectionPool(url, {}, False, 0, 10**10, 3 * 10**10, now)
+        pool = ConnectionPool(
+            url, ClientSettings(connect_timeout_s=10.0, read_timeout_ns=3 * 10**10), 0, now
+        )
 
         async def read(stream: Stream) -> None:
             resp = await pool.request("POST", url, body, eager=mode == "http1 by read")

@@ -82,8 +82,8 @@ class Transport:
 
 
 async def measure(reps: int, vllm: bool) -> tuple[float, float]:
-    from loadtest.backends.openai import http1
     from loadtest.backends.openai.stream import Stream
+    from loadtest.transport import http1
 
     reads, pool = recorded(vllm), Pool()
     received = streamed = 0

@@ -37,20 +37,23 @@ def scenario_source(
 
     if problem := url_problem(url):  # before any request: no other scheme is ever opened
         usage_error(f"--url {problem}")
-    data = _flags_scenario(url, model or _first_model(url), given, overrides)
+    data = _flags_scenario(url, model or _first_model(url, given, overrides), given, overrides)
     return _written(data, url, save_to, overwrite)
 
 
-def _first_model(url: str) -> str:
-    """The first model the server lists (said on stderr); exit 4 when it cannot be asked."""
-    import os
-
+def _first_model(url: str, given: dict, overrides: list[str]) -> str:
+    """The first model the server lists (said on stderr), asked the way the run will ask (the
+    flags' and --set's TLS, proxy, headers and API key); exit 4 when it cannot be asked."""
+    from loadtest.backends.openai.connection import client_settings
     from loadtest.backends.openai.discovery import list_models
+    from loadtest.config.backend_specs import OpenAISpec
     from loadtest.core.errors import BackendError
 
+    backend = _flags_scenario(url, "?", given, overrides)["backend"]  # "?": not asked yet
     try:
-        models = list_models(url, os.environ.get("OPENAI_API_KEY"))
-    except BackendError as exc:
+        settings = client_settings(OpenAISpec.model_validate(backend), Path.cwd())
+        models = list_models(url, settings=settings)
+    except (ValueError, BackendError) as exc:  # ValueError: a CA file that is none, say
         error(f"--url: {exc}")
         raise typer.Exit(exit_codes.FAILED) from None
     typer.echo(

@@ -16,6 +16,8 @@ from loadtest.config.spec import Spec
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.config.types import Duration, PositiveDuration, as_written
 from loadtest.core import secrets
+from loadtest.transport.endpoint import Endpoint
+from loadtest.transport.settings import proxy_endpoint
 
 
 class Stall(Spec):
@@ -166,8 +168,40 @@ class OpenAISpec(Spec):
     )
     verify_tls: bool = Field(True, description="Verify the server's TLS certificate.")
     ca_bundle: str | None = Field(
-        None, description="CA file to verify against (default: the system's)."
+        None,
+        description="CA file to verify the server against (default: the system's, or "
+        "SSL_CERT_FILE's).",
     )
+    client_cert: str | None = Field(
+        None,
+        description="Client certificate (PEM) for a server that asks for one (mutual TLS); "
+        "its key in the same file or in client_key.",
+    )
+    client_key: str | None = Field(None, description="The client certificate's key (PEM).")
+    client_key_password_env: str | None = Field(
+        None,
+        description="Environment variable holding the client key's password (never written out).",
+    )
+    proxy: str = Field(
+        "env",
+        description="env: HTTP_PROXY, HTTPS_PROXY and NO_PROXY, as Python reads them; none: "
+        "straight to the server; or a proxy's URL (http://[user:pw@]host:port), which wins. "
+        "https goes through it in a CONNECT tunnel. Every call takes the same way: requests, "
+        "discovery, /metrics, the DCGM exporter, the profiler.",
+    )
+
+    @field_validator("proxy")
+    @classmethod
+    def _a_proxy(cls, v: str) -> str:
+        if v in ("env", "none"):
+            return v
+        v = v if "://" in v else f"http://{v}"  # host:port, as curl takes it
+        try:
+            proxy_endpoint(v)
+        except ValueError as exc:
+            raise ValueError(f"{secrets.redact_url(v)!r}: {exc}") from None
+        return v
+
     fail_after_connect_errors: int = Field(
         10,
         ge=1,
@@ -204,6 +238,8 @@ class OpenAISpec(Spec):
         return [
             os.environ.get(self.api_key_env) or "",
             *secrets.url_credentials(self.base_url),
+            *secrets.url_credentials(self.proxy),
+            os.environ.get(self.client_key_password_env or "") or "",
             *secrets.sensitive_values(dict(self.headers)),
             *secrets.sensitive_values(self.extra_body),
         ]
@@ -215,6 +251,8 @@ class OpenAISpec(Spec):
         """A copy of this spec's dump with every secret masked (what metrics.json keeps)."""
         out = dict(dumped)
         out["base_url"] = secrets.redact_url(out["base_url"])
+        if "proxy" in out:
+            out["proxy"] = secrets.redact_url(out["proxy"])
         out["headers"] = secrets.redact_mapping(out.get("headers") or {})
         out["extra_body"] = secrets.redact_mapping(out.get("extra_body") or {})
         return out
@@ -222,10 +260,19 @@ class OpenAISpec(Spec):
     def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
         """Problems found before connecting: a CA bundle that is not there."""
         problems = []
-        if self.ca_bundle is not None:
-            p = Path(self.ca_bundle).expanduser()
-            if not (p if p.is_absolute() else base_dir / p).is_file():
-                problems.append((("backend", "ca_bundle"), f"file not found: {p}"))
+        for name in ("ca_bundle", "client_cert", "client_key"):
+            value = getattr(self, name)
+            if value is not None:
+                p = Path(value).expanduser()
+                if not (p if p.is_absolute() else base_dir / p).is_file():
+                    problems.append((("backend", name), f"file not found: {p}"))
+        if self.client_key is not None and self.client_cert is None:
+            problems.append((("backend", "client_key"), "a key with no client_cert"))
+        env = self.client_key_password_env
+        if env is not None and env not in os.environ:
+            problems.append(
+                (("backend", "client_key_password_env"), f"${env} is not set in the environment")
+            )
         return problems
 
 
@@ -235,20 +282,11 @@ BackendSpec = Annotated[
 
 
 def url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be a served model's API root (an http(s) URL with a host), or None:
-    checked before anything is asked of it, so no other scheme (``file://``) is ever opened."""
-    from urllib.parse import urlsplit
-
+    """Why ``url`` cannot be a served model's API root (an http(s) URL with a host, or a Unix
+    socket's), or None: checked before anything is asked of it, so no other scheme
+    (``file://``) is ever opened."""
     try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a port that is not a number
+        Endpoint.parse(url)
     except ValueError as exc:
-        return f"not a URL ({exc}): {secrets.redact_url(url)!r}"
-    if parts.scheme not in ("http", "https"):
-        return (
-            f"{secrets.redact_url(url)!r}: give an http:// or https:// URL, such as "
-            "http://127.0.0.1:8000/v1"
-        )
-    if not parts.hostname:
-        return f"{secrets.redact_url(url)!r}: no host in the URL"
+        return f"{secrets.redact_url(url)!r}: {exc}"
     return None

@@ -225,8 +225,8 @@ class Session(StopOnSignals):
         """The run itself, with the samplers and the profile window around it: its outcome, the
         backend's facts of the point, and what was seen (side files written)."""
         scenario, plan = loaded.scenario, started.plan
-        sampler = gpu_sampler(scenario)
-        server = server_sampler(scenario)
+        sampler = gpu_sampler(scenario, loaded.base_dir)
+        server = server_sampler(scenario, loaded.base_dir)
         window = self._profile_window(scenario, out)
         try:
             if plan is None:

@@ -3,6 +3,7 @@ system under test's) and a served model's own ``/metrics``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from loadtest.config.scenario import Scenario
@@ -35,7 +36,7 @@ def _own_names() -> set[str]:
     return names
 
 
-def server_sampler(scenario: Scenario) -> Any:
+def server_sampler(scenario: Scenario, base_dir: Path) -> Any:
     """A started sampler of the server's /metrics, or None (not a served model, or off)."""
     served_at = scenario.backend.served_at()
     if scenario.telemetry.server is False or served_at is None:
@@ -43,22 +44,40 @@ def server_sampler(scenario: Scenario) -> Any:
     from loadtest.backends.openai.discovery import without_credentials
     from loadtest.telemetry.server_metrics import ServerSampler, metrics_url
 
+    url = metrics_url(without_credentials(served_at))
     sampler = ServerSampler(
-        metrics_url(without_credentials(served_at)),
+        url,
         scenario.telemetry.server_interval / 1e9,
+        settings=client_settings(scenario, base_dir),
     )
     sampler.start()
     return sampler
 
 
-def gpu_sampler(scenario: Scenario) -> Any:
+def client_settings(scenario: Scenario, base_dir: Path) -> Any:
+    """The served model's one client configuration, for the calls beside the requests (its
+    headers go to its own origin only); None for an engine."""
+    from loadtest.config.backend_specs import OpenAISpec
+
+    if not isinstance(scenario.backend, OpenAISpec):
+        return None
+    from loadtest.backends.openai.connection import client_settings as settings_of
+
+    return settings_of(scenario.backend, base_dir)
+
+
+def gpu_sampler(scenario: Scenario, base_dir: Path) -> Any:
     """A started GPU sampler, or None when the scenario turns sampling off."""
     if gpu_off_reason(scenario) is not None:
         return None
     if scenario.telemetry.dcgm is not None:  # the server's GPUs, from its DCGM exporter
         from loadtest.telemetry.dcgm import DcgmSampler
 
-        dcgm = DcgmSampler(scenario.telemetry.dcgm, scenario.telemetry.server_interval / 1e9)
+        dcgm = DcgmSampler(
+            scenario.telemetry.dcgm,
+            scenario.telemetry.server_interval / 1e9,
+            settings=client_settings(scenario, base_dir),
+        )
         dcgm.start()
         return dcgm
     from loadtest.telemetry.gpu_sampler import GpuSampler

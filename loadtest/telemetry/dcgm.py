@@ -17,13 +17,14 @@ import math
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 
 from loadtest.core.secrets import redact_url
 from loadtest.telemetry.gpu_columns import latest_utilization, samples_csv
 from loadtest.telemetry.gpu_summary import device_summaries
+from loadtest.transport.calls import call, failure_text
+from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.settings import ClientSettings
 
 # DCGM field -> (the sampler's column, factor to its unit)
 FIELDS: dict[str, tuple[str, float]] = {
@@ -84,8 +85,16 @@ def parse_page(text: str) -> dict[tuple[int, str | None, str | None, str | None]
 class DcgmSampler:
     """Reads ``url`` every ``interval_s`` on its own thread: ``rows`` as the NVML sampler's."""
 
-    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        interval_s: float = 1.0,
+        timeout_s: float = 2.0,
+        settings: ClientSettings | None = None,
+    ) -> None:
         self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
+        # the run's TLS and proxy; its headers only where the exporter is the server's origin
+        self.settings = settings or ClientSettings()
         self.devices: list[DcgmDevice] = []
         self.rows: list[dict] = []
         self.errors = 0
@@ -116,12 +125,16 @@ class DcgmSampler:
     def _sample(self) -> None:
         t = time.monotonic_ns()
         try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as r:
-                page = r.read(MAX_PAGE).decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            status, raw = call(self.settings, "GET", self.url, b"", MAX_PAGE, self.timeout_s)
+        except (HttpFailure, OSError, ValueError) as exc:
             self.errors += 1
-            self.last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:200]
+            self.last_error = failure_text(exc)
             return
+        if status != 200:
+            self.errors += 1
+            self.last_error = f"HTTP {status}"
+            return
+        page = raw.decode("utf-8", "replace")
         for (gpu, uuid, model, host), values in sorted(parse_page(page).items(), key=_by_gpu):
             device = self._device(gpu, uuid, model, host)
             row = {"t_ns": t, "index": device.index, **values}

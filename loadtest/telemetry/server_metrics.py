@@ -22,13 +22,15 @@ every request the run sent.
 
 from __future__ import annotations
 
+import io
 import math
 import threading
 import time
-import urllib.error
-import urllib.request
 
 from loadtest.backends.openai.discovery import server_root
+from loadtest.transport.calls import call, failure_text
+from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.settings import ClientSettings
 
 # common name -> the names servers use for it (gauges; over label sets as parse() says), newest first
 GAUGES: dict[str, tuple[str, ...]] = {
@@ -233,10 +235,18 @@ def _hist_mean(first: dict, last: dict, common: str) -> tuple[float | None, floa
 
 
 class ServerSampler:
-    """Polls ``url`` every ``interval_s`` on its own thread until stopped."""
+    """Polls ``url`` every ``interval_s`` on its own thread until stopped, each call under
+    ``settings`` (the run's: its TLS, proxy and headers)."""
 
-    def __init__(self, url: str, interval_s: float, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        interval_s: float,
+        timeout_s: float = 2.0,
+        settings: ClientSettings | None = None,
+    ) -> None:
         self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
+        self.settings = settings or ClientSettings()
         self.rows: list[tuple[int, dict[str, float]]] = []
         self.errors = 0
         self.cut = 0  # samples whose page ran past MAX_BODY (read up to it)
@@ -262,13 +272,18 @@ class ServerSampler:
     def _sample(self) -> None:
         t = time.monotonic_ns()
         try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as r:
-                values, cut = read_page(r, MAX_BODY)
-            self.rows.append((t, values))
-            self.cut += cut
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            status, page = call(self.settings, "GET", self.url, b"", MAX_BODY + 1, self.timeout_s)
+        except (HttpFailure, OSError, ValueError) as exc:
             self.errors += 1
-            self.last_error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:200]
+            self.last_error = failure_text(exc)
+            return
+        if status != 200:
+            self.errors += 1
+            self.last_error = f"HTTP {status}"
+            return
+        values, cut = read_page(io.BytesIO(page), MAX_BODY)
+        self.rows.append((t, values))
+        self.cut += cut
 
     def summary(self, t0_ns: int, span: tuple[int, int] | None) -> dict:
         """Per common metric over the window: mean, max and last of gauges; means of

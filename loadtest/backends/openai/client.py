@@ -26,11 +26,9 @@ from typing import Any
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, TEMPLATED_APIS, RequestBodies
-from loadtest.backends.openai.connection import Wire, error_text
-from loadtest.backends.openai.discovery import authorization, server_root, without_credentials
+from loadtest.backends.openai.discovery import server_root, without_credentials
 from loadtest.backends.openai.events import BadResponse
 from loadtest.backends.openai.facts import report
-from loadtest.backends.openai.http1 import HttpFailure
 from loadtest.backends.openai.outputs import OutputChecks
 from loadtest.backends.openai.pooling import read_answer
 from loadtest.backends.openai.stream import Stream
@@ -44,6 +42,9 @@ from loadtest.config.apis import POOLING_APIS
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Cancelled, Failed, Finished, Tokens
 from loadtest.core.text import visible
+from loadtest.transport.calls import error_text
+from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.pool import Wire
 from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
 from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer
@@ -86,23 +87,18 @@ class OpenAIBackend(Backend):
         # start_timeout bounds them (a thread it leaves importing torch is harmless: the
         # environment manifest reads only modules whose import has finished)
         spec = self.spec
+        key = self._api_key()
+        try:
+            self.settings = connection.client_settings(spec, self.base_dir)
+            self._pool = connection.open_pool(spec, self.url, self.settings, self.clock.now_ns)
+        except ValueError as exc:
+            raise BackendError(f"backend: {exc}") from None
         tokenizer, tokenizer_source, count = await asyncio.to_thread(
-            load_tokenizer, spec.tokenizer, spec.model, spec.base_url, self._api_key(),
-            self.base_dir,
+            load_tokenizer, spec.tokenizer, spec.model, spec.base_url, key, self.base_dir,
+            self.settings,
         )  # fmt: skip
         self._tokens.count = count
         self._bodies = RequestBodies(spec, tokenizer, fit=count is not None)
-        key = self._api_key()
-        headers = dict(spec.headers)
-        _, auth = authorization(spec.base_url, key)
-        if auth:
-            headers["Authorization"] = auth
-        try:
-            self._pool = connection.open_pool(
-                spec, self.url, headers, self.base_dir, self.clock.now_ns
-            )
-        except ValueError as exc:
-            raise BackendError(f"{spec.base_url}: {exc}") from None
         try:
             self._bodies.fixed_via = await self._probe()
         except BackendError:
@@ -121,6 +117,9 @@ class OpenAIBackend(Backend):
             else "one token per chunk, reconciled to the server's usage",
             "api_key": f"from ${spec.api_key_env}" if key else "none",
             "tls_verify": spec.verify_tls,
+            "client_certificate": spec.client_cert is not None,
+            # its buffering is inside every stamp: a proxy between the client and the server
+            "proxy": self._pool.proxy.origin if self._pool.proxy else "none",
             "max_connections": spec.max_connections or "unbounded",
             "prompt_sizing": sizing,
         }

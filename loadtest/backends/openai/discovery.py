@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import http.client
+import dataclasses
 import json
-import urllib.error
-import urllib.request
 
 from loadtest.core import secrets
 from loadtest.core.errors import BackendError
-from loadtest.core.text import visible
+from loadtest.transport.calls import call
+from loadtest.transport.endpoint import Endpoint
+from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.settings import ClientSettings
 
 
 def server_root(base_url: str) -> str:
@@ -41,38 +42,32 @@ def without_credentials(url: str) -> str:
     return authorization(url, None)[0]
 
 
-class _SameOriginAuth(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect, but never carries credentials to another origin."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        if new is not None and _origin(newurl) != _origin(req.full_url):
-            new.remove_header("Authorization")
-        return new
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    return parts.scheme, (parts.hostname or "").lower(), parts.port
-
-
-def list_models(base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> list[str]:
-    """The model ids the server lists at ``{base_url}/models`` (OpenAI's format), in its order.
+def list_models(
+    base_url: str,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+    settings: ClientSettings | None = None,
+) -> list[str]:
+    """The model ids the server lists at ``{base_url}/models`` (OpenAI's format), in its order,
+    asked under ``settings`` (TLS, proxy, headers: the run's own; default: the environment's
+    proxy, the system's CAs).
 
     A server that does not answer within ``timeout_s``, answers with an error, or answers
     something that is not a model list raises BackendError with the reason."""
-    return [str(m["id"]) for m in _model_list(base_url, api_key, timeout_s)]
+    return [str(m["id"]) for m in _model_list(base_url, api_key, timeout_s, settings)]
 
 
 def model_root(
-    base_url: str, model: str, api_key: str | None = None, timeout_s: float = 10.0
+    base_url: str,
+    model: str,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+    settings: ClientSettings | None = None,
 ) -> str | None:
     """Where the server loaded ``model`` from, as its ``/v1/models`` entry says (vLLM and SGLang:
     ``root``, the folder or hub id behind a ``--served-model-name``), or None."""
     try:
-        entries = _model_list(base_url, api_key, timeout_s)
+        entries = _model_list(base_url, api_key, timeout_s, settings)
     except BackendError:
         return None
     for entry in entries:
@@ -82,25 +77,38 @@ def model_root(
     return None
 
 
-def _model_list(base_url: str, api_key: str | None, timeout_s: float) -> list[dict]:
+def _model_list(
+    base_url: str, api_key: str | None, timeout_s: float, settings: ClientSettings | None
+) -> list[dict]:
     secrets.register(api_key)
     plain, auth = authorization(base_url, api_key)
     url = plain.rstrip("/") + "/models"
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if auth:
-        request.add_header("Authorization", auth)
-    opener = urllib.request.build_opener(_SameOriginAuth)
+    shown = secrets.redact_url(url)
     try:
-        with opener.open(request, timeout=timeout_s) as response:
-            body = response.read(1 << 20)
-    except urllib.error.HTTPError as exc:
-        raise BackendError(f"{secrets.redact_url(url)}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise BackendError(f"{secrets.redact_url(url)}: no answer ({reason})") from None
-    except http.client.HTTPException as exc:  # an SSH or FTP banner, or no HTTP at all
-        answer = visible(str(exc)[:80])
-        raise BackendError(f"{secrets.redact_url(url)}: not an HTTP answer ({answer})") from None
+        endpoint = Endpoint.parse(url)
+    except ValueError as exc:
+        raise BackendError(f"{shown}: {exc}") from None
+    settings = settings or ClientSettings()
+    headers = {**settings.headers, "Accept": "application/json"}
+    if auth:
+        headers["Authorization"] = auth
+    try:
+        status, body = call(
+            dataclasses.replace(settings, headers=headers, origin=endpoint.origin),
+            "GET",
+            url,
+            timeout_s=timeout_s,
+        )
+    except HttpFailure as exc:
+        if exc.kind == "bad_http":  # an SSH or FTP banner, or no HTTP at all
+            raise BackendError(f"{shown}: not an HTTP answer ({exc})") from None
+        raise BackendError(f"{shown}: no answer ({exc})") from None
+    except ValueError as exc:  # a setting that cannot be used (a CA file that is none)
+        raise BackendError(f"{shown}: {exc}") from None
+    if 300 <= status < 400:
+        raise BackendError(f"{shown}: HTTP {status}, a redirect, not followed: point the URL there")
+    if status >= 400:
+        raise BackendError(f"{shown}: HTTP {status}") from None
     try:
         entries = json.loads(body)["data"]
         if not all(isinstance(m, dict) and "id" in m for m in entries):

@@ -20,12 +20,18 @@ from loadtest.workload.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:
     from loadtest.backends.openai.stream import Stream
+    from loadtest.transport.settings import ClientSettings
 
 FIT_TRIES = 8  # rounds to fit a synthetic chat message to its planned length in the template
 
 
 def load_tokenizer(
-    tokenizer: str | None, model: str, base_url: str, api_key: str | None, base_dir: Path
+    tokenizer: str | None,
+    model: str,
+    base_url: str,
+    api_key: str | None,
+    base_dir: Path,
+    settings: ClientSettings | None = None,
 ) -> tuple[Any, str, Callable[[str], list[int]] | None]:
     """``backend.tokenizer``; else the served name; else where the server says it loaded the
     model from (``/v1/models``' ``root``: a served name is often not a folder or a hub id,
@@ -34,7 +40,7 @@ def load_tokenizer(
     name = tokenizer or model
     tok = _tokenizer_at(name, base_dir)
     if isinstance(tok, ByteTokenizer) and not tokenizer:
-        root = model_root(base_url, model, api_key)
+        root = model_root(base_url, model, api_key, settings=settings)
         if root is not None:
             tok = _tokenizer_at(root, base_dir)
             name = root if not isinstance(tok, ByteTokenizer) else name

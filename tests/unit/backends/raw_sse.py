@@ -10,7 +10,8 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from loadtest.backends.openai.connection import ConnectionPool
+from loadtest.transport.pool import ConnectionPool
+from loadtest.transport.settings import ClientSettings
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 END = b"0\r\n\r\n"  # the chunked body's end
@@ -45,9 +46,8 @@ async def serving(
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1/completions"
-    pool = ConnectionPool(
-        url, {}, False, max_connections, int(5e9), int(read_timeout_s * 1e9), time.monotonic_ns
-    )
+    settings = ClientSettings(connect_timeout_s=5.0, read_timeout_ns=int(read_timeout_s * 1e9))
+    pool = ConnectionPool(url, settings, max_connections, time.monotonic_ns)
     try:
         yield pool, url
     finally:

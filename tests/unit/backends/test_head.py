@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.backends.openai.head import Head, read_head
+from loadtest.transport.head import Head, read_head
 
 
 @pytest.mark.parametrize(

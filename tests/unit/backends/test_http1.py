@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtest.backends.openai import http1
-from loadtest.backends.openai.connection import ConnectionPool, Wire
-from loadtest.backends.openai.http1 import HttpFailure
+from loadtest.transport import http1
+from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.pool import ConnectionPool, Wire
+from loadtest.transport.settings import ClientSettings
 
 
 class FakeTransport:
@@ -49,7 +50,7 @@ class FakeTransport:
 
 
 def _connection(clock) -> http1.Connection:
-    pool = ConnectionPool("http://127.0.0.1:9/", {}, False, 0, 10**9, 0, clock)
+    pool = ConnectionPool("http://127.0.0.1:9/", ClientSettings(read_timeout_ns=0), 0, clock)
     conn = http1.Connection(pool)
     conn.connection_made(FakeTransport())
     conn._reset(http1.BATCH_BYTES)
@@ -170,7 +171,9 @@ def test_a_head_whose_lines_end_in_a_bare_lf_is_read_at_once(raw):
 def test_a_server_that_speaks_first_fails_the_request_sent_to_it_by_what_it_said():
     # an SSH server's banner arrives before any request: the connection is closed, and the
     # request then sent on it fails naming the banner (never a write on a closed transport)
-    pool = ConnectionPool("http://127.0.0.1:9/", {}, False, 0, 10**9, 0, time.monotonic_ns)
+    pool = ConnectionPool(
+        "http://127.0.0.1:9/", ClientSettings(read_timeout_ns=0), 0, time.monotonic_ns
+    )
     conn = http1.Connection(pool)
     conn.connection_made(FakeTransport())
     conn.data_received(b"SSH-2.0-OpenSSH_9.6\r\n")
@@ -229,7 +232,8 @@ def test_a_connection_lost_early_is_named_for_where_it_was(state_raw, kind):
 
 def test_a_header_with_a_line_break_is_refused():
     with pytest.raises(ValueError, match="line break"):
-        ConnectionPool("http://h/", {"X": "a\r\nInjected: 1"}, False, 0, 1, 0, time.monotonic_ns)
+        settings = ClientSettings(headers={"X": "a\r\nInjected: 1"}, origin="http://h:80")
+        ConnectionPool("http://h/", settings, 0, time.monotonic_ns)
 
 
 # -- over real sockets ----------------------------------------------------------------------
@@ -284,8 +288,9 @@ class Server:
         self.server.close()
 
 
-def _pool(url: str, limit: int = 0, ssl_context=False) -> ConnectionPool:
-    return ConnectionPool(url, {}, ssl_context, limit, 2 * 10**9, 5 * 10**9, time.monotonic_ns)
+def _pool(url: str, limit: int = 0, **tls) -> ConnectionPool:
+    settings = ClientSettings(connect_timeout_s=2.0, read_timeout_ns=5 * 10**9, **tls)
+    return ConnectionPool(url, settings, limit, time.monotonic_ns)
 
 
 async def _get(pool: ConnectionPool, url: str, wire: Wire | None = None) -> bytes:
@@ -446,16 +451,16 @@ def test_tls_verifies_the_server_against_what_is_trusted(certificate, trust):
     server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_side.load_cert_chain(cert, key)
     trusted = {
-        "default": True,  # the system's roots: a self-signed certificate is not among them
-        "ca_bundle": ssl.create_default_context(cafile=str(cert)),
-        "unverified": False,
+        "default": {},  # the system's roots: a self-signed certificate is not among them
+        "ca_bundle": {"ca_bundle": cert},
+        "unverified": {"verify_tls": False},
     }[trust]
 
     async def main():
         server = Server(b"secret")
         listening = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=server_side)
         url = f"https://127.0.0.1:{listening.sockets[0].getsockname()[1]}/v1/x"
-        pool = _pool(url, ssl_context=trusted)
+        pool = _pool(url, **trusted)
         try:
             return await _get(pool, url)
         except HttpFailure as exc:

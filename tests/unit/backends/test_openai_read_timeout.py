@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from loadtest.backends.openai.connection import Wire
-from loadtest.backends.openai.http1 import HttpFailure
 from loadtest.backends.openai.stream import Stream
+from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.pool import Wire
 from tests.unit.backends.raw_sse import END, HEAD, event, serving, take_request
 
 TIMEOUT_S = 0.3

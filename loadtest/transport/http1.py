@@ -1,5 +1,5 @@
 """The token path's HTTP: one HTTP/1.1 connection of loadtest's own client, and the response it
-reads (``connection.ConnectionPool`` keeps the connections).
+reads (``pool.ConnectionPool`` keeps the connections).
 
 A streamed response costs its client once per socket read, and a served model sends a read a
 token. Through aiohttp a read runs about ten Python calls: its protocol, its parser's callbacks
@@ -9,7 +9,8 @@ bytes. The stream's coroutine wakes a few times a response to take them (``Respo
 ``bench/stream_reading.py`` measures the difference. Every call of the openai backend goes this
 way: the requests, the probe, ``/tokenize``, ``/models`` and the profiler's endpoints.
 
-What it speaks: HTTP/1.1 over TCP or TLS, one request at a time a connection, kept alive and
+What it speaks: HTTP/1.1 over TCP, TLS or a Unix socket (through a proxy where one is set:
+``settings``), one request at a time a connection, kept alive and
 pooled (at most ``max_connections``: 0 is unbounded). The request body is sent whole, with its
 Content-Length. A response body may be chunked, of a Content-Length, or end with the
 connection. It asks for ``Accept-Encoding: identity``: a compressed stream is refused, since
@@ -25,7 +26,8 @@ import socket
 import time
 from typing import Any
 
-from loadtest.backends.openai.head import read_head
+from loadtest.transport.head import read_head
+from loadtest.transport.tls import tls_failure
 
 # a stream's coroutine wakes once this much of its body is unread, at its end, or on a failure
 BATCH_BYTES = 32 << 10
@@ -55,7 +57,7 @@ class HttpFailure(Exception):
 
 class Connection(asyncio.Protocol):
     """One kept-alive connection and the response it is reading now. Its ``pool``
-    (``connection.ConnectionPool``) gives the clock (``now``) and hears when it is done with
+    (``pool.ConnectionPool``) gives the clock (``now``) and hears when it is done with
     (``released``) or lost (``lost``)."""
 
     def __init__(self, pool: Any) -> None:
@@ -216,8 +218,11 @@ class Connection(asyncio.Protocol):
         if state == _TO_CLOSE and exc is None:
             self._end()
         elif state == _HEAD:
+            tls = tls_failure(exc) if exc is not None else None
             self._fail(
-                HttpFailure("connection_reset", f"the connection was reset: {exc}")
+                HttpFailure("tls_error", tls)  # under TLS 1.3, a client certificate refused
+                if tls is not None
+                else HttpFailure("connection_reset", f"the connection was reset: {exc}")
                 if isinstance(exc, OSError)
                 else HttpFailure("server_disconnected", "the server closed the connection")
             )

@@ -1,0 +1,351 @@
+"""A pool of kept-alive HTTP/1.1 connections (``http1``) to one origin, under one
+``ClientSettings``, and the stamps it takes of each request on the way (``Wire``): its start,
+when its bytes left, its waits for a connection. A request sent onto a kept-alive connection
+the server had just closed is sent again, once, on a new one."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from loadtest.core import open_files
+from loadtest.core._version import __version__
+from loadtest.core.events import Sent
+from loadtest.core.text import visible
+from loadtest.transport.endpoint import Endpoint
+from loadtest.transport.head import read_head
+from loadtest.transport.http1 import HEAD_END, MAX_HEAD_BYTES, Connection, HttpFailure, Response
+from loadtest.transport.settings import ClientSettings
+from loadtest.transport.tls import tls_failure
+
+# How a send onto a kept-alive connection the server had already closed fails, before any byte
+# of an answer: such a request is sent again, once, on a new connection.
+STALE = frozenset({"server_disconnected", "connection_reset"})
+CLIENT_OUT_OF_FILES = "client_out_of_files"  # an error type that is the client's, not the server's
+
+
+class ConnectionPool:
+    """The connections to one origin (scheme, host and port, or a Unix socket), kept alive,
+    under one ``ClientSettings`` (TLS, proxy, headers, timeouts): at most
+    ``max_connections`` open (0: unbounded), waited for in turn. Each request is stamped on
+    its ``wire`` (``connection.Wire``): its start, when its bytes left, its waits for a
+    connection."""
+
+    def __init__(
+        self,
+        url: str,
+        settings: ClientSettings,
+        max_connections: int,
+        now: Callable[[], int],
+    ) -> None:
+        self.endpoint = endpoint = Endpoint.parse(url)
+        self.settings = settings
+        self.ssl = settings.ssl_context() if endpoint.tls else None
+        self.proxy = settings.proxy_for(endpoint)
+        self.origin = endpoint.origin
+        lines = {
+            "Host": endpoint.host_header,
+            "User-Agent": f"loadtest/{__version__}",
+            "Accept": "*/*",
+            "Accept-Encoding": "identity",
+            **settings.headers_for(endpoint),
+        }
+        if self.proxy is not None and not endpoint.tls:  # an absolute-form request: to the proxy
+            lines.update(_proxy_authorization(self.proxy))
+        for name, value in lines.items():
+            if any(c in f"{name}{value}" for c in "\r\n"):
+                raise ValueError(f"header {name!r}: a line break in a header")
+        self._head = "".join(f"{k}: {v}\r\n" for k, v in lines.items()).encode()
+        self._targets: dict[str, bytes] = {}  # URL -> the request line's target
+        self.limit = max_connections
+        self.connect_timeout = settings.connect_timeout_s
+        self.read_timeout_ns = settings.read_timeout_ns
+        self.now = now
+        self._idle: list[Connection] = []
+        self._open = 0  # connections counted against the limit: in use, idle or connecting
+        self._waiters: deque[asyncio.Future] = deque()
+        self._all: set[Connection] = set()
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        body: bytes = b"",
+        wire: Any = None,
+        eager: bool = False,
+        read_timeout_ns: int | None = None,
+    ) -> Response:
+        """Send ``method url`` with ``body`` (JSON, where there is one) and wait for the
+        response's head. ``eager``: the body's batches come read by read (a request the plan
+        may cancel takes what was read by then). ``read_timeout_ns``: this request's (0: none;
+        None: the pool's)."""
+        target = self._targets.get(url) or self._target(url)
+        now, cpu = self.now, time.thread_time_ns
+        if wire is not None:
+            wire.start_ns, wire.cpu_start_ns = now(), cpu()
+        conn, reused = await self._acquire(wire)
+        length = b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        request = b"%s %s HTTP/1.1\r\n%s%s\r\n%s" % (
+            method.encode(),
+            target,
+            self._head,
+            length if body else b"",
+            body,
+        )
+        timeout = self.read_timeout_ns if read_timeout_ns is None else read_timeout_ns
+        try:
+            return await conn.exchange(request, eager, timeout, wire)
+        except HttpFailure as exc:
+            # A kept-alive connection the server closed as this request went onto it (its
+            # keep-alive ran out, or it closes after every answer): the server never saw the
+            # request, so it is the client's to send again, once, on a new connection. The
+            # request's latency still runs from its intended send.
+            if not (reused and exc.kind in STALE and conn.answered_nothing):
+                raise
+        if wire is not None:
+            wire.retries += 1
+        conn = await self._connect(wire)
+        return await conn.exchange(request, eager, timeout, wire)
+
+    def _target(self, url: str) -> bytes:
+        endpoint = Endpoint.parse(url)
+        if endpoint.origin != self.origin:
+            raise ValueError(f"{endpoint.url}: not of this pool's origin, {self.origin}")
+        # through a proxy, an http request names its whole URL (absolute form)
+        target = endpoint.url if self.proxy is not None and not endpoint.tls else endpoint.path
+        self._targets[url] = out = target.encode()
+        return out
+
+    async def close(self) -> None:
+        for conn in list(self._all):
+            if conn.transport is not None and not conn.lost:
+                conn.transport.abort()
+        self._idle.clear()
+        await asyncio.sleep(0)  # the transports' connection_lost calls
+
+    # -- the pool ---------------------------------------------------------------------------
+
+    async def _acquire(self, wire: Any) -> tuple[Connection, bool]:
+        """A connection for a request, and whether it carried one before (kept alive)."""
+        while True:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.lost:
+                    return conn, True
+            if not self.limit or self._open < self.limit:
+                return await self._connect(wire), False
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            start = self.now()
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken and leaving: the turn passes on
+                raise
+            finally:
+                if wire is not None:
+                    wire.queued_ns += self.now() - start
+
+    async def _connect(self, wire: Any) -> Connection:
+        self._open += 1
+        start = self.now()
+        failure: HttpFailure
+        try:
+            conn = await asyncio.wait_for(self._dial(), self.connect_timeout or None)
+        except asyncio.TimeoutError:
+            failure = HttpFailure(
+                "connect_timeout",
+                f"{self._via()}: no connection within {self.connect_timeout:g} s",
+                True,
+            )
+        except HttpFailure as exc:  # the proxy refused the tunnel
+            failure = exc
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            failure = HttpFailure("tls_error", f"{self.origin}: {tls_failure(exc) or exc}", True)
+        except OSError as exc:
+            if exc.errno in open_files.CLIENT_ERRNOS:  # the client's limit, not the server down
+                failure = HttpFailure(
+                    CLIENT_OUT_OF_FILES,
+                    f"this client ran out of file descriptors ({exc.strerror}): raise ulimit -n",
+                )
+            else:
+                failure = HttpFailure("connect_error", f"{self._via()}: {exc}", True)
+        except BaseException:
+            self._open -= 1
+            self._wake()
+            raise
+        else:
+            if wire is not None:
+                wire.connect_ns += self.now() - start
+            self._all.add(conn)
+            return conn
+        if wire is not None:
+            wire.connect_ns += self.now() - start
+        self._open -= 1
+        self._wake()
+        raise failure
+
+    def _via(self) -> str:
+        return self.origin if self.proxy is None else f"{self.origin} via {self.proxy.origin}"
+
+    async def _dial(self) -> Connection:
+        """A new connection: to the socket, the host, or the proxy (a CONNECT tunnel, then
+        TLS inside it, for https)."""
+        loop = asyncio.get_running_loop()
+        e, proxy = self.endpoint, self.proxy
+
+        def protocol() -> Connection:
+            return Connection(self)
+
+        if e.scheme == "unix":
+            _, conn = await loop.create_unix_connection(protocol, e.socket_path)
+        elif proxy is None:
+            _, conn = await loop.create_connection(
+                protocol, e.host, e.port, ssl=self.ssl, server_hostname=e.host if self.ssl else None
+            )
+        elif not e.tls:
+            _, conn = await loop.create_connection(protocol, proxy.host, proxy.port)
+        else:
+            conn = await self._tunnel(loop, proxy)
+        return conn
+
+    async def _tunnel(self, loop: asyncio.AbstractEventLoop, proxy: Endpoint) -> Connection:
+        e = self.endpoint
+        raw, tunnel = await loop.create_connection(_Tunnel, proxy.host, proxy.port)
+        try:
+            head = "".join(
+                f"{k}: {v}\r\n"
+                for k, v in {"Host": e.authority, **_proxy_authorization(proxy)}.items()
+            )
+            raw.write(f"CONNECT {e.authority} HTTP/1.1\r\n{head}\r\n".encode())
+            status, reason = await tunnel.answered
+            if status != 200:
+                raise HttpFailure(
+                    "proxy_error",
+                    f"{self._via()}: the proxy refused the tunnel: HTTP {status} {reason}",
+                    True,
+                )
+            assert self.ssl is not None  # an https endpoint's
+            tls: Any = await loop.start_tls(raw, tunnel, self.ssl, server_hostname=e.host)
+        except BaseException:
+            raw.abort()
+            raise
+        conn = Connection(self)
+        tls.set_protocol(conn)
+        conn.connection_made(tls)
+        return conn
+
+    def released(self, conn: Connection, keep: bool) -> None:
+        """``conn``'s response is done with: kept for the next request, or closed."""
+        if keep:
+            self._idle.append(conn)
+            self._wake()
+            return
+        if not conn.lost and conn.transport is not None:
+            conn.transport.close()
+        self._drop(conn)
+
+    def lost(self, conn: Connection) -> None:
+        """``conn`` is gone (either side closed it)."""
+        if conn.idle:  # an idle one the server closed (its keep-alive ran out)
+            self._drop(conn)
+
+    def _drop(self, conn: Connection) -> None:
+        self._all.discard(conn)
+        if conn.counted:
+            conn.counted = False
+            self._open -= 1
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+
+class Wire:
+    """A request's stamps, as the pool takes them: when it started in the client and when its
+    bytes left (with the thread's CPU time at both), and its waits on the way: for a pooled
+    connection (``queued_ns``) and for a new one (``connect_ns``)."""
+
+    __slots__ = (
+        "connect_ns",
+        "cpu_sent_ns",
+        "cpu_start_ns",
+        "queued_ns",
+        "retries",
+        "sent_ns",
+        "start_ns",
+    )
+
+    def __init__(self) -> None:
+        self.sent_ns = self.start_ns = self.cpu_start_ns = self.cpu_sent_ns = 0
+        self.queued_ns = self.connect_ns = self.retries = 0
+
+    def sent(self) -> Sent:
+        """The send, and where the client's part of its lateness went: the thread was off the
+        CPU for whatever of the elapsed time it neither ran nor waited on the network for."""
+        elapsed = max(0, self.sent_ns - self.start_ns)
+        waited = self.queued_ns + self.connect_ns
+        off_cpu = elapsed - (self.cpu_sent_ns - self.cpu_start_ns) - waited
+        return Sent(
+            self.sent_ns,
+            pool_ns=self.queued_ns,
+            connect_ns=self.connect_ns,
+            off_cpu_ns=max(0, off_cpu),
+            retries=self.retries,
+        )
+
+
+def _proxy_authorization(proxy: Endpoint) -> dict[str, str]:
+    """The proxy's own credentials (``http://user:pw@proxy:3128``), as Basic auth."""
+    if proxy.username is None and proxy.password is None:
+        return {}
+    pair = f"{proxy.username or ''}:{proxy.password or ''}".encode()
+    return {"Proxy-Authorization": f"Basic {base64.b64encode(pair).decode()}"}
+
+
+class _Tunnel(asyncio.Protocol):
+    """A connection to a proxy until its answer to CONNECT: ``answered`` gets its status."""
+
+    def __init__(self) -> None:
+        self.answered: asyncio.Future[tuple[int, str]] = asyncio.get_running_loop().create_future()
+        self.head = b""
+
+    def data_received(self, data: bytes) -> None:
+        if self.answered.done():
+            return
+        self.head += data
+        found = HEAD_END.search(self.head)
+        if found is None:
+            if len(self.head) > MAX_HEAD_BYTES:
+                self.answered.set_exception(HttpFailure("proxy_error", "no proxy's answer", True))
+            return
+        if found.end() != len(self.head):  # bytes past the answer: none may come before TLS
+            self.answered.set_exception(
+                HttpFailure("proxy_error", "the proxy sent bytes past its answer to CONNECT", True)
+            )
+            return
+        try:
+            got = read_head(self.head[: found.start()])
+        except ValueError as exc:
+            self.answered.set_exception(HttpFailure("proxy_error", f"the proxy: {exc}", True))
+            return
+        line = self.head.split(b"\n", 1)[0].decode("latin-1").strip()
+        self.answered.set_result((got.status, visible(line.partition(" ")[2][:80])))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.answered.done():
+            self.answered.set_exception(
+                HttpFailure(
+                    "proxy_error", "the proxy closed the connection before its answer", True
+                )
+            )
