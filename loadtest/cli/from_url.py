@@ -84,7 +84,8 @@ def _flags_scenario(url: str, model: str, given: dict, overrides: list[str]) -> 
 
 def _written(data: dict, url: str, save_to: Path | None, overwrite: bool) -> tuple[Path, list[str]]:
     """The scenario written where it is asked for (or a temporary file), and the overrides that
-    carry its secrets (URL credentials, sensitive header and body values): they are never
+    carry its secrets (the URL's and the proxy's credentials, sensitive header and body
+    values): they are never
     written (the file, the run's copy, a temp file), the file holds them masked, and they reach
     the run as overrides held in memory."""
     import json
@@ -100,6 +101,11 @@ def _written(data: dict, url: str, save_to: Path | None, overwrite: bool) -> tup
     backend["base_url"] = secrets.redact_url(url)
     keep = [f"backend.base_url={url}"] if secret_url else []
     secrets.register(*secrets.url_credentials(url))  # the command line below is scrubbed
+    proxy = backend.get("proxy")
+    if isinstance(proxy, str) and secrets.redact_url(proxy) != proxy:  # the proxy's own login
+        secrets.register(*secrets.url_credentials(proxy))
+        backend["proxy"] = secrets.redact_url(proxy)
+        keep.append(f"backend.proxy={proxy}")
     # Secret header and body values (given with --set) are held back the same way: written as
     # ***, which a later run of the file refuses until they are given again
     masked = []

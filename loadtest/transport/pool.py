@@ -26,6 +26,7 @@ from loadtest.transport.tls import tls_failure
 # How a send onto a kept-alive connection the server had already closed fails, before any byte
 # of an answer: such a request is sent again, once, on a new connection.
 STALE = frozenset({"server_disconnected", "connection_reset"})
+DIAGNOSIS_S = 1.0  # how long a dropped TLS connection's second try waits for the server's alert
 CLIENT_OUT_OF_FILES = "client_out_of_files"  # an error type that is the client's, not the server's
 
 
@@ -101,6 +102,8 @@ class ConnectionPool:
         try:
             return await conn.exchange(request, eager, timeout, wire)
         except HttpFailure as exc:
+            if not reused and self.ssl is not None and exc.kind in STALE and conn.answered_nothing:
+                raise await self._tls_diagnosis(exc) from None
             # A kept-alive connection the server closed as this request went onto it (its
             # keep-alive ran out, or it closes after every answer): the server never saw the
             # request, so it is the client's to send again, once, on a new connection. The
@@ -190,6 +193,30 @@ class ConnectionPool:
         self._open -= 1
         self._wake()
         raise failure
+
+    async def _tls_diagnosis(self, failure: HttpFailure) -> HttpFailure:
+        """Why a new TLS connection was dropped before any answer. Under TLS 1.3 a server
+        judges the client's certificate after the handshake and sends its alert then; with a
+        request already written the close is a reset, which discards the alert (and asyncio's
+        TLS reads an alert as an end of stream). One more connection, blocking, with nothing
+        written, hears it: within ``DIAGNOSIS_S`` a step, on a thread."""
+        assert self.ssl is not None
+        heard = await asyncio.to_thread(
+            _hear_alert, self.endpoint, self.proxy, self.ssl, DIAGNOSIS_S
+        )
+        said = tls_failure(heard) if heard is not None else None
+        if said is None:  # no alert (asyncio's servers, uvicorn's among them, send none)
+            said = (
+                "the server dropped the connection after the TLS handshake, before any answer: "
+                + (
+                    "does it refuse this client certificate (its CA unknown to the server, or "
+                    "expired)?"
+                    if self.settings.client_cert is not None
+                    else "does it require a client certificate? (client_cert, client_key)"
+                )
+                + f" ({failure})"
+            )
+        return HttpFailure("tls_error", f"{self.origin}: {said}", True)
 
     def _via(self) -> str:
         return self.origin if self.proxy is None else f"{self.origin} via {self.proxy.origin}"
@@ -305,6 +332,46 @@ class Wire:
         )
 
 
+def _hear_alert(
+    e: Endpoint, proxy: Endpoint | None, ctx: ssl.SSLContext, timeout_s: float
+) -> BaseException | None:
+    """A blocking TLS connection to ``e`` (through ``proxy``'s tunnel) that writes nothing and
+    reads once: the TLS error it meets (the server's alert), or None."""
+    import socket
+
+    try:
+        raw = socket.create_connection(
+            (e.host, e.port) if proxy is None else (proxy.host, proxy.port), timeout_s
+        )
+    except OSError:
+        return None
+    try:
+        if proxy is not None:
+            head = "".join(
+                f"{k}: {v}\r\n"
+                for k, v in {"Host": e.authority, **_proxy_authorization(proxy)}.items()
+            )
+            raw.sendall(f"CONNECT {e.authority} HTTP/1.1\r\n{head}\r\n".encode())
+            answer = b""
+            while HEAD_END.search(answer) is None and len(answer) < MAX_HEAD_BYTES:
+                piece = raw.recv(4096)
+                if not piece:
+                    return None
+                answer += piece
+            if answer.split(b" ", 2)[1:2] != [b"200"]:
+                return None
+        with ctx.wrap_socket(raw, server_hostname=e.host) as tls:
+            tls.settimeout(timeout_s)
+            tls.recv(1)
+    except (ssl.SSLError, ssl.CertificateError) as exc:
+        return exc
+    except OSError:
+        return None
+    finally:
+        raw.close()
+    return None
+
+
 def _proxy_authorization(proxy: Endpoint) -> dict[str, str]:
     """The proxy's own credentials (``http://user:pw@proxy:3128``), as Basic auth."""
     if proxy.username is None and proxy.password is None:
@@ -340,7 +407,8 @@ class _Tunnel(asyncio.Protocol):
             self.answered.set_exception(HttpFailure("proxy_error", f"the proxy: {exc}", True))
             return
         line = self.head.split(b"\n", 1)[0].decode("latin-1").strip()
-        self.answered.set_result((got.status, visible(line.partition(" ")[2][:80])))
+        reason = line.split(" ", 2)[2] if line.count(" ") >= 2 else ""  # HTTP/1.1 403 Forbidden
+        self.answered.set_result((got.status, visible(reason[:80])))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.answered.done():

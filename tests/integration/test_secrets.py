@@ -83,14 +83,20 @@ def test_a_url_runs_secret_headers_reach_the_run_but_not_the_file(tmp_path, monk
         "name": "t",
         "backend": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m",
                     "headers": {"Authorization": f"Bearer {HEADER}", "X-Trace": "t"},
-                    "extra_body": {"temperature": 0, "session_token": HEADER}},
+                    "extra_body": {"temperature": 0, "session_token": HEADER},
+                    "proxy": f"http://me:{PASSWORD}@127.0.0.1:3128"},
         "load": {"arrival": {"kind": "poisson", "rate": 1}, "requests": 1},
     }  # fmt: skip
     path, keep = from_url._written(data, "http://127.0.0.1:1/v1", tmp_path / "s.yml", False)
-    assert HEADER not in path.read_text()
+    assert HEADER not in path.read_text() and PASSWORD not in path.read_text()
+    assert "proxy: http://***@127.0.0.1:3128" in path.read_text()
     backend = load_scenario(path, keep).scenario.backend
     assert backend.headers == {"Authorization": f"Bearer {HEADER}", "X-Trace": "t"}
     assert backend.extra_body == {"temperature": 0, "session_token": HEADER}
+    assert backend.proxy == f"http://me:{PASSWORD}@127.0.0.1:3128"
+    # what a result keeps of the spec: the proxy's login masked, and registered for scrubbing
+    assert backend.redact(backend.model_dump())["proxy"] == "http://***@127.0.0.1:3128"
+    assert PASSWORD in backend.secret_values()
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):

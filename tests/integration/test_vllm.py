@@ -46,7 +46,8 @@ def records(run: Path) -> list[dict]:
 
 
 def served(vllm, **backend) -> dict:
-    return {"kind": "openai", "base_url": vllm.url, "model": vllm.served_name, **backend}
+    client = {k: str(v) for k, v in vllm.client.items()}  # a private CA, a client certificate
+    return {"kind": "openai", "base_url": vllm.url, "model": vllm.served_name, **client, **backend}
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ def run(scenario: str, server, out: Path, *sets: str) -> dict:
     overrides = [
         f"backend.base_url={server.url}",
         f"backend.model={server.served_name}",
+        *server.client_sets(),  # a private CA and a client certificate, where it asks for them
         "outputs.requests_jsonl=true",
         f"load.validity={json.dumps(LENIENT)}",
         *sets,

@@ -1,0 +1,157 @@
+"""The networks users run on, with real components (tests/real_servers.py): a forward proxy
+(Debian's tinyproxy), a vLLM over https only with a private CA and required client
+certificates, and a vLLM on a Unix socket. Every call of a run takes the same way: the
+requests, discovery (``--url``), ``/tokenize``, ``/models`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import LENIENT, write_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+NO_PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY")
+
+
+def loadtest(*args: str, env: dict | None = None, timeout: float = 300):
+    clean = {k: v for k, v in os.environ.items() if k.upper() not in NO_PROXY_ENV}
+    return subprocess.run(
+        [sys.executable, "-m", "loadtest", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, env={**clean, **(env or {})},
+    )  # fmt: skip
+
+
+def metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+def test_a_proxy_from_the_environment_carries_every_call_and_no_proxy_bypasses_it(
+    vllm_server, forward_proxy, tmp_path
+):
+    """``HTTP_PROXY``: the streamed requests (absolute-form, through tinyproxy) and the
+    server's ``/metrics`` go through the proxy, and the result says a proxy stood between;
+    ``NO_PROXY`` naming the host: nothing does."""
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "proxied",
+            "backend": {"kind": "openai", "base_url": vllm_server.url, "model": "tiny"},
+            "workload": {"input_tokens": 16, "output_tokens": 8},
+            "load": {"arrival": {"kind": "concurrency", "users": 2}, "requests": 8,
+                     "warmup": "0s", "validity": LENIENT},
+            "telemetry": {"server_interval": "0.5s", "gpu": False},
+        },
+    )  # fmt: skip
+    host = vllm_server.url.removesuffix("/v1")
+    before = len(forward_proxy.requests())
+    r = loadtest("run", path, "-o", tmp_path / "via", "-q", env={"HTTP_PROXY": forward_proxy.url})
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = metrics(tmp_path / "via")
+    assert m["requests"]["completed"] == 8 and m["requests"]["failed"] == 0
+    assert m["backend"]["proxy"] == forward_proxy.url
+    assert m["server"]["available"] is True and m["server"]["samples"] >= 1
+    seen = forward_proxy.requests()[before:]
+    posts = [x for x in seen if x.startswith(f"POST {host}/v1/chat/completions ")]
+    # the probe, then the 8 requests (``/tokenize`` too, where prompts are sized by it)
+    assert len(posts) >= 9, seen
+    assert any(x.startswith(f"GET {host}/metrics ") for x in seen), seen
+
+    before = len(forward_proxy.requests())
+    r = loadtest(
+        "run", path, "-o", tmp_path / "direct", "-q",
+        env={"HTTP_PROXY": forward_proxy.url, "NO_PROXY": "127.0.0.1"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert metrics(tmp_path / "direct")["backend"]["proxy"] == "none"
+    assert forward_proxy.requests()[before:] == []
+
+
+def test_a_url_run_behind_a_proxy_with_a_private_ca_and_a_client_certificate(
+    vllm_more, forward_proxy, tmp_path
+):
+    """The user of the issue: ``HTTPS_PROXY`` set, a server with a private CA that requires a
+    client certificate. ``--url`` finds the model, the run streams through a CONNECT tunnel,
+    and the server's ``/metrics`` are read the same way (its client certificate too)."""
+    server = vllm_more["spec"]
+    before = len(forward_proxy.requests())
+    out = tmp_path / "run"
+    r = loadtest(
+        "run", "--url", server.url, "--concurrency", "2", "--requests", "6",
+        "--input-tokens", "16", "--output-tokens", "8", *sum((["--set", s] for s in server.client_sets()), []),
+        "--set", "telemetry.server_interval=0.5s", "--set", f"load.validity={json.dumps(LENIENT)}",
+        "-o", out, env={"HTTPS_PROXY": forward_proxy.url},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "model: tiny" in r.stderr
+    m = metrics(out)
+    assert m["requests"]["completed"] == 6 and m["requests"]["failed"] == 0
+    details = m["backend"]
+    assert details["proxy"] == forward_proxy.url and details["client_certificate"] is True
+    assert m["server"]["available"] is True, m["server"]
+    assert m["server"]["metrics"]["generation_tokens"]["run_change"] >= 6 * 8
+    authority = server.url.removeprefix("https://").removesuffix("/v1")
+    # the server's calls tunnelled (the tokenizer library's own hub lookup goes its own way)
+    tunnels = [x for x in forward_proxy.requests()[before:] if x.startswith("CONNECT 127.")]
+    assert len(tunnels) >= 2 and all(x.startswith(f"CONNECT {authority} ") for x in tunnels)
+
+
+@pytest.mark.parametrize(
+    "given, cause",
+    [
+        ({}, "signed by a CA this client does not trust"),
+        # uvicorn (vLLM's server) sends no TLS alert: the drop right after the handshake is
+        # named with its likely cause
+        ({"ca_bundle": "ca"}, "does it require a client certificate? (client_cert, client_key)"),
+        ({"ca_bundle": "ca", "client_cert": "stranger"},
+         "does it refuse this client certificate"),
+        ({"verify_tls": "false", "client_cert": "client", "client_key": "key"}, None),
+    ],
+    ids=["unknown-ca", "no-client-cert", "stranger-client-cert", "unverified-with-cert"],
+)  # fmt: skip
+def test_a_tls_failure_names_its_cause(vllm_more, tmp_path, given, cause):
+    """What the user must change, said at once (exit 4), not "the server closed the
+    connection"; ``verify_tls: false`` with a client certificate gets through."""
+    server = vllm_more["spec"]
+    tls = server.tls
+    files = {"ca": tls.ca, "stranger": tls.stranger_cert, "client": tls.client_cert,
+             "key": tls.client_key}  # fmt: skip
+    sets = [f"backend.{k}={files.get(v, v)}" for k, v in given.items()]
+    r = loadtest(
+        "run", "--url", server.url, "--requests", "1", "--input-tokens", "8",
+        "--output-tokens", "2", *sum((["--set", s] for s in sets), []),
+        "--set", "telemetry.server=false", "-o", tmp_path / "run", timeout=120,
+    )  # fmt: skip
+    if cause is None:
+        assert r.returncode == 0, r.stderr[-3000:]
+    else:
+        assert r.returncode == 4, r.stderr[-3000:]
+        assert cause in r.stderr, r.stderr[-3000:]
+        assert "closed the connection" not in r.stderr
+
+
+def test_a_unix_socket_server_is_run_and_its_metrics_read(vllm_more, tmp_path):
+    """``vllm serve --uds``: the requests and ``/metrics`` over the socket."""
+    server = vllm_more["embed"]
+    assert server.url.startswith("unix://")
+    out = tmp_path / "run"
+    r = loadtest(
+        "run", ROOT / "scenarios" / "served-embeddings.yml", "-o", out, "-q",
+        "--set", f"backend.base_url={server.url}", "--set", "backend.model=tiny",
+        "--set", "load.arrival.rate=4", "--set", "load.duration=2s", "--set", "load.warmup=0s",
+        "--set", "workload.input_tokens=16", "--set", "telemetry.server_interval=0.5s",
+        "--set", f"load.validity={json.dumps(LENIENT)}", "--set", "sla=null",
+        "--set", "goodput=null",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = metrics(out)
+    assert m["requests"]["completed"] >= 4 and m["requests"]["failed"] == 0
+    assert m["server"]["available"] is True, m["server"]
+    assert m["server"]["source"] == server.url.removesuffix("/v1") + "/metrics"
+    # vLLM counts every request's prompt: 8 texts of 16 tokens, [CLS] and [SEP] included
+    assert m["server"]["metrics"]["prompt_tokens"]["run_change"] >= 8 * 16 * 4

@@ -1,0 +1,185 @@
+"""TLS as the user meets it: a private CA, a client certificate (its key locked by a password
+from the environment), and each failure named by its cause, against TLS servers on loopback
+(certificates from trustme)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.pool import ConnectionPool
+from loadtest.transport.settings import ClientSettings
+
+trustme = pytest.importorskip("trustme")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA, certificates from it (the server's for 127.0.0.1; one for localhost only; an
+    expired one; a client's), and a stranger CA's client: each as its key and chain in one
+    file, and (``<name>-cert``) its chain alone."""
+    folder = tmp_path_factory.mktemp("pki")
+    ca, stranger = trustme.CA(), trustme.CA()
+    past = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    files = {}
+    for name, cert in {
+        "server": ca.issue_cert("127.0.0.1"),
+        "localhost": ca.issue_cert("localhost"),
+        "expired": ca.issue_cert("127.0.0.1", not_before=past, not_after=past.replace(month=2)),
+        "client": ca.issue_cert("client@example.com"),
+        "stranger": stranger.issue_cert("stranger@example.com"),
+    }.items():
+        files[name] = folder / f"{name}.pem"
+        cert.private_key_and_cert_chain_pem.write_to_path(str(files[name]))
+        files[f"{name}-cert"] = folder / f"{name}-cert.pem"
+        files[f"{name}-cert"].write_bytes(b"".join(b.bytes() for b in cert.cert_chain_pems))
+    files["ca"] = folder / "ca.pem"
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    return files
+
+
+def _server_context(pki, cert: str = "server", require_client: bool = False) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(pki[cert]))
+    if require_client:
+        ctx.load_verify_locations(str(pki["ca"]))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def _get(server_ctx: ssl.SSLContext, settings: ClientSettings):
+    """One GET to an asyncio TLS server on loopback: ``b"ok"``, or the HttpFailure."""
+
+    async def handle(reader, writer):
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        writer.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+        url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        pool = ConnectionPool(url, settings, 0, time.monotonic_ns)
+        try:
+            resp = await pool.request("GET", url)
+            body = await resp.read(100)
+            resp.release()
+            return body
+        except HttpFailure as exc:
+            return exc
+        finally:
+            await pool.close()
+            server.close()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "cert, given, said",
+    [
+        ("server", {}, "signed by a CA this client does not trust: give it as ca_bundle"),
+        ("localhost", {"ca_bundle": "ca"}, "not for this IP address"),
+        ("expired", {"ca_bundle": "ca"}, "the server's certificate has expired"),
+        ("server", {"ca_bundle": "ca"}, None),
+        ("expired", {"verify_tls": False}, None),
+    ],
+    ids=["unknown-ca", "wrong-name", "expired", "private-ca", "unverified"],
+)
+def test_the_servers_certificate_is_judged_and_a_failure_says_why(pki, cert, given, said):
+    settings = ClientSettings(**{k: pki.get(v, v) if k == "ca_bundle" else v
+                                 for k, v in given.items()})  # fmt: skip
+    got = _get(_server_context(pki, cert), settings)
+    if said is None:
+        assert got == b"ok"
+    else:
+        assert isinstance(got, HttpFailure) and got.kind == "tls_error" and got.connecting
+        assert said in str(got)
+
+
+def test_a_required_client_certificate_is_given_and_its_absence_named(pki):
+    required = _server_context(pki, require_client=True)
+    got = _get(required, ClientSettings(ca_bundle=pki["ca"], client_cert=pki["client"]))
+    assert got == b"ok"
+    # asyncio's server sends no alert: the drop after the handshake is named by its likely cause
+    got = _get(required, ClientSettings(ca_bundle=pki["ca"]))
+    assert isinstance(got, HttpFailure) and got.kind == "tls_error"
+    assert "does it require a client certificate? (client_cert, client_key)" in str(got)
+    got = _get(required, ClientSettings(ca_bundle=pki["ca"], client_cert=pki["stranger"]))
+    assert isinstance(got, HttpFailure) and "does it refuse this client certificate" in str(got)
+
+
+def test_a_server_that_sends_its_alert_is_heard_word_for_word(pki):
+    """OpenSSL's own servers (nginx, envoy, Python's blocking ssl) send TLS 1.3's alert after
+    the handshake: the failure says exactly that a client certificate is required."""
+    ctx = _server_context(pki, require_client=True)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve():
+        listener.settimeout(20)
+        for _ in range(3):  # the request's connection, and the diagnosis's
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                with ctx.wrap_socket(conn, server_side=True) as tls:
+                    tls.recv(1)
+            except (OSError, ssl.SSLError):
+                pass
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def main():
+        url = f"https://127.0.0.1:{port}/v1"
+        pool = ConnectionPool(url, ClientSettings(ca_bundle=pki["ca"]), 0, time.monotonic_ns)
+        try:
+            await pool.request("GET", url)
+        except HttpFailure as exc:
+            return exc
+        finally:
+            await pool.close()
+
+    got = asyncio.run(main())
+    listener.close()
+    assert isinstance(got, HttpFailure) and got.kind == "tls_error"
+    assert "the server requires a client certificate: give client_cert and client_key" in str(got)
+
+
+def test_a_locked_client_key_opens_with_the_password_and_a_wrong_one_is_named(pki, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    pem = Path(pki["client"]).read_bytes()
+    key = serialization.load_pem_private_key(pem, None)
+    locked = tmp_path / "locked.key"
+    locked.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"hunter2"),
+        )
+    )
+    settings = ClientSettings(
+        ca_bundle=pki["ca"],
+        client_cert=pki["client-cert"],
+        client_key=locked,
+        client_key_password="hunter2",
+    )
+    assert _get(_server_context(pki, require_client=True), settings) == b"ok"
+    wrong = ClientSettings(client_cert=pki["client-cert"], client_key=locked,
+                           client_key_password="nope")  # fmt: skip
+    with pytest.raises(ValueError, match="the key does not open"):
+        wrong.ssl_context()
+    with pytest.raises(ValueError, match="the key is not the certificate's"):
+        ClientSettings(client_cert=pki["client-cert"], client_key=pki["stranger"]).ssl_context()
