@@ -27,24 +27,33 @@ def api_of(backend: Any) -> str:
     return getattr(backend, "api", "generate")
 
 
-def api_problems(api: str, workload: Workload, sla: Any, goodput: Any) -> list[tuple[tuple, str]]:
+def api_problems(
+    api: str, workload: Workload, sla: Any, goodput: Any, streamed: bool = True
+) -> list[tuple[tuple, str]]:
     """Workload fields ``api`` cannot carry (``inputs_per_request`` on chat), and objectives
-    (``sla``, ``goodput``) on figures it does not have (TTFT of an embeddings request)."""
+    (``sla``, ``goodput``) on figures it does not have (TTFT of an embeddings request, or of
+    an answer not streamed)."""
     problems: list[tuple[tuple, str]] = [
         (("workload", field), f"{field} is for api: {' or '.join(apis)}, not {api} (backend.api)")
         for field, apis in API_FIELDS.items()
         if getattr(workload, field) is not None and api not in apis
     ]
-    if api not in POOLING_APIS:
+    if api in POOLING_APIS:
+        if workload.multi_turn is not None:
+            problems.append(
+                (("workload", "multi_turn"), f"api: {api} has no conversation to continue")
+            )
+        why = f"api: {api} streams no tokens"
+    elif not streamed:
+        why = "backend.stream: false: no token is stamped on its own"
+    else:
         return problems
-    if workload.multi_turn is not None:
-        problems.append((("workload", "multi_turn"), f"api: {api} has no conversation to continue"))
     bounds = sla.latency_bounds() if sla is not None else []
     problems += [
-        (("sla", name), f"api: {api} streams no tokens: bound e2e or queue instead")
+        (("sla", name), f"{why}: bound e2e or queue instead")
         for name, metric, _, _ in bounds
         if metric in STREAM_METRICS
     ]
     if goodput is not None and (goodput.ttft is not None or goodput.tpot is not None):
-        problems.append((("goodput",), f"api: {api} streams no tokens: set goodput.e2e only"))
+        problems.append((("goodput",), f"{why}: set goodput.e2e only"))
     return problems

@@ -134,6 +134,12 @@ class OpenAISpec(Spec):
         "Responses API, streamed), /embeddings (workload.inputs_per_request texts a request) "
         "or /rerank (a query and workload.documents documents; vLLM, Jina, Cohere shape).",
     )
+    stream: bool = Field(
+        True,
+        description="Stream the answer (chat, completions, responses). false: one JSON answer "
+        "a request, as a gateway or batch client that does not stream gets it: its end-to-end "
+        "latency and tokens are measured, no TTFT or inter-token latency is claimed.",
+    )
     tokenizer: str | None = Field(
         None,
         description="Local tokenizer directory or cached hub id, for prompt lengths and "

@@ -396,7 +396,10 @@ class Scenario(_Model):
                     (where, "Ray is not installed: pip install 'loadtest[distributed]'")
                 )
         problems += traffic_problems(self.backend, self.workload, self.load)
-        return problems + api_problems(api_of(self.backend), self.workload, self.sla, self.goodput)
+        streamed = getattr(self.backend, "stream", True)
+        return problems + api_problems(
+            api_of(self.backend), self.workload, self.sla, self.goodput, streamed
+        )
 
     def public_dump(self) -> dict:
         """The scenario as saved in a result: secrets (URL credentials, sensitive headers and

@@ -56,6 +56,18 @@ def traffic_problems(backend: Any, workload: Any, load: Any) -> list[tuple[tuple
                 f"api: {api} streams no tokens: cancel after a time",
             )
         )
+    elif (
+        cancel is not None
+        and cancel.after_tokens is not None
+        and not getattr(backend, "stream", True)
+    ):
+        problems.append(
+            (
+                ("load", "cancel", "after_tokens"),
+                "backend.stream: false: no token arrives before the whole answer; cancel "
+                "after a time",
+            )
+        )
     if workload.models is not None and backend.kind not in ("openai", "sim"):
         problems.append(
             (

@@ -46,7 +46,8 @@ class Tokens:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """The last token arrived. ``output_tokens`` is what the engine says it generated."""
+    """The last token arrived (or, not streamed, the whole answer). ``output_tokens`` is what
+    the engine says it generated."""
 
     t_ns: int
     output_tokens: int
@@ -58,6 +59,9 @@ class Finished:
     # (not reasoning) arrived (None where none did, or the backend does not tell them apart)
     reasoning_tokens: int = 0
     first_answer_ns: int | None = None
+    # False: an answer that was not streamed (``stream: false``): its output_tokens came all at
+    # once with it, unstamped; no first token or gaps between tokens are claimed
+    streamed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,7 +192,7 @@ class Recorder:
             st.profiled = True
             self.profiled += 1
             if self.profile.spec.exclude_from_stats:  # counted as completed; latencies left out
-                self.output_tokens_measured += len(st.stamps)
+                self.output_tokens_measured += st.token_count
                 self.input_tokens_measured += st.input_tokens
                 self._keep_record(st)
                 self._mark_measured_done(st)
@@ -249,9 +249,9 @@ class Recorder:
         iv = self._interval(st.done)
         iv.completed += 1
         h = iv.histograms
-        self.output_tokens_measured += len(stamps)
+        self.output_tokens_measured += st.token_count
         self.input_tokens_measured += st.input_tokens
-        if st.output_tokens is not None and st.output_tokens != len(stamps):
+        if st.output_tokens is not None and st.output_tokens != st.token_count:
             self.token_count_mismatch += 1
         if st.req.session is not None:
             turn = min(st.req.turn, TURN_BUCKETS - 1)
@@ -273,7 +273,7 @@ class Recorder:
                 self.whole["tpot"].record_ns((stamps[-1] - stamps[0]) // (len(stamps) - 1))
             else:
                 self.single_token += 1
-        else:
+        elif not st.unstamped_tokens:  # an unstreamed answer claims no TPOT to leave out
             self.single_token += 1
         h["e2e"].record_ns(st.done - intended)
         self.whole["e2e_service"].record_ns(st.done - sent)
@@ -301,6 +301,8 @@ class Recorder:
                     if hi > lo:
                         self.token_bins[b] += hi - lo
                     lo = hi
+        if st.unstamped_tokens:  # an unstreamed answer's tokens came when it did
+            self.token_bins[(st.done - self.t0) // self.interval_ns] += st.unstamped_tokens
         start = self.window_start
         if self.keep_before_start and (start is None or (stamps and stamps[0] < start)):
             self.before_start.append((st, start))
@@ -323,8 +325,12 @@ class Recorder:
             self.window_input_tokens += sign * st.input_tokens
         finished = st.error is None and not st.cancelled
         if not stamps and finished and st.done >= start and (end is None or st.done < end):
-            # an answer with no token stream (embeddings, rerank): its input counts when done
+            # an answer with no token stream (embeddings, rerank, an unstreamed reply): its
+            # input counts when done, and its output (unstamped) with it
             self.window_input_tokens += sign * st.input_tokens
+            self.window_tokens += sign * st.unstamped_tokens
+            if tally is not None:
+                tally.window_tokens += sign * st.unstamped_tokens
         if finished and st.done >= start and (end is None or st.done < end):
             self.window_completions += sign
             if tally is not None:

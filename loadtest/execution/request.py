@@ -71,6 +71,13 @@ class RequestState:
     reasoning_tokens: int = 0  # of the output, a reasoning model's thinking
     first_answer_ns: int | None = None  # a reasoning model's first answer token
     cancelled: bool = False  # the plan cancelled it mid-stream (load.cancel): done_ns is when
+    # output tokens that came with no stamp of their own: an unstreamed answer's, all at done_ns
+    unstamped_tokens: int = 0
+
+    @property
+    def token_count(self) -> int:
+        """Output tokens received: one a stamp, and those of an unstreamed answer."""
+        return len(self.stamps) + self.unstamped_tokens
 
     @property
     def input_tokens(self) -> int:
@@ -123,7 +130,7 @@ class RequestState:
             "itl_max_ms": max(gaps) / 1e6 if gaps else None,
             "input_tokens": self.input_tokens,
             "planned_input_tokens": self.req.input_tokens * self.req.inputs,
-            "output_tokens": len(stamps),
+            "output_tokens": self.token_count,
             "reasoning_tokens": self.reasoning_tokens,
             "ttft_answer_ms": ms(self.first_answer_ns, self.intended_ns),
             "reported_output_tokens": self.reported_tokens

@@ -431,6 +431,8 @@ class Runner(Users):
                 st.response_id, st.reported_tokens = ev.response_id, ev.reported_tokens
                 st.reply, st.prompt_tokens = ev.text, ev.input_tokens
                 st.reasoning_tokens, st.first_answer_ns = ev.reasoning_tokens, ev.first_answer_ns
+                if not ev.streamed:
+                    st.unstamped_tokens = ev.output_tokens
             elif kind is Failed:
                 st.done_ns, st.error = ev.t_ns, ev.error_type
             elif kind is Cancelled:

@@ -149,7 +149,7 @@ class Users:
                 counts.ended_by_cancel += 1
                 return max(st.done_ns or self.clock.now_ns(), intended)
             counts.stand_in_replies += st.reply is None
-            conversation.reply(req, st.reply, len(st.stamps))
+            conversation.reply(req, st.reply, st.token_count)
             intended = max(st.done_ns or self.clock.now_ns(), intended)
             if k + 1 < len(turns):
                 intended += next(self._turn_think)

@@ -106,7 +106,7 @@ def build_result(
     status = outcome.status if outcome.status != "ok" else ("ok" if validity.valid else "invalid")
     window_s = window_seconds(rec)
     api = _api(scenario, rec, facts)
-    pooled = api is not None and not api.streams_tokens
+    pooled = api is not None and api.inputs_per_request is not None  # embeddings, rerank
     requests_per_s = _rate(rec.window_completions, window_s)
     throughput = Throughput(
         requests_per_s=requests_per_s,
@@ -245,14 +245,15 @@ def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | 
     checks = facts.checks or {}
     w = scenario.workload
     reasoning = rec.reasoning_tokens_measured
+    streamed = getattr(scenario.backend, "stream", True)  # False: one JSON answer a request
     plain = name in ("chat", "completions", "generate") and not checks and not reasoning
-    if plain:
+    if plain and streamed:
         return None
     pooled = name in POOLING_APIS
     inputs = (w.inputs_per_request or 1) if name == "embeddings" else (w.documents or 1)
     return ApiResult(
         name=name,
-        streams_tokens=not pooled,
+        streams_tokens=not pooled and streamed,
         inputs_per_request=inputs if pooled else None,
         reasoning_tokens=reasoning if reasoning else None,
         answer_tokens=rec.output_tokens_measured - reasoning if reasoning else None,

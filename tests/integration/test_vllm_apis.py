@@ -247,3 +247,39 @@ def test_a_reasoning_parsers_split_is_counted_and_the_answer_timed(vllm_more, tm
         if r in answered and r["reasoning_tokens"] == 0:
             assert r["ttft_answer_ms"] == r["ttft_ms"]
     assert m["latency_ms"]["ttft_answer"]["count"] == len(answered)
+
+
+@pytest.mark.parametrize("api", ["chat", "completions", "responses"])
+def test_unstreamed_answers_are_timed_whole_and_their_tokens_counted(vllm_server, tmp_path, api):
+    """``stream: false``: one JSON answer a request. Its end-to-end latency and its tokens (the
+    server's usage: 8 each, ignore_eos) are measured; no TTFT or inter-token latency is
+    claimed, and the report says the answers were not streamed."""
+    out = tmp_path / api
+    m = run(
+        "served.yml", vllm_server, out,
+        f"backend.api={api}", "backend.stream=false", "workload.input_tokens=16",
+        "workload.output_tokens=8", "load.arrival={kind: concurrency, users: 2}",
+        "load.requests=6", "load.warmup=0s", "load.duration=null", "sla=null",
+    )  # fmt: skip
+    assert m["requests"]["completed"] == 6 and m["requests"]["failed"] == 0, m["validity"]
+    lat = m["latency_ms"]
+    assert lat["e2e"]["count"] == 6
+    assert lat["ttft"]["count"] == 0 and lat["itl"]["count"] == 0
+    assert m["api"]["streams_tokens"] is False and m["backend"]["streamed"] is False
+    rows = records(out)
+    assert [r["output_tokens"] for r in rows] == [8] * 6
+    assert all(r["ttft_ms"] is None and r["token_ns"] == [] for r in rows)
+    t = m["throughput"]
+    assert t["output_tokens_in_window"] == 6 * 8
+    assert t["output_tokens_per_s"] == pytest.approx(48 / t["window_s"])
+    assert "one JSON answer, no stream" in (out / "report.md").read_text()
+
+
+def test_an_unstreamed_run_refuses_objectives_on_what_it_cannot_see(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "loadtest", "validate", str(ROOT / "scenarios" / "served.yml"),
+         "--set", "backend.stream=false"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "sla.ttft_p99: backend.stream: false: no token is stamped on its own" in r.stderr

@@ -1,6 +1,6 @@
 """Request bodies: what each planned request asks the server for, in its API's shape.
 
-Chat, completions and the Responses API are streamed, with usage, and (when the plan fixes
+Chat, completions and the Responses API are streamed, with usage (unless ``stream: false``), and (when the plan fixes
 output lengths) the server's own way of asking for exactly ``n`` tokens; tools, an answer
 format and media go the way each API takes them. Embeddings and rerank are one JSON answer
 each: their bodies carry the request's texts (``Plan.input_ids``).
@@ -94,14 +94,16 @@ class RequestBodies:
         media: tuple[dict, ...] = (),
     ) -> dict:
         """A streaming request for ``n`` tokens; ``fixed_via``: how to ask for exactly ``n``."""
-        body: dict[str, Any] = {"model": self.spec.model, "stream": True}
+        streamed = self.spec.stream
+        body: dict[str, Any] = {"model": self.spec.model, "stream": streamed}
         if self.api == "responses":
             body["max_output_tokens"] = n
             msgs = list(messages) if messages else [{"role": "user", "content": text}]
             body["input"] = _responses_input(_with_media(msgs, media, responses=True))
         else:
             body["max_tokens"] = n
-            body["stream_options"] = {"include_usage": True}
+            if streamed:
+                body["stream_options"] = {"include_usage": True}
             if self.api == "chat":
                 msgs = list(messages) if messages else [{"role": "user", "content": text}]
                 body["messages"] = _with_media(msgs, media, responses=False)

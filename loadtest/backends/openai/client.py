@@ -38,6 +38,7 @@ from loadtest.backends.openai.tokens import (
     prompt_overhead,
     usage_count,
 )
+from loadtest.backends.openai.unstreamed import read_unstreamed
 from loadtest.config.apis import POOLING_APIS
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Cancelled, Failed, Finished, Tokens
@@ -122,6 +123,7 @@ class OpenAIBackend(Backend):
             "proxy": self._pool.proxy.origin if self._pool.proxy else "none",
             "max_connections": spec.max_connections or "unbounded",
             "prompt_sizing": sizing,
+            "streamed": spec.stream and not self._pooled,
         }
         notices = [] if count else [self._no_tokenizer_notice(tokenizer)]
         return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details, notices)
@@ -262,6 +264,9 @@ class OpenAIBackend(Backend):
                     )
                     if isinstance(pooled, Cancelled):
                         failure, pooled = pooled, None
+                elif not self.spec.stream:  # one JSON answer, read whole
+                    failure = await self._until_stop(req, read_unstreamed(resp, stream, now))
+                    partial = False
                 else:
                     failure = await self._until_stop(
                         req, stream.read(resp.batch, now, req.stop_after_tokens, resp.reads)
@@ -298,7 +303,8 @@ class OpenAIBackend(Backend):
             return
         if self._checks.active:
             self._checks.check(stream, facts)
-        for event in self._finished(req, stream, facts):
+        finished = self._finished if self.spec.stream else self._answered
+        for event in finished(req, stream, facts):
             yield event
 
     async def _until_stop(self, req, reading: Any) -> Any:
@@ -386,6 +392,37 @@ class OpenAIBackend(Backend):
             ),
         ]
 
+    def _answered(self, req, stream: Stream, facts: Counter) -> list:
+        """An unstreamed answer's end: its tokens the server's usage (else its text counted
+        with the tokenizer, else a chunk a token), all arrived with it, none stamped."""
+        usage = stream.usage
+        served = usage_count(usage, "completion_tokens")
+        tokens = served
+        if tokens is None:
+            facts["answers_without_usage"] += 1
+            tokens = sum(n for _, n in self._tokens.counted(stream.chunks))
+        prompt_tokens = usage_count(usage, "prompt_tokens")
+        if self._tokens.count and prompt_tokens is not None and prompt_tokens != req.input_tokens:
+            facts["prompt_token_mismatch"] += 1
+            facts["prompt_tokens_off"] += abs(prompt_tokens - req.input_tokens)
+        if req.ignore_eos and tokens < req.output_tokens and self._bodies.fixed_via != "none":
+            facts["short_outputs"] += 1
+        details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
+        reasoning = usage_count(details, "reasoning_tokens") or 0
+        return [
+            Finished(
+                self.clock.now_ns() if not stream.chunk_ns else stream.chunk_ns[-1],
+                tokens,
+                prompt_tokens,
+                stream.response_id,
+                served,
+                None if req.history is None else stream.answer,
+                min(reasoning, tokens),
+                None,
+                streamed=False,
+            )
+        ]
+
     def _connect_failed(self, exc: Exception) -> None:
         self._connect_errors_in_a_row += 1
         if self._connect_errors_in_a_row >= self.spec.fail_after_connect_errors:
@@ -446,6 +483,10 @@ class OpenAIBackend(Backend):
                     return resp.status, ""
                 # read to its end (bounded: a stream past a few chunks a token is refused)
                 stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
+                if not self.spec.stream:
+                    await read_unstreamed(resp, stream, self.clock.now_ns)
+                    self.server_model = self.server_model or stream.model
+                    return resp.status, ""
                 ended = await stream.read(resp.batch, self.clock.now_ns, None, resp.reads)
                 if isinstance(ended, Failed):  # what every request would end in: say so now
                     kind = visible(resp.headers.get("content-type", "no Content-Type")[:60])
@@ -459,8 +500,9 @@ class OpenAIBackend(Backend):
             finally:
                 resp.release()
         except BadResponse as exc:
+            what = "stream" if self.spec.stream else "answer"
             raise BackendError(
-                f"{self.url}: the probe's answer is not an OpenAI stream: {exc}"
+                f"{self.url}: the probe's answer is not an OpenAI {what}: {exc}"
             ) from None
         except HttpFailure as exc:
             raise BackendError(f"{self.url}: cannot reach the server: {exc}") from None

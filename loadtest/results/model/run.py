@@ -168,7 +168,8 @@ class ApiResult(_Doc):
     reasoning, tool calls and structured answers checked, media sent."""
 
     name: str  # chat | completions | responses | embeddings | rerank (generate: an engine)
-    streams_tokens: bool  # False: one JSON answer, no TTFT/ITL/TPOT claimed
+    # False: one JSON answer (embeddings, rerank, or stream: false), no TTFT/ITL/TPOT claimed
+    streams_tokens: bool
     inputs_per_request: int | None = None  # texts embedded / documents ranked
     reasoning_tokens: int | None = None
     answer_tokens: int | None = None
