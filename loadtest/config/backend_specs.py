@@ -127,6 +127,31 @@ class OpenAISpec(Spec):
             raise ValueError(problem)
         return v
 
+    endpoints: list[str] = Field(
+        default_factory=list,
+        description="More API roots serving the same model (replicas or gateways with no load "
+        "balancer in front): the requests are spread over base_url and these by routing; "
+        "each one's counts, latencies and server metrics are reported apart.",
+    )
+    routing: Literal["round_robin", "least_outstanding"] = Field(
+        "round_robin",
+        description="How requests are spread over several endpoints: in turn, or to the one "
+        "with the fewest requests in flight (ties in turn).",
+    )
+
+    @field_validator("endpoints")
+    @classmethod
+    def _http_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            problem = url_problem(url)
+            if problem:
+                raise ValueError(problem)
+        return urls
+
+    def base_urls(self) -> list[str]:
+        """Every API root the requests go to: base_url first."""
+        return [self.base_url, *self.endpoints]
+
     model: str = Field(description="The model name the server expects in each request.")
     api: Literal["chat", "completions", "responses", "embeddings", "rerank"] = Field(
         "chat",
@@ -243,7 +268,7 @@ class OpenAISpec(Spec):
         """Every secret this spec holds (API key, URL credentials, sensitive header values)."""
         return [
             os.environ.get(self.api_key_env) or "",
-            *secrets.url_credentials(self.base_url),
+            *(v for url in self.base_urls() for v in secrets.url_credentials(url)),
             *secrets.url_credentials(self.proxy),
             os.environ.get(self.client_key_password_env or "") or "",
             *secrets.sensitive_values(dict(self.headers)),
@@ -257,6 +282,7 @@ class OpenAISpec(Spec):
         """A copy of this spec's dump with every secret masked (what metrics.json keeps)."""
         out = dict(dumped)
         out["base_url"] = secrets.redact_url(out["base_url"])
+        out["endpoints"] = [secrets.redact_url(u) for u in out.get("endpoints") or []]
         if "proxy" in out:
             out["proxy"] = secrets.redact_url(out["proxy"])
         out["headers"] = secrets.redact_mapping(out.get("headers") or {})

@@ -28,6 +28,7 @@ class Sent:
     connect_ns: int = 0
     off_cpu_ns: int = 0
     retries: int = 0
+    endpoint: str | None = None  # of several endpoints (a served model's), the one it went to
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,7 @@ class Failed:
     t_ns: int
     error_type: str
     message: str = ""
+    endpoint: str | None = None  # of several endpoints, the one it failed at (never sent there)
 
 
 BackendEvent = Sent | Admitted | Tokens | Finished | Failed

@@ -51,6 +51,8 @@ def merge(parts: list[Recorder]) -> Recorder:
             out.turn_ttft.setdefault(turn, LatencyHistogram()).add(h)
         for model, tally in p.by_model.items():
             out._tally(model).add(tally)
+        for endpoint, tally in p.by_endpoint.items():
+            out._endpoint_tally(endpoint).add(tally)
         out.turn_input_tokens.update(p.turn_input_tokens)
         out.turn_requests.update(p.turn_requests)
         # recount what a worker counted against its own, later, opening of the window

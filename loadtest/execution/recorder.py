@@ -70,7 +70,8 @@ MODEL_METRICS = ("ttft", "itl", "tpot", "e2e")  # what a model mix breaks down p
 
 @dataclass
 class ModelTally:
-    """One model's share of a model mix: its latencies and counts (measured requests)."""
+    """One share of the traffic (a model of a model mix, an endpoint of several): its
+    latencies and counts (measured requests)."""
 
     histograms: dict[str, LatencyHistogram] = field(
         default_factory=lambda: {m: LatencyHistogram() for m in MODEL_METRICS}
@@ -114,6 +115,7 @@ class Recorder:
         # measured requests the plan cancelled mid-stream, and the tokens they had received
         self.cancelled = self.cancelled_tokens = 0
         self.by_model: dict[str, ModelTally] = {}  # a model mix: each model's share
+        self.by_endpoint: dict[str, ModelTally] = {}  # several endpoints: each one's share
         self.window_tokens = self.window_input_tokens = self.window_completions = 0
         self._after_last_measured: list[RequestState] = []
         self.last_measured_done: int | None = None
@@ -166,9 +168,9 @@ class Recorder:
             self.warmup += 1
             self._keep_record(st)
             return
-        tally = None if st.req.model is None else self._tally(st.req.model)
+        tallies = self._tallies(st)
         if st.cancelled:  # kept apart: its partial figures are not a finished request's
-            if tally is not None:
+            for tally in tallies:
                 tally.cancelled += 1
             self.cancelled += 1
             self.cancelled_tokens += len(st.stamps)
@@ -179,7 +181,7 @@ class Recorder:
             self._mark_measured_done(st)
             return
         if st.error is not None:
-            if tally is not None:
+            for tally in tallies:
                 tally.failed += 1
             self.failed += 1
             self.errors_by_type[st.error] += 1
@@ -198,7 +200,7 @@ class Recorder:
                 self._mark_measured_done(st)
                 return
         self._record_latencies(st)
-        if tally is not None:
+        for tally in tallies:
             self._record_model(st, tally)
         self._keep_record(st)
         self._mark_measured_done(st)
@@ -209,9 +211,22 @@ class Recorder:
             tally = self.by_model[model] = ModelTally()
         return tally
 
+    def _endpoint_tally(self, endpoint: str) -> ModelTally:
+        tally = self.by_endpoint.get(endpoint)
+        if tally is None:
+            tally = self.by_endpoint[endpoint] = ModelTally()
+        return tally
+
+    def _tallies(self, st: RequestState) -> list[ModelTally]:
+        """The shares ``st`` counts in: its model's (a model mix), its endpoint's (several)."""
+        out = [] if st.req.model is None else [self._tally(st.req.model)]
+        if st.endpoint is not None:
+            out.append(self._endpoint_tally(st.endpoint))
+        return out
+
     @staticmethod
     def _record_model(st: RequestState, tally: ModelTally) -> None:
-        """A completed request's latencies into its model's histograms."""
+        """A completed request's latencies into its share's histograms."""
         stamps, h = st.stamps, tally.histograms
         tally.completed += 1
         h["e2e"].record_ns(st.done - st.intended_ns)
@@ -318,8 +333,8 @@ class Recorder:
         lo = bisect_left(stamps, start)
         hi = len(stamps) if end is None else bisect_left(stamps, end)
         self.window_tokens += sign * max(0, hi - lo)
-        tally = None if st.req.model is None else self._tally(st.req.model)
-        if tally is not None:
+        tallies = self._tallies(st)
+        for tally in tallies:
             tally.window_tokens += sign * max(0, hi - lo)
         if lo == 0 and hi > 0:
             self.window_input_tokens += sign * st.input_tokens
@@ -329,11 +344,11 @@ class Recorder:
             # input counts when done, and its output (unstamped) with it
             self.window_input_tokens += sign * st.input_tokens
             self.window_tokens += sign * st.unstamped_tokens
-            if tally is not None:
+            for tally in tallies:
                 tally.window_tokens += sign * st.unstamped_tokens
         if finished and st.done >= start and (end is None or st.done < end):
             self.window_completions += sign
-            if tally is not None:
+            for tally in tallies:
                 tally.window_completions += sign
 
     def _mark_measured_done(self, st: RequestState) -> None:

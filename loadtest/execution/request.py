@@ -73,6 +73,7 @@ class RequestState:
     cancelled: bool = False  # the plan cancelled it mid-stream (load.cancel): done_ns is when
     # output tokens that came with no stamp of their own: an unstreamed answer's, all at done_ns
     unstamped_tokens: int = 0
+    endpoint: str | None = None  # of several endpoints, the one it was sent to
 
     @property
     def token_count(self) -> int:
@@ -106,6 +107,7 @@ class RequestState:
             "session": self.req.session,
             "turn": None if self.req.session is None else self.req.turn,
             "model": self.req.model,
+            "endpoint": self.endpoint,
             "status": "failed"
             if self.error
             else "warmup"

@@ -422,6 +422,7 @@ class Runner(Users):
                     return
             elif kind is Sent:  # the backend saw the bytes leave: later than the hand-over
                 st.sent_ns, st.wire = max(st.sent_ns, ev.t_ns), ev
+                st.endpoint = ev.endpoint
                 if st.sent_ns - (st.lag_from_ns or st.intended_ns) > LATE_FLOOR_NS:
                     st.cpu_wait_ns = self._watch.cpu_wait_since(st.lag_from_ns or st.intended_ns)
             elif kind is Admitted:
@@ -435,6 +436,7 @@ class Runner(Users):
                     st.unstamped_tokens = ev.output_tokens
             elif kind is Failed:
                 st.done_ns, st.error = ev.t_ns, ev.error_type
+                st.endpoint = st.endpoint or ev.endpoint
             elif kind is Cancelled:
                 st.cancelled, st.done_ns = True, ev.t_ns
                 return

@@ -501,11 +501,12 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
                     "(server.csv has each sample: it drops as the server sees a client leave)",
                 )
             )
-    for name, mr in (t.models or {}).items():
+    shares = [("model", t.models), ("endpoint", t.endpoints)]
+    for what, name, mr in ((w, n, r) for w, s in shares for n, r in (s or {}).items()):
         lat = mr.latency_ms
         rows.append(
             (
-                f"model {name}",
+                f"{what} {name}",
                 f"{mr.completed} completed, {mr.failed} failed"
                 + (f", {mr.cancelled} cancelled" if mr.cancelled else "")
                 + f"; {_f(mr.requests_per_s, '{:.4g}')} req/s, "

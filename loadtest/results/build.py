@@ -13,7 +13,7 @@ from typing import Any
 from loadtest.config.apis import POOLING_APIS, api_of
 from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, Recorder
+from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, ModelTally, Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.finish import Observed, finish
 from loadtest.results.model import (
@@ -198,7 +198,13 @@ def _traffic(
     text = planned.get("text", scenario.workload.text)
     cancel = scenario.load.cancel
     trace = planned.get("trace")
-    if text == "natural" and trace is None and cancel is None and not rec.by_model:
+    if (
+        text == "natural"
+        and trace is None
+        and cancel is None
+        and not rec.by_model
+        and not rec.by_endpoint
+    ):
         return None
     cancel_result = None
     if cancel is not None:
@@ -214,28 +220,36 @@ def _traffic(
             cancelled_at_ms=LatencySummary(**rec.whole["cancelled_at"].summary_ms()),
             delivered_tokens=sum(rec.token_bins.values()),
         )
-    models = None
-    if rec.by_model:
-        shares = planned.get("planned_models", {})
-        models = {
-            name: ModelResult(
-                planned=shares.get(name) if shares else None,
-                completed=t.completed,
-                failed=t.failed,
-                cancelled=t.cancelled,
-                requests_per_s=_rate(t.window_completions, window_s),
-                output_tokens_per_s=_rate(t.window_tokens, window_s),
-                latency_ms={m: LatencySummary(**h.summary_ms()) for m, h in t.histograms.items()},
-                histograms={m: h.encode() for m, h in t.histograms.items()},
-            )
-            for name, t in sorted(rec.by_model.items())
-        }
+    models = _shares(rec.by_model, window_s, planned.get("planned_models") or {})
     return TrafficResult(
         text=text,
         trace=None if trace is None else TraceResult(**trace),
         cancel=cancel_result,
         models=models,
+        endpoints=_shares(rec.by_endpoint, window_s, {}),
     )
+
+
+def _shares(
+    tallies: dict[str, ModelTally], window_s: float | None, planned: dict
+) -> dict[str, ModelResult] | None:
+    """Each share of the traffic (a model of a mix, an endpoint of several): its requests,
+    latencies and throughput; None where the traffic has no such shares."""
+    if not tallies:
+        return None
+    return {
+        name: ModelResult(
+            planned=planned.get(name),
+            completed=t.completed,
+            failed=t.failed,
+            cancelled=t.cancelled,
+            requests_per_s=_rate(t.window_completions, window_s),
+            output_tokens_per_s=_rate(t.window_tokens, window_s),
+            latency_ms={m: LatencySummary(**h.summary_ms()) for m, h in t.histograms.items()},
+            histograms={m: h.encode() for m, h in t.histograms.items()},
+        )
+        for name, t in sorted(tallies.items())
+    }
 
 
 def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | None:

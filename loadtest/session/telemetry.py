@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loadtest.config.backend_specs import OpenAISpec
 from loadtest.config.scenario import Scenario
 
 
@@ -41,14 +42,22 @@ def server_sampler(scenario: Scenario, base_dir: Path) -> Any:
     served_at = scenario.backend.served_at()
     if scenario.telemetry.server is False or served_at is None:
         return None
+    from loadtest.backends.openai.connection import client_settings as settings_of
     from loadtest.backends.openai.discovery import without_credentials
-    from loadtest.telemetry.server_metrics import ServerSampler, metrics_url
+    from loadtest.telemetry.server_metrics import EndpointSamplers, ServerSampler, metrics_url
 
-    url = metrics_url(without_credentials(served_at))
-    sampler = ServerSampler(
-        url,
-        scenario.telemetry.server_interval / 1e9,
-        settings=client_settings(scenario, base_dir),
+    spec = scenario.backend
+    given = spec.base_urls() if isinstance(spec, OpenAISpec) else [served_at]
+    samplers = {
+        without_credentials(url): ServerSampler(
+            metrics_url(without_credentials(url)),
+            scenario.telemetry.server_interval / 1e9,
+            settings=settings_of(spec, base_dir, url) if isinstance(spec, OpenAISpec) else None,
+        )
+        for url in given
+    }
+    sampler: Any = (
+        EndpointSamplers(samplers) if len(samplers) > 1 else next(iter(samplers.values()))
     )
     sampler.start()
     return sampler
@@ -57,8 +66,6 @@ def server_sampler(scenario: Scenario, base_dir: Path) -> Any:
 def client_settings(scenario: Scenario, base_dir: Path) -> Any:
     """The served model's one client configuration, for the calls beside the requests (its
     headers go to its own origin only); None for an engine."""
-    from loadtest.config.backend_specs import OpenAISpec
-
     if not isinstance(scenario.backend, OpenAISpec):
         return None
     from loadtest.backends.openai.connection import client_settings as settings_of

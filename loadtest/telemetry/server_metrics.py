@@ -371,6 +371,37 @@ def _series(rows: list[dict]) -> dict[str, list]:
     return {k: [r[k] for r in rows] for k in keys}
 
 
+class EndpointSamplers:
+    """One sampler an endpoint, where a run drives several: the first endpoint's summary and
+    ``server.csv`` stand as the run's ``server`` (the reports read it), with every endpoint's
+    own summary under ``endpoints``, by its API root."""
+
+    def __init__(self, samplers: dict[str, ServerSampler]) -> None:
+        self.samplers = samplers
+        self.first = next(iter(samplers.values()))
+
+    def start(self) -> None:
+        for s in self.samplers.values():
+            s.start()
+
+    def stop(self) -> None:
+        for s in self.samplers.values():
+            s.stop()
+
+    def summary(self, t0_ns: int, span: tuple[int, int] | None) -> dict:
+        out = self.first.summary(t0_ns, span)
+        out["scope"] = "the first endpoint's; endpoints: each one's"
+        out["endpoints"] = {base: s.summary(t0_ns, span) for base, s in self.samplers.items()}
+        return out
+
+    @property
+    def rows(self) -> list[tuple[int, dict[str, float]]]:
+        return self.first.rows
+
+    def csv_rows(self, t0_ns: int) -> list[dict]:
+        return self.first.csv_rows(t0_ns)
+
+
 def metrics_url(base_url: str) -> str:
     """``http://host:8000/v1`` -> ``http://host:8000/metrics`` (where vLLM, SGLang, TGI serve it)."""
     return server_root(base_url) + "/metrics"

@@ -317,9 +317,10 @@ class Wire:
         self.sent_ns = self.start_ns = self.cpu_start_ns = self.cpu_sent_ns = 0
         self.queued_ns = self.connect_ns = self.retries = 0
 
-    def sent(self) -> Sent:
-        """The send, and where the client's part of its lateness went: the thread was off the
-        CPU for whatever of the elapsed time it neither ran nor waited on the network for."""
+    def sent(self, endpoint: str | None = None) -> Sent:
+        """The send (to ``endpoint``, of several), and where the client's part of its lateness
+        went: the thread was off the CPU for whatever of the elapsed time it neither ran nor
+        waited on the network for."""
         elapsed = max(0, self.sent_ns - self.start_ns)
         waited = self.queued_ns + self.connect_ns
         off_cpu = elapsed - (self.cpu_sent_ns - self.cpu_start_ns) - waited
@@ -329,6 +330,7 @@ class Wire:
             connect_ns=self.connect_ns,
             off_cpu_ns=max(0, off_cpu),
             retries=self.retries,
+            endpoint=endpoint,
         )
 
 

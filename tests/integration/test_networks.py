@@ -155,3 +155,35 @@ def test_a_unix_socket_server_is_run_and_its_metrics_read(vllm_more, tmp_path):
     assert m["server"]["source"] == server.url.removesuffix("/v1") + "/metrics"
     # vLLM counts every request's prompt: 8 texts of 16 tokens, [CLS] and [SEP] included
     assert m["server"]["metrics"]["prompt_tokens"]["run_change"] >= 8 * 16 * 4
+
+
+def test_two_servers_as_two_endpoints_of_one_run(vllm_server, vllm_more, tmp_path):
+    """Two vLLMs serving the same model (one over http, one over https with a client
+    certificate), round robin: each gets half the requests, and each one's counts, latencies
+    and server metrics are reported apart."""
+    other = vllm_more["spec"]
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "two",
+            "backend": {"kind": "openai", "base_url": vllm_server.url, "model": "tiny",
+                        "endpoints": [other.url], "routing": "round_robin",
+                        **{k: str(v) for k, v in other.client.items()}},
+            "workload": {"input_tokens": 16, "output_tokens": 8},
+            "load": {"arrival": {"kind": "concurrency", "users": 2}, "requests": 8,
+                     "warmup": "0s", "validity": LENIENT},
+            "telemetry": {"server_interval": "0.5s", "gpu": False},
+        },
+    )  # fmt: skip
+    r = loadtest("run", path, "-o", tmp_path / "run", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = metrics(tmp_path / "run")
+    assert m["requests"]["completed"] == 8 and m["requests"]["failed"] == 0
+    shares = m["traffic"]["endpoints"]
+    assert set(shares) == {vllm_server.url, other.url}
+    assert [s["completed"] for s in shares.values()] == [4, 4]
+    assert all(s["latency_ms"]["e2e"]["count"] == 4 for s in shares.values())
+    servers = m["server"]["endpoints"]
+    assert set(servers) == {vllm_server.url, other.url}
+    assert all(s["available"] for s in servers.values()), servers
+    assert f"endpoint {other.url}" in (tmp_path / "run" / "report.md").read_text()

@@ -143,3 +143,18 @@ def test_credentials_never_follow_a_redirect_to_another_origin():
     finally:
         origin.shutdown()
         elsewhere.shutdown()
+
+
+def test_every_endpoints_credentials_are_masked_and_registered():
+    from loadtest.config.backend_specs import OpenAISpec
+
+    spec = OpenAISpec(
+        base_url="http://a:8000/v1",
+        model="m",
+        endpoints=[f"http://u:{PASSWORD}@b:8000/v1", "unix:///run/v.sock:/v1"],
+    )
+    dumped = spec.redact(spec.model_dump())
+    assert dumped["endpoints"] == ["http://***@b:8000/v1", "unix:///run/v.sock:/v1"]
+    assert PASSWORD in spec.secret_values()
+    with pytest.raises(ValueError, match="give an http://, https:// or unix:// URL"):
+        OpenAISpec(base_url="http://a/v1", model="m", endpoints=["file:///etc/passwd"])

@@ -16,6 +16,7 @@ read from an environment variable and never written anywhere.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -31,6 +32,7 @@ from loadtest.backends.openai.events import BadResponse
 from loadtest.backends.openai.facts import report
 from loadtest.backends.openai.outputs import OutputChecks
 from loadtest.backends.openai.pooling import read_answer
+from loadtest.backends.openai.routes import Route, Router
 from loadtest.backends.openai.stream import Stream
 from loadtest.backends.openai.tokens import (
     TokenCounter,
@@ -72,7 +74,8 @@ class OpenAIBackend(Backend):
         self._base = without_credentials(spec.base_url)
         self.url = self._base.rstrip("/") + PATHS[spec.api]
         self._pooled = spec.api in POOLING_APIS
-        self._pool: Any = None  # connection.ConnectionPool, once started
+        self._pool: Any = None  # connection.ConnectionPool, once started (the first endpoint's)
+        self._router: Router | None = None  # every endpoint's, once started
         self._tokens = TokenCounter(None, clock.now_ns)
         self._bodies = RequestBodies(spec, ByteTokenizer(), fit=False)
         self._connect_errors_in_a_row = 0
@@ -91,9 +94,17 @@ class OpenAIBackend(Backend):
         key = self._api_key()
         try:
             self.settings = connection.client_settings(spec, self.base_dir)
-            self._pool = connection.open_pool(spec, self.url, self.settings, self.clock.now_ns)
+            routes = []
+            for given in spec.base_urls():
+                base = without_credentials(given)
+                url = base.rstrip("/") + PATHS[spec.api]
+                settings = connection.client_settings(spec, self.base_dir, given)
+                pool = connection.open_pool(spec, url, settings, self.clock.now_ns)
+                routes.append(Route(base, url, pool))
         except ValueError as exc:
             raise BackendError(f"backend: {exc}") from None
+        self._router = Router(routes, spec.routing)
+        self._pool = routes[0].pool
         tokenizer, tokenizer_source, count = await asyncio.to_thread(
             load_tokenizer, spec.tokenizer, spec.model, spec.base_url, key, self.base_dir,
             self.settings,
@@ -102,6 +113,7 @@ class OpenAIBackend(Backend):
         self._bodies = RequestBodies(spec, tokenizer, fit=count is not None)
         try:
             self._bodies.fixed_via = await self._probe()
+            await self._probe_the_others(self._bodies.fixed_via)
         except BackendError:
             await self.stop()
             raise
@@ -222,9 +234,11 @@ class OpenAIBackend(Backend):
         )
 
     async def stop(self) -> dict:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        if self._router is not None:
+            for route in self._router.routes:
+                await route.pool.close()
+            self._router = None
+        self._pool = None
         return {}
 
     # -- one request ------------------------------------------------------------------------
@@ -247,13 +261,16 @@ class OpenAIBackend(Backend):
         # a request the plan cancels wakes its reader at every read, so that what it had read
         # at the cancel is taken; the rest in batches (the same stamps, less work)
         cancels = req.stop_at_ns is not None or req.stop_after_tokens is not None
+        router = self._router
+        assert router is not None
+        route = router.pick()
         try:
-            resp = await self._pool.request(
-                "POST", self.url, json.dumps(body, allow_nan=False).encode(), wire, eager=cancels
+            resp = await route.pool.request(
+                "POST", route.url, json.dumps(body, allow_nan=False).encode(), wire, eager=cancels
             )
             try:
                 self._connect_errors_in_a_row = 0
-                yield wire.sent()
+                yield wire.sent(route.base if router.several else None)
                 if resp.status >= 300:  # an error, or a redirect (not followed)
                     facts[f"http_{resp.status}"] += 1
                     yield Failed(now(), f"http_{resp.status}", await error_text(resp))
@@ -284,6 +301,7 @@ class OpenAIBackend(Backend):
                 raise
             failure, partial = failed
         finally:
+            router.done(route)
             self.server_model = self.server_model or stream.model
             if wire.queued_ns:
                 facts["connection_waits"] += 1
@@ -291,6 +309,8 @@ class OpenAIBackend(Backend):
         if failure is not None:
             if partial and stream.chunk_ns:
                 yield Tokens(tuple(self._tokens.partial(stream.chunks)))
+            if isinstance(failure, Failed) and router.several:
+                failure = dataclasses.replace(failure, endpoint=route.base)
             yield failure
             return
         if pooled is not None:  # one JSON answer: no tokens, its end is the request's
@@ -465,15 +485,26 @@ class OpenAIBackend(Backend):
             )
         return "none"
 
-    async def _probe_once(self, via: str | None) -> tuple[int, str]:
+    async def _probe_the_others(self, via: str) -> None:
+        """Every other endpoint answers the probe the first answered (the same model): one
+        that does not would fail its share of the run, so the run does not start."""
+        assert self._router is not None
+        for route in self._router.routes[1:]:
+            status, text = await self._probe_once(None if via == "none" else via, route)
+            if status >= 300:
+                raise BackendError(f"{route.url}: probe request failed: HTTP {status}: {text}")
+
+    async def _probe_once(self, via: str | None, route: Route | None = None) -> tuple[int, str]:
+        url = self.url if route is None else route.url
+        pool = self._pool if route is None else route.pool
         body = (
             self._bodies.pooled_body(["hello", "hello"])
             if self._pooled
             else self._bodies.streaming("hello", None, PROBE_TOKENS, via, Counter())
         )
         try:
-            resp = await self._pool.request(
-                "POST", self.url, json.dumps(body, allow_nan=False).encode(), Wire()
+            resp = await pool.request(
+                "POST", url, json.dumps(body, allow_nan=False).encode(), Wire()
             )
             try:
                 if resp.status >= 300:
@@ -491,7 +522,7 @@ class OpenAIBackend(Backend):
                 if isinstance(ended, Failed):  # what every request would end in: say so now
                     kind = visible(resp.headers.get("content-type", "no Content-Type")[:60])
                     raise BackendError(
-                        f"{self.url}: the probe's answer (HTTP {resp.status}, {kind}) is not an "
+                        f"{url}: the probe's answer (HTTP {resp.status}, {kind}) is not an "
                         f"OpenAI stream: {ended.error_type}: {ended.message}"
                     )
                 self.server_model = self.server_model or stream.model
@@ -502,10 +533,10 @@ class OpenAIBackend(Backend):
         except BadResponse as exc:
             what = "stream" if self.spec.stream else "answer"
             raise BackendError(
-                f"{self.url}: the probe's answer is not an OpenAI {what}: {exc}"
+                f"{url}: the probe's answer is not an OpenAI {what}: {exc}"
             ) from None
         except HttpFailure as exc:
-            raise BackendError(f"{self.url}: cannot reach the server: {exc}") from None
+            raise BackendError(f"{url}: cannot reach the server: {exc}") from None
 
     async def _server_bytes_per_token(self) -> tuple[float, float] | None:
         """Bytes a token of each kind of text synthetic prompts are (random characters, a
@@ -533,13 +564,27 @@ class OpenAIBackend(Backend):
     async def profile_start(self, options: dict) -> str | None:
         """The server's own profiler on (vLLM's ``POST /start_profile``, which it serves when
         started with ``--profiler-config``): None when it answered, else why not."""
-        return await connection.profiler_call(self._pool, server_root(self._base), "start_profile")
+        for route in self._every_route():  # each endpoint's server, where there are several
+            failed = await connection.profiler_call(
+                route.pool, server_root(route.base), "start_profile"
+            )
+            if failed is not None:
+                return failed if len(self._every_route()) == 1 else f"{route.base}: {failed}"
+        return None
+
+    def _every_route(self) -> list[Route]:
+        return [] if self._router is None else self._router.routes
 
     async def profile_stop(self, out_dir: str) -> dict:
         """The server's profiler off (the profile window bounds the wait: a server writes its
         traces before it answers); where its traces are is the server's business."""
-        root = server_root(self._base)
-        stopped = await connection.profiler_call(self._pool, root, "stop_profile")
+        stopped = None
+        for route in self._every_route():
+            failed = await connection.profiler_call(
+                route.pool, server_root(route.base), "stop_profile"
+            )
+            if failed is not None and stopped is None:
+                stopped = failed if len(self._every_route()) == 1 else f"{route.base}: {failed}"
         if stopped is not None:
             return {"profiler": f"the server's: started, but stopping failed ({stopped})"}
         return {

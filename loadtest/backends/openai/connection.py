@@ -19,10 +19,10 @@ from loadtest.transport.pool import ConnectionPool
 from loadtest.transport.settings import ClientSettings, key_password
 
 
-def client_settings(spec: Any, base_dir: Path) -> ClientSettings:
+def client_settings(spec: Any, base_dir: Path, base_url: str | None = None) -> ClientSettings:
     """The one client configuration of a served model's spec: its TLS, proxy and timeouts, and
     its headers (its own, the API key's or the URL's credentials) for the calls to its server's
-    origin, never to another."""
+    origin (``base_url``'s, of several endpoints: default the spec's), never to another."""
 
     def path(value: str | None) -> Path | None:
         if value is None:
@@ -31,7 +31,8 @@ def client_settings(spec: Any, base_dir: Path) -> ClientSettings:
         return p if p.is_absolute() else base_dir / p
 
     headers = dict(spec.headers)
-    plain, auth = authorization(spec.base_url, os.environ.get(spec.api_key_env) or None)
+    url = base_url or spec.base_url
+    plain, auth = authorization(url, os.environ.get(spec.api_key_env) or None)
     if auth:
         headers["Authorization"] = auth
     return ClientSettings(

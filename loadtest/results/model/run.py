@@ -236,7 +236,8 @@ class CancelResult(_Doc):
 
 
 class ModelResult(_Doc):
-    """One model of a model mix: its requests, latencies and throughput."""
+    """One share of the traffic (a model of a model mix, an endpoint of several): its
+    requests, latencies and throughput."""
 
     planned: int | None = None  # measured requests the plan sent to it (open loop)
     completed: int
@@ -267,6 +268,8 @@ class TrafficResult(_Doc):
     trace: TraceResult | None = None
     cancel: CancelResult | None = None
     models: dict[str, ModelResult] | None = None
+    # several endpoints of one model (backend.endpoints): each one's share, by its URL
+    endpoints: dict[str, ModelResult] | None = None
 
 
 class Check(_Doc):

@@ -1,0 +1,45 @@
+"""Several endpoints of one model (``backend.endpoints``: replicas or gateways with no load
+balancer in front), and how a request picks one: in turn (``round_robin``), or the one with
+the fewest requests in flight (``least_outstanding``, ties in turn)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Route:
+    """One endpoint: its API root (without credentials: the report's name for it), the URL its
+    requests go to, its pool of connections, and its requests in flight."""
+
+    base: str
+    url: str
+    pool: Any
+    outstanding: int = 0
+
+
+class Router:
+    """Picks each request's endpoint, and counts it in flight until it is done."""
+
+    def __init__(self, routes: list[Route], policy: str) -> None:
+        self.routes, self.policy = routes, policy
+        self._next = 0
+
+    @property
+    def several(self) -> bool:
+        return len(self.routes) > 1
+
+    def pick(self) -> Route:
+        routes, n = self.routes, len(self.routes)
+        if self.policy == "least_outstanding":
+            i = min(range(n), key=lambda k: (routes[k].outstanding, (k - self._next) % n))
+        else:
+            i = self._next % n
+        self._next = (i + 1) % n
+        routes[i].outstanding += 1
+        return routes[i]
+
+    @staticmethod
+    def done(route: Route) -> None:
+        route.outstanding -= 1
