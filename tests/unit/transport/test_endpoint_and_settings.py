@@ -113,34 +113,45 @@ def test_headers_go_to_the_servers_origin_only():
     assert s.headers_for(Endpoint.parse("https://srv:8000/metrics")) == {}
 
 
-def test_through_a_proxy_an_http_request_names_its_whole_url_and_the_proxys_credentials():
-    """What reaches the proxy, byte for byte: the absolute-form request line, the server's
-    Host, and the proxy's own credentials as Proxy-Authorization (never the URL's)."""
-
+def _via_a_proxy(url: str, answer: bytes, credentials: str = "") -> tuple[object, bytes]:
+    """GET ``url`` through a proxy on loopback that answers ``answer`` to whatever comes:
+    the body read (or the HttpFailure), and the head the proxy was sent."""
     seen: list[bytes] = []
 
     async def handle(reader, writer):
         seen.append(await reader.readuntil(b"\r\n\r\n"))
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        writer.write(answer)
         await writer.drain()
         writer.close()
 
     async def main():
         proxy = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = proxy.sockets[0].getsockname()[1]
-        settings = ClientSettings(proxy=f"http://me:pw@127.0.0.1:{port}")
-        pool = ConnectionPool("http://gpu1:8000/v1/x", settings, 0, time.monotonic_ns)
+        settings = ClientSettings(proxy=f"http://{credentials}127.0.0.1:{port}")
+        pool = ConnectionPool(url, settings, 0, time.monotonic_ns)
         try:
-            resp = await pool.request("GET", "http://gpu1:8000/v1/x?a=1")
+            resp = await pool.request("GET", url)
             body = await resp.read(100)
             resp.release()
             return body
+        except HttpFailure as exc:
+            return exc
         finally:
             await pool.close()
             proxy.close()
 
-    assert asyncio.run(main()) == b"ok"
-    lines = seen[0].decode().split("\r\n")
+    got = asyncio.run(main())
+    return got, seen[0]
+
+
+def test_through_a_proxy_an_http_request_names_its_whole_url_and_the_proxys_credentials():
+    """What reaches the proxy, byte for byte: the absolute-form request line, the server's
+    Host, and the proxy's own credentials as Proxy-Authorization (never the URL's)."""
+    got, head = _via_a_proxy(
+        "http://gpu1:8000/v1/x?a=1", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "me:pw@"
+    )
+    assert got == b"ok"
+    lines = head.decode().split("\r\n")
     assert lines[0] == "GET http://gpu1:8000/v1/x?a=1 HTTP/1.1"
     assert "Host: gpu1:8000" in lines
     assert "Proxy-Authorization: Basic bWU6cHc=" in lines  # base64("me:pw")
@@ -154,28 +165,8 @@ def test_through_a_proxy_an_http_request_names_its_whole_url_and_the_proxys_cred
     ],
 )
 def test_a_tunnel_the_proxy_refuses_fails_the_connect_saying_so(answer, said):
-    seen: list[bytes] = []
-
-    async def handle(reader, writer):
-        seen.append(await reader.readuntil(b"\r\n\r\n"))
-        writer.write(answer)
-        await writer.drain()
-        writer.close()
-
-    async def main():
-        proxy = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = proxy.sockets[0].getsockname()[1]
-        settings = ClientSettings(proxy=f"http://127.0.0.1:{port}")
-        pool = ConnectionPool("https://gpu1:8443/v1/x", settings, 0, time.monotonic_ns)
-        try:
-            await pool.request("GET", "https://gpu1:8443/v1/x")
-        except HttpFailure as exc:
-            return exc
-        finally:
-            await pool.close()
-            proxy.close()
-
-    failure = asyncio.run(main())
+    failure, head = _via_a_proxy("https://gpu1:8443/v1/x", answer)
+    assert isinstance(failure, HttpFailure)
     assert failure.kind == "proxy_error" and failure.connecting
     assert said in str(failure)
-    assert seen[0].split(b"\r\n")[0] == b"CONNECT gpu1:8443 HTTP/1.1"
+    assert head.split(b"\r\n")[0] == b"CONNECT gpu1:8443 HTTP/1.1"
