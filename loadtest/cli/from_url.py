@@ -106,6 +106,11 @@ def _written(data: dict, url: str, save_to: Path | None, overwrite: bool) -> tup
         secrets.register(*secrets.url_credentials(proxy))
         backend["proxy"] = secrets.redact_url(proxy)
         keep.append(f"backend.proxy={proxy}")
+    endpoints = backend.get("endpoints") or []
+    if any(secrets.redact_url(u) != u for u in endpoints):  # other endpoints' own logins
+        secrets.register(*(v for u in endpoints for v in secrets.url_credentials(u)))
+        backend["endpoints"] = [secrets.redact_url(u) for u in endpoints]
+        keep.append(f"backend.endpoints={json.dumps(endpoints)}")
     # Secret header and body values (given with --set) are held back the same way: written as
     # ***, which a later run of the file refuses until they are given again
     masked = []

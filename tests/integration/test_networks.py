@@ -31,12 +31,41 @@ def metrics(run: Path) -> dict:
     return json.loads((run / "metrics.json").read_text())
 
 
+@pytest.fixture
+def dcgm_exporter():
+    """A DCGM exporter's page on 127.0.0.2 (another origin than the server's), recording the
+    headers each read came with."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[dict] = []
+
+    class Exporter(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(dict(self.headers))
+            body = b'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",modelName="H100"} 87\n'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.2", 0), Exporter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.2:{server.server_address[1]}/metrics", seen
+    server.shutdown()
+
+
 def test_a_proxy_from_the_environment_carries_every_call_and_no_proxy_bypasses_it(
-    vllm_server, forward_proxy, tmp_path
+    vllm_server, forward_proxy, dcgm_exporter, tmp_path
 ):
-    """``HTTP_PROXY``: the streamed requests (absolute-form, through tinyproxy) and the
-    server's ``/metrics`` go through the proxy, and the result says a proxy stood between;
-    ``NO_PROXY`` naming the host: nothing does."""
+    """``HTTP_PROXY``: the streamed requests (absolute-form, through tinyproxy), the server's
+    ``/metrics`` and the DCGM exporter's go through the proxy, and the result says a proxy
+    stood between; the API key goes to the server alone. ``NO_PROXY`` naming the hosts:
+    nothing does."""
+    dcgm, exporter_saw = dcgm_exporter
     path = write_scenario(
         tmp_path,
         {
@@ -45,12 +74,15 @@ def test_a_proxy_from_the_environment_carries_every_call_and_no_proxy_bypasses_i
             "workload": {"input_tokens": 16, "output_tokens": 8},
             "load": {"arrival": {"kind": "concurrency", "users": 2}, "requests": 8,
                      "warmup": "0s", "validity": LENIENT},
-            "telemetry": {"server_interval": "0.5s", "gpu": False},
+            "telemetry": {"server_interval": "0.5s", "dcgm": dcgm},
         },
     )  # fmt: skip
     host = vllm_server.url.removesuffix("/v1")
     before = len(forward_proxy.requests())
-    r = loadtest("run", path, "-o", tmp_path / "via", "-q", env={"HTTP_PROXY": forward_proxy.url})
+    r = loadtest(
+        "run", path, "-o", tmp_path / "via", "-q",
+        env={"HTTP_PROXY": forward_proxy.url, "OPENAI_API_KEY": "sk-for-the-server-alone"},
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     m = metrics(tmp_path / "via")
     assert m["requests"]["completed"] == 8 and m["requests"]["failed"] == 0
@@ -61,11 +93,14 @@ def test_a_proxy_from_the_environment_carries_every_call_and_no_proxy_bypasses_i
     # the probe, then the 8 requests (``/tokenize`` too, where prompts are sized by it)
     assert len(posts) >= 9, seen
     assert any(x.startswith(f"GET {host}/metrics ") for x in seen), seen
+    assert any(x.startswith(f"GET {dcgm} ") for x in seen), seen
+    assert m["gpu"]["available"] is True and m["gpu"]["source"] == f"DCGM exporter {dcgm}"
+    assert exporter_saw and not any("Authorization" in h for h in exporter_saw)
 
     before = len(forward_proxy.requests())
     r = loadtest(
         "run", path, "-o", tmp_path / "direct", "-q",
-        env={"HTTP_PROXY": forward_proxy.url, "NO_PROXY": "127.0.0.1"},
+        env={"HTTP_PROXY": forward_proxy.url, "NO_PROXY": "127.0.0.1,127.0.0.2"},
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert metrics(tmp_path / "direct")["backend"]["proxy"] == "none"

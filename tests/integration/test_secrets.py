@@ -84,7 +84,8 @@ def test_a_url_runs_secret_headers_reach_the_run_but_not_the_file(tmp_path, monk
         "backend": {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m",
                     "headers": {"Authorization": f"Bearer {HEADER}", "X-Trace": "t"},
                     "extra_body": {"temperature": 0, "session_token": HEADER},
-                    "proxy": f"http://me:{PASSWORD}@127.0.0.1:3128"},
+                    "proxy": f"http://me:{PASSWORD}@127.0.0.1:3128",
+                    "endpoints": [f"http://you:{PASSWORD}@127.0.0.1:2/v1"]},
         "load": {"arrival": {"kind": "poisson", "rate": 1}, "requests": 1},
     }  # fmt: skip
     path, keep = from_url._written(data, "http://127.0.0.1:1/v1", tmp_path / "s.yml", False)
@@ -94,6 +95,8 @@ def test_a_url_runs_secret_headers_reach_the_run_but_not_the_file(tmp_path, monk
     assert backend.headers == {"Authorization": f"Bearer {HEADER}", "X-Trace": "t"}
     assert backend.extra_body == {"temperature": 0, "session_token": HEADER}
     assert backend.proxy == f"http://me:{PASSWORD}@127.0.0.1:3128"
+    assert backend.endpoints == [f"http://you:{PASSWORD}@127.0.0.1:2/v1"]
+    assert "- http://***@127.0.0.1:2/v1" in path.read_text()
     # what a result keeps of the spec: the proxy's login masked, and registered for scrubbing
     assert backend.redact(backend.model_dump())["proxy"] == "http://***@127.0.0.1:3128"
     assert PASSWORD in backend.secret_values()

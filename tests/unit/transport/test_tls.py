@@ -183,3 +183,9 @@ def test_a_locked_client_key_opens_with_the_password_and_a_wrong_one_is_named(pk
         wrong.ssl_context()
     with pytest.raises(ValueError, match="the key is not the certificate's"):
         ClientSettings(client_cert=pki["client-cert"], client_key=pki["stranger"]).ssl_context()
+
+
+def test_ssl_cert_file_is_trusted_as_openssl_reads_it(pki, monkeypatch):
+    """No ca_bundle: the system's CAs, or SSL_CERT_FILE's where it is set."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki["ca"]))
+    assert _get(_server_context(pki), ClientSettings()) == b"ok"
