@@ -36,6 +36,10 @@ class StubServer:
     answer: str = '{"title": "t", "score": 7}'  # what a request with response_format gets
     word_gap_s: float = 0.0  # a pause before each streamed word (a decode step)
     left: list[str] = field(default_factory=list)  # reply tags whose client left mid-stream
+    # /metrics with vLLM's names, each model's series labelled with it: a request to model M
+    # counts queue_s[M] of queue time and twice that of TTFT (a gateway of several models)
+    queue_s: dict[str, float] | None = None
+    served: dict[str, int] = field(default_factory=dict)  # requests a model got
 
     def __enter__(self) -> StubServer:
         ready = threading.Event()
@@ -62,6 +66,8 @@ class StubServer:
         app.router.add_post("/v1/rerank", self._rerank)
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
+        if self.queue_s is not None:
+            app.router.add_get("/metrics", self._metrics)
         if self.tokenize:
             app.router.add_post("/tokenize", self._tokenize)
         if self.profiler:
@@ -77,8 +83,25 @@ class StubServer:
         await self._stop.wait()
         await runner.cleanup()
 
+    async def _metrics(self, request: web.Request) -> web.Response:
+        assert self.queue_s is not None
+        lines = []
+        for model, queue in self.queue_s.items():
+            n = self.served.get(model, 0)
+            label = f'{{model_name="{model}"}}'
+            lines += [
+                f"vllm:num_requests_waiting{label} 0",
+                f"vllm:request_queue_time_seconds_sum{label} {n * queue}",
+                f"vllm:request_queue_time_seconds_count{label} {n}",
+                f"vllm:time_to_first_token_seconds_sum{label} {n * 2 * queue}",
+                f"vllm:time_to_first_token_seconds_count{label} {n}",
+            ]
+        return web.Response(text="\n".join(lines) + "\n")
+
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": "stub", "object": "model"}]})
+        names = list(self.queue_s or {"stub": 0})
+        data = [{"id": name, "object": "model"} for name in names]
+        return web.json_response({"object": "list", "data": data})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         self.calls.append(request.path)
@@ -97,6 +120,8 @@ class StubServer:
         arrived = time.monotonic_ns()
         body = await request.json()
         self.bodies.append(body)
+        model = str(body.get("model"))
+        self.served[model] = self.served.get(model, 0) + 1
         n = int(body.get("max_tokens") or 4)
         chat = request.path.endswith("/chat/completions")
         tag = f"r{len(self.bodies)}"

@@ -512,10 +512,23 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
                 + f"; {_f(mr.requests_per_s, '{:.4g}')} req/s, "
                 f"{_f(mr.output_tokens_per_s, '{:.4g}')} tok/s; TTFT p50 {_g(lat['ttft'].p50)} "
                 f"p99 {_g(lat['ttft'].p99)} ms; ITL p99 {_g(lat['itl'].p99)} ms; "
-                f"E2E p99 {_g(lat['e2e'].p99)} ms",
+                f"E2E p99 {_g(lat['e2e'].p99)} ms" + _server_of_share(mr.server),
             )
         )
     return rows
+
+
+def _server_of_share(server: dict | None) -> str:
+    """A model's own server-side queue time and TTFT (means over the window), where its server
+    labels its series by model."""
+    if not server:
+        return ""
+    parts = []
+    for common, label in (("queue_s", "queue"), ("ttft_s", "TTFT")):
+        mean = (server.get(common) or {}).get("window_mean")
+        if mean is not None:
+            parts.append(f"{label} mean {mean * 1e3:.4g} ms")
+    return f"; the server's: {', '.join(parts)}" if parts else ""
 
 
 def sla_cells(check) -> tuple[str, str]:

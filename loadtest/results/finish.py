@@ -58,6 +58,10 @@ def finish(
     if seen.server is not None:
         result.server = _server_section(seen.server, rec, outcome.t0_ns)
         _file_problem(result, seen, "server.csv")
+        models = result.traffic.models if result.traffic is not None else None
+        for name, own in (result.server.get("by_model") or {}).items():
+            if models and name in models:  # the server's view of each model beside the client's
+                models[name].server = own
     if judge is not None:
         result.sla = judge(result)
     return null_non_finite(result)

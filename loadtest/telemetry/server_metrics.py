@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import threading
 import time
 
@@ -158,10 +159,17 @@ MEAN_OVER_LABELS = frozenset(
 )
 
 
+# a series labelled with its model (vLLM's and SGLang's model_name, a gateway's model) is also
+# kept as the model's own, under "<name>" MODEL_KEY "<model>"
+MODEL_KEY = "\x00model="
+_MODEL_LABEL = re.compile(r'[{,]\s*(model_name|model)="([^"]{1,200})"')
+
+
 def parse(text: str) -> dict[str, float]:
     """Prometheus text exposition -> ``{metric name: value}``, summed over label sets, or their
-    mean for an engine's fraction (``MEAN_OVER_LABELS``); a histogram's ``_bucket`` lines are
-    left out: their sum over ``le`` means nothing."""
+    mean for an engine's fraction (``MEAN_OVER_LABELS``), and each model's own where the series
+    name their model (``MODEL_KEY``); a histogram's ``_bucket`` lines are left out: their sum
+    over ``le`` means nothing."""
     out: dict[str, float] = {}
     sets: dict[str, int] = {}
     for line in text.splitlines():
@@ -176,10 +184,16 @@ def parse(text: str) -> dict[str, float]:
         except ValueError:
             continue
         if math.isfinite(value):
-            out[head] = out.get(head, 0.0) + value
-            sets[head] = sets.get(head, 0) + 1
-    for name in MEAN_OVER_LABELS.intersection(out):
-        out[name] /= sets[name]
+            keys = [head]
+            model = _MODEL_LABEL.search(line) if "{" in line else None
+            if model is not None:  # the model's own series too
+                keys.append(f"{head}{MODEL_KEY}{model.group(2)}")
+            for key in keys:
+                out[key] = out.get(key, 0.0) + value
+                sets[key] = sets.get(key, 0) + 1
+    for key in out:
+        if key.split(MODEL_KEY, 1)[0] in MEAN_OVER_LABELS:
+            out[key] /= sets[key]
     return out
 
 
@@ -296,36 +310,8 @@ class ServerSampler:
                 "source": self.url,
                 "reason": self.last_error or "no sample",
             }
-        metrics: dict[str, dict] = {}
-        found: dict[str, str] = {}
-        for common, names in GAUGES.items():
-            name = _first(names, rows[-1][1])
-            if name is None:
-                continue
-            values = [r[1][name] for r in rows if name in r[1]]
-            metrics[common] = {
-                "mean": sum(values) / len(values),
-                "max": max(values),
-                "last": values[-1],
-            }
-            found[common] = name
-        first, last = rows[0][1], rows[-1][1]
-        for common in RATIOS:
-            value, name = _ratio(first, last, common)
-            if name is not None:
-                metrics[common] = {"window": value}
-                found[common] = name
-        for common in HISTOGRAMS:
-            mean, count, name = _hist_mean(first, last, common)
-            if name is not None:
-                metrics[common] = {"window_mean": mean, "window_count": count}
-                found[common] = name
-        run_first, run_last = self.rows[0][1], self.rows[-1][1]
-        for common, names in COUNTERS.items():
-            name = _first(names, run_last)
-            if name is not None:
-                metrics[common] = {"run_change": _delta(run_first, run_last, name)}
-                found[common] = name
+        metrics, found = _metrics(rows, self.rows)
+        by_model = _by_model(rows, self.rows)
         return {
             "available": True,
             "source": self.url,
@@ -342,6 +328,8 @@ class ServerSampler:
             "metrics": metrics,
             # the gauges over the whole run, for the report's plots beside the client's figures
             "series": _series(self.csv_rows(t0_ns)),
+            # where the server labels its series by model (several served): each one's own
+            **({"by_model": by_model} if by_model else {}),
         }
 
     def csv_rows(self, t0_ns: int) -> list[dict]:
@@ -363,6 +351,59 @@ class ServerSampler:
             out.append(row)
             previous = values
         return out
+
+
+def _metrics(rows: list, run_rows: list) -> tuple[dict[str, dict], dict[str, str]]:
+    """Per common metric: gauges' mean, max and last over ``rows``; histograms' means and
+    counter ratios from their change across them; counters' change over ``run_rows`` (the
+    whole run). And the server's name each came from."""
+    metrics: dict[str, dict] = {}
+    found: dict[str, str] = {}
+    for common, names in GAUGES.items():
+        name = _first(names, rows[-1][1])
+        if name is None:
+            continue
+        values = [r[1][name] for r in rows if name in r[1]]
+        metrics[common] = {
+            "mean": sum(values) / len(values),
+            "max": max(values),
+            "last": values[-1],
+        }
+        found[common] = name
+    first, last = rows[0][1], rows[-1][1]
+    for common in RATIOS:
+        value, name = _ratio(first, last, common)
+        if name is not None:
+            metrics[common] = {"window": value}
+            found[common] = name
+    for common in HISTOGRAMS:
+        mean, count, name = _hist_mean(first, last, common)
+        if name is not None:
+            metrics[common] = {"window_mean": mean, "window_count": count}
+            found[common] = name
+    run_first, run_last = run_rows[0][1], run_rows[-1][1]
+    for common, names in COUNTERS.items():
+        name = _first(names, run_last)
+        if name is not None:
+            metrics[common] = {"run_change": _delta(run_first, run_last, name)}
+            found[common] = name
+    return metrics, found
+
+
+def _by_model(rows: list, run_rows: list) -> dict[str, dict]:
+    """Each model's own metrics, where the server labels its series by model and serves more
+    than one (``parse`` keeps them as ``name<MODEL_KEY>model``); else empty."""
+    models = sorted({k.split(MODEL_KEY, 1)[1] for k in rows[-1][1] if MODEL_KEY in k})
+    if len(models) < 2:
+        return {}
+
+    def own(rs: list, model: str) -> list:
+        tail = MODEL_KEY + model
+        return [
+            (t, {k[: -len(tail)]: v for k, v in vals.items() if k.endswith(tail)}) for t, vals in rs
+        ]
+
+    return {m: _metrics(own(rows, m), own(run_rows, m))[0] for m in models}
 
 
 def _series(rows: list[dict]) -> dict[str, list]:

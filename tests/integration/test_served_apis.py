@@ -430,3 +430,20 @@ def test_a_dataset_image_path_never_reads_a_file_outside_its_folder(tmp_path, na
     with pytest.raises(ScenarioError) as err:
         check_plan(loaded.scenario, lambda n: tmp_path / n)
     assert "vision.jsonl:1: images:" in str(err.value) and said in str(err.value), err.value
+
+
+def test_a_model_mix_shows_each_models_server_side_queue_and_ttft_beside_its_own(tmp_path):
+    """A server whose /metrics label each model's series (a gateway of two models): each
+    model's share of the result holds the server's own queue time and TTFT for it (10 ms and
+    20 ms for a, 30 ms and 60 ms for b, by the stub's accounting), and the report shows them."""
+    # 20 ms a word: the window (12 requests of 80 ms, two at a time) spans several samples
+    with StubServer(queue_s={"a": 0.01, "b": 0.03}, word_gap_s=0.02) as stub:
+        data = scenario(stub.url, "chat", {"input_tokens": 5, "output_tokens": 4,
+                                           "models": {"a": 1, "b": 1}}, requests=12)  # fmt: skip
+        data["telemetry"] = {"gpu": False, "server_interval": "50ms"}
+        m = run(tmp_path, data)
+    models = m["traffic"]["models"]
+    assert models["a"]["server"]["queue_s"]["window_mean"] == pytest.approx(0.01)
+    assert models["a"]["server"]["ttft_s"]["window_mean"] == pytest.approx(0.02)
+    assert models["b"]["server"]["queue_s"]["window_mean"] == pytest.approx(0.03)
+    assert "the server's: queue mean 30 ms, TTFT mean 60 ms" in report_md(tmp_path)

@@ -247,6 +247,8 @@ class ModelResult(_Doc):
     output_tokens_per_s: float | None = None
     latency_ms: dict[str, LatencySummary]
     histograms: dict[str, str]  # encoded, as the run's: SLA checks are judged on them
+    # the server's own metrics of this model, where its series name their model (server.by_model)
+    server: dict | None = None
 
 
 class TraceResult(_Doc):

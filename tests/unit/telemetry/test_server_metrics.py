@@ -203,3 +203,47 @@ sglang:cache_hit_rate{dp="1"} 0.4
     # fractions of each engine's own cache: the share of both caches, not 1.3
     assert values["vllm:kv_cache_usage_perc"] == pytest.approx(0.65)
     assert values["sglang:cache_hit_rate"] == pytest.approx(0.3)
+
+
+def test_a_server_of_several_models_gives_each_its_own_queue_and_ttft():
+    """Series labelled by model (a gateway's, or a server of several models): the whole is
+    summed as ever, and each model's own figures are taken from its own series."""
+    page = """\
+vllm:num_requests_waiting{engine="0",model_name="a"} 2
+vllm:num_requests_waiting{engine="0",model_name="b"} 6
+vllm:kv_cache_usage_perc{engine="0",model_name="a"} 0.2
+vllm:kv_cache_usage_perc{engine="0",model_name="b"} 0.4
+vllm:request_queue_time_seconds_sum{model_name="a"} 1.0
+vllm:request_queue_time_seconds_count{model_name="a"} 10
+vllm:request_queue_time_seconds_sum{model_name="b"} 4.0
+vllm:request_queue_time_seconds_count{model_name="b"} 10
+vllm:time_to_first_token_seconds_sum{model_name="a"} 2.0
+vllm:time_to_first_token_seconds_count{model_name="a"} 10
+vllm:time_to_first_token_seconds_sum{model_name="b"} 5.0
+vllm:time_to_first_token_seconds_count{model_name="b"} 10
+"""
+    later = (
+        page.replace('"a"} 1.0', '"a"} 1.5').replace('"a"} 2.0', '"a"} 2.2')
+        .replace('"b"} 4.0', '"b"} 7.0').replace('"b"} 5.0', '"b"} 9.0')
+        .replace('"a"} 10', '"a"} 15').replace('"b"} 10', '"b"} 20')
+    )  # fmt: skip
+    s = ServerSampler("http://x/metrics", 1.0)
+    s.rows = [(1_000_000_000, parse(page)), (2_000_000_000, parse(later))]
+    out = s.summary(0, None)
+    assert out["metrics"]["requests_waiting"]["last"] == 8.0
+    assert out["metrics"]["kv_cache_usage"]["last"] == pytest.approx(0.3)
+    a, b = out["by_model"]["a"], out["by_model"]["b"]
+    # a: 5 more requests queued 0.5 s more (0.1 s each), their first tokens 0.2 s more
+    assert a["queue_s"]["window_mean"] == pytest.approx(0.1)
+    assert a["ttft_s"]["window_mean"] == pytest.approx(0.04)
+    # b: 10 more, 3 s and 4 s more
+    assert b["queue_s"]["window_mean"] == pytest.approx(0.3)
+    assert b["ttft_s"]["window_mean"] == pytest.approx(0.4)
+    assert (a["requests_waiting"]["last"], b["requests_waiting"]["last"]) == (2.0, 6.0)
+    assert (a["kv_cache_usage"]["last"], b["kv_cache_usage"]["last"]) == (0.2, 0.4)
+
+
+def test_one_model_gives_no_breakdown():
+    s = ServerSampler("http://x/metrics", 1.0)
+    s.rows = [(1, parse(SGLANG)), (2, parse(SGLANG))]
+    assert "by_model" not in s.summary(0, None)
