@@ -15,7 +15,7 @@ from loadtest.core import exit_codes
 def scenario_source(
     scenario: Path | None,
     overrides: list[str],
-    url: str | None,
+    urls: list[str] | None,
     model: str | None,
     flags: dict,
     save_to: Path | None,
@@ -23,20 +23,27 @@ def scenario_source(
 ) -> tuple[Path, list[str]]:
     """The scenario file to load and the overrides on it. With ``--url`` and no file, the
     scenario the flags describe, written to ``--save-scenario`` (or a temporary file)."""
+    import json
+
     given = {k: v for k, v in flags.items() if v is not None}
+    url, more = (urls[0], list(urls[1:])) if urls else (None, [])
+    # the other endpoints of one model, as an override (their order kept)
+    endpoints = [f"backend.endpoints={json.dumps(more)}"] if more else []
     if scenario is not None:
         if given or save_to is not None:
             named = ", ".join("--" + k.replace("_", "-") for k in given) or "--save-scenario"
             usage_error(f"{named}: only without a scenario file")
-        extra = [f"backend.base_url={url}"] if url else []
+        extra = [f"backend.base_url={url}", *endpoints] if url else []
         extra += [f"backend.model={model}"] if model else []
         return scenario, extra + overrides
     if url is None:
         usage_error("give a scenario file, or --url for a served model (loadtest run --help)")
     from loadtest.config.backend_specs import url_problem
 
-    if problem := url_problem(url):  # before any request: no other scheme is ever opened
-        usage_error(f"--url {problem}")
+    for each in urls or []:
+        if problem := url_problem(each):  # before any request: no other scheme is ever opened
+            usage_error(f"--url {problem}")
+    overrides = endpoints + overrides
     data = _flags_scenario(url, model or _first_model(url, given, overrides), given, overrides)
     return _written(data, url, save_to, overwrite)
 

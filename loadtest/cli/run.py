@@ -23,11 +23,12 @@ def run(
     scenario: Path | None = typer.Argument(
         None, help="Scenario YAML file (or none, with --url: a served model from flags)."
     ),
-    url: str | None = typer.Option(
+    url: list[str] | None = typer.Option(
         None,
         "--url",
-        help="An OpenAI-compatible endpoint (http://host:8000/v1): run it with no scenario "
-        "file, or point the scenario's openai backend at it.",
+        help="An OpenAI-compatible endpoint (http://host:8000/v1, unix:///run/vllm.sock:/v1): "
+        "run it with no scenario file, or point the scenario's openai backend at it. Repeat it "
+        "for several endpoints of one model (backend.endpoints; backend.routing spreads them).",
     ),
     model: str | None = typer.Option(
         None, "--model", help="--url: the served model (default: the first /v1/models lists)."
