@@ -159,16 +159,21 @@ MEAN_OVER_LABELS = frozenset(
 )
 
 
-# a series labelled with its model (vLLM's and SGLang's model_name, a gateway's model) is also
-# kept as the model's own, under "<name>" MODEL_KEY "<model>"
-MODEL_KEY = "\x00model="
-_MODEL_LABEL = re.compile(r'[{,]\s*(model_name|model)="([^"]{1,200})"')
+# A series labelled with what it belongs to is also kept as that one's own, under
+# "<name>\x00<dimension>=<value>": its model (vLLM's and SGLang's model_name, a gateway's model),
+# its engine (vLLM's engine, SGLang's dp_rank: data-parallel replicas), its adapter (lora_name).
+SPLIT = "\x00"
+DIMENSIONS = {
+    "model": re.compile(r'[{,]\s*(?:model_name|model)="([^"]{1,200})"'),
+    "engine": re.compile(r'[{,]\s*(?:engine|dp_rank)="([^"]{1,50})"'),
+    "adapter": re.compile(r'[{,]\s*(?:lora_name|adapter)="([^"]{1,200})"'),
+}
 
 
 def parse(text: str) -> dict[str, float]:
     """Prometheus text exposition -> ``{metric name: value}``, summed over label sets, or their
-    mean for an engine's fraction (``MEAN_OVER_LABELS``), and each model's own where the series
-    name their model (``MODEL_KEY``); a histogram's ``_bucket`` lines are left out: their sum
+    mean for an engine's fraction (``MEAN_OVER_LABELS``), and each model's, engine's and
+    adapter's own where the series name theirs (``DIMENSIONS``); a histogram's ``_bucket`` lines are left out: their sum
     over ``le`` means nothing."""
     out: dict[str, float] = {}
     sets: dict[str, int] = {}
@@ -185,14 +190,16 @@ def parse(text: str) -> dict[str, float]:
             continue
         if math.isfinite(value):
             keys = [head]
-            model = _MODEL_LABEL.search(line) if "{" in line else None
-            if model is not None:  # the model's own series too
-                keys.append(f"{head}{MODEL_KEY}{model.group(2)}")
+            if "{" in line:  # each one's own series too (model, engine, adapter)
+                for dim, label in DIMENSIONS.items():
+                    found = label.search(line)
+                    if found is not None:
+                        keys.append(f"{head}{SPLIT}{dim}={found.group(1)}")
             for key in keys:
                 out[key] = out.get(key, 0.0) + value
                 sets[key] = sets.get(key, 0) + 1
     for key in out:
-        if key.split(MODEL_KEY, 1)[0] in MEAN_OVER_LABELS:
+        if key.split(SPLIT, 1)[0] in MEAN_OVER_LABELS:
             out[key] /= sets[key]
     return out
 
@@ -311,7 +318,7 @@ class ServerSampler:
                 "reason": self.last_error or "no sample",
             }
         metrics, found = _metrics(rows, self.rows)
-        by_model = _by_model(rows, self.rows)
+        by = {f"by_{dim}": _by(dim, rows, self.rows) for dim in DIMENSIONS}
         return {
             "available": True,
             "source": self.url,
@@ -328,8 +335,9 @@ class ServerSampler:
             "metrics": metrics,
             # the gauges over the whole run, for the report's plots beside the client's figures
             "series": _series(self.csv_rows(t0_ns)),
-            # where the server labels its series by model (several served): each one's own
-            **({"by_model": by_model} if by_model else {}),
+            # where the server labels its series by model, engine or adapter, and has more
+            # than one: each one's own (by_model, by_engine, by_adapter)
+            **{k: v for k, v in by.items() if v},
         }
 
     def csv_rows(self, t0_ns: int) -> list[dict]:
@@ -390,20 +398,21 @@ def _metrics(rows: list, run_rows: list) -> tuple[dict[str, dict], dict[str, str
     return metrics, found
 
 
-def _by_model(rows: list, run_rows: list) -> dict[str, dict]:
-    """Each model's own metrics, where the server labels its series by model and serves more
-    than one (``parse`` keeps them as ``name<MODEL_KEY>model``); else empty."""
-    models = sorted({k.split(MODEL_KEY, 1)[1] for k in rows[-1][1] if MODEL_KEY in k})
-    if len(models) < 2:
+def _by(dim: str, rows: list, run_rows: list) -> dict[str, dict]:
+    """Each model's (engine's, adapter's: ``dim``) own metrics, where the server labels its
+    series so and has more than one; else empty."""
+    mark = f"{SPLIT}{dim}="
+    values = sorted({k.split(mark, 1)[1] for k in rows[-1][1] if mark in k})
+    if len(values) < 2:
         return {}
 
-    def own(rs: list, model: str) -> list:
-        tail = MODEL_KEY + model
+    def own(rs: list, value: str) -> list:
+        tail = mark + value
         return [
             (t, {k[: -len(tail)]: v for k, v in vals.items() if k.endswith(tail)}) for t, vals in rs
         ]
 
-    return {m: _metrics(own(rows, m), own(run_rows, m))[0] for m in models}
+    return {v: _metrics(own(rows, v), own(run_rows, v))[0] for v in values}
 
 
 def _series(rows: list[dict]) -> dict[str, list]:

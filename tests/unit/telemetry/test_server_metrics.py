@@ -247,3 +247,21 @@ def test_one_model_gives_no_breakdown():
     s = ServerSampler("http://x/metrics", 1.0)
     s.rows = [(1, parse(SGLANG)), (2, parse(SGLANG))]
     assert "by_model" not in s.summary(0, None)
+
+
+def test_data_parallel_engines_each_keep_their_own_cache_and_queue():
+    page = """\
+vllm:num_requests_waiting{engine="0",model_name="m"} 1
+vllm:num_requests_waiting{engine="1",model_name="m"} 5
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.6
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
+"""
+    s = ServerSampler("http://x/metrics", 1.0)
+    s.rows = [(1, parse(page)), (2, parse(page))]
+    out = s.summary(0, None)
+    assert "by_model" not in out  # one model
+    engines = out["by_engine"]
+    assert engines["0"]["kv_cache_usage"]["last"] == 0.6
+    assert engines["1"]["kv_cache_usage"]["last"] == 0.7
+    assert engines["1"]["requests_waiting"]["mean"] == 5.0
+    assert out["metrics"]["kv_cache_usage"]["last"] == pytest.approx(0.65)
