@@ -20,6 +20,7 @@ pytest.importorskip("aiohttp")
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD, KEY, HEADER = "pw-s3cret-5678", "sk-verysecret-1234", "hdr-secret-9012"
+PROXY_PW, OTHER_PW = "proxy-s3cret-3456", "other-s3cret-7890"  # a proxy's, another endpoint's
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -37,14 +38,22 @@ def fast_server():
     server.kill()
 
 
-def test_url_credentials_and_a_key_run_and_are_never_shown_or_stored(fast_server, tmp_path):
+def test_url_credentials_and_a_key_run_and_are_never_shown_or_stored(
+    fast_server, forward_proxy, tmp_path
+):
+    """Every channel a secret comes by (a URL's login, a second endpoint's, the API key, a
+    header, the proxy's login) through every writer (stdout, stderr, the run directory with its
+    scenario copy, --save-scenario, temp files)."""
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "loadtest-*")))
+    proxy = forward_proxy.url.replace("http://", f"http://me:{PROXY_PW}@")
     env = {**os.environ, "OPENAI_API_KEY": KEY}
     saved = tmp_path / "saved.yml"
     r = subprocess.run(
         [
             sys.executable, "-m", "loadtest", "run",
             "--url", f"http://user:{PASSWORD}@127.0.0.1:{fast_server}/v1",
+            "--url", f"http://other:{OTHER_PW}@localhost:{fast_server}/v1",
+            "--set", f"backend.proxy={proxy}",
             "--requests", "3", "--json", "-o", str(tmp_path / "run"),
             "--save-scenario", str(saved),
             "--set", "load.validity.max_dispatch_lag_p99=2s",
@@ -58,7 +67,15 @@ def test_url_credentials_and_a_key_run_and_are_never_shown_or_stored(fast_server
     files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
     files += [saved] + [p for d in created for p in Path(d).rglob("*") if p.is_file()]
     for text in [r.stdout, r.stderr] + [p.read_text(errors="replace") for p in files]:
-        assert PASSWORD not in text and KEY not in text and HEADER not in text
+        for secret in (PASSWORD, KEY, HEADER, PROXY_PW, OTHER_PW):
+            assert secret not in text
+    assert "http://***@127.0.0.1" in saved.read_text() and "proxy: http://***@" in saved.read_text()
+    # it ran that way: through the proxy, to both endpoints
+    assert any(f"127.0.0.1:{fast_server}/v1/" in x for x in forward_proxy.requests())
+    import json as _json
+
+    shares = _json.loads((tmp_path / "run" / "metrics.json").read_text())["traffic"]["endpoints"]
+    assert len(shares) == 2 and all(PASSWORD not in k and OTHER_PW not in k for k in shares)
     assert "http://***@127.0.0.1" in saved.read_text()
     # a secret header given with --set is saved masked; the file then refuses to run with the
     # mask in its place (it would fail every request as the server's auth error)
