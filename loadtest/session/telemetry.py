@@ -18,7 +18,8 @@ def gpu_off_reason(scenario: Scenario) -> str | None:
     if scenario.telemetry.dcgm is not None:
         return None
     served_at = scenario.backend.served_at()
-    if gpu == "auto" and served_at is not None:
+    if gpu == "auto" and served_at is not None and not served_at.startswith("unix:"):
+        # (a Unix socket's server is on this host)
         from urllib.parse import urlsplit
 
         host = (urlsplit(served_at).hostname or "").lower()

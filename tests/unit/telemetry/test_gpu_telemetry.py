@@ -230,6 +230,7 @@ def test_a_server_on_another_host_never_gets_this_hosts_gpus_as_its_own():
 
     assert _gpu_off_reason(sc("http://127.0.0.1:8000/v1")) is None
     assert _gpu_off_reason(sc("http://localhost:8000/v1")) is None
+    assert _gpu_off_reason(sc("unix:///run/vllm.sock:/v1")) is None  # a socket: this host
     remote = _gpu_off_reason(sc("http://gpu-box.example:8000/v1"))
     assert remote is not None and "not on this host" in remote
     assert _gpu_off_reason(sc("http://gpu-box.example:8000/v1", gpu=True)) is None
