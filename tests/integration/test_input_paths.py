@@ -79,9 +79,9 @@ def test_numbers_past_any_range_are_refused_by_field(tmp_path):
     ("url", "says"),
     [
         ("http://[::1/v1", "not a URL (Invalid IPv6 URL)"),
-        ("localhost:8000/v1", "give an http:// or https:// URL"),
-        ("file:///etc/passwd", "give an http:// or https:// URL"),
-        ("ftp://host/v1", "give an http:// or https:// URL"),
+        ("localhost:8000/v1", "give an http://, https:// or unix:// URL"),
+        ("file:///etc/passwd", "give an http://, https:// or unix:// URL"),
+        ("ftp://host/v1", "give an http://, https:// or unix:// URL"),
     ],
 )
 def test_a_url_that_is_not_http_is_refused_before_anything_is_opened(tmp_path, url, says):
