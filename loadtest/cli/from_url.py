@@ -86,7 +86,30 @@ def _flags_scenario(url: str, model: str, given: dict, overrides: list[str]) -> 
         apply_overrides(data, overrides, Path("--set"))
     except ScenarioError as exc:
         usage_error(*exc.problems)
+    _paths_from_here(data)
     return data
+
+
+# files a --set may name: relative to where the command runs, as the user meant them, never to
+# the folder the scenario is written to (a temporary one, or --save-scenario's)
+PATH_FIELDS = (
+    ("backend", "ca_bundle"),
+    ("backend", "client_cert"),
+    ("backend", "client_key"),
+    ("backend", "tokenizer"),
+    ("workload", "dataset"),
+)
+
+
+def _paths_from_here(data: dict) -> None:
+    """Each relative path of ``PATH_FIELDS`` that names a file or folder here, made absolute
+    (a hub id or a URL, which names nothing here, is left as it is)."""
+    for section, key in PATH_FIELDS:
+        value = (data.get(section) or {}).get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            path = Path(value).expanduser()
+            if not path.is_absolute() and path.exists():
+                data[section][key] = str(path.absolute())
 
 
 def _written(data: dict, url: str, save_to: Path | None, overwrite: bool) -> tuple[Path, list[str]]:
