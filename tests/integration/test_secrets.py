@@ -178,3 +178,24 @@ def test_every_endpoints_credentials_are_masked_and_registered():
     assert PASSWORD in spec.secret_values()
     with pytest.raises(ValueError, match="give an http://, https:// or unix:// URL"):
         OpenAISpec(base_url="http://a/v1", model="m", endpoints=["file:///etc/passwd"])
+
+
+def test_one_server_given_twice_is_two_rows_by_place(fast_server, tmp_path):
+    """Two endpoints whose URLs differ only in their logins: each its own row, the second
+    named by its place, and neither login in the names."""
+    url = f"127.0.0.1:{fast_server}/v1"
+    r = subprocess.run(
+        [
+            sys.executable, "-m", "loadtest", "run",
+            "--url", f"http://a:{PASSWORD}@{url}", "--url", f"http://b:{OTHER_PW}@{url}",
+            "--requests", "4", "-q", "-o", str(tmp_path / "run"),
+            "--set", "load.validity.max_dispatch_lag_p99=2s",
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    import json as _json
+
+    shares = _json.loads((tmp_path / "run" / "metrics.json").read_text())["traffic"]["endpoints"]
+    assert shares.keys() == {f"http://{url}", f"http://{url} (endpoint 2)"}
+    assert [s["completed"] for s in shares.values()] == [2, 2]

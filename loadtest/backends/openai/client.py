@@ -94,13 +94,17 @@ class OpenAIBackend(Backend):
         key = self._api_key()
         try:
             self.settings = connection.client_settings(spec, self.base_dir)
-            routes = []
+            routes: list[Route] = []
             for given in spec.base_urls():
                 base = without_credentials(given)
                 url = base.rstrip("/") + PATHS[spec.api]
                 settings = connection.client_settings(spec, self.base_dir, given)
                 pool = connection.open_pool(spec, url, settings, self.clock.now_ns)
-                routes.append(Route(base, url, pool))
+                # one URL twice (its logins differ, say): each its own row, by its place
+                label = base
+                if any(r.base == base for r in routes):
+                    label = f"{base} (endpoint {len(routes) + 1})"
+                routes.append(Route(base, url, pool, label))
         except ValueError as exc:
             raise BackendError(f"backend: {exc}") from None
         self._router = Router(routes, spec.routing)
@@ -270,7 +274,7 @@ class OpenAIBackend(Backend):
             )
             try:
                 self._connect_errors_in_a_row = 0
-                yield wire.sent(route.base if router.several else None)
+                yield wire.sent(route.label if router.several else None)
                 if resp.status >= 300:  # an error, or a redirect (not followed)
                     facts[f"http_{resp.status}"] += 1
                     yield Failed(now(), f"http_{resp.status}", await error_text(resp))
@@ -310,7 +314,7 @@ class OpenAIBackend(Backend):
             if partial and stream.chunk_ns:
                 yield Tokens(tuple(self._tokens.partial(stream.chunks)))
             if isinstance(failure, Failed) and router.several:
-                failure = dataclasses.replace(failure, endpoint=route.base)
+                failure = dataclasses.replace(failure, endpoint=route.label)
             yield failure
             return
         if pooled is not None:  # one JSON answer: no tokens, its end is the request's

@@ -10,13 +10,18 @@ from typing import Any
 
 @dataclass
 class Route:
-    """One endpoint: its API root (without credentials: the report's name for it), the URL its
-    requests go to, its pool of connections, and its requests in flight."""
+    """One endpoint: its API root (without credentials), the URL its requests go to, its pool
+    of connections, its name in the reports (its API root; one given twice, with its place),
+    and its requests in flight."""
 
     base: str
     url: str
     pool: Any
+    label: str = ""
     outstanding: int = 0
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.base
 
 
 class Router:
