@@ -199,3 +199,37 @@ def test_one_server_given_twice_is_two_rows_by_place(fast_server, tmp_path):
     shares = _json.loads((tmp_path / "run" / "metrics.json").read_text())["traffic"]["endpoints"]
     assert shares.keys() == {f"http://{url}", f"http://{url} (endpoint 2)"}
     assert [s["completed"] for s in shares.values()] == [2, 2]
+
+
+def test_one_of_two_endpoints_dying_ends_the_run_naming_it(tmp_path):
+    """The other endpoint's answers do not hide a dead one: its connection failures in a row
+    are counted apart, and the run ends as for a lone server, naming it, with what it
+    measured before kept."""
+    import json as _json
+    import time
+
+    from tests.real_servers import start_fast_server
+
+    alive, dying = start_fast_server(), start_fast_server()
+    try:
+        run = subprocess.Popen(
+            [
+                sys.executable, "-m", "loadtest", "run", "--url", alive.url, "--url", dying.url,
+                "--rate", "20", "--duration", "60s", "-q", "-o", str(tmp_path / "run"),
+                "--set", "load.validity.max_dispatch_lag_p99=2s", "--set", "load.warmup=0s",
+            ],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},  # no hub lookup for the stub's name
+        )  # fmt: skip
+        time.sleep(8)  # discovery, the probes, then seconds of measured traffic
+        dying.kill()
+        _, err = run.communicate(timeout=120)
+    finally:
+        alive.kill()
+        dying.kill()
+    assert run.returncode == 4, err[-2000:]
+    m = _json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert f"{dying.url}: the server is down" in m["harness"]["failure"]
+    shares = m["traffic"]["endpoints"]
+    assert shares[alive.url]["completed"] > 0 and shares[alive.url]["failed"] == 0
+    assert shares[dying.url]["completed"] > 0 and shares[dying.url]["failed"] >= 1

@@ -78,7 +78,6 @@ class OpenAIBackend(Backend):
         self._router: Router | None = None  # every endpoint's, once started
         self._tokens = TokenCounter(None, clock.now_ns)
         self._bodies = RequestBodies(spec, ByteTokenizer(), fit=False)
-        self._connect_errors_in_a_row = 0
         self.facts: Counter[str] = Counter()
         self.server_model: str | None = None
         self._checks = OutputChecks(Content())
@@ -273,7 +272,7 @@ class OpenAIBackend(Backend):
                 "POST", route.url, json.dumps(body, allow_nan=False).encode(), wire, eager=cancels
             )
             try:
-                self._connect_errors_in_a_row = 0
+                route.connect_errors = 0
                 yield wire.sent(route.label if router.several else None)
                 if resp.status >= 300:  # an error, or a redirect (not followed)
                     facts[f"http_{resp.status}"] += 1
@@ -300,7 +299,7 @@ class OpenAIBackend(Backend):
             finally:
                 resp.release()
         except Exception as exc:
-            failed = self._failed(exc, facts)
+            failed = self._failed(exc, facts, route)
             if failed is None:
                 raise
             failure, partial = failed
@@ -362,7 +361,7 @@ class OpenAIBackend(Backend):
             if timer is not None:
                 timer.cancel()
 
-    def _failed(self, exc: Exception, facts: Counter) -> tuple[Failed, bool] | None:
+    def _failed(self, exc: Exception, facts: Counter, route: Route) -> tuple[Failed, bool] | None:
         """The failure a request ended in, classified, and whether the tokens it streamed are
         kept (not when it never connected); None for an exception that is not a request's."""
         t = self.clock.now_ns()
@@ -372,7 +371,7 @@ class OpenAIBackend(Backend):
         if not isinstance(exc, HttpFailure):
             return None
         if exc.connecting:
-            self._connect_failed(exc)
+            self._connect_failed(exc, route)
         return Failed(t, exc.kind, str(exc)[:300]), not exc.connecting
 
     def _finished(self, req, stream: Stream, facts: Counter) -> list:
@@ -447,11 +446,13 @@ class OpenAIBackend(Backend):
             )
         ]
 
-    def _connect_failed(self, exc: Exception) -> None:
-        self._connect_errors_in_a_row += 1
-        if self._connect_errors_in_a_row >= self.spec.fail_after_connect_errors:
+    def _connect_failed(self, exc: Exception, route: Route) -> None:
+        """Counted per endpoint: one of several that stops accepting connections is down as a
+        lone server is, whatever the others answer."""
+        route.connect_errors += 1
+        if route.connect_errors >= self.spec.fail_after_connect_errors:
             raise BackendError(
-                f"{self.spec.base_url}: the server is down ({self._connect_errors_in_a_row} "
+                f"{route.label}: the server is down ({route.connect_errors} "
                 f"connection attempts in a row failed; last: {exc})"
             )
 

@@ -19,6 +19,7 @@ class Route:
     pool: Any
     label: str = ""
     outstanding: int = 0
+    connect_errors: int = 0  # connection attempts in a row that failed
 
     def __post_init__(self) -> None:
         self.label = self.label or self.base
