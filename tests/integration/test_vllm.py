@@ -370,8 +370,9 @@ def test_vllms_own_events_take_the_short_path_and_read_as_the_general_rules_read
     general rules alone give every token the same stamp and text, and the same end."""
     import asyncio
 
-    from loadtest.backends.openai.connection import ConnectionPool
     from loadtest.backends.openai.stream import Stream
+    from loadtest.transport.pool import ConnectionPool
+    from loadtest.transport.settings import ClientSettings
 
     path = "/chat/completions" if api == "chat" else "/completions"
     ask: dict = {"model": vllm.served_name, "max_tokens": 48, "stream": True, "ignore_eos": True}
@@ -381,7 +382,8 @@ def test_vllms_own_events_take_the_short_path_and_read_as_the_general_rules_read
         ask["prompt"] = "hello"
 
     async def read() -> tuple[Stream, list[bytes], tuple]:
-        pool = ConnectionPool(vllm.url, {}, False, 0, 10**10, 6 * 10**10, time.monotonic_ns)
+        settings = ClientSettings(connect_timeout_s=10.0, read_timeout_ns=6 * 10**10)
+        pool = ConnectionPool(vllm.url, settings, 0, time.monotonic_ns)
         try:
             resp = await pool.request("POST", vllm.url + path, json.dumps(ask).encode())
             assert resp.status == 200
