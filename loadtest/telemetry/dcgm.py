@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from loadtest.core.secrets import redact_url
 from loadtest.telemetry.gpu_columns import latest_utilization, samples_csv
 from loadtest.telemetry.gpu_summary import device_summaries
-from loadtest.transport.calls import call, failure_text
-from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.calls import scrape
 from loadtest.transport.settings import ClientSettings
 
 # DCGM field -> (the sampler's column, factor to its unit)
@@ -124,15 +123,10 @@ class DcgmSampler:
 
     def _sample(self) -> None:
         t = time.monotonic_ns()
-        try:
-            status, raw = call(self.settings, "GET", self.url, b"", MAX_PAGE, self.timeout_s)
-        except (HttpFailure, OSError, ValueError) as exc:
+        raw, why = scrape(self.settings, self.url, MAX_PAGE, self.timeout_s)
+        if raw is None:
             self.errors += 1
-            self.last_error = failure_text(exc)
-            return
-        if status != 200:
-            self.errors += 1
-            self.last_error = f"HTTP {status}"
+            self.last_error = why
             return
         page = raw.decode("utf-8", "replace")
         for (gpu, uuid, model, host), values in sorted(parse_page(page).items(), key=_by_gpu):

@@ -29,8 +29,7 @@ import threading
 import time
 
 from loadtest.backends.openai.discovery import server_root
-from loadtest.transport.calls import call, failure_text
-from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.calls import scrape
 from loadtest.transport.settings import ClientSettings
 
 # common name -> the names servers use for it (gauges; over label sets as parse() says), newest first
@@ -292,15 +291,10 @@ class ServerSampler:
 
     def _sample(self) -> None:
         t = time.monotonic_ns()
-        try:
-            status, page = call(self.settings, "GET", self.url, b"", MAX_BODY + 1, self.timeout_s)
-        except (HttpFailure, OSError, ValueError) as exc:
+        page, why = scrape(self.settings, self.url, MAX_BODY + 1, self.timeout_s)
+        if page is None:
             self.errors += 1
-            self.last_error = failure_text(exc)
-            return
-        if status != 200:
-            self.errors += 1
-            self.last_error = f"HTTP {status}"
+            self.last_error = why
             return
         values, cut = read_page(io.BytesIO(page), MAX_BODY)
         self.rows.append((t, values))

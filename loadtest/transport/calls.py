@@ -57,6 +57,18 @@ async def _call(
         await pool.close()
 
 
+def scrape(
+    settings: ClientSettings, url: str, limit: int, timeout_s: float
+) -> tuple[bytes | None, str | None]:
+    """A page a sampler reads (``/metrics``, a DCGM exporter's): its body, or None and why
+    not (a failed call, a status other than 200), short."""
+    try:
+        status, page = call(settings, "GET", url, b"", limit, timeout_s)
+    except (HttpFailure, OSError, ValueError) as exc:
+        return None, failure_text(exc)
+    return (page, None) if status == 200 else (None, f"HTTP {status}")
+
+
 def failure_text(exc: BaseException) -> str:
     """Why a call failed, short (a sampler's last error): its kind and its words."""
     kind = exc.kind if isinstance(exc, HttpFailure) else type(exc).__name__

@@ -170,3 +170,36 @@ def test_a_tunnel_the_proxy_refuses_fails_the_connect_saying_so(answer, said):
     assert failure.kind == "proxy_error" and failure.connecting
     assert said in str(failure)
     assert head.split(b"\r\n")[0] == b"CONNECT gpu1:8443 HTTP/1.1"
+
+
+def test_a_samplers_scrape_gives_the_page_or_why_not():
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from loadtest.transport.calls import scrape
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"up 1\n"
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    root = f"http://127.0.0.1:{server.server_address[1]}"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    try:
+        assert scrape(ClientSettings(), root + "/metrics", 1 << 16, 5.0) == (b"up 1\n", None)
+        assert scrape(ClientSettings(), root + "/nope", 1 << 16, 5.0) == (None, "HTTP 404")
+        page, why = scrape(ClientSettings(), dead, 1 << 16, 5.0)
+        assert page is None and why is not None and why.startswith("connect_error: ")
+    finally:
+        server.shutdown()
