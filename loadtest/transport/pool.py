@@ -246,11 +246,7 @@ class ConnectionPool:
         e = self.endpoint
         raw, tunnel = await loop.create_connection(_Tunnel, proxy.host, proxy.port)
         try:
-            head = "".join(
-                f"{k}: {v}\r\n"
-                for k, v in {"Host": e.authority, **_proxy_authorization(proxy)}.items()
-            )
-            raw.write(f"CONNECT {e.authority} HTTP/1.1\r\n{head}\r\n".encode())
+            raw.write(_connect_request(e, proxy))
             status, reason = await tunnel.answered
             if status != 200:
                 raise HttpFailure(
@@ -349,11 +345,7 @@ def _hear_alert(
         return None
     try:
         if proxy is not None:
-            head = "".join(
-                f"{k}: {v}\r\n"
-                for k, v in {"Host": e.authority, **_proxy_authorization(proxy)}.items()
-            )
-            raw.sendall(f"CONNECT {e.authority} HTTP/1.1\r\n{head}\r\n".encode())
+            raw.sendall(_connect_request(e, proxy))
             answer = b""
             while HEAD_END.search(answer) is None and len(answer) < MAX_HEAD_BYTES:
                 piece = raw.recv(4096)
@@ -372,6 +364,13 @@ def _hear_alert(
     finally:
         raw.close()
     return None
+
+
+def _connect_request(e: Endpoint, proxy: Endpoint) -> bytes:
+    """The request that asks ``proxy`` for a tunnel to ``e`` (with the proxy's own login)."""
+    lines = {"Host": e.authority, **_proxy_authorization(proxy)}
+    head = "".join(f"{k}: {v}\r\n" for k, v in lines.items())
+    return f"CONNECT {e.authority} HTTP/1.1\r\n{head}\r\n".encode()
 
 
 def _proxy_authorization(proxy: Endpoint) -> dict[str, str]:
