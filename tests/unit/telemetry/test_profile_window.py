@@ -105,7 +105,7 @@ def test_the_worker_trace_holds_only_the_windows_batches(tmp_path, tiny_model_di
         profile={"requests": [4, 7]},
     )
     p = m["profile"]
-    assert m["status"] == "ok" and p["trace"] == "trace.json.gz"
+    assert m["status"] == "ok" and p["trace"] == "trace.json.gz", m["validity"]
     trace = json.loads(gzip.decompress((tmp_path / "p" / "run" / "trace.json.gz").read_bytes()))
     names = {e.get("name", "") for e in trace["traceEvents"]}
     in_trace = set()
