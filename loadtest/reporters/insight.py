@@ -12,6 +12,8 @@ from loadtest.results.model import (
     ApiResult,
     BackendFacts,
     GoodputResult,
+    GpuSection,
+    RooflineSection,
     RunMetrics,
     SessionsResult,
     Stability,
@@ -209,117 +211,119 @@ def stability_rows(stability: Stability | None) -> list[tuple[str, str]]:
     return rows
 
 
-def gpu_rows(gpu: dict | None) -> list[tuple[str, str]]:
+def gpu_rows(gpu: GpuSection | None) -> list[tuple[str, str]]:
     """Label/value rows summarising GPU telemetry for the reports."""
     if not gpu:
         return []
-    if not gpu.get("available"):
-        return [("GPU telemetry", f"unavailable: {gpu.get('reason')}")]
+    if not gpu.available:
+        return [("GPU telemetry", f"unavailable: {gpu.reason}")]
     rows = []
-    for d in gpu["devices"]:
-        g = f"GPU {d['index']} {d['name']}"
-        util, sm = d.get("utilization_gpu_pct") or {}, d.get("gpm_sm_activity_pct") or {}
+    for d in gpu.devices or []:
+        g = f"GPU {d.index} {d.name}"
+        util, sm, power = d.utilization_gpu_pct, d.gpm_sm_activity_pct, d.power_w
         rows += [
             (
                 f"{g}: kernel-active (NVML utilization)",
-                f"mean {_f(util.get('mean'))}%, p95 {_f(util.get('p95'))}%, max {_f(util.get('max'))}%",
+                f"mean {_f(util and util.mean)}%, p95 {_f(util and util.p95)}%, "
+                f"max {_f(util and util.max)}%",
             ),
-            (f"{g}: SM activity (GPM)", f"mean {_f(sm.get('mean'))}%" if sm else "unavailable"),
-            (f"{g}: memory", f"peak {_f(d.get('peak_memory_mib'), '{:.0f}')} MiB"),
+            (f"{g}: SM activity (GPM)", f"mean {_f(sm.mean)}%" if sm else "unavailable"),
+            (f"{g}: memory", f"peak {_f(d.peak_memory_mib, '{:.0f}')} MiB"),
             (
                 f"{g}: power",
-                f"mean {_f((d.get('power_w') or {}).get('mean'))} W, max {_f((d.get('power_w') or {}).get('max'))} W",
+                f"mean {_f(power and power.mean)} W, max {_f(power and power.max)} W",
             ),
             (
                 f"{g}: energy over the window",
-                f"{_f(d.get('energy_j'), '{:.1f}')} J (power integrated over the same "
-                f"{_f(d.get('energy_span_s'))} s: {_f(d.get('energy_integrated_j'), '{:.1f}')} J), "
-                f"{_f(d.get('joules_per_output_token'))} J per output token",
+                f"{_f(d.energy_j, '{:.1f}')} J (power integrated over the same "
+                f"{_f(d.energy_span_s)} s: {_f(d.energy_integrated_j, '{:.1f}')} J), "
+                f"{_f(d.joules_per_output_token)} J per output token",
             ),
             (
                 f"{g}: SM clock",
-                f"mean {_f((d.get('clocks_sm_mhz') or {}).get('mean'), '{:.0f}')} MHz",
+                f"mean {_f(d.clocks_sm_mhz and d.clocks_sm_mhz.mean, '{:.0f}')} MHz",
             ),
-            (f"{g}: throttle reasons seen", ", ".join(d["throttle_reasons_seen"]) or "none"),
+            (f"{g}: throttle reasons seen", ", ".join(d.throttle_reasons_seen) or "none"),
         ]
-        if d.get("unavailable"):
+        if d.unavailable:
             rows.append(
                 (
                     f"{g}: unavailable metrics",
-                    "; ".join(f"{k}: {v}" for k, v in d["unavailable"].items()),
+                    "; ".join(f"{k}: {v}" for k, v in d.unavailable.items()),
                 )
             )
-    s = gpu["sampler"]
-    # NVML is sampled in this process (its CPU cost is measured); a DCGM exporter elsewhere
-    # (its source says so) has no cost here to show
-    cost = s.get("cpu_pct_of_one_core")
-    rows.append(
-        (
-            "sampler",
-            f"{s['samples']} samples every {gpu['interval_s']:g} s, {s['errors']} read errors"
-            + (f", {_f(cost)}% of one CPU core" if cost is not None else "")
-            + (f" ({gpu['source']})" if gpu.get("source") else ""),
+    s = gpu.sampler
+    if s is not None:
+        # NVML is sampled in this process (its CPU cost is measured); a DCGM exporter elsewhere
+        # (its source says so) has no cost here to show
+        cost = s.cpu_pct_of_one_core
+        rows.append(
+            (
+                "sampler",
+                f"{s.samples} samples every {gpu.interval_s:g} s, {s.errors} read errors"
+                + (f", {_f(cost)}% of one CPU core" if cost is not None else "")
+                + (f" ({gpu.source})" if gpu.source else ""),
+            )
         )
-    )
     return rows
 
 
-def gpu_lines(gpu: dict | None) -> list[str]:
+def gpu_lines(gpu: GpuSection | None) -> list[str]:
     """One line a GPU for the terminal: kernel-active share, peak memory, power, SM clock and
     the throttle reasons seen over the window."""
-    if not gpu or not gpu.get("available"):
+    if not gpu or not gpu.available:
         return []
     lines = []
-    for d in gpu["devices"]:
-        util, power = d.get("utilization_gpu_pct") or {}, d.get("power_w") or {}
-        clock = (d.get("clocks_sm_mhz") or {}).get("mean")
-        throttled = ", ".join(d.get("throttle_reasons_seen") or ()) or "none"
+    for d in gpu.devices or []:
+        util, power, clock = d.utilization_gpu_pct, d.power_w, d.clocks_sm_mhz
+        throttled = ", ".join(d.throttle_reasons_seen) or "none"
         lines.append(
-            f"GPU {d['index']} {d['name']}: kernel-active {_f(util.get('mean'), '{:.0f}%')}, "
-            f"peak {_f(d.get('peak_memory_mib'), '{:,.0f} MiB')}, "
-            f"power {_f(power.get('mean'), '{:.0f} W')}, SM {_f(clock, '{:.0f} MHz')}, "
-            f"throttled: {throttled}"
+            f"GPU {d.index} {d.name}: kernel-active {_f(util and util.mean, '{:.0f}%')}, "
+            f"peak {_f(d.peak_memory_mib, '{:,.0f} MiB')}, "
+            f"power {_f(power and power.mean, '{:.0f} W')}, "
+            f"SM {_f(clock and clock.mean, '{:.0f} MHz')}, throttled: {throttled}"
         )
     return lines
 
 
-def roofline_rows(r: dict | None) -> list[tuple[str, str]]:
+def roofline_rows(r: RooflineSection | None) -> list[tuple[str, str]]:
     """Label/value rows of the roofline (MBU, MFU, floor, diagnosis) for the reports."""
     if not r:
         return []
     rows = []
-    peaks = r.get("peaks")
+    peaks = r.peaks
     rows.append(
         (
             "peaks",
-            f"{peaks['bw_gb_s']:g} GB/s, {peaks['tflops']:g} TFLOP/s ({peaks['source']})"
+            f"{peaks.bw_gb_s:g} GB/s, {peaks.tflops:g} TFLOP/s ({peaks.source})"
             if peaks
             else "unknown for this device (run `loadtest calibrate`)",
         )
     )
-    if r.get("estimated"):
-        rows.append(("estimated", r["estimated"]))
-    d = r.get("decode")
+    if r.estimated:
+        rows.append(("estimated", r.estimated))
+    d = r.decode
     if d:
         rows.append(
             (
                 "decode",
-                f"step {d['step_ms']} ms at batch {d['batch_mean']} (floor {_f(d.get('floor_ms'))} ms); "
-                f"{d['achieved_gb_s']:g} GB/s, MBU {_f(d.get('mbu'), '{:.1%}')}, MFU {_f(d.get('mfu'), '{:.2%}')}",
+                f"step {d.step_ms} ms at batch {d.batch_mean} (floor {_f(d.floor_ms)} ms); "
+                f"{d.achieved_gb_s:g} GB/s, MBU {_f(d.mbu, '{:.1%}')}, MFU {_f(d.mfu, '{:.2%}')}",
             )
         )
-    p = r.get("prefill")
+    p = r.prefill
     if p:
         rows.append(
             (
                 "prefill",
-                f"{p['tokens_per_s']:g} tokens/s, {p['achieved_tflops']:g} TFLOP/s, MFU {_f(p.get('mfu'), '{:.1%}')}",
+                f"{p.tokens_per_s:g} tokens/s, {p.achieved_tflops:g} TFLOP/s, MFU {_f(p.mfu, '{:.1%}')}",
             )
         )
-    diag = r.get("diagnosis") or {}
-    rows.append(("diagnosis", diag.get("verdict", "-")))
-    rows += [("evidence", e) for e in diag.get("evidence", [])]
-    rows += [("remedy", x) for x in diag.get("remedies", [])]
+    diag = r.diagnosis
+    rows.append(("diagnosis", diag.verdict if diag else "-"))
+    if diag:
+        rows += [("evidence", e) for e in diag.evidence]
+        rows += [("remedy", x) for x in diag.remedies]
     return rows
 
 

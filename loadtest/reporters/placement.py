@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadtest.results.model import BackendFacts
+from loadtest.results.model import BackendFacts, RooflineSection
 
 
-def placement_rows(backend: BackendFacts | None, roofline: dict | None) -> list[tuple[str, str]]:
+def placement_rows(
+    backend: BackendFacts | None, roofline: RooflineSection | None
+) -> list[tuple[str, str]]:
     """Label/value rows of the engine's placement (see the module docstring)."""
     if backend is None:
         return []
@@ -18,7 +20,7 @@ def placement_rows(backend: BackendFacts | None, roofline: dict | None) -> list[
     replicas = facts.get("replicas") or []
     split = facts.get("tensor_parallel") or {}
     rows: list[tuple[str, str]] = []
-    floor = ((roofline or {}).get("decode") or {}).get("floor_ms")
+    floor = roofline.decode.floor_ms if roofline and roofline.decode else None
     if replicas:
         size = split.get("size") or 1
         layout = f"{len(replicas)} replicas" + (f" of TP{size}" if size > 1 else "")

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.results.model import IntervalPoint, Window
+from loadtest.results.model import GpuDevice, IntervalPoint, Peaks, RooflineSection, Window
 
 TAIL_PERCENTILES = [0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100]
 SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
@@ -175,12 +175,12 @@ def timeseries_plot(
     points: list[IntervalPoint],
     interval_s: float,
     window: Window | None = None,
-    gpus: list[dict] | None = None,
+    gpus: list[GpuDevice] | None = None,
     server_series: dict | None = None,
 ) -> str | None:
     """The run over time on one shared time axis: throughput, TTFT/ITL percentiles per interval,
     then GPU activity (per device) and the server's own gauges where they were sampled."""
-    gpus = [d for d in gpus or [] if (d.get("series") or {}).get("t_s")]
+    gpus = [d for d in gpus or [] if d.series and d.series.t_s]
     server = server_series if server_series and len(server_series.get("t_s") or []) > 1 else None
     if not points and not gpus and not server:
         return None
@@ -248,14 +248,16 @@ def _latency_row(plot: Plot, ax: Any, points: list[IntervalPoint]) -> None:
     ax.set_ylabel("ms")
 
 
-def _gpu_row(plot: Plot, ax: Any, gpus: list[dict]) -> None:
+def _gpu_row(plot: Plot, ax: Any, gpus: list[GpuDevice]) -> None:
     for d in gpus:
-        s = d["series"]
-        for key, label in (
-            ("utilization_gpu_pct", "kernel-active %"),
-            ("sm_activity_pct", "SM activity %"),
+        s = d.series
+        if s is None:
+            continue
+        for values, label in (
+            (s.utilization_gpu_pct, "kernel-active %"),
+            (s.sm_activity_pct, "SM activity %"),
         ):
-            _gauge(plot, ax, s["t_s"], s.get(key) or [], f"GPU {d['index']} {label}")
+            _gauge(plot, ax, s.t_s, values, f"GPU {d.index} {label}")
     ax.set_ylim(0, 105)
     ax.set_ylabel("GPU %")
 
@@ -266,34 +268,38 @@ def _gauge(plot: Plot, ax, t: list, ys: list, name: str, tip_name: str | None = 
     plot.series(ax, t, ys, tips, label=name, markersize=2)
 
 
-def roofline_plot(roofline: dict | None) -> str | None:
+def roofline_plot(roofline: RooflineSection | None) -> str | None:
     """The device's roof (bandwidth slope and compute ceiling) with this run's decode and prefill
     points; without known peaks, the points alone and a note saying so."""
-    r = roofline or {}
-    pts = [
-        (phase, r[phase])
-        for phase in ("decode", "prefill")
-        if finite((r.get(phase) or {}).get("intensity_flop_per_byte"), True)
-        and finite((r.get(phase) or {}).get("achieved_tflops"), True)
+    if roofline is None:
+        return None
+    pts: list[tuple[str, float, float, float | None, float | None]] = [
+        (phase, p.intensity_flop_per_byte, p.achieved_tflops, mbu, p.mfu)
+        for phase, p, mbu in (
+            ("decode", roofline.decode, roofline.decode.mbu if roofline.decode else None),
+            ("prefill", roofline.prefill, None),
+        )
+        if p is not None
+        and p.intensity_flop_per_byte is not None
+        and finite(p.intensity_flop_per_byte, True)
+        and finite(p.achieved_tflops, True)
     ]
     if not pts:
         return None
     plot = Plot("roof", height=3.6)
     ax = plot.axes[0]
-    peaks = r.get("peaks")
+    peaks = roofline.peaks
     if peaks:
-        _roof(ax, peaks, [p["intensity_flop_per_byte"] for _, p in pts])
-    for phase, p in pts:
-        extra = (f", MBU {p['mbu']:.1%}" if p.get("mbu") is not None else "") + (
-            f", MFU {p['mfu']:.2%}" if p.get("mfu") is not None else ""
+        _roof(ax, peaks, [x for _, x, _, _, _ in pts])
+    for phase, x, y, mbu, mfu in pts:
+        extra = (f", MBU {mbu:.1%}" if mbu is not None else "") + (
+            f", MFU {mfu:.2%}" if mfu is not None else ""
         )
         plot.series(
             ax,
-            [p["intensity_flop_per_byte"]],
-            [p["achieved_tflops"]],
-            [
-                f"{phase}: {p['intensity_flop_per_byte']:.3g} FLOP/byte, {p['achieved_tflops']:.4g} TFLOP/s{extra}"
-            ],
+            [x],
+            [y],
+            [f"{phase}: {x:.3g} FLOP/byte, {y:.4g} TFLOP/s{extra}"],
             label=phase,
             log_x=True,
             log_y=True,
@@ -315,15 +321,15 @@ def roofline_plot(roofline: dict | None) -> str | None:
     return plot.svg()
 
 
-def _roof(ax: Any, peaks: dict, xs: list[float]) -> None:
+def _roof(ax: Any, peaks: Peaks, xs: list[float]) -> None:
     """The device's roof: the bandwidth slope up to the ridge, then the compute ceiling."""
     lo, hi = min(xs + [1.0]) / 4, max(xs + [1000.0]) * 4
-    bw, top = peaks["bw_gb_s"] * 1e9, peaks["tflops"] * 1e12
+    bw, top = peaks.bw_gb_s * 1e9, peaks.tflops * 1e12
     roof_x = [lo, top / bw, hi]
     ax.plot(
         roof_x,
         [min(top, bw * x) / 1e12 for x in roof_x],
         color="#444",
         lw=1.5,
-        label=f"roof: {peaks['bw_gb_s']:g} GB/s, {peaks['tflops']:g} TFLOP/s",
+        label=f"roof: {peaks.bw_gb_s:g} GB/s, {peaks.tflops:g} TFLOP/s",
     )

@@ -16,6 +16,8 @@ from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import BackendFacts, RunMetrics, Stability, Verdict
 from loadtest.telemetry import environment
+from loadtest.telemetry.gpu_section import GpuSection
+from loadtest.telemetry.roofline_section import RooflineSection
 
 
 @dataclass
@@ -70,12 +72,12 @@ def finish(
 def _add_gpu(result: RunMetrics, rec: Recorder, t0_ns: int, seen: Observed) -> None:
     sampler = seen.gpu
     if sampler is None:
-        result.gpu = {"available": False, "reason": seen.gpu_off_reason}
+        result.gpu = GpuSection.unavailable(seen.gpu_off_reason)
         return
     span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
     result.gpu = sampler.summary(t0_ns, span, rec.window_tokens)
-    if result.gpu.get("available") and seen.gpu_scope:
-        result.gpu["scope"] = seen.gpu_scope
+    if result.gpu.available and seen.gpu_scope:
+        result.gpu.scope = seen.gpu_scope
     _file_problem(result, seen, "gpu.csv")
 
 
@@ -169,10 +171,10 @@ def _judged_outside(scenario: Scenario, rec: Recorder, window: Any) -> list[Stab
     return judged or None
 
 
-def _roofline(metrics: RunMetrics, env: dict) -> dict | None:
+def _roofline(metrics: RunMetrics, env: dict) -> RooflineSection | None:
     """MBU/MFU and a diagnosis, for in-process models (transformers)."""
     backend = metrics.backend
-    acct: dict = dict(backend.roofline_acct or {})
+    acct: dict[str, float] = dict(backend.roofline_acct or {})
     config, weights, width = backend.shape_config, backend.parameter_bytes, backend.dtype_bytes
     if not acct or not config or weights is None or width is None:
         return None
@@ -186,13 +188,12 @@ def _roofline(metrics: RunMetrics, env: dict) -> dict | None:
     uuid = next((g.get("uuid") for g in env.get("gpus") or [] if g.get("name") == name), None)
     result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
     if estimated:
-        result["estimated"] = estimated
-    signals = roofline.Signals.of(result, metrics.gpu, metrics.profile)
-    result["diagnosis"] = roofline.diagnose(signals).as_section()
+        result.estimated = estimated
+    result.diagnosis = roofline.diagnose(roofline.Signals.of(result, metrics.gpu, metrics.profile))
     return result
 
 
-def _estimated(metrics: RunMetrics) -> dict:
+def _estimated(metrics: RunMetrics) -> dict[str, float]:
     """Continuous batching's manager times no steps: its accounting from the run's figures."""
     from loadtest.telemetry import roofline
 

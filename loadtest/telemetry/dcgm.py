@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from loadtest.core.secrets import redact_url
 from loadtest.telemetry.gpu_columns import latest_utilization, samples_csv
-from loadtest.telemetry.gpu_summary import device_summaries
+from loadtest.telemetry.gpu_section import GpuSection, SamplerCost
+from loadtest.telemetry.gpu_summary import Row, device_summaries
 from loadtest.transport.calls import scrape
 from loadtest.transport.settings import ClientSettings
 
@@ -95,7 +96,7 @@ class DcgmSampler:
         # the run's TLS and proxy; its headers only where the exporter is the server's origin
         self.settings = settings or ClientSettings()
         self.devices: list[DcgmDevice] = []
-        self.rows: list[dict] = []
+        self.rows: list[Row] = []
         self.errors = 0
         self.last_error: str | None = None
         self.unavailable: str | None = None
@@ -155,31 +156,27 @@ class DcgmSampler:
 
     def summary(
         self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None
-    ) -> dict:
+    ) -> GpuSection:
         """The ``gpu`` section, as the NVML sampler's, with the exporter as its source."""
         if self.unavailable:
-            return {
-                "available": False,
-                "reason": redact_url(self.unavailable),
-                "source": redact_url(self.url),
-            }
+            return GpuSection.unavailable(redact_url(self.unavailable), redact_url(self.url))
         devices = device_summaries(self.devices, self.rows, window, t0_ns, output_tokens)
         for entry, d in zip(devices, self.devices):
-            entry["host"] = d.host
-        return {
-            "available": True,
-            "source": f"DCGM exporter {redact_url(self.url)}",
-            "interval_s": self.interval_s,
-            "devices": devices,
-            "sampler": {"samples": len(self.rows), "errors": self.errors},
-            "definitions": {
+            entry.host = d.host
+        return GpuSection(
+            available=True,
+            source=f"DCGM exporter {redact_url(self.url)}",
+            interval_s=self.interval_s,
+            devices=devices,
+            sampler=SamplerCost(samples=len(self.rows), errors=self.errors),
+            definitions={
                 "utilization.gpu": "DCGM_FI_DEV_GPU_UTIL: share of time a kernel was running",
                 "gpm.sm_activity": "DCGM_FI_PROF_SM_ACTIVE: share of SMs busy",
                 "energy_j": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION difference across the window",
                 "joules_per_output_token": "energy_j / energy_span_s x window length / output "
                 "tokens in the window",
             },
-        }
+        )
 
 
 def _by_gpu(item: tuple) -> tuple:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from loadtest.core import loop
 from loadtest.core._version import __version__
+from loadtest.telemetry.gpu_section import GpuSection
 
 
 def git_commit(path: Path) -> tuple[str | None, bool | None]:
@@ -158,7 +159,7 @@ def gpu_manifest(nvml=None) -> dict:
             _try(nvml.nvmlShutdown)
 
 
-def warnings(env: dict, gpu: dict | None = None) -> list[str]:
+def warnings(env: dict, gpu: GpuSection | None = None) -> list[str]:
     """What makes this measurement suspect: debug settings, foreign GPU processes, throttling,
     clocks far under their maximum while the GPU was busy, persistence mode off."""
     out = [
@@ -178,17 +179,17 @@ def warnings(env: dict, gpu: dict | None = None) -> list[str]:
             out.append(
                 f"GPU {g['index']}: persistence mode off (the driver may re-initialise between runs)"
             )
-    for d in (gpu or {}).get("devices", []):
-        if d["throttle_reasons_seen"]:
+    for d in (gpu.devices if gpu is not None else None) or []:
+        if d.throttle_reasons_seen:
             out.append(
-                f"GPU {d['index']}: clocks throttled during the window: {', '.join(d['throttle_reasons_seen'])}"
+                f"GPU {d.index}: clocks throttled during the window: {', '.join(d.throttle_reasons_seen)}"
             )
-        match: dict = next((g for g in env.get("gpus") or [] if g["index"] == d["index"]), {})
+        match: dict = next((g for g in env.get("gpus") or [] if g["index"] == d.index), {})
         sm_max = (match.get("clocks_mhz") or {}).get("sm_max")
-        sm, util = d.get("clocks_sm_mhz"), d.get("utilization_gpu_pct")
-        if sm_max and sm and util and util["mean"] > 30 and sm["mean"] < 0.7 * sm_max:
+        sm, util = d.clocks_sm_mhz, d.utilization_gpu_pct
+        if sm_max and sm and util and util.mean > 30 and sm.mean < 0.7 * sm_max:
             out.append(
-                f"GPU {d['index']}: SM clock averaged {sm['mean']:.0f} MHz while busy, under 70% of its "
+                f"GPU {d.index}: SM clock averaged {sm.mean:.0f} MHz while busy, under 70% of its "
                 f"{sm_max} MHz maximum"
             )
     return out

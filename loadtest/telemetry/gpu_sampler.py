@@ -29,7 +29,8 @@ from loadtest.telemetry.gpu_columns import (
     latest_utilization,
     samples_csv,
 )
-from loadtest.telemetry.gpu_summary import device_summaries
+from loadtest.telemetry.gpu_section import GpuSection, SamplerCost
+from loadtest.telemetry.gpu_summary import Row, device_summaries
 
 
 def load_nvml():
@@ -70,7 +71,7 @@ class GpuSampler:
     ) -> None:
         self.interval_s, self._nvml, self._wanted, self.clock = interval_s, nvml, devices, clock
         self.devices: list[DeviceState] = []
-        self.rows: list[dict] = []
+        self.rows: list[Row] = []
         self.errors = 0
         self.unavailable: str | None = None
         self.cpu_s = self.wall_s = 0.0
@@ -276,28 +277,27 @@ class GpuSampler:
 
     def summary(
         self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None
-    ) -> dict:
+    ) -> GpuSection:
         """The ``gpu`` section of metrics.json: per device, over the measured window."""
         if self.unavailable:
-            return {"available": False, "reason": self.unavailable}
-        devices = device_summaries(self.devices, self.rows, window, t0_ns, output_tokens)
-        return {
-            "available": True,
-            "interval_s": self.interval_s,
-            "devices": devices,
-            "sampler": {
-                "samples": len(self.rows),
-                "errors": self.errors,
-                "cpu_s": round(self.cpu_s, 4),
-                "wall_s": round(self.wall_s, 3),
-                "cpu_pct_of_one_core": round(100 * self.cpu_s / self.wall_s, 3)
+            return GpuSection.unavailable(self.unavailable)
+        return GpuSection(
+            available=True,
+            interval_s=self.interval_s,
+            devices=device_summaries(self.devices, self.rows, window, t0_ns, output_tokens),
+            sampler=SamplerCost(
+                samples=len(self.rows),
+                errors=self.errors,
+                cpu_s=round(self.cpu_s, 4),
+                wall_s=round(self.wall_s, 3),
+                cpu_pct_of_one_core=round(100 * self.cpu_s / self.wall_s, 3)
                 if self.wall_s
                 else None,
-                "cpu_ms_by_metric": {
+                cpu_ms_by_metric={
                     k: round(1e3 * v, 2) for k, v in sorted(self.cpu_by_column.items())
                 },
-            },
-            "definitions": {
+            ),
+            definitions={
                 "utilization.gpu": "share of the sample period in which any kernel was running (NVML): "
                 "not SM occupancy; a single small kernel counts as 100%",
                 "gpm.sm_activity": "share of SMs busy (Hopper+): how much of the GPU the kernels used",
@@ -306,7 +306,7 @@ class GpuSampler:
                 "energy_integrated_j": "power samples integrated (trapezoids) over the same span, for comparison",
                 "joules_per_output_token": "energy_j / energy_span_s x window length / output tokens in the window",
             },
-        }
+        )
 
 
 def _util(u) -> dict:

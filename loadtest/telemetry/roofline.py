@@ -20,8 +20,19 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from loadtest.telemetry.gpu_section import GpuSection
+from loadtest.telemetry.roofline_section import (
+    DecodeRoof,
+    Diagnosis,
+    ModelCosts,
+    Peaks,
+    PrefillRoof,
+    RooflineSection,
+)
 
 # NVML device name fragment -> (memory bandwidth GB/s, dense bf16 TFLOP/s); most specific first.
 DATASHEET_PEAKS: tuple[tuple[str, float, float], ...] = (
@@ -46,8 +57,8 @@ def calibration_path() -> Path:
     return Path(base) / "loadtest" / "calibration.json"
 
 
-def peaks_for(device_name: str | None, uuid: str | None = None) -> dict | None:
-    """``{bw_gb_s, tflops, source}`` for a device: calibrated if cached, else the datasheet."""
+def peaks_for(device_name: str | None, uuid: str | None = None) -> Peaks | None:
+    """A device's peaks: calibrated if cached, else the datasheet."""
     try:
         cached = json.loads(calibration_path().read_text())
     except (OSError, json.JSONDecodeError):
@@ -55,22 +66,22 @@ def peaks_for(device_name: str | None, uuid: str | None = None) -> dict | None:
     for key in (uuid, device_name):
         if key and key in cached:
             c = cached[key]
-            return {
-                "bw_gb_s": c["bw_gb_s"],
-                "tflops": c["tflops"],
-                "source": f"loadtest calibrate ({c.get('measured_at')})",
-            }
+            return Peaks(
+                bw_gb_s=c["bw_gb_s"],
+                tflops=c["tflops"],
+                source=f"loadtest calibrate ({c.get('measured_at')})",
+            )
     for fragment, bw, tflops in DATASHEET_PEAKS:
         if device_name and fragment in device_name:
-            return {
-                "bw_gb_s": bw,
-                "tflops": tflops,
-                "source": f"datasheet ({fragment}: dense bf16, HBM/GDDR bandwidth)",
-            }
+            return Peaks(
+                bw_gb_s=bw,
+                tflops=tflops,
+                source=f"datasheet ({fragment}: dense bf16, HBM/GDDR bandwidth)",
+            )
     return None
 
 
-def model_shape(config: dict, parameter_bytes: int, dtype_bytes: int) -> dict:
+def model_shape(config: dict[str, Any], parameter_bytes: int, dtype_bytes: int) -> ModelCosts:
     """The per-token and per-step costs of a decoder-only transformer, from its config."""
     h = config["hidden_size"]
     layers = config["num_hidden_layers"]
@@ -87,12 +98,12 @@ def model_shape(config: dict, parameter_bytes: int, dtype_bytes: int) -> dict:
     attn_params = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
     mlp_params = (3 if gated else 2) * h * inter
     matmul_params = layers * (attn_params + mlp_params) + vocab * h  # + the LM head
-    return {
-        "linear_flops_per_token": 2 * matmul_params,
-        "attention_flops_per_token_per_context": 4 * layers * heads * head_dim,
-        "weight_bytes": parameter_bytes,
-        "kv_bytes_per_token": 2 * layers * kv_heads * head_dim * dtype_bytes,
-    }
+    return ModelCosts(
+        linear_flops_per_token=2 * matmul_params,
+        attention_flops_per_token_per_context=4 * layers * heads * head_dim,
+        weight_bytes=parameter_bytes,
+        kv_bytes_per_token=2 * layers * kv_heads * head_dim * dtype_bytes,
+    )
 
 
 ESTIMATED_NOTE = (
@@ -109,7 +120,7 @@ def estimate_from_latencies(
     completed: int,
     input_tokens: int | None,
     output_tokens: int | None,
-) -> dict:
+) -> dict[str, float]:
     """Step accounting reconstructed from a run's own figures, where the engine cannot time its
     steps: each step yields one token for each request in the batch, so over the window
     steps = window / mean ITL and rows per step = output tok/s x mean ITL (Little's law on tokens)."""
@@ -127,57 +138,66 @@ def estimate_from_latencies(
     }
 
 
-def analyse(shape: dict, acct: dict, peaks: dict | None) -> dict:
+def analyse(shape: ModelCosts, acct: dict[str, float], peaks: Peaks | None) -> RooflineSection:
     """MBU/MFU for decode and prefill from the worker's step accounting (``acct``)."""
-    out: dict = {"peaks": peaks, "model": shape}
-    steps, decode_s = acct.get("decode_steps", 0), acct.get("decode_s", 0.0)
-    if steps and decode_s > 0:
-        bytes_moved = (
-            steps * shape["weight_bytes"] + acct["decode_ctx_sum"] * shape["kv_bytes_per_token"]
-        )
-        flops = (
-            acct["decode_rows"] * shape["linear_flops_per_token"]
-            + acct["decode_ctx_sum"] * shape["attention_flops_per_token_per_context"]
-        )
-        step_s = decode_s / steps
-        decode = {
-            "steps": steps,
-            "step_ms": round(1e3 * step_s, 4),
-            "batch_mean": round(acct["decode_rows"] / steps, 3),
-            "bytes_per_step": round(bytes_moved / steps),
-            "achieved_gb_s": round(bytes_moved / decode_s / 1e9, 3),
-            "achieved_tflops": round(flops / decode_s / 1e12, 4),
-            # FLOPs per byte read: where the step sits on the roofline's x axis
-            "intensity_flop_per_byte": round(flops / bytes_moved, 4),
-        }
-        if peaks:
-            decode["mbu"] = round(bytes_moved / decode_s / (peaks["bw_gb_s"] * 1e9), 4)
-            decode["mfu"] = round(flops / decode_s / (peaks["tflops"] * 1e12), 5)
-            decode["floor_ms"] = round(1e3 * (bytes_moved / steps) / (peaks["bw_gb_s"] * 1e9), 4)
-        out["decode"] = decode
-    tokens, prefill_s = acct.get("prefill_tokens", 0), acct.get("prefill_s", 0.0)
-    if tokens and prefill_s > 0:
-        flops = (
-            tokens * shape["linear_flops_per_token"]
-            + acct.get("prefill_attn_pairs", 0) * shape["attention_flops_per_token_per_context"]
-        )
-        prefill = {
-            "batches": acct.get("prefill_batches"),
-            "tokens": tokens,
-            "tokens_per_s": round(tokens / prefill_s, 1),
-            "achieved_tflops": round(flops / prefill_s / 1e12, 4),
-        }
-        if acct.get("prefill_batches"):
-            # each batch reads the weights once and writes each token's KV
-            moved = (
-                acct["prefill_batches"] * shape["weight_bytes"]
-                + tokens * shape["kv_bytes_per_token"]
-            )
-            prefill["intensity_flop_per_byte"] = round(flops / moved, 4)
-        if peaks:
-            prefill["mfu"] = round(flops / prefill_s / (peaks["tflops"] * 1e12), 5)
-        out["prefill"] = prefill
-    return out
+    return RooflineSection(
+        peaks=peaks,
+        model=shape,
+        **_decode(shape, acct, peaks),
+        **_prefill(shape, acct, peaks),
+    )
+
+
+def _decode(
+    shape: ModelCosts, acct: dict[str, float], peaks: Peaks | None
+) -> dict[str, DecodeRoof]:
+    steps, decode_s = int(acct.get("decode_steps", 0)), acct.get("decode_s", 0.0)
+    if not steps or decode_s <= 0:
+        return {}
+    ctx, rows = acct["decode_ctx_sum"], acct["decode_rows"]
+    bytes_moved = steps * shape.weight_bytes + ctx * shape.kv_bytes_per_token
+    flops = rows * shape.linear_flops_per_token + ctx * shape.attention_flops_per_token_per_context
+    step_s = decode_s / steps
+    decode = DecodeRoof(
+        steps=steps,
+        step_ms=round(1e3 * step_s, 4),
+        batch_mean=round(rows / steps, 3),
+        bytes_per_step=round(bytes_moved / steps),
+        achieved_gb_s=round(bytes_moved / decode_s / 1e9, 3),
+        achieved_tflops=round(flops / decode_s / 1e12, 4),
+        intensity_flop_per_byte=round(flops / bytes_moved, 4),
+    )
+    if peaks:
+        decode.mbu = round(bytes_moved / decode_s / (peaks.bw_gb_s * 1e9), 4)
+        decode.mfu = round(flops / decode_s / (peaks.tflops * 1e12), 5)
+        decode.floor_ms = round(1e3 * (bytes_moved / steps) / (peaks.bw_gb_s * 1e9), 4)
+    return {"decode": decode}
+
+
+def _prefill(
+    shape: ModelCosts, acct: dict[str, float], peaks: Peaks | None
+) -> dict[str, PrefillRoof]:
+    tokens, prefill_s = int(acct.get("prefill_tokens", 0)), acct.get("prefill_s", 0.0)
+    if not tokens or prefill_s <= 0:
+        return {}
+    flops = (
+        tokens * shape.linear_flops_per_token
+        + acct.get("prefill_attn_pairs", 0) * shape.attention_flops_per_token_per_context
+    )
+    batches = acct.get("prefill_batches")
+    prefill = PrefillRoof(
+        batches=None if batches is None else int(batches),
+        tokens=tokens,
+        tokens_per_s=round(tokens / prefill_s, 1),
+        achieved_tflops=round(flops / prefill_s / 1e12, 4),
+    )
+    if batches:
+        # each batch reads the weights once and writes each token's KV
+        moved = batches * shape.weight_bytes + tokens * shape.kv_bytes_per_token
+        prefill.intensity_flop_per_byte = round(flops / moved, 4)
+    if peaks:
+        prefill.mfu = round(flops / prefill_s / (peaks.tflops * 1e12), 5)
+    return {"prefill": prefill}
 
 
 @dataclass(frozen=True)
@@ -198,38 +218,26 @@ class Signals:
     host_heavy_ops: tuple[dict, ...] = ()
 
     @classmethod
-    def of(cls, roofline: dict, gpu: dict | None, profile: dict | None) -> Signals:
+    def of(cls, roofline: RooflineSection, gpu: GpuSection | None, profile: dict | None) -> Signals:
         """From a run's ``roofline``, ``gpu`` and ``profile`` sections."""
-        decode, prefill = roofline.get("decode") or {}, roofline.get("prefill") or {}
-        device = ((gpu or {}).get("devices") or [{}])[0]
+        decode, prefill = roofline.decode, roofline.prefill
+        device = gpu.devices[0] if gpu is not None and gpu.devices else None
+        util = device.utilization_gpu_pct if device else None
+        sm = device.gpm_sm_activity_pct if device else None
         profile = profile or {}
         return cls(
-            mbu=decode.get("mbu"),
-            mfu=decode.get("mfu"),
-            step_ms=decode.get("step_ms"),
-            floor_ms=decode.get("floor_ms"),
-            batch_mean=decode.get("batch_mean"),
-            prefill_mfu=prefill.get("mfu"),
-            prefill_tokens_per_s=prefill.get("tokens_per_s"),
-            gpu_active_pct=(device.get("utilization_gpu_pct") or {}).get("mean"),
-            sm_active_pct=(device.get("gpm_sm_activity_pct") or {}).get("mean"),
+            mbu=decode.mbu if decode else None,
+            mfu=decode.mfu if decode else None,
+            step_ms=decode.step_ms if decode else None,
+            floor_ms=decode.floor_ms if decode else None,
+            batch_mean=decode.batch_mean if decode else None,
+            prefill_mfu=prefill.mfu if prefill else None,
+            prefill_tokens_per_s=prefill.tokens_per_s if prefill else None,
+            gpu_active_pct=util.mean if util else None,
+            sm_active_pct=sm.mean if sm else None,
             short_kernel_share=(profile.get("kernel_summary") or {}).get("under_10us_share"),
             host_heavy_ops=tuple(profile.get("host_heavy_ops") or ()),
         )
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """memory-bound, compute-bound or host/launch-bound, with its evidence and remedies."""
-
-    verdict: str
-    evidence: list[str]
-    remedies: list[str]
-    host_heavy_ops: list[str]
-
-    def as_section(self) -> dict:
-        """``roofline.diagnosis`` in metrics.json."""
-        return asdict(self)
 
 
 def diagnose(s: Signals) -> Diagnosis:
@@ -257,7 +265,12 @@ def diagnose(s: Signals) -> Diagnosis:
         remedies = ["profile a window (profile:) to see where a step's time goes"]
     else:
         verdict, remedies = "not enough data", []
-    return Diagnosis(verdict, evidence, list(dict.fromkeys(remedies)), [o["name"] for o in heavy])
+    return Diagnosis(
+        verdict=verdict,
+        evidence=evidence,
+        remedies=list(dict.fromkeys(remedies)),
+        host_heavy_ops=[o["name"] for o in heavy],
+    )
 
 
 LAUNCH_BOUND_REMEDIES = [

@@ -99,7 +99,7 @@ def run_html(m: RunMetrics) -> str:
 
 def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
     """The run report's sections: (id, title, html)."""
-    has_time = bool(m.timeseries and m.timeseries.points) or bool((m.gpu or {}).get("available"))
+    has_time = bool(m.timeseries and m.timeseries.points) or bool(m.gpu and m.gpu.available)
     traffic = [
         f"<h3>{esc(title)}</h3>" + pairs(rows)
         for title, rows in (
@@ -185,13 +185,12 @@ def _latency(m: RunMetrics) -> str:
 
 
 def _over_time(m: RunMetrics) -> str:
-    gpu = m.gpu or {}
     return svg(
         plots.timeseries_plot(
             m.timeseries.points if m.timeseries else [],
             m.timeseries.interval_s if m.timeseries else 1,
             m.window,
-            gpu.get("devices") if gpu.get("available") else None,
+            m.gpu.devices if m.gpu and m.gpu.available else None,
             (m.server or {}).get("series"),
         ),
         "time series",

@@ -65,6 +65,15 @@ from loadtest.results.model.sets import (
     SweepDoc,
     SweepPoint,
 )
+from loadtest.telemetry.gpu_section import Dist, GpuDevice, GpuSection, GpuSeries, SamplerCost
+from loadtest.telemetry.roofline_section import (
+    DecodeRoof,
+    Diagnosis,
+    ModelCosts,
+    Peaks,
+    PrefillRoof,
+    RooflineSection,
+)
 
 __all__ = [
     "ApiResult",
@@ -74,6 +83,17 @@ __all__ = [
     "RUN_SCHEMA",
     "SWEEP_SCHEMA",
     "Check",
+    "DecodeRoof",
+    "Diagnosis",
+    "ModelCosts",
+    "Peaks",
+    "PrefillRoof",
+    "RooflineSection",
+    "Dist",
+    "GpuDevice",
+    "GpuSection",
+    "GpuSeries",
+    "SamplerCost",
     "CurvePoint",
     "GateResult",
     "GoodputResult",

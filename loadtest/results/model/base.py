@@ -3,9 +3,9 @@ and the strict base model (a misspelt or foreign field is an error, never droppe
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from loadtest.core.document import Document
 
 RUN_SCHEMA = "loadtest/metrics/v1"
 REPEAT_SCHEMA = "loadtest/repeat/v1"
@@ -36,15 +36,5 @@ HEADLINE: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Doc(BaseModel):
-    """Strict on read: a misspelt or foreign field is an error, not silently dropped."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2)
-
-    def view(self) -> dict[str, Any]:
-        """The JSON-shaped mapping, as written: for JSON and CSV writers and the Python API
-        (readers in the package take the typed document)."""
-        return self.model_dump(mode="json", by_alias=True)
+class _Doc(Document):
+    """A result document or section: strict on read, every field written."""

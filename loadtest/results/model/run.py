@@ -15,6 +15,8 @@ from pydantic import (
 )
 
 from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, RunStatus, VerdictName, _Doc
+from loadtest.telemetry.gpu_section import GpuSection
+from loadtest.telemetry.roofline_section import RooflineSection
 
 
 class LatencySummary(_Doc):
@@ -472,10 +474,10 @@ class RunMetrics(_Doc):
     p99_ms: float | None = None
     peak_mem_mb: float | None = None
     commit: str | None = None
-    gpu: dict[str, Any] | None = None
+    gpu: GpuSection | None = None
     server: dict[str, Any] | None = None  # the server's own /metrics, where it has them
     profile: dict[str, Any] | None = None
-    roofline: dict[str, Any] | None = None
+    roofline: RooflineSection | None = None
     sla: Verdict | None = None
 
     @property

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from loadtest.reporters.insight import gpu_lines
 from loadtest.reporters.placement import placement_rows
-from loadtest.results.model import BackendFacts
+from loadtest.results.model import (
+    BackendFacts,
+    DecodeRoof,
+    Dist,
+    GpuDevice,
+    GpuSection,
+    RooflineSection,
+)
 
 
 def test_two_replicas_of_tp2_show_their_routing_share_step_and_split():
@@ -28,7 +35,8 @@ def test_two_replicas_of_tp2_show_their_routing_share_step_and_split():
             "decode_loop": "pipelined",
         }
     )  # fmt: skip
-    rows = placement_rows(backend, {"decode": {"floor_ms": 2.5}})
+    roofline = RooflineSection.model_construct(decode=DecodeRoof.model_construct(floor_ms=2.5))
+    rows = placement_rows(backend, roofline)
     assert rows == [
         ("engines", "2 replicas of TP2, routed to the least outstanding requests (ties in turn)"),
         ("replica 0", "cuda:0,cuda:1; CPUs 1-15; 190 requests; 7 batches; "
@@ -55,18 +63,21 @@ def test_one_engine_says_its_device_cpus_and_why_it_decodes_through_generate():
 
 
 def test_the_terminal_has_a_line_a_gpu_with_its_throttle_reasons():
-    gpu = {
-        "available": True,
-        "devices": [
-            {"index": 0, "name": "NVIDIA H100", "utilization_gpu_pct": {"mean": 95.85},
-             "peak_memory_mib": 16093.6, "power_w": {"mean": 467.8},
-             "clocks_sm_mhz": {"mean": 1950.0}, "throttle_reasons_seen": ["sw_power_cap"]},
-            {"index": 1, "name": "NVIDIA H100", "throttle_reasons_seen": []},
+    def dist(mean: float) -> Dist:
+        return Dist(mean=mean, p50=mean, p95=mean, max=mean)
+
+    gpu = GpuSection(
+        available=True,
+        devices=[
+            GpuDevice(index=0, name="NVIDIA H100", utilization_gpu_pct=dist(95.85),
+                      peak_memory_mib=16093.6, power_w=dist(467.8), clocks_sm_mhz=dist(1950.0),
+                      throttle_reasons_seen=["sw_power_cap"]),
+            GpuDevice(index=1, name="NVIDIA H100"),
         ],
-    }  # fmt: skip
+    )  # fmt: skip
     assert gpu_lines(gpu) == [
         "GPU 0 NVIDIA H100: kernel-active 96%, peak 16,094 MiB, power 468 W, SM 1950 MHz, "
         "throttled: sw_power_cap",
         "GPU 1 NVIDIA H100: kernel-active -, peak -, power -, SM -, throttled: none",
     ]
-    assert gpu_lines({"available": False, "reason": "no NVML"}) == []
+    assert gpu_lines(GpuSection.unavailable("no NVML")) == []

@@ -7,6 +7,8 @@ import pytest
 from loadtest.reporters import html, markdown
 from loadtest.results.model import (
     BackendFacts,
+    GpuDevice,
+    GpuSeries,
     IntervalPoint,
     LatencySummary,
     RunMetrics,
@@ -64,16 +66,33 @@ def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path):
     ]
     m["roofline"] = {
         "peaks": None,
-        "decode": {"step_ms": 5.0, "batch_mean": 1.0, "achieved_gb_s": 1.0},
+        "model": {
+            "linear_flops_per_token": 2_000,
+            "attention_flops_per_token_per_context": 64,
+            "weight_bytes": 5_000_000,
+            "kv_bytes_per_token": 256,
+        },
+        "decode": {
+            "steps": 100,
+            "step_ms": 5.0,
+            "batch_mean": 1.0,
+            "bytes_per_step": 5_000_000,
+            "achieved_gb_s": 1.0,
+            "achieved_tflops": 0.0004,
+            "intensity_flop_per_byte": 0.0004,
+        },
         "diagnosis": {
             "verdict": "host/launch-bound",
             "evidence": ["x"],
             "remedies": ["CUDA graphs"],
+            "host_heavy_ops": [],
         },
     }
     doc = RunMetrics.model_validate(m)
     page = html.run_html(doc)
-    assert page.count("<svg ") == 2  # GPU activity is a row of the time series plot
+    # the time series (GPU activity one of its rows, not a plot of its own), the latency
+    # distribution and the roofline's decode point
+    assert page.count("<svg ") == 3 and "Roofline points" in page
     assert "GPU 0 kernel-active %" in page
     assert "kernel-active" in page and "aten::&lt;mm&gt;" in page and "host/launch-bound" in page
     md = markdown.render(doc)
@@ -196,7 +215,7 @@ def test_a_long_run_plot_stays_small_and_every_series_keeps_its_tooltips():
         for i in range(600)
     ]  # fmt: skip
     t = [i / 4 for i in range(2400)]
-    gpu = {"index": 0, "series": {"t_s": t, "utilization_gpu_pct": [50.0] * 2400}}
+    gpu = GpuDevice(index=0, name="GPU", series=GpuSeries(t_s=t, utilization_gpu_pct=[50.0] * 2400))
     window = Window(start_s=10, end_s=590, length_s=580, run_s=600)
     svg = plots.timeseries_plot(points, 1.0, window, [gpu], None)
     assert svg is not None and len(svg) < 1_000_000

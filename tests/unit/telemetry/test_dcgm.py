@@ -71,12 +71,12 @@ def test_the_sampler_gives_the_gpu_section_with_energy_from_its_counter(exporter
     s = DcgmSampler(exporter, interval_s=0.05)
     s._sample(), s._sample(), s._sample()  # three reads, by hand: the thread is not needed
     out = s.summary(0, None, output_tokens=1000)
-    assert out["available"] and out["source"] == f"DCGM exporter {exporter}"
-    d0, d1 = out["devices"]
-    assert (d0["index"], d0["name"], d0["uuid"], d0["host"]) == (0, "NVIDIA H100", "GPU-0", "h1")
-    assert d0["utilization_gpu_pct"]["mean"] == 60.0 and d1["utilization_gpu_pct"]["mean"] == 61.0
-    assert d0["energy_j"] == 1500.0  # 2,500,000 - 1,000,000 mJ since the first reading
-    assert d0["joules_per_output_token"] is None  # two GPUs: no one device's share of the tokens
+    assert out.available and out.source == f"DCGM exporter {exporter}"
+    d0, d1 = out.devices
+    assert (d0.index, d0.name, d0.uuid, d0.host) == (0, "NVIDIA H100", "GPU-0", "h1")
+    assert d0.utilization_gpu_pct.mean == 60.0 and d1.utilization_gpu_pct.mean == 61.0
+    assert d0.energy_j == 1500.0  # 2,500,000 - 1,000,000 mJ since the first reading
+    assert d0.joules_per_output_token is None  # two GPUs: no one device's share of the tokens
     assert s.csv_text(0).splitlines()[0].startswith("timestamp_ns,t_s,index,utilization.gpu [%]")
 
 
@@ -85,4 +85,4 @@ def test_an_exporter_that_does_not_answer_leaves_the_section_unavailable():
     s.start()
     s.stop()
     out = s.summary(0, None, None)
-    assert out["available"] is False and "gave no GPU sample" in out["reason"]
+    assert out.available is False and "gave no GPU sample" in out.reason

@@ -132,7 +132,7 @@ def test_a_device_lost_mid_run_keeps_the_run(monkeypatch):
     assert len(s.rows) >= 3 and s.errors > 0
     assert s.rows[0]["utilization.gpu"] == 80 and "utilization.gpu" not in s.rows[-1]
     summary = s.summary(s.rows[0]["t_ns"], None, None)
-    assert summary["devices"][0]["utilization_gpu_pct"]["max"] == 80
+    assert summary.devices[0].utilization_gpu_pct.max == 80
 
 
 def test_energy_agrees_with_integrated_power():
@@ -151,14 +151,14 @@ def test_energy_agrees_with_integrated_power():
         }
         for k in range(9)
     ]
-    out = s.summary(t0, None, 100)["devices"][0]
+    out = s.summary(t0, None, 100).devices[0]
     # counter read at 0.25 s .. 1.75 s: 450 J over 1.5 s; power integrated over the same span agrees
-    assert (out["energy_j"], out["energy_span_s"], out["energy_integrated_j"]) == (
+    assert (out.energy_j, out.energy_span_s, out.energy_integrated_j) == (
         450.0,
         1.5,
         450.0,
     )
-    assert out["joules_per_output_token"] == 450 / 1.5 * 2.0 / 100  # scaled to the 2 s window: 6 J
+    assert out.joules_per_output_token == 450 / 1.5 * 2.0 / 100  # scaled to the 2 s window: 6 J
     assert d.name == "NVIDIA H100 80GB HBM3"
 
 

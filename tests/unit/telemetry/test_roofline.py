@@ -7,6 +7,15 @@ import json
 import pytest
 
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
+from loadtest.results.model import (
+    DecodeRoof,
+    Diagnosis,
+    Dist,
+    GpuDevice,
+    GpuSection,
+    Peaks,
+    RooflineSection,
+)
 from loadtest.telemetry import roofline
 
 LLAMA_1B_PARAMS = 1_235_814_400  # Llama-3.2-1B, tied embeddings (the published count)
@@ -17,13 +26,13 @@ def test_llama_3_2_1b_costs_by_hand():
     # per layer: q 2048x(32x64) + k,v 2x 2048x(8x64) + o (32x64)x2048 = 10_485_760; MLP 3 x 2048 x 8192
     # = 50_331_648; x16 layers + the LM head 128_256 x 2048 = 1_235_746_816 matmul weights, 2 FLOPs each
     assert (
-        shape["linear_flops_per_token"]
+        shape.linear_flops_per_token
         == 2 * (16 * (10_485_760 + 50_331_648) + 128_256 * 2048)
         == 2_471_493_632
     )
-    assert shape["attention_flops_per_token_per_context"] == 4 * 16 * 32 * 64 == 131_072
-    assert shape["kv_bytes_per_token"] == 2 * 16 * 8 * 64 * 2 == 32_768
-    assert shape["weight_bytes"] == 2_471_628_800
+    assert shape.attention_flops_per_token_per_context == 4 * 16 * 32 * 64 == 131_072
+    assert shape.kv_bytes_per_token == 2 * 16 * 8 * 64 * 2 == 32_768
+    assert shape.weight_bytes == 2_471_628_800
 
 
 def test_mbu_mfu_by_hand():
@@ -40,60 +49,67 @@ def test_mbu_mfu_by_hand():
         "prefill_batches": 1,
     }
     assert acct["decode_ctx_sum"] == 142_800
-    r = roofline.analyse(shape, acct, {"bw_gb_s": 3350, "tflops": 989, "source": "test"})
-    d = r["decode"]
+    r = roofline.analyse(shape, acct, Peaks(bw_gb_s=3350, tflops=989, source="test"))
+    d = r.decode
     bytes_moved = 100 * 2_471_628_800 + 142_800 * 32_768  # = 251_842_150_400
-    assert d["bytes_per_step"] == round(bytes_moved / 100) == 2_518_421_504
-    assert d["achieved_gb_s"] == pytest.approx(503.684, abs=1e-3)
-    assert d["mbu"] == pytest.approx(503.6843 / 3350, abs=1e-4)  # 0.1504
+    assert d.bytes_per_step == round(bytes_moved / 100) == 2_518_421_504
+    assert d.achieved_gb_s == pytest.approx(503.684, abs=1e-3)
+    assert d.mbu == pytest.approx(503.6843 / 3350, abs=1e-4)  # 0.1504
     flops = 800 * 2_471_493_632 + 142_800 * 131_072  # 1.9959e12 in 0.5 s
-    assert d["mfu"] == pytest.approx(flops / 0.5 / 989e12, abs=1e-5)  # 0.00404
-    assert d["floor_ms"] == pytest.approx(2_518_421_504 / 3.35e12 * 1e3, abs=1e-4)  # 0.7518 ms
-    assert d["step_ms"] == 5.0 and d["batch_mean"] == 8.0
-    assert d["intensity_flop_per_byte"] == pytest.approx(flops / bytes_moved, abs=1e-4)  # 7.925
-    p = r["prefill"]
+    assert d.mfu == pytest.approx(flops / 0.5 / 989e12, abs=1e-5)  # 0.00404
+    assert d.floor_ms == pytest.approx(2_518_421_504 / 3.35e12 * 1e3, abs=1e-4)  # 0.7518 ms
+    assert d.step_ms == 5.0 and d.batch_mean == 8.0
+    assert d.intensity_flop_per_byte == pytest.approx(flops / bytes_moved, abs=1e-4)  # 7.925
+    p = r.prefill
     pre_flops = 1000 * 2_471_493_632 + 63_000 * 131_072
-    assert p["tokens_per_s"] == 100_000.0 and p["mfu"] == pytest.approx(
+    assert p.tokens_per_s == 100_000.0 and p.mfu == pytest.approx(
         pre_flops / 0.01 / 989e12, abs=1e-5
     )
     # one batch: the weights read once, 1000 tokens' KV written
     pre_bytes = 2_471_628_800 + 1000 * 32_768
-    assert p["intensity_flop_per_byte"] == pytest.approx(pre_flops / pre_bytes, abs=1e-4)  # 993.5
+    assert p.intensity_flop_per_byte == pytest.approx(pre_flops / pre_bytes, abs=1e-4)  # 993.5
 
 
 def test_peaks_prefer_a_calibration_over_the_datasheet(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert roofline.peaks_for("NVIDIA H100 80GB HBM3")["bw_gb_s"] == 3350
-    assert roofline.peaks_for("NVIDIA H100 PCIe")["bw_gb_s"] == 2000
-    assert roofline.peaks_for("NVIDIA H200")["bw_gb_s"] == 4800
+    assert roofline.peaks_for("NVIDIA H100 80GB HBM3").bw_gb_s == 3350
+    assert roofline.peaks_for("NVIDIA H100 PCIe").bw_gb_s == 2000
+    assert roofline.peaks_for("NVIDIA H200").bw_gb_s == 4800
     assert roofline.peaks_for("cpu") is None
     (tmp_path / "loadtest").mkdir()
     (tmp_path / "loadtest" / "calibration.json").write_text(
         json.dumps({"GPU-abc": {"bw_gb_s": 3012.0, "tflops": 700.0, "measured_at": "today"}})
     )
     p = roofline.peaks_for("NVIDIA H100 80GB HBM3", "GPU-abc")
-    assert (p["bw_gb_s"], p["tflops"]) == (3012.0, 700.0) and "calibrate" in p["source"]
+    assert (p.bw_gb_s, p.tflops) == (3012.0, 700.0) and "calibrate" in p.source
 
 
-def diagnose(roof: dict, gpu: dict | None, profile: dict | None = None) -> roofline.Diagnosis:
+def diagnose(decode: dict, gpu_active_pct: float | None, profile: dict | None = None) -> Diagnosis:
+    """The diagnosis of a run whose decode and first GPU read as given (the rest unmeasured)."""
+    roof = RooflineSection.model_construct(decode=DecodeRoof.model_construct(**decode))
+    gpu = None
+    if gpu_active_pct is not None:
+        util = Dist(mean=gpu_active_pct, p50=gpu_active_pct, p95=gpu_active_pct, max=gpu_active_pct)
+        device = GpuDevice.model_construct(utilization_gpu_pct=util)
+        gpu = GpuSection(available=True, devices=[device])
     return roofline.diagnose(roofline.Signals.of(roof, gpu, profile))
 
 
 def test_diagnosis():
     launch = diagnose(
-        {"decode": {"mbu": 0.05, "mfu": 0.001, "step_ms": 10, "floor_ms": 0.8, "batch_mean": 1}},
-        {"devices": [{"utilization_gpu_pct": {"mean": 35}}]},
+        {"mbu": 0.05, "mfu": 0.001, "step_ms": 10, "floor_ms": 0.8, "batch_mean": 1},
+        35,
     )
     assert launch.verdict == "host/launch-bound" and any(
         "CUDA graphs" in r for r in launch.remedies
     )
     memory = diagnose(
-        {"decode": {"mbu": 0.72, "mfu": 0.01, "step_ms": 1.1, "floor_ms": 0.8, "batch_mean": 1}},
-        {"devices": [{"utilization_gpu_pct": {"mean": 98}}]},
+        {"mbu": 0.72, "mfu": 0.01, "step_ms": 1.1, "floor_ms": 0.8, "batch_mean": 1},
+        98,
     )
     assert memory.verdict == "memory-bound (decode)"
     short = diagnose(
-        {"decode": {"mbu": 0.1, "mfu": 0.001, "step_ms": 8, "floor_ms": 0.8, "batch_mean": 1}},
+        {"mbu": 0.1, "mfu": 0.001, "step_ms": 8, "floor_ms": 0.8, "batch_mean": 1},
         None,
         {"kernel_summary": {"launches": 1000, "under_10us_share": 0.9}},
     )
@@ -127,16 +143,8 @@ def test_a_profile_names_the_host_heavy_operators_and_the_remedy_for_each():
     heavy = host_heavy(ops)
     assert [o["name"] for o in heavy] == ["aten::_cudnn_attention_forward", "aten::item"]
     d = diagnose(
-        {
-            "decode": {
-                "mbu": 0.017,
-                "mfu": 0.001,
-                "step_ms": 49.7,
-                "floor_ms": 0.8,
-                "batch_mean": 16,
-            }
-        },
-        {"devices": [{"utilization_gpu_pct": {"mean": 9}}]},
+        {"mbu": 0.017, "mfu": 0.001, "step_ms": 49.7, "floor_ms": 0.8, "batch_mean": 16},
+        9,
         {"host_heavy_ops": heavy},
     )
     assert d.verdict == "host/launch-bound"
@@ -168,11 +176,9 @@ def test_continuous_mode_is_estimated_from_the_runs_own_figures():
     r = roofline.analyse(
         roofline.model_shape(DUMMY_ARCHITECTURES["llama-3.2-1b"], 2 * LLAMA_1B_PARAMS, 2),
         acct,
-        {"bw_gb_s": 3350, "tflops": 989, "source": "test"},
+        Peaks(bw_gb_s=3350, tflops=989, source="test"),
     )
-    assert (
-        r["decode"]["step_ms"] == 20.0 and r["decode"]["batch_mean"] == 8.0 and "prefill" not in r
-    )
+    assert r.decode.step_ms == 20.0 and r.decode.batch_mean == 8.0 and r.prefill is None
 
 
 def test_the_70b_preset_has_llama_3_1_70b_parameters():
