@@ -13,8 +13,12 @@ from loadtest.results.model import (
     BackendFacts,
     GoodputResult,
     GpuSection,
+    Operator,
+    ProfileSection,
     RooflineSection,
     RunMetrics,
+    ServerMetrics,
+    ServerSection,
     SessionsResult,
     Stability,
     StepsResult,
@@ -100,35 +104,35 @@ def _g(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def server_rows(server: dict | None) -> list[tuple[str, str]]:
+def server_rows(server: ServerSection | None) -> list[tuple[str, str]]:
     """Label/value rows of the server's own /metrics over the window, each with its unit."""
     if not server:
         return []
-    if not server.get("available"):
-        return [("server /metrics", f"unavailable: {server.get('reason')}")]
-    rows = [("source", f"{server['source']} ({server['samples']} samples)")]
-    units = server.get("units") or {}
-    for name, m in server["metrics"].items():
+    if not server.available:
+        return [("server /metrics", f"unavailable: {server.reason}")]
+    rows = [("source", f"{server.source} ({server.samples} samples)")]
+    units, names = server.units or {}, server.server_names or {}
+    for name, m in (server.metrics or {}).items():
         unit = units.get(name, "")
-        if "window_mean" in m:
+        if m.kind == "histogram":
             shown = (
-                f"mean {_f(m['window_mean'] and m['window_mean'] * 1e3, '{:.4g}')} ms over "
-                f"{m['window_count']:.0f} requests in the window"
+                f"mean {_f(m.window_mean and m.window_mean * 1e3, '{:.4g}')} ms over "
+                f"{_f(m.window_count, '{:.0f}')} requests in the window"
             )
-        elif "run_change" in m:
-            shown = f"{m['run_change']:.0f} {unit} over the run"
-        elif "window" in m:
-            shown = f"{_f(m['window'], '{:.4g}')} over the window ({unit})"
+        elif m.kind == "counter":
+            shown = f"{_f(m.run_change, '{:.0f}')} {unit} over the run"
+        elif m.kind == "ratio":
+            shown = f"{_f(m.window, '{:.4g}')} over the window ({unit})"
         else:
-            shown = f"mean {m['mean']:.4g}, max {m['max']:.4g} ({unit})"
-        rows.append((f"{name} ({server['server_names'].get(name, '?')})", shown))
-    cmp = server.get("ttft_compared")
+            shown = f"mean {_f(m.mean, '{:.4g}')}, max {_f(m.max, '{:.4g}')} ({unit})"
+        rows.append((f"{name} ({names.get(name, '?')})", shown))
+    cmp = server.ttft_compared
     if cmp:
         rows.append(
             (
                 "TTFT, the same requests: client (from its send) vs server",
-                f"{cmp['client_service_mean_ms']:.4g} vs {cmp['server_mean_ms']:.4g} ms mean "
-                f"({cmp['client_requests']} and {cmp['server_requests']} requests)",
+                f"{cmp.client_service_mean_ms:.4g} vs {cmp.server_mean_ms:.4g} ms mean "
+                f"({cmp.client_requests} and {cmp.server_requests} requests)",
             )
         )
     return rows
@@ -327,36 +331,35 @@ def roofline_rows(r: RooflineSection | None) -> list[tuple[str, str]]:
     return rows
 
 
-def profile_rows(p: dict | None) -> tuple[list[tuple[str, str]], list[dict]]:
+def profile_rows(p: ProfileSection | None) -> tuple[list[tuple[str, str]], list[Operator]]:
     """Rows of the profiler window and its top operators, for the reports."""
     if not p:
         return [], []
-    w = p["window"]
     rows = [
-        ("window", f"{_f(w['start_s'])} s .. {_f(w['end_s'])} s from t0"),
+        ("window", f"{_f(p.window.start_s)} s .. {_f(p.window.end_s)} s from t0"),
         (
             "requests overlapping it",
-            f"{p['requests_flagged']} ({'left out of' if p['excluded_from_stats'] else 'kept in'} "
+            f"{p.requests_flagged} ({'left out of' if p.excluded_from_stats else 'kept in'} "
             "the latency statistics)",
         ),
-        ("profiler", p.get("profiler", "-")),
+        ("profiler", p.profiler or "-"),
     ]
-    if p.get("trace"):
+    if p.trace:
         rows.append(
             (
                 "trace",
-                f"{p['trace']} (Chrome trace format: open in https://ui.perfetto.dev or chrome://tracing)",
+                f"{p.trace} (Chrome trace format: open in https://ui.perfetto.dev or chrome://tracing)",
             )
         )
-    if p.get("kernel_summary"):
-        k = p["kernel_summary"]
+    k = p.kernel_summary
+    if k:
         rows.append(
             (
                 "CUDA kernels",
-                f"{k['launches']} launches of {k['distinct']} kernels, {_f(k['under_10us_share'], '{:.0%}')} under 10 µs",
+                f"{k.launches} launches of {k.distinct} kernels, {_f(k.under_10us_share, '{:.0%}')} under 10 µs",
             )
         )
-    return rows, p.get("top_ops") or []
+    return rows, p.top_ops or []
 
 
 def workers_rows(
@@ -454,7 +457,7 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
     t = m.traffic
     if t is None:
         return []
-    server = (m.server or {}).get("metrics", {}) if (m.server or {}).get("available") else {}
+    server = m.server
     rows = [("text", "passages of the corpus" if t.text == "natural" else "random tokens")]
     if t.trace is not None:
         tr = t.trace
@@ -463,7 +466,8 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
             if tr.prefix_reuse is None
             else f"; {100 * tr.prefix_reuse:.1f}% of prompt tokens repeat an earlier prefix"
         )
-        hit = (server.get("prefix_cache_hit_rate") or {}).get("window")
+        hit_rate = server.metric("prefix_cache_hit_rate") if server else None
+        hit = hit_rate.window if hit_rate else None
         seen = "" if hit is None else f"; the server's prefix cache hit {100 * hit:.1f}%"
         rows.append(
             (
@@ -485,7 +489,8 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
                 + ("" if c.ttft_ms is None else f", their TTFT p50 {_g(c.ttft_ms.p50)} ms"),
             )
         )
-        generated = (server.get("generation_tokens") or {}).get("run_change")
+        tokens = server.metric("generation_tokens") if server else None
+        generated = tokens.run_change if tokens else None
         if generated is not None:
             unread = max(0, round(generated) - c.delivered_tokens)
             per = f" ({unread / c.cancelled:.3g} a cancellation)" if c.cancelled else ""
@@ -496,12 +501,12 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
                     f"{unread} nobody read{per}",
                 )
             )
-        running = server.get("requests_running") or {}
-        if running.get("max") is not None:
+        running = server.metric("requests_running") if server else None
+        if running is not None and running.max is not None:
             rows.append(
                 (
                     "server running requests",
-                    f"peak {running['max']:g}, {running.get('last', 0):g} at the last sample "
+                    f"peak {running.max:g}, {running.last or 0:g} at the last sample "
                     "(server.csv has each sample: it drops as the server sees a client leave)",
                 )
             )
@@ -522,14 +527,15 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
     return rows
 
 
-def _server_of_share(server: dict | None) -> str:
+def _server_of_share(server: ServerMetrics | None) -> str:
     """A model's own server-side queue time and TTFT (means over the window), where its server
     labels its series by model."""
     if not server:
         return ""
     parts = []
     for common, label in (("queue_s", "queue"), ("ttft_s", "TTFT")):
-        mean = (server.get(common) or {}).get("window_mean")
+        own = server.get(common)
+        mean = own.window_mean if own else None
         if mean is not None:
             parts.append(f"{label} mean {mean * 1e3:.4g} ms")
     return f"; the server's: {', '.join(parts)}" if parts else ""

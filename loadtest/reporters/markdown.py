@@ -69,7 +69,7 @@ def render(metrics: RunMetrics) -> str:
     if ops:
         lines += ["", "| operator | calls | self CUDA µs | self CPU µs |", "|---|---|---|---|"]
         lines += [
-            f"| {_esc(o['name'])} | {o['calls']} | {o['self_cuda_time_us']} | {o['self_cpu_time_us']} |"
+            f"| {_esc(o.name)} | {o.calls} | {o.self_cuda_time_us} | {o.self_cpu_time_us} |"
             for o in ops
         ]
     lines += ["", "## Environment", ""] + [f"- {k}: {_esc(v)}" for k, v in m.environment.items()]

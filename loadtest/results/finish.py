@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from loadtest.config.scenario import Scenario
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
@@ -18,6 +20,7 @@ from loadtest.results.model import BackendFacts, RunMetrics, Stability, Verdict
 from loadtest.telemetry import environment
 from loadtest.telemetry.gpu_section import GpuSection
 from loadtest.telemetry.roofline_section import RooflineSection
+from loadtest.telemetry.server_section import ServerSection, TtftCompared
 
 
 @dataclass
@@ -51,7 +54,7 @@ def finish(
     result.validity.warnings += _backend_warnings(result.backend)
     if seen.profile is not None:
         window = seen.profile
-        result.profile = {**window.summary(outcome.t0_ns, rec.profiled), **seen.profile_export}
+        result.profile = window.summary(outcome.t0_ns, rec.profiled, seen.profile_export)
         result.requests.profiled = rec.profiled
         result.validity.warnings += window.warnings
         _judge_around_profiler(result, scenario, rec, window)
@@ -61,7 +64,7 @@ def finish(
         result.server = _server_section(seen.server, rec, outcome.t0_ns)
         _file_problem(result, seen, "server.csv")
         models = result.traffic.models if result.traffic is not None else None
-        for name, own in (result.server.get("by_model") or {}).items():
+        for name, own in (result.server.by_model or {}).items():
             if models and name in models:  # the server's view of each model beside the client's
                 models[name].server = own
     if judge is not None:
@@ -117,17 +120,17 @@ def _judge_around_profiler(
     cost = window.perturbation(rec.t0)
     if cost is None:
         return
-    b0, peak = cost["backlog_at_open"] or 0, cost["backlog_peak"]
+    b0, peak = cost.backlog_at_open or 0, cost.backlog_peak
     if peak <= b0 + 3 * math.sqrt(b0 + 1):  # no more than a queue's own wander
         return
     drained = (
-        f"drained {cost['drain_s']:.3g} s after the capture closed"
-        if cost["drain_s"] is not None
+        f"drained {cost.drain_s:.3g} s after the capture closed"
+        if cost.drain_s is not None
         else "had not drained by the end"
     )
     cost_text = (
-        f"the profiler's capture lasted {cost['lasted_s']:.3g} s"
-        + (f" for {cost['asked_s']:.3g} s asked" if cost["asked_s"] else "")
+        f"the profiler's capture lasted {cost.lasted_s:.3g} s"
+        + (f" for {cost.asked_s:.3g} s asked" if cost.asked_s else "")
         + f" and raised the backlog from {b0} to {peak} requests, which {drained}; "
         f"{rec.profiled} requests sent until then are flagged"
         + (" and kept out of the figures" if window.spec.exclude_from_stats else "")
@@ -209,42 +212,44 @@ def _estimated(metrics: RunMetrics) -> dict[str, float]:
     )
 
 
-def _server_section(server: Any, rec: Recorder, t0_ns: int) -> dict:
+def _server_section(server: Any, rec: Recorder, t0_ns: int) -> ServerSection:
     """``server``, with the server's TTFT beside the client's where it has one."""
     span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
-    summary = server.summary(t0_ns, span)
+    summary: ServerSection = server.summary(t0_ns, span)
     compared = _ttft_compared(summary, rec.first_tokens, t0_ns)
     if compared is not None:
-        summary["ttft_compared"] = compared
+        summary.ttft_compared = compared
     return summary
 
 
-def _ttft_compared(summary: dict, first_tokens: list[tuple[int, int]], t0_ns: int) -> dict | None:
+def _ttft_compared(
+    summary: ServerSection, first_tokens: list[tuple[int, int]], t0_ns: int
+) -> TtftCompared | None:
     """The server's mean TTFT against the client's over the same requests: every request whose
     first token came between the two samples the server's figure is taken from (warm-up and
     profiled ones included, as the server's histogram has them)."""
-    ttft = summary.get("metrics", {}).get("ttft_s")
-    if not ttft or not ttft.get("window_count") or not first_tokens:
+    ttft = summary.metric("ttft_s")
+    if not ttft or not ttft.window_count or ttft.window_mean is None or not first_tokens:
         return None
-    start, end = (t0_ns + round(s * 1e9) for s in summary["sampled_s"])
+    start, end = (t0_ns + round(s * 1e9) for s in summary.sampled_s or (0.0, 0.0))
     mine = [service for first, service in first_tokens if start < first <= end]
     if not mine:
         return None
-    server_ms = ttft["window_mean"] * 1e3
+    server_ms = ttft.window_mean * 1e3
     client_ms = sum(mine) / len(mine) / 1e6
-    return {
-        "server_mean_ms": server_ms,
-        "server_requests": int(ttft["window_count"]),
-        "client_service_mean_ms": client_ms,
-        "client_requests": len(mine),
-        "difference_ms": client_ms - server_ms,
-        "note": "the same requests: those whose first token came between the two samples "
+    return TtftCompared(
+        server_mean_ms=server_ms,
+        server_requests=int(ttft.window_count),
+        client_service_mean_ms=client_ms,
+        client_requests=len(mine),
+        difference_ms=client_ms - server_ms,
+        note="the same requests: those whose first token came between the two samples "
         "(warm-up and profiled ones included). The client's TTFT runs from its request's "
         "bytes leaving to the first token's chunk arriving; the server's (vLLM) from the "
         "request reaching its engine, after the HTTP server parsed it, to the first token "
         "leaving the engine, before it is framed and streamed. The difference is the network, "
         "HTTP parsing and the stream's delivery.",
-    }
+    )
 
 
 def null_non_finite(result: RunMetrics) -> RunMetrics:
@@ -270,4 +275,16 @@ def null_non_finite(result: RunMetrics) -> RunMetrics:
     doc["validity"]["warnings"].append(
         f"not a finite number, written as null: {', '.join(found)} (a bug in loadtest: report it)"
     )
-    return RunMetrics.model_validate(doc)
+    try:
+        return RunMetrics.model_validate(doc)
+    except ValidationError as exc:
+        # a figure a section cannot be without: that section goes, the rest of the result stays
+        dropped = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]})
+        if not all(RunMetrics.model_fields[k].default is None for k in dropped if k in doc):
+            raise
+        for key in dropped:
+            doc[key] = None
+        doc["validity"]["warnings"].append(
+            f"left out, a figure it needs not being finite: {', '.join(dropped)}"
+        )
+        return RunMetrics.model_validate(doc)

@@ -50,7 +50,7 @@ def device_summary(
     and joules per output token, throttle reasons seen, and the whole run's series."""
 
     def stats(col: str) -> Dist | None:
-        return _stats([v for r in inside if (v := r.get(col)) is not None])
+        return _stats([v for r in inside if (v := r.get(col)) is not None and math.isfinite(v)])
 
     energy_j, span_s, integrated = _energy(inside)
     window_s = (_t(inside[-1]) - _t(inside[0])) / 1e9 if len(inside) >= 2 else None

@@ -18,6 +18,9 @@ from __future__ import annotations
 import asyncio
 import math
 from pathlib import Path
+from typing import Any
+
+from loadtest.telemetry.profile_section import Perturbation, ProfileSection, Span
 
 
 class ProfileWindow:
@@ -148,28 +151,28 @@ class ProfileWindow:
             return False
         return self.drained_ns is None or sent_ns <= self.drained_ns
 
-    def perturbation(self, t0: int) -> dict | None:
+    def perturbation(self, t0: int) -> Perturbation | None:
         """What the capture cost the run: how long it lasted against the length asked for, the
         backlog it caused, and when that backlog drained (None: not by the run's end)."""
         if not self.ran or self.start_ns is None or self.end_ns is None:
             return None
-        rel = lambda t: None if t is None else round((t - t0) / 1e9, 6)  # noqa: E731
-        return {
-            "asked_s": None if self.spec.duration is None else self.spec.duration / 1e9,
-            "lasted_s": round((self.end_ns - self.start_ns) / 1e9, 6),
-            "backlog_at_open": self.backlog_at_open,
-            "backlog_peak": self.backlog_peak,
-            "drained_s": rel(self.drained_ns),
-            "drain_s": None
-            if self.drained_ns is None
-            else round((self.drained_ns - self.end_ns) / 1e9, 6),
-        }
+        return Perturbation(
+            asked_s=None if self.spec.duration is None else self.spec.duration / 1e9,
+            lasted_s=round((self.end_ns - self.start_ns) / 1e9, 6),
+            backlog_at_open=self.backlog_at_open,
+            backlog_peak=self.backlog_peak,
+            drained_s=_seconds(self.drained_ns, t0),
+            drain_s=_seconds(self.drained_ns, self.end_ns),
+        )
 
-    def summary(self, t0: int, flagged: int) -> dict:
-        """When the window opened and closed (seconds from t0) and how many requests it touched."""
-        rel = lambda t: None if t is None else round((t - t0) / 1e9, 6)  # noqa: E731
-        out = {
-            "window": {"start_s": rel(self.start_ns), "end_s": rel(self.end_ns)},
+    def summary(
+        self, t0: int, flagged: int, export: dict[str, Any] | None = None
+    ) -> ProfileSection:
+        """When the window opened and closed (seconds from t0), how many requests it touched,
+        what it cost, and what the profiler said and exported (``export``: an engine's trace
+        and tables, written after the run)."""
+        out: dict[str, Any] = {
+            "window": Span(start_s=_seconds(self.start_ns, t0), end_s=_seconds(self.end_ns, t0)),
             "requests_flagged": flagged,
             "perturbation": self.perturbation(t0),
             "excluded_from_stats": self.spec.exclude_from_stats and self.ran,
@@ -178,5 +181,8 @@ class ProfileWindow:
             out["profiler"] = (
                 "none: this backend has no profiler (no request was flagged or left out)"
             )
-        out.update(self.result)
-        return out
+        return ProfileSection.model_validate({**out, **self.result, **(export or {})})
+
+
+def _seconds(t_ns: int | None, origin_ns: int) -> float | None:
+    return None if t_ns is None else round((t_ns - origin_ns) / 1e9, 6)

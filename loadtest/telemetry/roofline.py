@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.telemetry.gpu_section import GpuSection
+from loadtest.telemetry.profile_section import Operator, ProfileSection
 from loadtest.telemetry.roofline_section import (
     DecodeRoof,
     Diagnosis,
@@ -215,16 +216,18 @@ class Signals:
     gpu_active_pct: float | None = None
     sm_active_pct: float | None = None
     short_kernel_share: float | None = None
-    host_heavy_ops: tuple[dict, ...] = ()
+    host_heavy_ops: tuple[Operator, ...] = ()
 
     @classmethod
-    def of(cls, roofline: RooflineSection, gpu: GpuSection | None, profile: dict | None) -> Signals:
+    def of(
+        cls, roofline: RooflineSection, gpu: GpuSection | None, profile: ProfileSection | None
+    ) -> Signals:
         """From a run's ``roofline``, ``gpu`` and ``profile`` sections."""
         decode, prefill = roofline.decode, roofline.prefill
         device = gpu.devices[0] if gpu is not None and gpu.devices else None
         util = device.utilization_gpu_pct if device else None
         sm = device.gpm_sm_activity_pct if device else None
-        profile = profile or {}
+        kernels = profile.kernel_summary if profile else None
         return cls(
             mbu=decode.mbu if decode else None,
             mfu=decode.mfu if decode else None,
@@ -235,8 +238,8 @@ class Signals:
             prefill_tokens_per_s=prefill.tokens_per_s if prefill else None,
             gpu_active_pct=util.mean if util else None,
             sm_active_pct=sm.mean if sm else None,
-            short_kernel_share=(profile.get("kernel_summary") or {}).get("under_10us_share"),
-            host_heavy_ops=tuple(profile.get("host_heavy_ops") or ()),
+            short_kernel_share=kernels.under_10us_share if kernels else None,
+            host_heavy_ops=tuple((profile.host_heavy_ops if profile else None) or ()),
         )
 
 
@@ -249,8 +252,8 @@ def diagnose(s: Signals) -> Diagnosis:
         verdict = "host/launch-bound"
         remedies = [_remedy(op) for op in heavy]
         evidence += [
-            f"{op['name']}: {op['self_cpu_time_us'] / 1e3:.1f} ms of host time for "
-            f"{op['self_cuda_time_us'] / 1e3:.2f} ms on the GPU ({op.get('calls', '?')} calls)"
+            f"{op.name}: {op.self_cpu_time_us / 1e3:.1f} ms of host time for "
+            f"{op.self_cuda_time_us / 1e3:.2f} ms on the GPU ({op.calls} calls)"
             for op in heavy
         ]
         remedies += LAUNCH_BOUND_REMEDIES
@@ -269,7 +272,7 @@ def diagnose(s: Signals) -> Diagnosis:
         verdict=verdict,
         evidence=evidence,
         remedies=list(dict.fromkeys(remedies)),
-        host_heavy_ops=[o["name"] for o in heavy],
+        host_heavy_ops=[o.name for o in heavy],
     )
 
 
@@ -320,21 +323,19 @@ def _evidence(s: Signals) -> list[str]:
     return out
 
 
-def _remedy(op: dict) -> str:
+def _remedy(op: Operator) -> str:
     """The fix that fits a host-heavy operator, by what it is."""
-    name = op["name"].lower()
+    name = op.name.lower()
     if "cudnn_attention" in name:
         return (
-            f"{op['name']} plans every new shape on the CPU: leave cuDNN out of "
+            f"{op.name} plans every new shape on the CPU: leave cuDNN out of "
             "backend.sdpa_backends (the default), or keep shapes fixed (backend.prompt_bucket, compile)"
         )
     if "attention" in name or "sdpa" in name:
-        return (
-            f"{op['name']} is host-bound: try another backend.attn_implementation or sdpa_backends"
-        )
+        return f"{op.name} is host-bound: try another backend.attn_implementation or sdpa_backends"
     if any(k in name for k in ("copy_", "item", "to_copy", "_local_scalar_dense", "nonzero")):
-        return f"{op['name']}: host-device copies or syncs in the step; keep tensors on the device"
+        return f"{op.name}: host-device copies or syncs in the step; keep tensors on the device"
     return (
-        f"{op['name']} costs the host {op['self_cpu_time_us'] / 1e3:.1f} ms: fewer, larger launches "
+        f"{op.name} costs the host {op.self_cpu_time_us / 1e3:.1f} ms: fewer, larger launches "
         "(compile, CUDA graphs) or fixed shapes"
     )

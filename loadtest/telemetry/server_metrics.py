@@ -29,6 +29,7 @@ import threading
 import time
 
 from loadtest.backends.openai.discovery import server_root
+from loadtest.telemetry.server_section import ServerMetric, ServerMetrics, ServerSection
 from loadtest.transport.calls import scrape
 from loadtest.transport.settings import ClientSettings
 
@@ -169,6 +170,10 @@ DIMENSIONS = {
 }
 
 
+# One page read: when (the run's clock, ns), and ``{metric name: value}`` as ``parse`` gives it.
+Sample = tuple[int, dict[str, float]]
+
+
 def parse(text: str) -> dict[str, float]:
     """Prometheus text exposition -> ``{metric name: value}``, summed over label sets, or their
     mean for an engine's fraction (``MEAN_OVER_LABELS``), and each model's, engine's and
@@ -267,7 +272,7 @@ class ServerSampler:
     ) -> None:
         self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
         self.settings = settings or ClientSettings()
-        self.rows: list[tuple[int, dict[str, float]]] = []
+        self.rows: list[Sample] = []
         self.errors = 0
         self.cut = 0  # samples whose page ran past MAX_BODY (read up to it)
         self.last_error: str | None = None
@@ -300,47 +305,45 @@ class ServerSampler:
         self.rows.append((t, values))
         self.cut += cut
 
-    def summary(self, t0_ns: int, span: tuple[int, int] | None) -> dict:
+    def summary(self, t0_ns: int, span: tuple[int, int] | None) -> ServerSection:
         """Per common metric over the window: mean, max and last of gauges; means of
         histograms and ratios of counters from their change across it; the change of each
         counter over the whole run. ``available: false`` with the reason when nothing came."""
         rows = [r for r in self.rows if span is None or span[0] <= r[0] <= span[1]] or self.rows
         if not rows:
-            return {
-                "available": False,
-                "source": self.url,
-                "reason": self.last_error or "no sample",
-            }
+            return ServerSection(
+                available=False, source=self.url, reason=self.last_error or "no sample"
+            )
         metrics, found = _metrics(rows, self.rows)
         by = {f"by_{dim}": _by(dim, rows, self.rows) for dim in DIMENSIONS}
-        return {
-            "available": True,
-            "source": self.url,
-            "samples": len(rows),
-            "pages_cut": self.cut,
+        return ServerSection(
+            available=True,
+            source=self.url,
+            samples=len(rows),
+            pages_cut=self.cut,
             # the window's metrics are changes between these two samples (s from t0)
-            "sampled_s": [
+            sampled_s=[
                 round((rows[0][0] - t0_ns) / 1e9, 6),
                 round((rows[-1][0] - t0_ns) / 1e9, 6),
             ],
-            "errors": self.errors,
-            "server_names": found,
-            "units": {k: UNITS[k] for k in metrics},
-            "metrics": metrics,
+            errors=self.errors,
+            server_names=found,
+            units={k: UNITS[k] for k in metrics},
+            metrics=metrics,
             # the gauges over the whole run, for the report's plots beside the client's figures
-            "series": _series(self.csv_rows(t0_ns)),
+            series=_series(self.csv_rows(t0_ns)),
             # where the server labels its series by model, engine or adapter, and has more
             # than one: each one's own (by_model, by_engine, by_adapter)
             **{k: v for k, v in by.items() if v},
-        }
+        )
 
-    def csv_rows(self, t0_ns: int) -> list[dict]:
+    def csv_rows(self, t0_ns: int) -> list[dict[str, float | None]]:
         """One row a sample: seconds from t0, each common gauge found, and the prefix-cache hit
         rate and each histogram's mean over the interval since the sample before."""
         out = []
         previous: dict[str, float] = {}
         for t, values in self.rows:
-            row: dict = {"t_s": round((t - t0_ns) / 1e9, 3)}
+            row: dict[str, float | None] = {"t_s": round((t - t0_ns) / 1e9, 3)}
             for common, names in GAUGES.items():
                 name = _first(names, values)
                 row[common] = None if name is None else values[name]
@@ -355,44 +358,42 @@ class ServerSampler:
         return out
 
 
-def _metrics(rows: list, run_rows: list) -> tuple[dict[str, dict], dict[str, str]]:
+def _metrics(rows: list[Sample], run_rows: list[Sample]) -> tuple[ServerMetrics, dict[str, str]]:
     """Per common metric: gauges' mean, max and last over ``rows``; histograms' means and
     counter ratios from their change across them; counters' change over ``run_rows`` (the
     whole run). And the server's name each came from."""
-    metrics: dict[str, dict] = {}
+    metrics: ServerMetrics = {}
     found: dict[str, str] = {}
     for common, names in GAUGES.items():
         name = _first(names, rows[-1][1])
         if name is None:
             continue
         values = [r[1][name] for r in rows if name in r[1]]
-        metrics[common] = {
-            "mean": sum(values) / len(values),
-            "max": max(values),
-            "last": values[-1],
-        }
+        metrics[common] = ServerMetric(
+            mean=sum(values) / len(values), max=max(values), last=values[-1]
+        )
         found[common] = name
     first, last = rows[0][1], rows[-1][1]
     for common in RATIOS:
         value, name = _ratio(first, last, common)
         if name is not None:
-            metrics[common] = {"window": value}
+            metrics[common] = ServerMetric(window=value)
             found[common] = name
     for common in HISTOGRAMS:
         mean, count, name = _hist_mean(first, last, common)
         if name is not None:
-            metrics[common] = {"window_mean": mean, "window_count": count}
+            metrics[common] = ServerMetric(window_mean=mean, window_count=count)
             found[common] = name
     run_first, run_last = run_rows[0][1], run_rows[-1][1]
     for common, names in COUNTERS.items():
         name = _first(names, run_last)
         if name is not None:
-            metrics[common] = {"run_change": _delta(run_first, run_last, name)}
+            metrics[common] = ServerMetric(run_change=_delta(run_first, run_last, name))
             found[common] = name
     return metrics, found
 
 
-def _by(dim: str, rows: list, run_rows: list) -> dict[str, dict]:
+def _by(dim: str, rows: list[Sample], run_rows: list[Sample]) -> dict[str, ServerMetrics]:
     """Each model's (engine's, adapter's: ``dim``) own metrics, where the server labels its
     series so and has more than one; else empty."""
     mark = f"{SPLIT}{dim}="
@@ -400,7 +401,7 @@ def _by(dim: str, rows: list, run_rows: list) -> dict[str, dict]:
     if len(values) < 2:
         return {}
 
-    def own(rs: list, value: str) -> list:
+    def own(rs: list[Sample], value: str) -> list[Sample]:
         tail = mark + value
         return [
             (t, {k[: -len(tail)]: v for k, v in vals.items() if k.endswith(tail)}) for t, vals in rs
@@ -409,7 +410,7 @@ def _by(dim: str, rows: list, run_rows: list) -> dict[str, dict]:
     return {v: _metrics(own(rows, v), own(run_rows, v))[0] for v in values}
 
 
-def _series(rows: list[dict]) -> dict[str, list]:
+def _series(rows: list[dict[str, float | None]]) -> dict[str, list[float | None]]:
     """Columns of the sampled rows: t_s and each gauge the server has."""
     keys = ["t_s"] + [c for c in GAUGES if any(r[c] is not None for r in rows)]
     return {k: [r[k] for r in rows] for k in keys}
@@ -432,17 +433,17 @@ class EndpointSamplers:
         for s in self.samplers.values():
             s.stop()
 
-    def summary(self, t0_ns: int, span: tuple[int, int] | None) -> dict:
+    def summary(self, t0_ns: int, span: tuple[int, int] | None) -> ServerSection:
         out = self.first.summary(t0_ns, span)
-        out["scope"] = "the first endpoint's; endpoints: each one's"
-        out["endpoints"] = {base: s.summary(t0_ns, span) for base, s in self.samplers.items()}
+        out.scope = "the first endpoint's; endpoints: each one's"
+        out.endpoints = {base: s.summary(t0_ns, span) for base, s in self.samplers.items()}
         return out
 
     @property
-    def rows(self) -> list[tuple[int, dict[str, float]]]:
+    def rows(self) -> list[Sample]:
         return self.first.rows
 
-    def csv_rows(self, t0_ns: int) -> list[dict]:
+    def csv_rows(self, t0_ns: int) -> list[dict[str, float | None]]:
         return self.first.csv_rows(t0_ns)
 
 

@@ -191,7 +191,7 @@ def _over_time(m: RunMetrics) -> str:
             m.timeseries.interval_s if m.timeseries else 1,
             m.window,
             m.gpu.devices if m.gpu and m.gpu.available else None,
-            (m.server or {}).get("series"),
+            m.server.series if m.server else None,
         ),
         "time series",
     )
@@ -214,11 +214,22 @@ def _engine(m: RunMetrics) -> str:
     if rows:
         out.append("<h3>Profiler window</h3>" + pairs(rows))
     if ops:
-        keys = ("name", "calls", "self_cuda_time_us", "self_cpu_time_us", "cpu_time_us")
         out.append(
             table(
                 ("operator", "calls", "self CUDA µs", "self CPU µs", "CPU µs (with children)"),
-                [tuple(esc(o[k]) for k in keys) for o in ops],
+                [
+                    tuple(
+                        esc(v)
+                        for v in (
+                            o.name,
+                            o.calls,
+                            o.self_cuda_time_us,
+                            o.self_cpu_time_us,
+                            o.cpu_time_us,
+                        )
+                    )
+                    for o in ops
+                ],
             )
         )
     return "".join(out)

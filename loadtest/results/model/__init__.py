@@ -4,8 +4,10 @@ Every document is written with ``model_dump_json`` and read back with ``model_va
 (``read_run``), so a file that does not fit is refused with the field that does not, never
 half-read. ``schema`` names the document and its major version; a file of another version gets
 a clear message instead of a misreading. Sections that describe the outside world in its own
-terms (the scenario, the environment, the backend's facts, GPU telemetry, the profile and the
-roofline) stay open mappings; everything loadtest computes is typed.
+terms (the scenario, the environment, the backend's own facts) stay open mappings; everything
+loadtest computes or measures is typed, the telemetry sections (``gpu``, ``server``,
+``profile``, ``roofline``) by the samplers that make them (``loadtest.telemetry.*_section``),
+written as given: a figure that was not measured is left out.
 
 ``base`` holds what they share, ``run`` one run's document, ``sets`` the documents about several
 runs, ``reading`` the readers; this package is their one import.
@@ -66,6 +68,14 @@ from loadtest.results.model.sets import (
     SweepPoint,
 )
 from loadtest.telemetry.gpu_section import Dist, GpuDevice, GpuSection, GpuSeries, SamplerCost
+from loadtest.telemetry.profile_section import (
+    Kernel,
+    KernelSummary,
+    Operator,
+    Perturbation,
+    ProfileSection,
+    Span,
+)
 from loadtest.telemetry.roofline_section import (
     DecodeRoof,
     Diagnosis,
@@ -73,6 +83,12 @@ from loadtest.telemetry.roofline_section import (
     Peaks,
     PrefillRoof,
     RooflineSection,
+)
+from loadtest.telemetry.server_section import (
+    ServerMetric,
+    ServerMetrics,
+    ServerSection,
+    TtftCompared,
 )
 
 __all__ = [
@@ -83,6 +99,16 @@ __all__ = [
     "RUN_SCHEMA",
     "SWEEP_SCHEMA",
     "Check",
+    "ServerMetric",
+    "ServerMetrics",
+    "ServerSection",
+    "TtftCompared",
+    "Kernel",
+    "KernelSummary",
+    "Operator",
+    "Perturbation",
+    "ProfileSection",
+    "Span",
     "DecodeRoof",
     "Diagnosis",
     "ModelCosts",

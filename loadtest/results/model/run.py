@@ -16,7 +16,9 @@ from pydantic import (
 
 from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, RunStatus, VerdictName, _Doc
 from loadtest.telemetry.gpu_section import GpuSection
+from loadtest.telemetry.profile_section import ProfileSection
 from loadtest.telemetry.roofline_section import RooflineSection
+from loadtest.telemetry.server_section import ServerMetrics, ServerSection
 
 
 class LatencySummary(_Doc):
@@ -250,7 +252,7 @@ class ModelResult(_Doc):
     latency_ms: dict[str, LatencySummary]
     histograms: dict[str, str]  # encoded, as the run's: SLA checks are judged on them
     # the server's own metrics of this model, where its series name their model (server.by_model)
-    server: dict | None = None
+    server: ServerMetrics | None = None
 
 
 class TraceResult(_Doc):
@@ -475,8 +477,8 @@ class RunMetrics(_Doc):
     peak_mem_mb: float | None = None
     commit: str | None = None
     gpu: GpuSection | None = None
-    server: dict[str, Any] | None = None  # the server's own /metrics, where it has them
-    profile: dict[str, Any] | None = None
+    server: ServerSection | None = None  # the server's own /metrics, where it has them
+    profile: ProfileSection | None = None
     roofline: RooflineSection | None = None
     sla: Verdict | None = None
 

@@ -106,15 +106,41 @@ def test_non_finite_figures_become_null_with_a_warning_naming_them():
     import math
 
     from loadtest.results.finish import null_non_finite
+    from loadtest.results.model import DecodeRoof, ModelCosts, RooflineSection
 
-    result = _minimal_result(
-        roofline={"decode": {"mbu": math.nan, "steps": 3}, "points": [math.inf, 1.5]}
-    )
+    from loadtest.results.model import GpuDevice, GpuSection, GpuSeries
+
+    def roof(mbu: float, step_ms: float) -> RooflineSection:
+        return RooflineSection(
+            peaks=None,
+            model=ModelCosts(
+                linear_flops_per_token=2,
+                attention_flops_per_token_per_context=4,
+                weight_bytes=8,
+                kv_bytes_per_token=16,
+            ),
+            decode=DecodeRoof(
+                steps=3, step_ms=step_ms, batch_mean=1.0, bytes_per_step=8, achieved_gb_s=1.0,
+                achieved_tflops=1.0, intensity_flop_per_byte=1.0, mbu=mbu,
+            ),
+        )  # fmt: skip
+
+    series = GpuSeries(t_s=[0.0, 0.25], utilization_gpu_pct=[math.inf, 1.5])
+    gpu = GpuSection(available=True, devices=[GpuDevice(index=0, name="g", series=series)])
+    result = _minimal_result(roofline=roof(math.nan, 5.0), gpu=gpu)
     fixed = null_non_finite(result)
-    assert fixed.roofline == {"decode": {"mbu": None, "steps": 3}, "points": [None, 1.5]}
-    assert "roofline.decode.mbu, roofline.points[0]" in fixed.validity.warnings[0]
+    assert fixed.roofline.decode.mbu is None and fixed.roofline.decode.step_ms == 5.0
+    assert fixed.gpu.devices[0].series.utilization_gpu_pct == [None, 1.5]
+    assert (
+        "gpu.devices[0].series.utilization_gpu_pct[0], roofline.decode.mbu"
+        in fixed.validity.warnings[-1]
+    )
     json.dumps(fixed.view(), allow_nan=False)  # writable now
-    clean = _minimal_result(roofline={"a": 1.0})
+    # a figure a section cannot be without: that section is left out, the rest kept
+    fixed = null_non_finite(_minimal_result(roofline=roof(0.5, math.inf), gpu=gpu))
+    assert fixed.roofline is None and fixed.gpu.devices[0].series.utilization_gpu_pct == [None, 1.5]
+    assert "left out, a figure it needs not being finite: roofline" in fixed.validity.warnings[-1]
+    clean = _minimal_result(roofline=roof(0.5, 5.0))
     assert null_non_finite(clean) is clean
 
 

@@ -13,7 +13,10 @@ from loadtest.results.model import (
     Dist,
     GpuDevice,
     GpuSection,
+    KernelSummary,
+    Operator,
     Peaks,
+    ProfileSection,
     RooflineSection,
 )
 from loadtest.telemetry import roofline
@@ -92,7 +95,16 @@ def diagnose(decode: dict, gpu_active_pct: float | None, profile: dict | None = 
         util = Dist(mean=gpu_active_pct, p50=gpu_active_pct, p95=gpu_active_pct, max=gpu_active_pct)
         device = GpuDevice.model_construct(utilization_gpu_pct=util)
         gpu = GpuSection(available=True, devices=[device])
-    return roofline.diagnose(roofline.Signals.of(roof, gpu, profile))
+    prof = None
+    if profile is not None:
+        kernels = profile.get("kernel_summary")
+        prof = ProfileSection.model_construct(
+            kernel_summary=KernelSummary.model_construct(**kernels) if kernels else None,
+            host_heavy_ops=[
+                Operator.model_construct(**o) for o in profile.get("host_heavy_ops", [])
+            ],
+        )
+    return roofline.diagnose(roofline.Signals.of(roof, gpu, prof))
 
 
 def test_diagnosis():

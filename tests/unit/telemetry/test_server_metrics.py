@@ -28,7 +28,7 @@ def test_the_summary_maps_names_and_takes_counter_changes_over_the_window():
     s = ServerSampler("http://x/metrics", 1.0)
     later = SGLANG.replace("} 2.0", "} 3.5").replace("} 10\n", "} 16\n").replace("} 3.0", "} 5.0")
     s.rows = [(1_000_000_000, parse(SGLANG)), (2_500_000_000, parse(later))]
-    out = s.summary(0, (0, 10_000_000_000))
+    out = s.summary(0, (0, 10_000_000_000)).view()
     assert out["available"] and out["samples"] == 2
     m = out["metrics"]
     assert m["requests_running"] == {"mean": 5.0, "max": 6.0, "last": 6.0}
@@ -50,7 +50,7 @@ def test_the_summary_maps_names_and_takes_counter_changes_over_the_window():
 def test_nothing_sampled_says_why():
     s = ServerSampler("http://x/metrics", 1.0)
     s.last_error = "URLError: connection refused"
-    assert s.summary(0, None) == {
+    assert s.summary(0, None).view() == {
         "available": False,
         "source": "http://x/metrics",
         "reason": "URLError: connection refused",
@@ -105,7 +105,7 @@ def test_vllm_v1_names_give_every_column_with_per_interval_ratios():
     # a histogram's buckets are not summed into anything
     assert not any(k.endswith("_bucket") for k in parse(VLLM_V1))
     s.rows = [(1_000_000_000, parse(VLLM_V1)), (3_000_000_000, parse(later))]
-    out = s.summary(0, None)
+    out = s.summary(0, None).view()
     m = out["metrics"]
     # 450 hits of 600 queries between the samples
     assert m["prefix_cache_hit_rate"] == {"window": 0.75}
@@ -128,7 +128,7 @@ def test_older_servers_fall_back_to_their_own_hit_rate_gauge():
         (0, {"vllm:gpu_prefix_cache_hit_rate": 0.3}),
         (1, {"vllm:gpu_prefix_cache_hit_rate": 0.4}),
     ]
-    out = s.summary(0, None)
+    out = s.summary(0, None).view()
     assert out["metrics"]["prefix_cache_hit_rate"] == {"window": 0.4}
     assert out["server_names"]["prefix_cache_hit_rate"] == "vllm:gpu_prefix_cache_hit_rate"
 
@@ -163,7 +163,7 @@ def test_speculative_decoding_gives_the_acceptance_rate_and_length_over_the_wind
         (1_000_000_000, parse(_spec_page(20, 60, 30))),
         (2_000_000_000, parse(_spec_page(40, 120, 54))),
     ]
-    out = s.summary(0, (1_000_000_000, 2_000_000_000))
+    out = s.summary(0, (1_000_000_000, 2_000_000_000)).view()
     m = out["metrics"]
     # in the window: 20 drafts of 60 tokens, 24 accepted: 0.4 accepted, 1 + 24/20 tokens a step
     assert m["spec_acceptance_rate"] == {"window": 0.4}
@@ -181,7 +181,7 @@ def test_sglang_publishes_its_speculative_figures_as_gauges():
     s = ServerSampler("http://x/metrics", 1.0)
     page = 'sglang:spec_accept_length{model_name="m"} 3.1\nsglang:spec_accept_rate{model_name="m"} 0.7\n'
     s.rows = [(0, parse(page)), (1, parse(page))]
-    m = s.summary(0, None)["metrics"]
+    m = s.summary(0, None).view()["metrics"]
     assert m["spec_accept_length"] == {"window": 3.1}
     assert m["spec_acceptance_rate"] == {"window": 0.7}
 
@@ -229,7 +229,7 @@ vllm:time_to_first_token_seconds_count{model_name="b"} 10
     )  # fmt: skip
     s = ServerSampler("http://x/metrics", 1.0)
     s.rows = [(1_000_000_000, parse(page)), (2_000_000_000, parse(later))]
-    out = s.summary(0, None)
+    out = s.summary(0, None).view()
     assert out["metrics"]["requests_waiting"]["last"] == 8.0
     assert out["metrics"]["kv_cache_usage"]["last"] == pytest.approx(0.3)
     a, b = out["by_model"]["a"], out["by_model"]["b"]
@@ -246,7 +246,7 @@ vllm:time_to_first_token_seconds_count{model_name="b"} 10
 def test_one_model_gives_no_breakdown():
     s = ServerSampler("http://x/metrics", 1.0)
     s.rows = [(1, parse(SGLANG)), (2, parse(SGLANG))]
-    assert "by_model" not in s.summary(0, None)
+    assert "by_model" not in s.summary(0, None).view()
 
 
 def test_data_parallel_engines_each_keep_their_own_cache_and_queue():
@@ -258,7 +258,7 @@ vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
 """
     s = ServerSampler("http://x/metrics", 1.0)
     s.rows = [(1, parse(page)), (2, parse(page))]
-    out = s.summary(0, None)
+    out = s.summary(0, None).view()
     assert "by_model" not in out  # one model
     engines = out["by_engine"]
     assert engines["0"]["kv_cache_usage"]["last"] == 0.6
