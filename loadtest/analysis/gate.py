@@ -93,7 +93,7 @@ def gate(
 def scenario_differences(base: RunMetrics, cand: RunMetrics) -> list[str]:
     """What differs between the scenarios that produced two runs (seeds and output settings aside)."""
 
-    def flat(d: dict | None, prefix: str = "") -> dict[str, Any]:
+    def flat(d: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
         out = {}
         for k, v in (d or {}).items():
             if isinstance(v, dict):

@@ -114,7 +114,7 @@ class Sample:
             raise ValueError("no runs")
         self.n_runs = len(runs)
         self.run_units: list[np.ndarray] = []  # per run: the global interval numbers of its units
-        unit_rows: dict[str, list] = {m: [] for m in INTERVAL_METRICS}
+        unit_rows: dict[str, list[np.ndarray]] = {m: [] for m in INTERVAL_METRICS}
         tokens: list[float] = []
         widths: list[float] = []
         next_unit = 0
@@ -179,11 +179,12 @@ class Sample:
         w = weights[:, ok]
         taken = w.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return (
+            rates: np.ndarray = (
                 (w * self.tokens[ok]).sum(axis=1)
                 / (w * self.tput_width[ok]).sum(axis=1)
                 * np.where(taken > 0, 1, np.nan)
             )
+        return rates
 
     def statistic(self, name: str, weights: np.ndarray) -> np.ndarray:
         """The pooled statistic of a metric under resampling weights of the blocks."""
@@ -251,7 +252,7 @@ def _welch_dof(parts: list[tuple[float, float]]) -> float:
 
 
 def _block_length(k: int) -> int:
-    return max(1, round(k ** (1 / 3)))
+    return max(1, int(round(float(k) ** (1 / 3))))
 
 
 def _block_indices(rng: np.random.Generator, k: int) -> np.ndarray:

@@ -29,6 +29,7 @@ from loadtest.core._version import __version__
 from loadtest.core.clock import OffsetClock
 from loadtest.core.errors import BackendError
 from loadtest.execution.clock_sync import ClockOffset, EchoServer, measure_calls, measure_udp
+from loadtest.execution.live import LiveStats
 from loadtest.execution.worker_side import HEARTBEAT_S, WorkerSide
 
 # For tests on one host: the actor pretends its node's monotonic clock is this far ahead (a
@@ -87,7 +88,7 @@ class RayWorker:
     async def stop(self, reason: str, at_ns: int | None) -> None:
         self.side.request_stop(reason, at_ns)
 
-    async def stats(self, live: bool) -> dict:
+    async def stats(self, live: bool) -> LiveStats | None:
         return self.side.stats(live)
 
     async def close(self) -> None:

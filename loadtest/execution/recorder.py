@@ -20,6 +20,7 @@ from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.histogram import merge as merge_histograms
+from loadtest.execution.live import LIVE_METRICS
 from loadtest.execution.request import (
     LATE_FLOOR_NS,
     LATE_KEPT,
@@ -425,23 +426,6 @@ class Recorder:
             )
             for metric in LIVE_METRICS
         }
-
-    def live_percentiles_ms(self) -> dict[str, float | None]:
-        """For the progress display: TTFT, ITL and E2E p50/p99 over the open intervals."""
-        return live_percentiles_ms(self.live_histograms())
-
-
-LIVE_METRICS = ("ttft", "itl", "e2e")  # e2e: the live figure of answers with no stream
-
-
-def live_percentiles_ms(histograms: dict[str, LatencyHistogram]) -> dict[str, float | None]:
-    """The progress display's p50/p99 of each live histogram (None where it is empty)."""
-    out: dict[str, float | None] = {}
-    for metric in LIVE_METRICS:
-        h = histograms.get(metric)
-        p50, p99 = h.percentiles_ms((50, 99)) if h is not None and h.count else (None, None)
-        out[f"{metric}_p50_ms"], out[f"{metric}_p99_ms"] = p50, p99
-    return out
 
 
 def interval_summary(iv: Interval) -> dict[str, Any]:

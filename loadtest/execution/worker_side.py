@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import signal
 from array import array
+from dataclasses import replace
 
 from loadtest.backends import create_backend
 from loadtest.backends.base import Backend, BackendInfo
@@ -23,6 +24,7 @@ from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError
 from loadtest.core.heap import settle_heap
 from loadtest.core.loop import read_pipe_on_loop
+from loadtest.execution.live import LiveStats
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.workload.plan import Plan, build_plan
@@ -115,16 +117,16 @@ class WorkerSide:
         elif self._early_stop is None:
             self._early_stop = (reason, at_ns)
 
-    def stats(self, live: bool) -> dict:
-        """Live counts, and for a display the live TTFT and ITL histograms, encoded (the
-        coordinator pools them over the workers); empty before the run."""
+    def stats(self, live: bool) -> LiveStats | None:
+        """Live counts, and for a display the live TTFT, ITL and E2E histograms, encoded (the
+        coordinator pools them over the workers); None before the run."""
         runner = self.runner
         if runner is None:
-            return {}
+            return None
         out = runner.stats(percentiles=False)
         if live and runner.recorder is not None:
             hists = runner.recorder.live_histograms()
-            out["live"] = {m: h.encode() for m, h in hists.items() if h.count}
+            out = replace(out, histograms={m: h.encode() for m, h in hists.items() if h.count})
         return out
 
     async def close(self) -> None:

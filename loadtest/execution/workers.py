@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from loadtest.backends import combine_facts
 from loadtest.config.loading import LoadedScenario
@@ -28,8 +28,9 @@ from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.clock_sync import SAME_CLOCK, ClockOffset
+from loadtest.execution.live import LIVE_METRICS, LivePercentiles, LiveStats
 from loadtest.execution.merge import merge
-from loadtest.execution.recorder import LIVE_METRICS, Recorder, live_percentiles_ms
+from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.execution.users import SessionCounts
 from loadtest.execution.worker_side import HEARTBEAT_S, STOP_GRACE_S
@@ -101,7 +102,9 @@ class WorkerGroup:
         self.live_percentiles = False
         self._inbox: asyncio.Queue[tuple[int, tuple]] = asyncio.Queue()
         self._last_heard: list[float] = [0.0] * self.count
-        self._stats: list[dict] = [{} for _ in channels]
+        # each worker's latest heartbeat, and its live histograms decoded
+        self._stats: list[LiveStats | None] = [None for _ in channels]
+        self._live: list[dict[str, LatencyHistogram]] = [{} for _ in channels]
         self._clocks: list[ClockOffset] = [SAME_CLOCK] * self.count
         self._stop: tuple[str, int] | None = None
         self._planned: int | None = None
@@ -137,9 +140,11 @@ class WorkerGroup:
         def post(msg: tuple) -> None:
             self._last_heard[i] = loop.time()
             if msg[0] == "stats":  # decoded once here, however often a display polls
-                live = msg[1].get("live") or {}
-                msg[1]["live"] = {m: LatencyHistogram.decode(text) for m, text in live.items()}
-                self._stats[i] = msg[1]
+                beat: LiveStats | None = msg[1]
+                if beat is not None:
+                    encoded = beat.histograms or {}
+                    self._live[i] = {m: LatencyHistogram.decode(t) for m, t in encoded.items()}
+                    self._stats[i] = replace(beat, histograms=None)
             else:
                 self._inbox.put_nowait((i, msg))
 
@@ -294,26 +299,25 @@ class WorkerGroup:
         for channel in self.channels:
             channel.send(("stop", *self._stop))
 
-    def stats(self) -> dict:
+    def stats(self) -> LiveStats:
         """The workers' latest counts, summed, and percentiles of their live histograms pooled
         (a worst worker's p50 is not the run's)."""
-        out: dict[str, Any] = {
-            "elapsed_s": 0.0 if self.t0 is None else max(0, self.clock.now_ns() - self.t0) / 1e9,
-            "window_end_s": None,
-            "gpu_util_pct": None if self.gpu_probe is None else self.gpu_probe(),
-            "planned": self._planned,
-        }
-        stats = [s for s in self._stats if s]
-        for key in ("sent", "in_flight", "completed", "failed"):
-            out[key] = sum(s.get(key) or 0 for s in stats)
+        stats = [s for s in self._stats if s is not None]
         pooled = {metric: LatencyHistogram() for metric in LIVE_METRICS}
-        for s in stats:
-            for metric, histogram in (s.get("live") or {}).items():
+        for live in self._live:
+            for metric, histogram in live.items():
                 pooled[metric].add(histogram)
-        out.update(live_percentiles_ms(pooled))
-        if stats:
-            out["window_end_s"] = stats[0].get("window_end_s")
-        return out
+        return LiveStats(
+            elapsed_s=0.0 if self.t0 is None else max(0, self.clock.now_ns() - self.t0) / 1e9,
+            window_end_s=stats[0].window_end_s if stats else None,
+            planned=self._planned,
+            sent=sum(s.sent for s in stats),
+            in_flight=sum(s.in_flight for s in stats),
+            completed=sum(s.completed for s in stats),
+            failed=sum(s.failed for s in stats),
+            latency=LivePercentiles.of(pooled),
+            gpu_util_pct=None if self.gpu_probe is None else self.gpu_probe(),
+        )
 
     # -- messages -----------------------------------------------------------------------------
 

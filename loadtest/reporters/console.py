@@ -8,6 +8,7 @@ given as ``style=`` or ``Text`` spans. Everything printed passes through the sec
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -15,7 +16,7 @@ from rich.text import Text
 from loadtest.core import secrets
 
 
-def make_console(stderr: bool = False, **kwargs) -> Console:
+def make_console(stderr: bool = False, **kwargs: Any) -> Console:
     """A rich console that never interprets markup in text it prints (outside text stays text)."""
     stream = sys.stderr if stderr else sys.stdout
     return Console(file=secrets.scrubbed(stream), markup=False, highlight=False, **kwargs)

@@ -11,10 +11,12 @@ from loadtest.execution.recorder import ALL_METRICS
 from loadtest.results.model import (
     ApiResult,
     BackendFacts,
+    Check,
     GoodputResult,
     GpuSection,
     Operator,
     ProfileSection,
+    Requests,
     RooflineSection,
     RunMetrics,
     ServerMetrics,
@@ -433,7 +435,7 @@ def steps_rows(steps: StepsResult | None) -> list[tuple[str, str]]:
     return rows
 
 
-def requests_line(r) -> str:
+def requests_line(r: Requests) -> str:
     """The request counts in words: completed, failed, cancelled (by the plan), warm-up, and
     those a stopped run left in flight."""
     parts = [f"{r.completed} completed", f"{r.failed} failed"]
@@ -541,7 +543,7 @@ def _server_of_share(server: ServerMetrics | None) -> str:
     return f"; the server's: {', '.join(parts)}" if parts else ""
 
 
-def sla_cells(check) -> tuple[str, str]:
+def sla_cells(check: Check) -> tuple[str, str]:
     """An SLA check's observed value and bound, each with its unit: the one spelling the
     terminal, Markdown and HTML reports share."""
     unit = f" {check.unit}" if check.unit else ""

@@ -47,7 +47,7 @@ def placement_rows(
     return rows
 
 
-def _replica(r: dict, floor: float | None) -> str:
+def _replica(r: dict[str, Any], floor: float | None) -> str:
     """One replica: devices, CPUs, requests, batches, decode step (against the floor), memory."""
     parts = [",".join(r.get("devices") or ()) or "?"]
     if r.get("cpus"):

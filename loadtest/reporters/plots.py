@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import math
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
@@ -24,7 +25,7 @@ SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
 MAX_MARKERS = 240  # markers (and tooltips) a series at most; the line itself keeps every point
 
 
-def finite(v, log: bool = False) -> bool:
+def finite(v: object, log: bool = False) -> bool:
     return (
         isinstance(v, (int, float))
         and not isinstance(v, bool)
@@ -58,7 +59,17 @@ class Plot:
         for ax in self.axes:
             ax.grid(True, alpha=0.3)
 
-    def series(self, ax, xs, ys, tips, label=None, log_y=False, log_x=False, **style) -> None:
+    def series(
+        self,
+        ax: Any,
+        xs: Sequence[float | None],
+        ys: Sequence[float | None],
+        tips: Sequence[str],
+        label: str | None = None,
+        log_y: bool = False,
+        log_x: bool = False,
+        **style: Any,
+    ) -> None:
         """A line through the finite points; markers with tooltips on at most MAX_MARKERS of them."""
         pts = [(x, y, t) for x, y, t in zip(xs, ys, tips) if finite(x, log_x) and finite(y, log_y)]
         if not pts:
@@ -117,7 +128,7 @@ def _percentile_x(p: float) -> float:
     return 1 / (1 - p / 100) if p < 100 else 1e6
 
 
-def _percentile_axis(ax) -> None:
+def _percentile_axis(ax: Any) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks([1, 2, 10, 100, 1000, 10000, 100000, 1e6])
@@ -130,7 +141,9 @@ COLORS = {"ttft": "#1a73e8", "itl": "#188038", "e2e": "#d93025", "queue": "#9334
 
 
 def percentile_plot(
-    runs: list[tuple[str, dict[str, str]]], metrics=("ttft", "itl", "e2e"), name="pct"
+    runs: list[tuple[str, dict[str, str]]],
+    metrics: Sequence[str] = ("ttft", "itl", "e2e"),
+    name: str = "pct",
 ) -> str | None:
     """Latency by percentile from saved HDR histograms, x = 1/(1 - p) on a log axis so the tail
     shows. ``runs``: (label, encoded histograms); each further run is overlaid in another line
@@ -176,7 +189,7 @@ def timeseries_plot(
     interval_s: float,
     window: Window | None = None,
     gpus: list[GpuDevice] | None = None,
-    server_series: dict | None = None,
+    server_series: dict[str, list[float | None]] | None = None,
 ) -> str | None:
     """The run over time on one shared time axis: throughput, TTFT/ITL percentiles per interval,
     then GPU activity (per device) and the server's own gauges where they were sampled."""
@@ -262,7 +275,14 @@ def _gpu_row(plot: Plot, ax: Any, gpus: list[GpuDevice]) -> None:
     ax.set_ylabel("GPU %")
 
 
-def _gauge(plot: Plot, ax, t: list, ys: list, name: str, tip_name: str | None = None) -> None:
+def _gauge(
+    plot: Plot,
+    ax: Any,
+    t: Sequence[float | None],
+    ys: Sequence[float | None],
+    name: str,
+    tip_name: str | None = None,
+) -> None:
     """A sampled gauge over time (GPU activity, a server's queue): small markers, exact tips."""
     tips = [f"{x:g} s: {tip_name or name} {y}" for x, y in zip(t, ys)]
     plot.series(ax, t, ys, tips, label=name, markersize=2)

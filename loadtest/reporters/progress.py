@@ -6,12 +6,16 @@ failures and the GPUs' kernel-active %."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from loadtest.execution.live import LiveStats
 from loadtest.reporters.console import make_console, styled
 
 RATE_SPAN_S = 5.0  # offered and delivered rates are over the last this many seconds
@@ -23,9 +27,9 @@ class Rates:
     def __init__(self) -> None:
         self.samples: deque[tuple[float, int, int]] = deque([(0.0, 0, 0)])
 
-    def update(self, s: dict) -> tuple[float | None, float | None]:
-        self.samples.append((s["elapsed_s"], s["sent"], s["completed"] + s["failed"]))
-        while len(self.samples) > 2 and s["elapsed_s"] - self.samples[1][0] >= RATE_SPAN_S:
+    def update(self, s: LiveStats) -> tuple[float | None, float | None]:
+        self.samples.append((s.elapsed_s, s.sent, s.completed + s.failed))
+        while len(self.samples) > 2 and s.elapsed_s - self.samples[1][0] >= RATE_SPAN_S:
             self.samples.popleft()
         (t0, sent0, done0), (t1, sent1, done1) = self.samples[0], self.samples[-1]
         if t1 - t0 <= 0:
@@ -33,50 +37,50 @@ class Rates:
         return (sent1 - sent0) / (t1 - t0), (done1 - done0) / (t1 - t0)
 
 
-def time_left_s(s: dict) -> float | None:
+def time_left_s(s: LiveStats) -> float | None:
     """Seconds to the window's end (a timed run), or at the pace so far (a counted one)."""
-    if s.get("window_end_s") is not None:
-        return max(0.0, s["window_end_s"] - s["elapsed_s"])
-    finished = s["completed"] + s["failed"]
-    if s.get("planned") and finished:
-        return s["elapsed_s"] / finished * max(0, s["planned"] - finished)
+    if s.window_end_s is not None:
+        return max(0.0, s.window_end_s - s.elapsed_s)
+    finished = s.completed + s.failed
+    if s.planned and finished:
+        return s.elapsed_s / finished * max(0, s.planned - finished)
     return None
 
 
-def _ms(x) -> str:
+def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def _rate(x) -> str:
+def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
-def fields(s: dict, offered: float | None, delivered: float | None) -> list[str]:
+def fields(s: LiveStats, offered: float | None, delivered: float | None) -> list[str]:
     """The figures both displays show, as short phrases."""
-    left, end = time_left_s(s), s.get("window_end_s")
-    clock = f"{s['elapsed_s']:.0f} s"
-    if end is not None and s["elapsed_s"] >= end:
+    left, end = time_left_s(s), s.window_end_s
+    clock = f"{s.elapsed_s:.0f} s"
+    if end is not None and s.elapsed_s >= end:
         clock += f" (window ended at {end:.0f} s: draining)"
     elif end is not None:
         clock += f" of {end:.0f} s ({left:.0f} s left)"
     elif left is not None:
         clock += f" (about {left:.0f} s left)"
-    planned = f"/{s['planned']}" if s.get("planned") else ""
+    planned = f"/{s.planned}" if s.planned else ""
     out = [
         clock,
-        f"sent {s['sent']}{planned}, done {s['completed']}, in flight {s['in_flight']}, "
-        f"failed {s['failed']}",
+        f"sent {s.sent}{planned}, done {s.completed}, in flight {s.in_flight}, failed {s.failed}",
         f"offered {_rate(offered)} req/s, delivered {_rate(delivered)} req/s",
     ]
-    if s.get("ttft_p50_ms") is None and s.get("e2e_p50_ms") is not None:
+    lat = s.latency
+    if lat.ttft_p50_ms is None and lat.e2e_p50_ms is not None:
         # answers with no token stream (embeddings, rerank): their latency is the whole answer's
-        out.append(f"E2E p50 {_ms(s['e2e_p50_ms'])} p99 {_ms(s.get('e2e_p99_ms'))} ms")
+        out.append(f"E2E p50 {_ms(lat.e2e_p50_ms)} p99 {_ms(lat.e2e_p99_ms)} ms")
     else:
         out += [
-            f"TTFT p50 {_ms(s.get('ttft_p50_ms'))} p99 {_ms(s.get('ttft_p99_ms'))} ms",
-            f"ITL p50 {_ms(s.get('itl_p50_ms'))} p99 {_ms(s.get('itl_p99_ms'))} ms",
+            f"TTFT p50 {_ms(lat.ttft_p50_ms)} p99 {_ms(lat.ttft_p99_ms)} ms",
+            f"ITL p50 {_ms(lat.itl_p50_ms)} p99 {_ms(lat.itl_p99_ms)} ms",
         ]
-    gpu = s.get("gpu_util_pct")
+    gpu = s.gpu_util_pct
     if gpu:
         out.append("GPU " + " ".join(f"{u:.0f}%" for u in gpu))
     return out
@@ -92,38 +96,49 @@ def _panel(parts: list[str], failed: int) -> Table:
     return grid
 
 
-def live_progress(console: Console | None = None, period_s: float = 0.25):
-    """A coroutine factory that shows a running point's progress on the terminal."""
-    console = console or make_console(stderr=True)
+class Polled(Protocol):
+    """What a display polls: a runner, or a group of worker processes."""
 
-    async def show(runner) -> None:
+    def stats(self) -> LiveStats: ...
+
+
+Display = Callable[[Polled], Coroutine[Any, Any, None]]
+
+
+def live_progress(console: Console | None = None, period_s: float = 0.25) -> Display:
+    """A coroutine factory that shows a running point's progress on the terminal."""
+    shown_on = console or make_console(stderr=True)
+
+    async def show(runner: Polled) -> None:
         rates = Rates()
-        with Live(Table.grid(), console=console, refresh_per_second=4, transient=True) as live:
+        with Live(Table.grid(), console=shown_on, refresh_per_second=4, transient=True) as live:
             while True:
                 await asyncio.sleep(period_s)
                 s = runner.stats()
-                live.update(_panel(fields(s, *rates.update(s)), s["failed"]))
+                live.update(_panel(fields(s, *rates.update(s)), s.failed))
 
     return show
 
 
-def plain_progress(period_s: float = 5.0, write=None):
+def plain_progress(period_s: float = 5.0, write: Callable[[str], None] | None = None) -> Display:
     """For a log rather than a terminal (CI): one plain line every ``period_s`` seconds."""
-    import sys
 
-    write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+    def to_stderr(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
 
-    async def show(runner) -> None:
+    say = write or to_stderr
+
+    async def show(runner: Polled) -> None:
         rates = Rates()
         while True:
             await asyncio.sleep(period_s)
             s = runner.stats()
-            write("progress: " + "; ".join(fields(s, *rates.update(s))))
+            say("progress: " + "; ".join(fields(s, *rates.update(s))))
 
     return show
 
 
-def choose(quiet: bool, terminal: bool):
+def choose(quiet: bool, terminal: bool) -> Display | None:
     """The progress display for this output: none, a live display, or plain lines for a log."""
     if quiet:
         return None

@@ -3,6 +3,7 @@ throughput-latency frontier; each point marked steady, unsteady (overloaded) or 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from loadtest.reporters.plots import COLORS, Plot, finite
@@ -22,7 +23,17 @@ def point_kind(c: CurvePoint) -> str:
     return "unsteady" if c.steady is False else "steady"
 
 
-def _sweep_series(plot: Plot, ax, curve, xkey, ykey, label, fmt, log_y=False, color=None) -> None:
+def _sweep_series(
+    plot: Plot,
+    ax: Any,
+    curve: list[CurvePoint],
+    xkey: str,
+    ykey: str,
+    label: str | None,
+    fmt: Callable[[CurvePoint], str],
+    log_y: bool = False,
+    color: str | None = None,
+) -> None:
     """One curve: a thin line through every point, markers by the point's kind. ``color``: the
     curve's own colour, when several share a plot; its line then carries ``label`` and its steady
     markers that colour (unsteady and invalid keep their kind's). Without it, the kinds make the

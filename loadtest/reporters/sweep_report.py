@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rich import box
@@ -11,7 +12,7 @@ from rich.table import Table
 from loadtest.core import atomic
 from loadtest.core.text import visible_doc
 from loadtest.reporters import html
-from loadtest.results.model import SweepDoc
+from loadtest.results.model import SweepDoc, SweepPoint
 
 COLS = (
     "x",
@@ -52,14 +53,14 @@ def _fmt(v: object) -> str:
     return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
 
 
-def point_done_printer(console: Console):
+def point_done_printer(console: Console) -> Callable[[int, int, float, SweepPoint], None]:
     """``on_point`` for run_sweep: one plain line a point (k/N, its time, the sweep's estimate),
     readable in a CI log as on a terminal."""
     import time
 
     started = time.monotonic()
 
-    def done(k: int, n: int, seconds: float, row) -> None:
+    def done(k: int, n: int, seconds: float, row: SweepPoint) -> None:
         elapsed = time.monotonic() - started
         left = elapsed / k * (n - k)
         console.print(

@@ -190,7 +190,7 @@ def _steps(scenario: Scenario, outcome: RunOutcome) -> StepsResult | None:
 
 
 def _traffic(
-    scenario: Scenario, rec: Recorder, planned: dict | None, window_s: float | None
+    scenario: Scenario, rec: Recorder, planned: dict[str, Any] | None, window_s: float | None
 ) -> TrafficResult | None:
     """The traffic's own section: where it is more than synthetic text at a rate (a trace,
     cancellations, a model mix), or its text is not the default."""
@@ -231,7 +231,7 @@ def _traffic(
 
 
 def _shares(
-    tallies: dict[str, ModelTally], window_s: float | None, planned: dict
+    tallies: dict[str, ModelTally], window_s: float | None, planned: dict[str, int]
 ) -> dict[str, ModelResult] | None:
     """Each share of the traffic (a model of a mix, an endpoint of several): its requests,
     latencies and throughput; None where the traffic has no such shares."""

@@ -18,9 +18,11 @@ from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import BackendFacts, RunMetrics, Stability, Verdict
 from loadtest.telemetry import environment
-from loadtest.telemetry.gpu_section import GpuSection
+from loadtest.telemetry.environment import Manifest
+from loadtest.telemetry.gpu_section import GpuSection, GpuSource
+from loadtest.telemetry.profile_window import ProfileWindow
 from loadtest.telemetry.roofline_section import RooflineSection
-from loadtest.telemetry.server_section import ServerSection, TtftCompared
+from loadtest.telemetry.server_section import ServerSection, ServerSource, TtftCompared
 
 
 @dataclass
@@ -29,12 +31,12 @@ class Observed:
     files beside metrics.json that could not be written, and notes from the run's set-up."""
 
     environment: dict[str, Any]
-    gpu: Any = None  # a stopped telemetry.gpu_sampler.GpuSampler
+    gpu: GpuSource | None = None  # stopped
     gpu_off_reason: str = "not sampled"
     gpu_scope: str | None = None  # whose GPUs these are
-    profile: Any = None  # the telemetry.profile_window.ProfileWindow that ran
+    profile: ProfileWindow | None = None  # the window that ran
     profile_export: dict[str, Any] = field(default_factory=dict)
-    server: Any = None  # a stopped telemetry.server_metrics.ServerSampler
+    server: ServerSource | None = None  # stopped
     file_problems: dict[str, str] = field(default_factory=dict)  # side file -> why not written
     notes: list[str] = field(default_factory=list)  # set-up warnings (a dataset cut short)
 
@@ -174,7 +176,7 @@ def _judged_outside(scenario: Scenario, rec: Recorder, window: Any) -> list[Stab
     return judged or None
 
 
-def _roofline(metrics: RunMetrics, env: dict) -> RooflineSection | None:
+def _roofline(metrics: RunMetrics, env: Manifest) -> RooflineSection | None:
     """MBU/MFU and a diagnosis, for in-process models (transformers)."""
     backend = metrics.backend
     acct: dict[str, float] = dict(backend.roofline_acct or {})
@@ -212,10 +214,10 @@ def _estimated(metrics: RunMetrics) -> dict[str, float]:
     )
 
 
-def _server_section(server: Any, rec: Recorder, t0_ns: int) -> ServerSection:
+def _server_section(server: ServerSource, rec: Recorder, t0_ns: int) -> ServerSection:
     """``server``, with the server's TTFT beside the client's where it has one."""
     span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
-    summary: ServerSection = server.summary(t0_ns, span)
+    summary = server.summary(t0_ns, span)
     compared = _ttft_compared(summary, rec.first_tokens, t0_ns)
     if compared is not None:
         summary.ttft_compared = compared

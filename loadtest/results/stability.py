@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
 
 from loadtest.execution.timeline import Timeline
 from loadtest.results.model import Stability, Trend
@@ -93,7 +94,7 @@ def _backlog(tl: Timeline, t: int) -> int:
 
 
 def _trend(
-    intended: array, value_at: array, start: int, end: int, interval_ns: int
+    intended: array[int], value_at: array[int], start: int, end: int, interval_ns: int
 ) -> Trend | None:
     """Per interval of intended time, the median of ``value_at - intended``; their OLS slope
     with a Newey-West 99% interval. None when the backend reports no such time."""
@@ -134,7 +135,7 @@ def _trend(
     )
 
 
-def _median(values: list) -> float:
+def _median(values: Sequence[float]) -> float:
     s = sorted(values)
     n = len(s)
     return float(s[n // 2]) if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

@@ -17,6 +17,7 @@ from loadtest.analysis.sla import evaluate
 from loadtest.backends import create_backend
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.config.loading import LoadedScenario, resolve_path
+from loadtest.config.scenario import Scenario
 from loadtest.core import rundir, secrets
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
@@ -24,6 +25,7 @@ from loadtest.core.text import visible
 from loadtest.execution.process_workers import process_channels
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.execution.workers import WorkerGroup
+from loadtest.reporters.progress import Display
 from loadtest.results.build import build_result
 from loadtest.results.finish import Observed
 from loadtest.results.model import RunMetrics
@@ -32,6 +34,7 @@ from loadtest.session.signals import StopOnSignals
 from loadtest.session.telemetry import gpu_off_reason, gpu_sampler, gpu_scope, server_sampler
 from loadtest.session.writing import RunResult, write_exports, write_result, write_side_files
 from loadtest.telemetry import environment
+from loadtest.telemetry.profile_window import ProfileWindow
 from loadtest.workload.datasets import DatasetRows
 from loadtest.workload.plan import Plan, build_plan
 
@@ -62,7 +65,12 @@ class Session(StopOnSignals):
     """
 
     def __init__(
-        self, clock: Clock, *, progress=None, handle_signals: bool = False, grace_s: float = 15.0
+        self,
+        clock: Clock,
+        *,
+        progress: Display | None = None,
+        handle_signals: bool = False,
+        grace_s: float = 15.0,
     ) -> None:
         self.clock, self.progress, self.handle_signals = clock, progress, handle_signals
         self.grace_s = grace_s
@@ -280,11 +288,9 @@ class Session(StopOnSignals):
                 progress_task.cancel()
                 await asyncio.gather(progress_task, return_exceptions=True)
 
-    def _profile_window(self, scenario, out: Path):
-        if scenario.profile is None:
+    def _profile_window(self, scenario: Scenario, out: Path) -> ProfileWindow | None:
+        if scenario.profile is None or self.backend is None:
             return None
-        from loadtest.telemetry.profile_window import ProfileWindow
-
         return ProfileWindow(scenario.profile, self.backend, self.clock, out)
 
     async def _run(self, plan, scenario, window=None, gpu_sampler=None):

@@ -8,6 +8,8 @@ from typing import Any
 
 from loadtest.config.backend_specs import OpenAISpec
 from loadtest.config.scenario import Scenario
+from loadtest.telemetry.gpu_section import GpuSource
+from loadtest.telemetry.server_section import ServerSource
 
 
 def gpu_off_reason(scenario: Scenario) -> str | None:
@@ -38,7 +40,7 @@ def _own_names() -> set[str]:
     return names
 
 
-def server_sampler(scenario: Scenario, base_dir: Path) -> Any:
+def server_sampler(scenario: Scenario, base_dir: Path) -> ServerSource | None:
     """A started sampler of the server's /metrics, or None (not a served model, or off)."""
     served_at = scenario.backend.served_at()
     if scenario.telemetry.server is False or served_at is None:
@@ -57,7 +59,7 @@ def server_sampler(scenario: Scenario, base_dir: Path) -> Any:
         )
         for url in given
     }
-    sampler: Any = (
+    sampler: ServerSource = (
         EndpointSamplers(samplers) if len(samplers) > 1 else next(iter(samplers.values()))
     )
     sampler.start()
@@ -74,7 +76,7 @@ def client_settings(scenario: Scenario, base_dir: Path) -> Any:
     return settings_of(scenario.backend, base_dir)
 
 
-def gpu_sampler(scenario: Scenario, base_dir: Path) -> Any:
+def gpu_sampler(scenario: Scenario, base_dir: Path) -> GpuSource | None:
     """A started GPU sampler, or None when the scenario turns sampling off."""
     if gpu_off_reason(scenario) is not None:
         return None

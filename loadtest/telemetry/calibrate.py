@@ -11,12 +11,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from loadtest.core import atomic
 from loadtest.telemetry.roofline import DATASHEET_PEAKS, calibration_path
 
 
-def measure(device: str = "auto", repeats: int = 10) -> dict:
+def measure(device: str = "auto", repeats: int = 10) -> dict[str, Any]:
     """This device's copy bandwidth and matmul rate, measured now."""
     import torch
 
@@ -28,7 +31,7 @@ def measure(device: str = "auto", repeats: int = 10) -> dict:
     size = (1 << 30) if cuda else (1 << 27)  # bytes per buffer
     n = 8192 if cuda else 1024
 
-    def timed(fn) -> float:
+    def timed(fn: Callable[[], object]) -> float:
         fn()  # warm up
         best = float("inf")
         for _ in range(repeats):
@@ -66,7 +69,7 @@ def measure(device: str = "auto", repeats: int = 10) -> dict:
     }
 
 
-def save(result: dict):
+def save(result: dict[str, Any]) -> Path:
     """Cache a calibration where the roofline looks for this device's peaks; returns the path."""
     path = calibration_path()
     try:

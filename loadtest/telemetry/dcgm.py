@@ -54,13 +54,17 @@ class DcgmDevice:
     name: str
     uuid: str | None
     host: str | None = None
-    unsupported: dict = field(default_factory=dict)
+    unsupported: dict[str, str] = field(default_factory=dict)
     energy0_j: float | None = None
 
 
-def parse_page(text: str) -> dict[tuple[int, str | None, str | None, str | None], dict]:
+# A GPU as the exporter labels it: (gpu, UUID, modelName, Hostname).
+GpuKey = tuple[int, str | None, str | None, str | None]
+
+
+def parse_page(text: str) -> dict[GpuKey, dict[str, float]]:
     """An exporter page -> ``{(gpu, UUID, modelName, Hostname): {column: value}}``."""
-    out: dict = {}
+    out: dict[GpuKey, dict[str, float]] = {}
     for line in text.splitlines():
         m = _LINE.match(line)
         if m is None or m.group(1) not in FIELDS:
@@ -132,14 +136,16 @@ class DcgmSampler:
         page = raw.decode("utf-8", "replace")
         for (gpu, uuid, model, host), values in sorted(parse_page(page).items(), key=_by_gpu):
             device = self._device(gpu, uuid, model, host)
-            row = {"t_ns": t, "index": device.index, **values}
+            row: Row = {"t_ns": t, "index": device.index, **values}
             if "energy" in values:  # joules since the sampler started, as the NVML sampler's
                 if device.energy0_j is None:
                     device.energy0_j = values["energy"]
                 row["energy"] = values["energy"] - device.energy0_j
             self.rows.append(row)
 
-    def _device(self, gpu: int, uuid: str | None, model: str | None, host: str | None):
+    def _device(
+        self, gpu: int, uuid: str | None, model: str | None, host: str | None
+    ) -> DcgmDevice:
         for d in self.devices:
             if d.index == gpu and d.uuid == uuid and d.host == host:
                 return d
@@ -179,6 +185,6 @@ class DcgmSampler:
         )
 
 
-def _by_gpu(item: tuple) -> tuple:
+def _by_gpu(item: tuple[GpuKey, dict[str, float]]) -> tuple[str, int, str]:
     (gpu, uuid, _model, host), _ = item
     return (host or "", gpu, uuid or "")

@@ -12,10 +12,17 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from loadtest.core import loop
 from loadtest.core._version import __version__
+from loadtest.telemetry.gpu_sampler import Nvml
 from loadtest.telemetry.gpu_section import GpuSection
+
+# The environment manifest: the outside world in its own terms (versions, hosts, drivers), kept
+# as the JSON object it is written as.
+Manifest = dict[str, Any]
 
 
 def git_commit(path: Path) -> tuple[str | None, bool | None]:
@@ -51,8 +58,8 @@ DEBUG_ENV = (
 
 
 def collect(
-    seeds: dict | None = None, scenario_sha256: str | None = None, gpus: bool = True
-) -> dict:
+    seeds: dict[str, Any] | None = None, scenario_sha256: str | None = None, gpus: bool = True
+) -> Manifest:
     """The environment manifest a run records: versions, commit, CPU, GPUs, seeds, scenario hash."""
     commit, dirty = git_commit(Path(__file__).resolve().parent)
     env = {
@@ -90,7 +97,7 @@ def collect(
     return env
 
 
-def _imported(name: str):
+def _imported(name: str) -> ModuleType | None:
     """A module this process has finished importing, else None: another thread may be halfway
     through importing it (a backend loading its tokenizer when a start timeout fires), and a
     half-initialised module has no attributes yet."""
@@ -100,7 +107,7 @@ def _imported(name: str):
     return module
 
 
-def gpu_manifest(nvml=None) -> dict:
+def gpu_manifest(nvml: Nvml = None) -> Manifest:
     """``{"gpu_driver", "cuda_driver", "gpus": [...]}`` from NVML, or ``gpus: []`` with the reason."""
     from loadtest.telemetry.gpu_sampler import load_nvml
     from loadtest.telemetry.gpu_sampler import nvml_text as _s
@@ -112,10 +119,11 @@ def gpu_manifest(nvml=None) -> dict:
         if nvml is None:
             return {"gpus": [], "gpu_reason": reason}
     try:
-        out = {
+        gpus: list[dict[str, Any]] = []
+        out: Manifest = {
             "gpu_driver": _s(_try(nvml.nvmlSystemGetDriverVersion)),
             "cuda_driver": _cuda_version(_try(nvml.nvmlSystemGetCudaDriverVersion)),
-            "gpus": [],
+            "gpus": gpus,
         }
         ours = _our_pids()
         for i in range(nvml.nvmlDeviceGetCount()):
@@ -123,7 +131,7 @@ def gpu_manifest(nvml=None) -> dict:
             mem = _try(nvml.nvmlDeviceGetMemoryInfo, h)
             ecc = _try(nvml.nvmlDeviceGetEccMode, h)
             procs = _try(nvml.nvmlDeviceGetComputeRunningProcesses, h) or []
-            out["gpus"].append(
+            gpus.append(
                 {
                     "index": i,
                     "name": _s(_try(nvml.nvmlDeviceGetName, h)),
@@ -159,7 +167,7 @@ def gpu_manifest(nvml=None) -> dict:
             _try(nvml.nvmlShutdown)
 
 
-def warnings(env: dict, gpu: GpuSection | None = None) -> list[str]:
+def warnings(env: Manifest, gpu: GpuSection | None = None) -> list[str]:
     """What makes this measurement suspect: debug settings, foreign GPU processes, throttling,
     clocks far under their maximum while the GPU was busy, persistence mode off."""
     out = [
@@ -184,7 +192,9 @@ def warnings(env: dict, gpu: GpuSection | None = None) -> list[str]:
             out.append(
                 f"GPU {d.index}: clocks throttled during the window: {', '.join(d.throttle_reasons_seen)}"
             )
-        match: dict = next((g for g in env.get("gpus") or [] if g["index"] == d.index), {})
+        match: dict[str, Any] = next(
+            (g for g in env.get("gpus") or [] if g["index"] == d.index), {}
+        )
         sm_max = (match.get("clocks_mhz") or {}).get("sm_max")
         sm, util = d.clocks_sm_mhz, d.utilization_gpu_pct
         if sm_max and sm and util and util.mean > 30 and sm.mean < 0.7 * sm_max:
@@ -230,7 +240,7 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _div(x, d):
+def _div(x: float | None, d: float) -> float | None:
     return None if x is None else round(x / d, 1)
 
 

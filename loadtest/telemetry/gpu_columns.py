@@ -4,6 +4,8 @@ was held back."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 # (column, unit) in the order of gpu.csv; names follow `nvidia-smi --query-gpu` where one exists.
 COLUMNS = (
     ("utilization.gpu", "%"),
@@ -44,26 +46,32 @@ THROTTLE_REASONS = {
 }
 
 
-def samples_csv(rows: list[dict], t0_ns: int) -> str:
+def samples_csv(rows: Sequence[Mapping[str, float | None]], t0_ns: int) -> str:
     """A sampler's rows as ``gpu.csv``: times in seconds from t0, a column each, empty where a
     sample lacks one."""
     header = ["timestamp_ns", "t_s", "index"] + [f"{c} [{u}]" for c, u in COLUMNS]
     lines = [",".join(header)]
     for r in rows:
-        cells = [str(r["t_ns"]), f"{(r['t_ns'] - t0_ns) / 1e9:.3f}", str(r["index"])]
+        t_ns = int(r["t_ns"] or 0)
+        cells = [str(t_ns), f"{(t_ns - t0_ns) / 1e9:.3f}", str(r["index"])]
         for c, _ in COLUMNS:
             v = r.get(c)
             cells.append(
-                "" if v is None else (hex(v) if c == "clocks_event_reasons.active" else f"{v:.6g}")
+                ""
+                if v is None
+                else (hex(int(v)) if c == "clocks_event_reasons.active" else f"{v:.6g}")
             )
         lines.append(",".join(cells))
     return "\n".join(lines) + "\n"
 
 
-def latest_utilization(rows: list[dict], devices: int) -> list[float] | None:
+def latest_utilization(
+    rows: Sequence[Mapping[str, float | None]], devices: int
+) -> list[float] | None:
     """Each device's latest kernel-active %, for the live display (None before a sample)."""
     latest: dict[int, float] = {}
     for row in reversed(rows[-4 * max(1, devices) :]):
-        if row.get("utilization.gpu") is not None:
-            latest.setdefault(row["index"], row["utilization.gpu"])
+        util, index = row.get("utilization.gpu"), row.get("index")
+        if util is not None and index is not None:
+            latest.setdefault(int(index), util)
     return [latest[i] for i in sorted(latest)] or None

@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from loadtest.telemetry.gpu_columns import (
     GPM_METRICS,
@@ -32,8 +34,13 @@ from loadtest.telemetry.gpu_columns import (
 from loadtest.telemetry.gpu_section import GpuSection, SamplerCost
 from loadtest.telemetry.gpu_summary import Row, device_summaries
 
+T = TypeVar("T")
+# pynvml (nvidia-ml-py) ships no type information: its module and handles are Any here, and
+# what is read from them is typed where it lands (a sample's row, a device's name).
+Nvml = Any
 
-def load_nvml():
+
+def load_nvml() -> tuple[Nvml, str | None]:
     """The ``pynvml`` module (nvidia-ml-py) initialised, or ``(None, reason)``."""
     try:
         import pynvml
@@ -54,9 +61,9 @@ class DeviceState:
     handle: object
     name: str
     uuid: str | None
-    unsupported: dict = field(default_factory=dict)  # column -> why
+    unsupported: dict[str, str] = field(default_factory=dict)  # column -> why
     energy0_mj: float | None = None
-    gpm_samples: list | None = None
+    gpm_samples: list[Any] | None = None  # NVML's two GPM sample buffers
 
 
 class GpuSampler:
@@ -65,9 +72,9 @@ class GpuSampler:
     def __init__(
         self,
         interval_s: float = 0.25,
-        nvml=None,
+        nvml: Nvml = None,
         devices: list[int] | None = None,
-        clock=time.monotonic_ns,
+        clock: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.interval_s, self._nvml, self._wanted, self.clock = interval_s, nvml, devices, clock
         self.devices: list[DeviceState] = []
@@ -144,7 +151,7 @@ class GpuSampler:
         self._ticks += 1
         slow_due = self._ticks % SLOW_EVERY == 1
         for d in self.devices:
-            row = {"t_ns": t, "index": d.index}
+            row: Row = {"t_ns": t, "index": d.index}
             for column, reader in self._readers():
                 if column in d.unsupported or (column in SLOW_COLUMNS and not slow_due):
                     continue
@@ -162,7 +169,7 @@ class GpuSampler:
                     )
             self.rows.append(row)
 
-    def _readers(self):
+    def _readers(self) -> tuple[tuple[str, Callable[[DeviceState], Row]], ...]:
         nvml = self._nvml
         return (
             ("utilization.gpu", lambda d: _util(nvml.nvmlDeviceGetUtilizationRates(d.handle))),
@@ -218,7 +225,7 @@ class GpuSampler:
         mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(d.handle)
         if d.energy0_mj is None:
             d.energy0_mj = mj
-        return (mj - d.energy0_mj) / 1000
+        return float(mj - d.energy0_mj) / 1000
 
     def _reasons(self, d: DeviceState) -> int:
         nvml = self._nvml
@@ -241,7 +248,7 @@ class GpuSampler:
             d.gpm_samples = None
             d.unsupported["gpm"] = "GPM metrics need a Hopper or newer GPU (and driver support)"
 
-    def _gpm(self, d: DeviceState) -> dict:
+    def _gpm(self, d: DeviceState) -> Row:
         nvml = self._nvml
         assert d.gpm_samples is not None  # only sampled where allocated
         prev, cur = d.gpm_samples
@@ -309,11 +316,11 @@ class GpuSampler:
         )
 
 
-def _util(u) -> dict:
+def _util(u: Any) -> Row:
     return {"utilization.gpu": u.gpu, "utilization.memory": u.memory}
 
 
-def try_nvml(fn, *args):
+def try_nvml(fn: Callable[..., T], *args: object) -> T | None:
     """An NVML call whose failure means "not available", never an error."""
     try:
         return fn(*args)
@@ -321,9 +328,9 @@ def try_nvml(fn, *args):
         return None
 
 
-def nvml_text(x):
+def nvml_text(x: object) -> str | None:
     """NVML strings are bytes in older nvidia-ml-py releases."""
-    return x.decode() if isinstance(x, bytes) else x
+    return x.decode() if isinstance(x, bytes) else None if x is None else str(x)
 
 
 def _is_not_supported(exc: Exception) -> bool:

@@ -4,6 +4,8 @@ plots, and what sampling cost. The NVML sampler and a DCGM exporter's both retur
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import Field
 
 from loadtest.core.document import Section
@@ -88,3 +90,24 @@ class GpuSection(Section):
         if source is None:
             return cls(available=False, reason=reason)
         return cls(available=False, reason=reason, source=source)
+
+
+class GpuSource(Protocol):
+    """What samples GPUs beside a run: NVML in this process (``GpuSampler``) or a DCGM
+    exporter's page (``DcgmSampler``). Started before t0, stopped after the drain."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def latest_utilization(self) -> list[float] | None:
+        """Each device's latest kernel-active %, for the live display."""
+        ...
+
+    def csv_text(self, t0_ns: int) -> str:
+        """The samples as gpu.csv, times in seconds from t0."""
+        ...
+
+    def summary(
+        self, t0_ns: int, window: tuple[int, int] | None, output_tokens: int | None
+    ) -> GpuSection: ...

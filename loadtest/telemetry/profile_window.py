@@ -17,22 +17,28 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from loadtest.backends.base import Backend
+from loadtest.config.scenario import Profile
+from loadtest.core.clock import Clock
 from loadtest.telemetry.profile_section import Perturbation, ProfileSection, Span
+
+T = TypeVar("T")
 
 
 class ProfileWindow:
     """A profiler capture window (by time or request index) and the requests that overlapped it."""
 
-    def __init__(self, spec, backend, clock, out_dir: Path) -> None:
+    def __init__(self, spec: Profile, backend: Backend, clock: Clock, out_dir: Path) -> None:
         self.spec, self.backend, self.clock, self.out_dir = spec, backend, clock, out_dir
         self.start_ns: int | None = None
         self.end_ns: int | None = None
-        self.result: dict = {}
+        self.result: dict[str, Any] = {}  # what the backend's profiler answered
         self.warnings: list[str] = []
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closing = False  # the stop is sent once, whatever asks for it
         self.supported = backend.supports_profiling
         self.ran = False  # the profiler started: only then are requests flagged
@@ -88,9 +94,11 @@ class ProfileWindow:
     # -- the window ---------------------------------------------------------------------------
 
     async def _timed(self, t0: int) -> None:
-        await self.clock.sleep_until(t0 + self.spec.start)
+        start, duration = self.spec.start, self.spec.duration
+        assert start is not None and duration is not None  # a window by time: the spec's rule
+        await self.clock.sleep_until(t0 + start)
         await self._open()
-        await self.clock.sleep_until(t0 + self.spec.start + self.spec.duration)
+        await self.clock.sleep_until(t0 + start + duration)
         await self._close()
 
     async def _open(self) -> None:
@@ -108,7 +116,7 @@ class ProfileWindow:
             "left out of the figures"
         )
 
-    async def _close_after(self, opening: asyncio.Task) -> None:
+    async def _close_after(self, opening: asyncio.Task[None]) -> None:
         await opening
         await self._close()
 
@@ -134,7 +142,7 @@ class ProfileWindow:
             "not answer)"
         )
 
-    async def _bounded(self, what: str, call):
+    async def _bounded(self, what: str, call: Awaitable[T]) -> T | str:
         """The profiler's answer, or why there was none within ``call_timeout``."""
         limit = self.spec.call_timeout / 1e9
         try:

@@ -27,9 +27,15 @@ import math
 import re
 import threading
 import time
+from typing import BinaryIO
 
 from loadtest.backends.openai.discovery import server_root
-from loadtest.telemetry.server_section import ServerMetric, ServerMetrics, ServerSection
+from loadtest.telemetry.server_section import (
+    Sample,
+    ServerMetric,
+    ServerMetrics,
+    ServerSection,
+)
 from loadtest.transport.calls import scrape
 from loadtest.transport.settings import ClientSettings
 
@@ -170,10 +176,6 @@ DIMENSIONS = {
 }
 
 
-# One page read: when (the run's clock, ns), and ``{metric name: value}`` as ``parse`` gives it.
-Sample = tuple[int, dict[str, float]]
-
-
 def parse(text: str) -> dict[str, float]:
     """Prometheus text exposition -> ``{metric name: value}``, summed over label sets, or their
     mean for an engine's fraction (``MEAN_OVER_LABELS``), and each model's, engine's and
@@ -208,7 +210,7 @@ def parse(text: str) -> dict[str, float]:
     return out
 
 
-def read_page(stream, limit: int) -> tuple[dict[str, float], bool]:
+def read_page(stream: BinaryIO, limit: int) -> tuple[dict[str, float], bool]:
     """The mapped metrics of a page read line by line from ``stream`` (up to ``limit`` bytes),
     and whether the page was longer: lines of other metrics are skipped without decoding."""
     kept: list[str] = []
@@ -236,7 +238,9 @@ def _delta(first: dict[str, float], last: dict[str, float], name: str) -> float:
     return last.get(name, 0.0) - first.get(name, 0.0)
 
 
-def _ratio(first: dict, last: dict, common: str) -> tuple[float | None, str | None]:
+def _ratio(
+    first: dict[str, float], last: dict[str, float], common: str
+) -> tuple[float | None, str | None]:
     """A counter ratio's value between two samples (None when its denominator did not move),
     or the server's own gauge of it at the later one; and the name it came from."""
     for num, den in RATIOS.get(common, ()):
@@ -249,7 +253,9 @@ def _ratio(first: dict, last: dict, common: str) -> tuple[float | None, str | No
     return (None, None) if gauge is None else (last[gauge], gauge)
 
 
-def _hist_mean(first: dict, last: dict, common: str) -> tuple[float | None, float, str | None]:
+def _hist_mean(
+    first: dict[str, float], last: dict[str, float], common: str
+) -> tuple[float | None, float, str | None]:
     """A histogram's mean and count between two samples, and its name."""
     name = _first(HISTOGRAMS[common], last, "_count")
     if name is None:

@@ -4,7 +4,7 @@ engine or adapter where the server labels its series so, and its TTFT beside the
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol
 
 from loadtest.core.document import Section
 
@@ -74,3 +74,25 @@ class ServerSection(Section):
     def metric(self, name: str) -> ServerMetric | None:
         """A common metric over the window, where the server was read and has it."""
         return (self.metrics or {}).get(name) if self.available else None
+
+
+# One page read: when (the run's clock, ns), and ``{metric name: value}``.
+Sample = tuple[int, dict[str, float]]
+
+
+class ServerSource(Protocol):
+    """What reads a served model's own ``/metrics`` beside a run: one endpoint's sampler, or
+    several endpoints' together."""
+
+    @property
+    def rows(self) -> list[Sample]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def csv_rows(self, t0_ns: int) -> list[dict[str, float | None]]:
+        """server.csv's rows: seconds from t0 and each common gauge."""
+        ...
+
+    def summary(self, t0_ns: int, span: tuple[int, int] | None) -> ServerSection: ...

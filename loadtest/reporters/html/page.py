@@ -6,6 +6,7 @@ dataset goes through ``esc``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from html import escape
 
 CSS = """
@@ -50,12 +51,12 @@ d.addEventListener('mousemove',function(e){if(!tip.hidden){tip.style.left=(e.pag
 tip.style.top=(e.pageY+14)+'px'}});d.addEventListener('mouseout',function(e){if(at(e))tip.hidden=true})})();"""
 
 
-def esc(x) -> str:
+def esc(x: object) -> str:
     """HTML-escape any value's text."""
     return escape("-" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x)))
 
 
-def num(x, unit: str = "") -> str:
+def num(x: float | None, unit: str = "") -> str:
     if x is None:
         return "-"
     text = f"{x:.0f}" if abs(x) >= 1000 else f"{x:.4g}"
@@ -71,13 +72,13 @@ def cell(c: str) -> str:
     return f"<td class=n>{c}</td>" if NUMBER.fullmatch(plain) else f"<td>{c}</td>"
 
 
-def table(headers, rows) -> str:
+def table(headers: Sequence[str] | None, rows: Iterable[Sequence[str]]) -> str:
     head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr>" if headers else ""
     body = "".join("<tr>" + "".join(cell(c) for c in row) + "</tr>" for row in rows)
     return f"<table>{head}{body}</table>"
 
 
-def pairs(rows) -> str:
+def pairs(rows: Iterable[tuple[str, str]]) -> str:
     return table(None, [(esc(k), esc(v)) for k, v in rows])
 
 

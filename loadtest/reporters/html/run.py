@@ -170,7 +170,7 @@ def _latency(m: RunMetrics) -> str:
     """The percentile plot and the latency table with its definitions."""
     if not m.latency_ms or not m.definitions:
         return ""
-    rows: list = [
+    rows: list[list[str]] = [
         [esc(k)] + [esc(getattr(m.latency_ms[k], c)) for c in LAT_COLS]
         for k in insight.latency_rows(m)
     ]

@@ -4,9 +4,9 @@ with the field that does not, never half-read; a file of another schema version 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from loadtest.core import outside
 from loadtest.results.model.base import REPEAT_SCHEMA, RUN_SCHEMA, SWEEP_SCHEMA
@@ -33,7 +33,10 @@ def read_sweep(path: Path) -> SweepDoc:
     return _read(path, SweepDoc, SWEEP_SCHEMA)
 
 
-def _read(path: Path, model: type[Any], schema: str) -> Any:
+D = TypeVar("D", bound=BaseModel)
+
+
+def _read(path: Path, model: type[D], schema: str) -> D:
 
     try:
         text = outside.read_text(Path(path))

@@ -378,9 +378,12 @@ class IntervalPoint(_Doc):
 
     def figure(self, name: str) -> float | None:
         """A field or one of the interval's ``<metric>_p50_ms`` / ``_p99_ms`` figures."""
-        if name in type(self).model_fields:
-            return getattr(self, name)
-        return (self.model_extra or {}).get(name)
+        value = (
+            getattr(self, name)
+            if name in type(self).model_fields
+            else (self.model_extra or {}).get(name)
+        )
+        return None if value is None else float(value)
 
 
 class Timeseries(_Doc):
@@ -422,7 +425,7 @@ class BackendFacts(_Doc):
     @model_validator(mode="wrap")
     @classmethod
     def _keep_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> BackendFacts:
-        facts = handler(data)
+        facts: BackendFacts = handler(data)
         if isinstance(data, dict):
             facts._order = list(data)
         return facts
@@ -495,5 +498,7 @@ class RunMetrics(_Doc):
             return None
         if pct:
             summary = part.get(key)
-            return None if summary is None else getattr(summary, pct[0])
-        return getattr(part, key)
+            value = None if summary is None else getattr(summary, pct[0])
+        else:
+            value = getattr(part, key)
+        return None if value is None else float(value)

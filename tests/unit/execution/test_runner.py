@@ -177,10 +177,11 @@ def test_live_counts_leave_the_histograms_out_unless_a_display_asks(monkeypatch)
         await runner.run()
 
     run_virtual(go)
-    assert seen["bare"]["ttft_p50_ms"] is None and seen["bare"]["sent"] == 50
-    assert seen["shown"]["ttft_p50_ms"] == 0.0  # noop: no latency at all
-    assert "live" not in seen["beat"] and seen["beat"]["sent"] == 50
-    assert set(seen["shown_beat"]["live"]) == {"ttft", "itl", "e2e"}  # encoded, for the coordinator
+    assert seen["bare"].latency.ttft_p50_ms is None and seen["bare"].sent == 50
+    # noop: no latency at all; E2E too (the one live figure of answers with no token stream)
+    assert seen["shown"].latency.ttft_p50_ms == 0.0 and seen["shown"].latency.e2e_p50_ms == 0.0
+    assert seen["beat"].histograms is None and seen["beat"].sent == 50
+    assert set(seen["shown_beat"].histograms) == {"ttft", "itl", "e2e"}  # encoded, to pool
     assert merged == [1, 1]  # the display's poll and the display's heartbeat, no other
 
 

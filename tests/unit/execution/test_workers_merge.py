@@ -144,27 +144,24 @@ def test_the_live_display_pools_the_workers_histograms():
     """Worker 0 saw fifty 1 ms TTFTs, worker 1 fifty 2 ms: the run's live p50 is 1 ms and its
     p99 2 ms (the worst worker's p50, 2 ms, would not be the run's)."""
     from loadtest.core.histogram import LatencyHistogram
+    from loadtest.execution.live import LiveStats
     from loadtest.execution.workers import WorkerGroup
 
-    def beat(ttft_us: int, sent: int) -> dict:
+    def beat(ttft_us: int, sent: int) -> LiveStats:
         h = LatencyHistogram()
         for _ in range(50):
             h.record_us(ttft_us)
-        return {
-            "sent": sent,
-            "in_flight": 1,
-            "completed": 50,
-            "failed": 0,
-            "live": {"ttft": h.encode()},
-        }
+        return LiveStats(
+            sent=sent, in_flight=1, completed=50, failed=0, histograms={"ttft": h.encode()}
+        )
 
-    async def heard() -> dict:  # the heartbeats as they arrive, then the display's poll
+    async def heard() -> LiveStats:  # the heartbeats as they arrive, then the display's poll
         group = WorkerGroup(None, None, [None, None])  # type: ignore[arg-type]
         for i, (ttft_us, sent) in enumerate([(1000, 51), (2000, 52)]):
             group._poster(i)(("stats", beat(ttft_us, sent)))
         return group.stats()
 
     got = asyncio.run(heard())
-    assert (got["sent"], got["in_flight"], got["completed"]) == (103, 2, 100)
-    assert (got["ttft_p50_ms"], got["ttft_p99_ms"]) == (1.0, 2.0)
-    assert got["itl_p50_ms"] is None and got["itl_p99_ms"] is None  # nobody saw a second token
+    assert (got.sent, got.in_flight, got.completed) == (103, 2, 100)
+    assert (got.latency.ttft_p50_ms, got.latency.ttft_p99_ms) == (1.0, 2.0)
+    assert got.latency.itl_p50_ms is None and got.latency.itl_p99_ms is None  # no second token

@@ -108,6 +108,7 @@ def test_reports_show_gpu_telemetry_roofline_and_profile(tmp_path):
 def test_a_log_gets_a_plain_progress_line_every_period():
     import asyncio
 
+    from loadtest.execution.live import LivePercentiles, LiveStats
     from loadtest.reporters.progress import choose, plain_progress
 
     class FakeRunner:
@@ -116,20 +117,19 @@ def test_a_log_gets_a_plain_progress_line_every_period():
 
         def stats(self):
             self.calls += 1
-            return {
-                "elapsed_s": 5.0 * self.calls,
-                "sent": 10 * self.calls,
-                "completed": 8 * self.calls,
-                "in_flight": 2,
-                "failed": 0,
-                "window_end_s": 60.0,
-                "ttft_p50_ms": 5.0,
-                "ttft_p99_ms": 12.5,
-                "itl_p50_ms": 1.0,
-                "itl_p99_ms": 2.0,
-                "gpu_util_pct": [87.0, 3.0],
-                "planned": 100,
-            }
+            return LiveStats(
+                elapsed_s=5.0 * self.calls,
+                sent=10 * self.calls,
+                completed=8 * self.calls,
+                in_flight=2,
+                failed=0,
+                window_end_s=60.0,
+                latency=LivePercentiles(
+                    ttft_p50_ms=5.0, ttft_p99_ms=12.5, itl_p50_ms=1.0, itl_p99_ms=2.0
+                ),
+                gpu_util_pct=[87.0, 3.0],
+                planned=100,
+            )
 
     lines: list[str] = []
 
@@ -153,14 +153,17 @@ def test_the_live_display_shows_the_same_figures_and_a_counted_run_its_pace():
     import io
 
     from loadtest.reporters.console import make_console
+    from dataclasses import replace
+
+    from loadtest.execution.live import LivePercentiles, LiveStats
     from loadtest.reporters.progress import Rates, _panel, fields, time_left_s
 
-    s = {"elapsed_s": 10.0, "sent": 40, "completed": 15, "failed": 1, "in_flight": 24,
-         "planned": 100, "window_end_s": None, "ttft_p99_ms": 250.0}  # fmt: skip
+    s = LiveStats(elapsed_s=10.0, sent=40, completed=15, failed=1, in_flight=24, planned=100,
+                  window_end_s=None, latency=LivePercentiles(ttft_p99_ms=250.0))  # fmt: skip
     # 16 of 100 finished in 10 s: 84 more at that pace take 52.5 s
     assert time_left_s(s) == 52.5
     rates = Rates()
-    assert rates.update({**s, "elapsed_s": 2.0, "sent": 8, "completed": 3, "failed": 0}) == (
+    assert rates.update(replace(s, elapsed_s=2.0, sent=8, completed=3, failed=0)) == (
         4.0,
         1.5,
     )
@@ -171,7 +174,7 @@ def test_the_live_display_shows_the_same_figures_and_a_counted_run_its_pace():
     out = io.StringIO()
     console = make_console(width=120, record=True, color_system="standard", force_terminal=True)
     console.file = out
-    console.print(_panel(fields(s, offered, delivered), s["failed"]))
+    console.print(_panel(fields(s, offered, delivered), s.failed))
     text = console.export_text()
     assert "10 s (about 52 s left)" in text and "offered 4.0 req/s, delivered 1.6 req/s" in text
     assert "failed 1" in text and "TTFT p50 - p99 250 ms" in text and "GPU" not in text
@@ -264,12 +267,16 @@ def test_worker_rows_say_where_each_ran_how_late_and_how_well_its_clock_was_know
 
 
 def test_the_progress_line_shows_e2e_for_answers_with_no_token_stream():
+    from loadtest.execution.live import LivePercentiles, LiveStats
     from loadtest.reporters.progress import fields
 
-    base = {"elapsed_s": 3.0, "sent": 9, "completed": 8, "in_flight": 1, "failed": 0}
-    pooled = fields({**base, "ttft_p50_ms": None, "e2e_p50_ms": 12.5, "e2e_p99_ms": 30.0}, 3, 3)
+    def stats(**latency: float | None) -> LiveStats:
+        figures = LivePercentiles(**latency)
+        return LiveStats(elapsed_s=3.0, sent=9, completed=8, in_flight=1, failed=0, latency=figures)
+
+    pooled = fields(stats(ttft_p50_ms=None, e2e_p50_ms=12.5, e2e_p99_ms=30.0), 3, 3)
     assert pooled[-1] == "E2E p50 12.5 p99 30 ms" and not any("TTFT" in f for f in pooled)
-    streamed = fields({**base, "ttft_p50_ms": 5.0, "ttft_p99_ms": 9.0, "e2e_p50_ms": 50.0}, 3, 3)
+    streamed = fields(stats(ttft_p50_ms=5.0, ttft_p99_ms=9.0, e2e_p50_ms=50.0), 3, 3)
     assert streamed[-2:] == ["TTFT p50 5 p99 9 ms", "ITL p50 - p99 - ms"]
 
 

@@ -1,0 +1,50 @@
+"""What a running point shows while it runs: its counts, the live percentiles of the last few
+seconds, and the GPUs' activity. Polled a few times a second by the progress display, and sent
+by each worker process in its heartbeat (with its live histograms, encoded, for pooling)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from loadtest.core.histogram import LatencyHistogram
+
+LIVE_METRICS = ("ttft", "itl", "e2e")  # e2e: the live figure of answers with no stream
+
+
+@dataclass(frozen=True)
+class LivePercentiles:
+    """TTFT, ITL and E2E p50/p99 over the open intervals, ms (None where none was recorded)."""
+
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
+
+    @classmethod
+    def of(cls, histograms: Mapping[str, LatencyHistogram]) -> LivePercentiles:
+        figures: dict[str, float | None] = {}
+        for metric in LIVE_METRICS:
+            h = histograms.get(metric)
+            p50, p99 = h.percentiles_ms((50, 99)) if h is not None and h.count else (None, None)
+            figures[f"{metric}_p50_ms"], figures[f"{metric}_p99_ms"] = p50, p99
+        return cls(**figures)
+
+
+@dataclass(frozen=True)
+class LiveStats:
+    """A point's progress so far (seconds from t0; counts of measured and warm-up requests)."""
+
+    elapsed_s: float = 0.0
+    window_end_s: float | None = None  # a timed run's window end
+    planned: int | None = None  # a counted run's requests
+    sent: int = 0
+    in_flight: int = 0
+    completed: int = 0
+    failed: int = 0
+    latency: LivePercentiles = field(default_factory=LivePercentiles)
+    gpu_util_pct: list[float] | None = None  # each device's latest kernel-active share
+    # a worker's heartbeat: its live histograms, encoded, for the coordinator to pool
+    histograms: dict[str, str] | None = None
