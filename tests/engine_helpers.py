@@ -30,20 +30,23 @@ def make_engine(model_dir, **overrides):
     and the outbox it writes to (``overrides``: spec fields)."""
     from loadtest.backends.transformers.engine import Engine
     from loadtest.backends.transformers.loading import load_model
+    from loadtest.config.transformers_spec import TransformersSpec
 
-    spec = {
-        "model": str(model_dir),
-        "device": "cpu",
-        "dtype": "float32",
-        "seed": 0,
-        "attn_implementation": None,
-        "trust_remote_code": False,
-        "mode": "static",
-        "compile": False,
-        "max_batch_size": 8,
-        "max_wait_ms": 0,
-        **overrides,
-    }
+    spec = TransformersSpec(
+        **{
+            "model": str(model_dir),
+            "device": "cpu",
+            "dtype": "float32",
+            "seed": 0,
+            "attn_implementation": None,
+            "trust_remote_code": False,
+            "mode": "static",
+            "compile": False,
+            "max_batch_size": 8,
+            "max_wait_ms": 0,
+            **overrides,
+        }
+    )
     out = Inline()
     return Engine(spec, ".", out, loaded=load_model(spec, ".")), out
 

@@ -105,7 +105,12 @@ def main() -> None:
         for annotation in _annotations(tree):
             if _names_any(annotation):
                 any_annotations += 1
-            dict_str_any += ast.unparse(annotation).count("dict[str, Any]")
+        # dict[str, Any] wherever it is written: annotations, and aliases that name it
+        dict_str_any += sum(
+            ast.unparse(n) == "dict[str, Any]"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Subscript)
+        )
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 n = (node.end_lineno or node.lineno) - node.lineno + 1

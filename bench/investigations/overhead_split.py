@@ -118,6 +118,7 @@ def main() -> None:
     from loadtest.backends.transformers.loading import load_model
     from loadtest.backends.transformers.outbox import Outbox
     from loadtest.backends.transformers.stamping import AFTER_SYNC, STREAMER
+    from loadtest.config.transformers_spec import TransformersSpec
     from loadtest.core.heap import settle_heap
 
     print(
@@ -126,18 +127,20 @@ def main() -> None:
         flush=True,
     )
     ctx = mp.get_context("spawn")
-    spec = {
-        "model": args.model,
-        "device": args.device,
-        "dtype": "bfloat16",
-        "seed": 0,
-        "attn_implementation": None,
-        "trust_remote_code": False,
-        "mode": "static",
-        "compile": True,
-        "max_batch_size": 64,
-        "max_wait_ms": 0,
-    }
+    spec = TransformersSpec(
+        **{
+            "model": args.model,
+            "device": args.device,
+            "dtype": "bfloat16",
+            "seed": 0,
+            "attn_implementation": None,
+            "trust_remote_code": False,
+            "mode": "static",
+            "compile": True,
+            "max_batch_size": 64,
+            "max_wait_ms": 0,
+        }
+    )
     loaded = load_model(spec, ".")
     model, device = loaded[0], loaded[1]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

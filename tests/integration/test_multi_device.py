@@ -24,10 +24,11 @@ def _rank(rank: int, port: int, model_dir: str, out) -> None:
 
     from loadtest.backends.transformers.layout import Layout
     from loadtest.backends.transformers.loading import load_model
+    from loadtest.config.transformers_spec import TransformersSpec
 
-    spec = {"device": "cpu", "dtype": "float32", "seed": 0, "model": model_dir,
-            "trust_remote_code": False, "mode": "static", "compile": False,
-            "max_batch_size": 4}  # fmt: skip
+    spec = TransformersSpec(device="cpu", dtype="float32", seed=0, model=model_dir,
+                            trust_remote_code=False, mode="static", compile=False,
+                            max_batch_size=4)  # fmt: skip
     layout = Layout(rank, 2, ("cpu", "cpu"), port, 2)
     model, _, info = load_model(spec, "/", layout)
     ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
@@ -184,7 +185,9 @@ def test_every_rank_names_the_groups_first_missing_device(rank, tiny_model_dir):
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     # none of them here (a rank given one it has would wait for the others in the group)
     devices = (f"cuda:{count + 1}", f"cuda:{count}", f"cuda:{count + 2}")
-    spec = {"device": "cpu", "dtype": "float32", "seed": 0, "model": str(tiny_model_dir)}
+    from loadtest.config.transformers_spec import TransformersSpec
+
+    spec = TransformersSpec(device="cpu", dtype="float32", seed=0, model=str(tiny_model_dir))
     with pytest.raises(ValueError, match=rf"^cuda:{count + 1}: this machine has {count} CUDA"):
         load_model(spec, "/", Layout(rank, 3, devices, 0, 3))
 

@@ -174,7 +174,9 @@ def test_a_refused_plan_fails_the_rank_before_any_rendezvous(tmp_path):
         num_hidden_layers=1, num_local_experts=2, vocab_size=64,
     )  # fmt: skip
     config.save_pretrained(tmp_path)
-    spec = {"device": "cpu", "dtype": "float32", "seed": 0, "model": str(tmp_path)}
+    from loadtest.config.transformers_spec import TransformersSpec
+
+    spec = TransformersSpec(device="cpu", dtype="float32", seed=0, model=str(tmp_path))
     started = time.monotonic()
     with pytest.raises(
         ValueError, match=r"mixtral: tensor_parallel cannot apply this model's plan"

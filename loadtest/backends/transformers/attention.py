@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadtest.config.transformers_spec import TransformersSpec
+
 # The name it is registered under with transformers, and recorded as backend.attn_implementation.
 PACKED_SDPA = "sdpa_packed_gqa"
 
@@ -70,7 +72,7 @@ def register() -> None:
     AttentionMaskInterface.register(PACKED_SDPA, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
 
 
-def pack_decode_attention(model, spec: dict) -> None:
+def pack_decode_attention(model, spec: TransformersSpec) -> None:
     """Switch a grouped-query model that transformers gave SDPA to ``PACKED_SDPA``, unless the
     scenario named an implementation, or runs continuous batching (transformers' paged
     attention, its own kernels)."""
@@ -79,8 +81,8 @@ def pack_decode_attention(model, spec: dict) -> None:
     heads = getattr(text, "num_attention_heads", None)
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     if (
-        spec.get("attn_implementation")
-        or spec["mode"] == "continuous"
+        spec.attn_implementation
+        or spec.mode == "continuous"
         or getattr(config, "_attn_implementation", None) != "sdpa"
         or not heads
         or kv_heads >= heads

@@ -101,7 +101,7 @@ class TransformersBackend(Backend):
             args=(
                 to_worker_r,
                 from_worker_w,
-                self.spec.model_dump(),
+                self.spec,
                 self.base_dir,
                 tuple(self.engine_hooks),
                 layouts[0],
@@ -114,9 +114,7 @@ class TransformersBackend(Backend):
         from_worker_w.close()
         self._loop = asyncio.get_running_loop()
         for layout in layouts[1:]:
-            self._followers.start(
-                ctx, self._loop, self.spec.model_dump(), self.base_dir, layout, self.label
-            )
+            self._followers.start(ctx, self._loop, self.spec, self.base_dir, layout, self.label)
         self._reply = asyncio.Queue()
         tokenizer = await self._loop.run_in_executor(
             None, _one_at_a_time, load_tokenizer, self.spec, self.base_dir
@@ -246,7 +244,7 @@ class TransformersBackend(Backend):
         self._send(configure)
         self.spec = spec
         # the worker's, computed alike
-        self._info.update(batching_details(spec.model_dump(), self._info["pad_decode"]))
+        self._info.update(batching_details(spec, self._info["pad_decode"]))
         return True
 
     def window_started(self) -> None:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
+
+from loadtest.config.transformers_spec import TransformersSpec
 
 # Inductor passes skipped by default: without them the decode graph compiles faster, the step
 # is no slower and the greedy tokens the same (bench/investigations/compile_warmup.py). The pattern matcher searches the graph for known subgraphs to rewrite
@@ -55,37 +56,35 @@ def decode_compile_config(options: dict | None) -> tuple[object, dict]:
     return config, chosen
 
 
-def pads_decode(spec: Mapping[str, Any]) -> bool:
+def pads_decode(spec: TransformersSpec) -> bool:
     """Whether the scenario asks for every compiled decode step at max_batch_size rows
     (``pad_decode``, padded_decode.py): on by default in static mode with compile."""
-    return (
-        spec["mode"] == "static" and bool(spec["compile"]) and spec.get("pad_decode") is not False
-    )
+    return spec.mode == "static" and bool(spec.compile) and spec.pad_decode is not False
 
 
-def batching_details(spec: Mapping[str, Any], pad_decode: bool) -> dict:
+def batching_details(spec: TransformersSpec, pad_decode: bool) -> dict:
     """The result's facts that follow from the fields a sweep changes live (max_batch_size),
     given whether the engine pads its decode steps (decided at load): computed at load and
     again at every such change, on both sides of the engine's pipe, so a point never batches,
     warms or reports by an earlier point's sizes."""
     return {
         "batch_buckets": batch_buckets_of(spec, pad_decode),
-        "decode_batch_size": spec["max_batch_size"] if pad_decode else None,
+        "decode_batch_size": spec.max_batch_size if pad_decode else None,
     }
 
 
-def batch_buckets_of(spec: Mapping[str, Any], pad_decode: bool = False) -> list[int] | None:
+def batch_buckets_of(spec: TransformersSpec, pad_decode: bool = False) -> list[int] | None:
     """The batch sizes static batches are padded to, or None (no padding): on by default with
     compile. Unpadded decode steps build one graph for every size from 2 and one more for a
     size of 1, so their default sizes start at 2; padded ones run at max rows whatever the
     batch, so a batch of one prefills as one."""
-    wanted = spec.get("batch_buckets")
-    if spec["mode"] != "static" or wanted is False or (wanted is None and not spec["compile"]):
+    wanted = spec.batch_buckets
+    if spec.mode != "static" or wanted is False or (wanted is None and not spec.compile):
         return None
-    if wanted in (True, None):
-        smallest = 2 if spec["compile"] and not pad_decode else 1
-        return bucket_sizes(spec["max_batch_size"], smallest=smallest)
-    return bucket_sizes(spec["max_batch_size"], list(wanted))
+    if wanted is True or wanted is None:
+        smallest = 2 if spec.compile and not pad_decode else 1
+        return bucket_sizes(spec.max_batch_size, smallest=smallest)
+    return bucket_sizes(spec.max_batch_size, list(wanted))
 
 
 def bucket_sizes(
@@ -104,13 +103,13 @@ def batch_bucket(n: int, buckets: list[int]) -> int:
     return next(b for b in buckets if b >= n)
 
 
-def marks_batch_dynamic(spec: Mapping[str, Any], buckets: list[int] | None) -> bool:
+def marks_batch_dynamic(spec: TransformersSpec, buckets: list[int] | None) -> bool:
     """Whether a compiled warm-up of unpadded decode steps marks the batch dimension dynamic
     (padded ones run at one size, static): yes, so one graph serves
     every size from 2 (in a sweep, every point's), unless the sizes listed in ``batch_buckets``
     leave one such size (``buckets``, the sizes now): the choice of one static graph, which
     compiles faster than the dynamic one, every batch then running at that size."""
-    listed = isinstance(spec.get("batch_buckets"), list)
+    listed = isinstance(spec.batch_buckets, list)
     return not (listed and buckets and len({b for b in buckets if b >= 2}) <= 1)
 
 

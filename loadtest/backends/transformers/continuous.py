@@ -47,16 +47,16 @@ class ContinuousEngine:
             pad_token_id=self.base.info.get("pad_token_id", 0),
             max_new_tokens=4096,
         )
-        cb = spec.get("continuous") or {}
+        cb = spec.continuous
         wanted = {
-            "page_size": cb.get("block_size"),
-            "block_size": cb.get("block_size"),
-            "num_blocks": cb.get("num_blocks"),
-            "max_batch_tokens": cb.get("max_batch_tokens"),
+            "page_size": cb.block_size,
+            "block_size": cb.block_size,
+            "num_blocks": cb.num_blocks,
+            "max_batch_tokens": cb.max_batch_tokens,
             # unset: the manager's own choice (with chat traffic, CUDA graphs measured slower
             # here: docs/benchmarks.md)
-            "use_cuda_graph": cb.get("use_cuda_graph"),
-            "max_requests_per_batch": spec["max_batch_size"],
+            "use_cuda_graph": cb.use_cuda_graph,
+            "max_requests_per_batch": spec.max_batch_size,
         }
         try:
             from transformers.generation.configuration_utils import ContinuousBatchingConfig

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from loadtest.config.transformers_spec import TransformersSpec
+
 if TYPE_CHECKING:
     from loadtest.backends.transformers.padded_decode import PaddedDecode
 
@@ -78,17 +80,17 @@ def loop_problem(model) -> str | None:
     return None
 
 
-def decode_loop_of(model, spec: dict, pad_decode: bool) -> tuple[str, str | None]:
+def decode_loop_of(model, spec: TransformersSpec, pad_decode: bool) -> tuple[str, str | None]:
     """The loop a batch decodes in (``pipelined`` or ``generate()``) and why not pipelined: it
     runs padded decode steps (``pad_decode``) of a model ``loop_problem`` lets through, unless
     the scenario says ``decode_loop: generate`` (an error where it asked for pipelined)."""
-    wanted = spec.get("decode_loop")
+    wanted = spec.decode_loop
     if wanted == "generate":
         return "generate()", "the scenario's decode_loop: generate"
     why = None if pad_decode else "its decode steps are not padded (pad_decode)"
     why = why or loop_problem(model)
     if why and wanted == "pipelined":
-        raise ValueError(f"backend.decode_loop: {spec['model']} cannot decode pipelined: {why}")
+        raise ValueError(f"backend.decode_loop: {spec.model} cannot decode pipelined: {why}")
     return ("generate()", why) if why else ("pipelined", None)
 
 

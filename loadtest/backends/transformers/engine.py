@@ -39,6 +39,7 @@ from loadtest.backends.transformers.stamping import (
     new_accounting,
     nothing,
 )
+from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
 
 # Steps a warm-up generate() runs, one token each (the prefill's, then decode steps). Its cache
@@ -66,7 +67,7 @@ class Engine:
     """The loaded model, the static batcher and its bookkeeping, in the worker process."""
 
     def __init__(
-        self, spec: dict, base_dir: str, out, loaded: tuple | None = None, layout=None
+        self, spec: TransformersSpec, base_dir: str, out, loaded: tuple | None = None, layout=None
     ) -> None:
         """``loaded``: (model, device, info) already loaded (bench/investigations/overhead_split.py drives this
         engine's own generate path on a model it compiled once). ``layout``: this engine is
@@ -116,8 +117,8 @@ class Engine:
     def serve(self, inbox: queue.Queue, cancelled: set) -> None:
         """Form batches from the inbox (up to max_batch_size, waiting at most max_wait_ms) and run them until stopped."""
         while True:
-            max_bs = 1 if self.spec["mode"] == "single" else self.spec["max_batch_size"]
-            max_wait = 0.0 if self.spec["mode"] == "single" else self.spec["max_wait_ms"] / 1000
+            max_bs = 1 if self.spec.mode == "single" else self.spec.max_batch_size
+            max_wait = 0.0 if self.spec.mode == "single" else self.spec.max_wait_ms / 1000
             msg = inbox.get()
             if msg[0] == "stop":
                 break
@@ -148,7 +149,7 @@ class Engine:
         if msg[0] == "warmup":
             self._warmup(msg[1])
         elif msg[0] == "configure":
-            self.spec = {**self.spec, **msg[1]}
+            self.spec = self.spec.model_copy(update=msg[1])
             self.info.update(batching_details(self.spec, self.padded is not None))
         elif msg[0] == "facts":
             self.out.send(("facts", self._facts(reset=True)))
@@ -199,7 +200,7 @@ class Engine:
         try:
             for hook in self.before_batch:
                 hook(self, self.batches)
-            if self.spec.get("api") == "embeddings":
+            if self.spec.api == "embeddings":
                 embed_batch(self, batch, self.out)
             else:
                 self.stamp_mismatches += self._generate(batch, cancelled, self.out, finished)
@@ -334,14 +335,14 @@ class Engine:
         if self.padded is not None:  # its own cache, at the decode steps' rows
             rows = self.info["decode_batch_size"]
             kwargs.update(self.padded.generate_kwargs(rows, width + max_new))
-        elif self.spec.get("compile"):
+        elif self.spec.compile:
             kwargs["cache_implementation"] = "static"
         return kwargs
 
     def _warmup(self, shapes: list) -> None:
         dynamic = bool(
-            self.spec.get("compile")
-            and self.spec["mode"] == "static"
+            self.spec.compile
+            and self.spec.mode == "static"
             and self.padded is None
             and marks_batch_dynamic(self.spec, self.info.get("batch_buckets"))
         )
@@ -380,7 +381,7 @@ class Engine:
         self.out.send(("warmed", round(time.monotonic() - t, 3), details))
 
     def _warm_shapes(self, shapes: list) -> None:
-        if self.spec.get("api") == "embeddings":  # a forward pass at each batch's size
+        if self.spec.api == "embeddings":  # a forward pass at each batch's size
             for batch_size, prompt_len, _ in shapes:
                 fake: list = [("req", -1 - i, [[65] * prompt_len], 0) for i in range(batch_size)]
                 embed_batch(self, fake, NullOut())

@@ -11,6 +11,7 @@ from loadtest.backends.transformers.decode_loop import PipelinedDecode
 from loadtest.backends.transformers.layout import Layout
 from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.parallel import control_group
+from loadtest.config.transformers_spec import TransformersSpec
 
 
 def follow(model, device, control, padded=None, loop=None) -> None:
@@ -42,7 +43,7 @@ def follow(model, device, control, padded=None, loop=None) -> None:
             model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
 
 
-def follower_main(spec: dict, base_dir: str, layout: Layout, says) -> None:
+def follower_main(spec: TransformersSpec, base_dir: str, layout: Layout, says) -> None:
     """A follower rank's process (spawned beside rank 0 by the harness); ``says`` carries its
     last words to the harness if it fails."""
     import torch.distributed as dist

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from loadtest.config.transformers_spec import TransformersSpec
+
 JOIN_S = 5.0  # a follower told to stop (by rank 0) has this long to exit before it is killed
 
 
@@ -23,7 +25,7 @@ class Followers:
         self.on_exit = on_exit  # (rank, exit code, last words), called on the event loop
         self.procs: list[Any] = []
 
-    def start(self, ctx, loop, spec: dict, base_dir: str, layout, label: str) -> None:
+    def start(self, ctx, loop, spec: TransformersSpec, base_dir: str, layout, label: str) -> None:
         """Spawn rank ``layout.rank``: no pipe from the harness, one back for its last words."""
         from loadtest.backends.transformers.follower_rank import follower_main
 

@@ -25,6 +25,7 @@ from loadtest.backends.transformers.compiling import (
 )
 from loadtest.backends.transformers.layout import Layout
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
+from loadtest.config.transformers_spec import TransformersSpec
 
 
 def resolve_device(name: str):
@@ -68,12 +69,12 @@ def choose_sdpa_backends(torch, device, wanted) -> list[str] | None:
     return list(chosen)
 
 
-def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
+def load_model(spec: TransformersSpec, base_dir: str, layout: Layout | None = None):
     """The model on its device (or a ``dummy:<arch>`` with random weights), and facts about it.
     With a tensor-parallel ``layout``, this rank's part of it, in its group."""
     import torch
 
-    layout = layout or Layout(devices=(spec["device"],))
+    layout = layout or Layout(devices=(spec.device,))
     # Every rank checks the whole group, in the same order, so whichever rank's failure reaches
     # the harness first, it names the same device: the first one the machine lacks.
     device = [resolve_device(name) for name in layout.devices][layout.rank]
@@ -82,10 +83,8 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         # synchronize(), the graphs' memory pool and stream) means this one, not cuda:0: a
         # replica on cuda:1 recorded its decode events on cuda:0's idle stream.
         torch.cuda.set_device(device)
-    dtype = resolve_dtype(spec["dtype"], device)
-    cpus = placement.place(
-        layout.index, layout.processes, device.type, spec.get("cpu_affinity", "blocks")
-    )
+    dtype = resolve_dtype(spec.dtype, device)
+    cpus = placement.place(layout.index, layout.processes, device.type, spec.cpu_affinity)
     plan = None
     if layout.size > 1:
         # the plan is read and judged before any collective or GPU work: a model the split
@@ -93,17 +92,13 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
         config, folder, source = _whole_config(spec, base_dir, layout)
         plan = split.plan_of(config)
         parallel.join_group(layout, device)
-    torch.manual_seed(spec["seed"])  # every rank alike: their replicated weights agree
-    sdpa = choose_sdpa_backends(torch, device, spec.get("sdpa_backends"))
+    torch.manual_seed(spec.seed)  # every rank alike: their replicated weights agree
+    sdpa = choose_sdpa_backends(torch, device, spec.sdpa_backends)
     attention.register()  # a scenario may name it
-    attn = (
-        {"attn_implementation": spec["attn_implementation"]}
-        if spec.get("attn_implementation")
-        else {}
-    )
+    attn = {"attn_implementation": spec.attn_implementation} if spec.attn_implementation else {}
     if plan is not None:
         model, split_facts = _load_split(
-            config, folder, plan, device, dtype, attn, layout, spec.get("all_reduce")
+            config, folder, plan, device, dtype, attn, layout, spec.all_reduce
         )
     else:
         model, source, split_facts = _built(spec, base_dir, device, dtype, attn)
@@ -112,24 +107,24 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     pad_decode, unpadded_why = _padding(model, spec)
     loop, unpipelined_why = decode_loop.decode_loop_of(model, spec, pad_decode)
     compile_options = None
-    if spec["compile"]:
-        compile_config, compile_options = decode_compile_config(spec.get("compile_options"))
+    if spec.compile:
+        compile_config, compile_options = decode_compile_config(spec.compile_options)
         model.generation_config.compile_config = compile_config
         never_silently_eager()
     info = {
         **_model_facts(model, spec, source, device, dtype),
         "sdpa_backends": sdpa,
-        "prompt_bucket": spec.get("prompt_bucket") or 1,
+        "prompt_bucket": spec.prompt_bucket or 1,
         "pad_decode": pad_decode,
         **({"pad_decode_off": unpadded_why} if unpadded_why else {}),
         "decode_loop": loop,
         **({"decode_loop_off": unpipelined_why} if unpipelined_why else {}),
         **batching_details(spec, pad_decode),
-        "mode": spec["mode"],
-        "api": spec.get("api", "generate"),
-        "compile": spec["compile"],
+        "mode": spec.mode,
+        "api": spec.api,
+        "compile": spec.compile,
         "compile_options": compile_options,
-        "trust_remote_code": spec["trust_remote_code"],
+        "trust_remote_code": spec.trust_remote_code,
         "tensor_parallel": split_facts,
         **cpus,
         **_versions_and_shape(model, device, dtype),
@@ -137,18 +132,14 @@ def load_model(spec: dict, base_dir: str, layout: Layout | None = None):
     return model, device, info
 
 
-def _built(spec: dict, base_dir: str, device, dtype, attn: dict):
+def _built(spec: TransformersSpec, base_dir: str, device, dtype, attn: dict):
     """(model, where its weights came from, None: no tensor-parallel split)."""
     import torch
     import transformers
 
-    name = spec["model"]
+    name = spec.model
     # an encoder (api: embeddings) is its base model: its hidden states are what is pooled
-    auto = (
-        transformers.AutoModel
-        if spec.get("api") == "embeddings"
-        else transformers.AutoModelForCausalLM
-    )
+    auto = transformers.AutoModel if spec.api == "embeddings" else transformers.AutoModelForCausalLM
     if name.startswith("dummy:"):
         arch = name.split(":", 1)[1]
         with torch.device(device):
@@ -159,31 +150,31 @@ def _built(spec: dict, base_dir: str, device, dtype, attn: dict):
         target,
         dtype=dtype,
         local_files_only=True,
-        trust_remote_code=spec["trust_remote_code"],
+        trust_remote_code=spec.trust_remote_code,
         **attn,
     ).to(device)
     return model, str(target), None
 
 
-def _padding(model, spec: dict) -> tuple[bool, str | None]:
+def _padding(model, spec: TransformersSpec) -> tuple[bool, str | None]:
     """Whether decode steps run padded to max_batch_size, and why not where the model's cache
     cannot be (an error when the scenario asked for it)."""
     pad_decode, unpadded_why = pads_decode(spec), None
     if pad_decode and (unpadded_why := padded_decode.layer_problem(model)):
-        if spec.get("pad_decode"):
+        if spec.pad_decode:
             raise ValueError(
-                f"backend.pad_decode: {spec['model']} cannot pad its decode steps: {unpadded_why}"
+                f"backend.pad_decode: {spec.model} cannot pad its decode steps: {unpadded_why}"
             )
         pad_decode = False  # by default, the graph with a dynamic batch dimension instead
     return pad_decode, unpadded_why
 
 
-def _model_facts(model, spec: dict, source: str, device, dtype) -> dict:
+def _model_facts(model, spec: TransformersSpec, source: str, device, dtype) -> dict:
     import torch
 
     config = model.config
     return {
-        "model": spec["model"],
+        "model": spec.model,
         "source": source,
         "architecture": type(model).__name__,
         "device": str(device),
@@ -244,10 +235,10 @@ def _checkpoint(name: str, base_dir: str) -> str:
     return str(path) if path.is_dir() else name
 
 
-def _whole_config(spec: dict, base_dir: str, layout: Layout):
+def _whole_config(spec: TransformersSpec, base_dir: str, layout: Layout):
     """The whole model's config, the checkpoint folder (None for a dummy), and the source line
     of a tensor-parallel rank."""
-    name = spec["model"]
+    name = spec.model
     if name.startswith("dummy:"):
         arch = name.split(":", 1)[1]
         return (

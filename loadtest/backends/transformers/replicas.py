@@ -125,7 +125,7 @@ class ReplicaRouter(Backend):
         done = await asyncio.gather(*(r.reconfigure(spec) for r in self.replicas))
         if all(done):
             self.spec = spec
-            self._details.update(batching_details(spec.model_dump(), self._details["pad_decode"]))
+            self._details.update(batching_details(spec, self._details["pad_decode"]))
         return all(done)
 
     def window_started(self) -> None:

@@ -26,10 +26,11 @@ from collections import deque
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.engine import Engine, resolve_hook
 from loadtest.backends.transformers.outbox import Outbox
+from loadtest.config.transformers_spec import TransformersSpec
 
 
 def main(
-    inbox_conn, outbox_conn, spec: dict, base_dir: str, hooks: tuple = (), layout=None
+    inbox_conn, outbox_conn, spec: TransformersSpec, base_dir: str, hooks: tuple = (), layout=None
 ) -> None:
     """The engine worker process's entry point (spawned by TransformersBackend); with a
     tensor-parallel ``layout``, rank 0 of its group (``parallel``)."""
@@ -55,7 +56,9 @@ def main(
         out.close()
 
 
-def _serve(inbox_conn, out: Outbox, spec: dict, base_dir: str, hooks: tuple, layout) -> None:
+def _serve(
+    inbox_conn, out: Outbox, spec: TransformersSpec, base_dir: str, hooks: tuple, layout
+) -> None:
     try:
         engine = Engine(spec, base_dir, out, layout=layout)
         for hook in hooks:
@@ -68,7 +71,7 @@ def _serve(inbox_conn, out: Outbox, spec: dict, base_dir: str, hooks: tuple, lay
     threading.Thread(
         target=_pump, args=(inbox_conn, inbox, cancelled, engine.urgent), daemon=True
     ).start()
-    if spec["mode"] == "continuous":
+    if spec.mode == "continuous":
         from loadtest.backends.transformers.continuous import ContinuousEngine
 
         try:

@@ -72,18 +72,19 @@ def test_every_other_call_is_transformers_own_sdpa(change):
 
 def _load(model_dir, attn=None):
     from loadtest.backends.transformers.loading import load_model
+    from loadtest.config.transformers_spec import TransformersSpec
 
-    spec = {
-        "model": str(model_dir),
-        "device": "cpu",
-        "dtype": "float32",
-        "seed": 0,
-        "attn_implementation": attn,
-        "trust_remote_code": False,
-        "mode": "static",
-        "compile": False,
-        "max_batch_size": 4,
-    }
+    spec = TransformersSpec(
+        model=str(model_dir),
+        device="cpu",
+        dtype="float32",
+        seed=0,
+        attn_implementation=attn,
+        trust_remote_code=False,
+        mode="static",
+        compile=False,
+        max_batch_size=4,
+    )
     return load_model(spec, ".")
 
 
@@ -144,5 +145,8 @@ class Model:
 )
 def test_when_the_engine_packs_decode_attention(config, spec, expected):
     model = Model(config)
-    pack_decode_attention(model, {"mode": "static", "attn_implementation": None, **spec})
+    from loadtest.config.transformers_spec import TransformersSpec
+
+    fields = {"mode": "static", "attn_implementation": None, **spec}
+    pack_decode_attention(model, TransformersSpec.model_construct(model="m", **fields))
     assert model.set_to == expected

@@ -125,13 +125,15 @@ def test_a_model_whose_generation_config_processes_logits_decodes_through_genera
     from loadtest.backends.transformers.decode_loop import decode_loop_of
 
     eng, _ = make_engine(tiny_model_dir, compile=True)
-    spec = {"model": "tiny", "decode_loop": None}
+    from loadtest.config.transformers_spec import TransformersSpec
+
+    spec = TransformersSpec(model="tiny", decode_loop=None)
     assert decode_loop_of(eng.model, spec, True) == ("pipelined", None)
     assert decode_loop_of(eng.model, spec, False) == (
         "generate()",
         "its decode steps are not padded (pad_decode)",
     )
-    assert decode_loop_of(eng.model, {**spec, "decode_loop": "generate"}, True) == (
+    assert decode_loop_of(eng.model, spec.model_copy(update={"decode_loop": "generate"}), True) == (
         "generate()",
         "the scenario's decode_loop: generate",
     )
@@ -140,7 +142,7 @@ def test_a_model_whose_generation_config_processes_logits_decodes_through_genera
     why = "its generation config asks for logits processing (repetition_penalty, suppress_tokens)"
     assert decode_loop_of(eng.model, spec, True) == ("generate()", why)
     with pytest.raises(ValueError, match=r"backend\.decode_loop: tiny cannot decode pipelined"):
-        decode_loop_of(eng.model, {**spec, "decode_loop": "pipelined"}, True)
+        decode_loop_of(eng.model, spec.model_copy(update={"decode_loop": "pipelined"}), True)
     eng.model.generation_config.repetition_penalty = 1.0
     eng.model.generation_config.suppress_tokens = None
     monkeypatch.setattr(transformers, "__version__", "4.56.0")

@@ -60,16 +60,21 @@ def test_batch_buckets_are_powers_of_two_up_to_the_cap_or_the_sizes_given():
     # sizes given: those under the cap, and the cap always
     assert bucket_sizes(16, [4, 1, 64]) == [1, 4, 16]
     assert [batch_bucket(n, [1, 4, 16]) for n in (1, 2, 4, 5, 16)] == [1, 4, 4, 16, 16]
-    spec = {"mode": "static", "compile": True, "max_batch_size": 16, "batch_buckets": None}
+    from loadtest.config.transformers_spec import TransformersSpec
+
+    def buckets(**fields: object) -> list[int] | None:
+        spec = {"mode": "static", "compile": True, "max_batch_size": 16, "batch_buckets": None}
+        return batch_buckets_of(TransformersSpec.model_construct(model="m", **{**spec, **fields}))
+
     # on by default with compile, from 2: one dynamic-batch graph serves them all
-    assert batch_buckets_of(spec) == [2, 4, 8, 16]
-    assert batch_buckets_of({**spec, "batch_buckets": True}) == [2, 4, 8, 16]
-    assert batch_buckets_of({**spec, "max_batch_size": 1}) == [1]
-    assert batch_buckets_of({**spec, "batch_buckets": [1, 4]}) == [1, 4, 16]  # as given
-    assert batch_buckets_of({**spec, "batch_buckets": False}) is None
-    assert batch_buckets_of({**spec, "compile": False}) is None  # off by default in eager mode
-    assert batch_buckets_of({**spec, "compile": False, "batch_buckets": True}) == [1, 2, 4, 8, 16]
-    assert batch_buckets_of({**spec, "mode": "continuous", "batch_buckets": True}) is None
+    assert buckets() == [2, 4, 8, 16]
+    assert buckets(batch_buckets=True) == [2, 4, 8, 16]
+    assert buckets(max_batch_size=1) == [1]
+    assert buckets(batch_buckets=[1, 4]) == [1, 4, 16]  # as given
+    assert buckets(batch_buckets=False) is None
+    assert buckets(compile=False) is None  # off by default in eager mode
+    assert buckets(compile=False, batch_buckets=True) == [1, 2, 4, 8, 16]
+    assert buckets(mode="continuous", batch_buckets=True) is None
 
 
 @pytest.mark.integration
@@ -143,9 +148,11 @@ def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_
 
 def test_the_warm_up_marks_the_batch_dynamic_unless_the_sizes_listed_leave_one():
     from loadtest.backends.transformers.compiling import batch_buckets_of, marks_batch_dynamic
+    from loadtest.config.transformers_spec import TransformersSpec
 
-    def marks(**spec) -> bool:
-        spec = {"mode": "static", "compile": True, "max_batch_size": 16, **spec}
+    def marks(**fields: object) -> bool:
+        fields = {"mode": "static", "compile": True, "max_batch_size": 16, **fields}
+        spec = TransformersSpec.model_construct(model="m", **fields)
         return marks_batch_dynamic(spec, batch_buckets_of(spec))
 
     # one graph for every size from 2; in a sweep the default buckets of a point of 2 are [2],

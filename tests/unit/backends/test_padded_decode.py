@@ -13,12 +13,16 @@ from tests.engine_helpers import Inline, compile_eagerly, input_shapes, make_eng
 def test_decode_steps_are_padded_by_default_in_static_mode_with_compile_only():
     from loadtest.backends.transformers.compiling import batching_details, pads_decode
 
-    spec = {"mode": "static", "compile": True, "max_batch_size": 16, "batch_buckets": None}
-    assert pads_decode(spec) and pads_decode({**spec, "pad_decode": True})
-    assert not pads_decode({**spec, "pad_decode": False})
-    assert not pads_decode({**spec, "compile": False})
-    assert not pads_decode({**spec, "mode": "continuous"}) and not pads_decode(
-        {**spec, "mode": "single"}
+    from loadtest.config.transformers_spec import TransformersSpec
+
+    spec = TransformersSpec.model_construct(
+        model="m", mode="static", compile=True, max_batch_size=16, batch_buckets=None
+    )
+    assert pads_decode(spec) and pads_decode(spec.model_copy(update={"pad_decode": True}))
+    assert not pads_decode(spec.model_copy(update={"pad_decode": False}))
+    assert not pads_decode(spec.model_copy(update={"compile": False}))
+    assert not pads_decode(spec.model_copy(update={"mode": "continuous"})) and not pads_decode(
+        spec.model_copy(update={"mode": "single"})
     )
     # padded, a batch of one prefills as one; unpadded, the dynamic graph starts at 2
     assert batching_details(spec, True) == {
@@ -30,11 +34,13 @@ def test_decode_steps_are_padded_by_default_in_static_mode_with_compile_only():
         "decode_batch_size": None,
     }
     # a sweep's next point: the rows follow its max_batch_size
-    assert batching_details({**spec, "max_batch_size": 4}, True) == {
+    assert batching_details(spec.model_copy(update={"max_batch_size": 4}), True) == {
         "batch_buckets": [1, 2, 4],
         "decode_batch_size": 4,
     }
-    assert batching_details({**spec, "batch_buckets": [16]}, True)["batch_buckets"] == [16]
+    assert batching_details(spec.model_copy(update={"batch_buckets": [16]}), True)[
+        "batch_buckets"
+    ] == [16]
 
 
 def _cache_rows(layer) -> list[list[float]]:

@@ -151,11 +151,10 @@ def test_a_log_gets_a_plain_progress_line_every_period():
 
 def test_the_live_display_shows_the_same_figures_and_a_counted_run_its_pace():
     import io
-
-    from loadtest.reporters.console import make_console
     from dataclasses import replace
 
     from loadtest.execution.live import LivePercentiles, LiveStats
+    from loadtest.reporters.console import make_console
     from loadtest.reporters.progress import Rates, _panel, fields, time_left_s
 
     s = LiveStats(elapsed_s=10.0, sent=40, completed=15, failed=1, in_flight=24, planned=100,

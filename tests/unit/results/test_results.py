@@ -106,9 +106,14 @@ def test_non_finite_figures_become_null_with_a_warning_naming_them():
     import math
 
     from loadtest.results.finish import null_non_finite
-    from loadtest.results.model import DecodeRoof, ModelCosts, RooflineSection
-
-    from loadtest.results.model import GpuDevice, GpuSection, GpuSeries
+    from loadtest.results.model import (
+        DecodeRoof,
+        GpuDevice,
+        GpuSection,
+        GpuSeries,
+        ModelCosts,
+        RooflineSection,
+    )
 
     def roof(mbu: float, step_ms: float) -> RooflineSection:
         return RooflineSection(
