@@ -31,8 +31,19 @@ class Section(Document):
     @model_serializer(mode="wrap")
     def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         dumped: dict[str, Any] = handler(self)
-        given = {
-            (f.alias or name) if name in self.model_fields_set else None
-            for name, f in type(self).model_fields.items()
-        } | self.model_fields_set
+        given = (
+            {
+                (f.alias or name) if name in self.model_fields_set else None
+                for name, f in type(self).model_fields.items()
+            }
+            | self.model_fields_set
+            | set(self.model_extra or ())
+        )
         return {k: v for k, v in dumped.items() if k in given}
+
+
+class OpenSection(Section):
+    """A section in a producer's own terms: the fields generic code reads are typed, and every
+    other the producer gave is kept as given."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)

@@ -5,9 +5,7 @@ the decode loop. Empty for a backend that reports none of these (a served model)
 
 from __future__ import annotations
 
-from typing import Any
-
-from loadtest.results.model import BackendFacts, RooflineSection
+from loadtest.results.model import BackendFacts, ReplicaFacts, RooflineSection
 
 
 def placement_rows(
@@ -16,51 +14,47 @@ def placement_rows(
     """Label/value rows of the engine's placement (see the module docstring)."""
     if backend is None:
         return []
-    facts: dict[str, Any] = backend.model_extra or {}
-    replicas = facts.get("replicas") or []
-    split = facts.get("tensor_parallel") or {}
+    replicas, split = backend.replicas or [], backend.tensor_parallel
     rows: list[tuple[str, str]] = []
     floor = roofline.decode.floor_ms if roofline and roofline.decode else None
     if replicas:
-        size = split.get("size") or 1
+        size = (split.size if split else None) or 1
         layout = f"{len(replicas)} replicas" + (f" of TP{size}" if size > 1 else "")
-        rows.append(("engines", f"{layout}, routed to the {facts.get('routing', '?')}"))
+        rows.append(("engines", f"{layout}, routed to the {backend.routing or '?'}"))
         rows += [
-            (f"replica {r.get('index', i)}", _replica(r, floor)) for i, r in enumerate(replicas)
+            (f"replica {i if r.index is None else r.index}", _replica(r, floor))
+            for i, r in enumerate(replicas)
         ]
-    elif facts.get("cpus") or split:
-        where = facts.get("device") or "?"
-        cpus = facts.get("cpus")
-        rows.append(("engine", where + (f", CPUs {cpus}" if cpus else "")))
+    elif backend.cpus or split:
+        cpus = backend.cpus
+        rows.append(("engine", (backend.device or "?") + (f", CPUs {cpus}" if cpus else "")))
     if split:
-        per_rank = split.get("per_rank") or {}
-        shape = ", ".join(f"{k} {v}" for k, v in per_rank.items())
+        shape = ", ".join(f"{k} {v}" for k, v in (split.per_rank or {}).items())
         rows.append(
-            ("tensor parallel", f"TP{split.get('size')}" + (f" ({shape} a rank)" if shape else ""))
+            ("tensor parallel", f"TP{split.size}" + (f" ({shape} a rank)" if shape else ""))
         )
-        if split.get("all_reduce"):
-            rows.append(("all-reduce", str(split["all_reduce"])))
-    loop = facts.get("decode_loop")
-    if loop:
-        why = facts.get("decode_loop_off")
-        rows.append(("decode loop", str(loop) + (f" ({why})" if why else "")))
+        if split.all_reduce:
+            rows.append(("all-reduce", split.all_reduce))
+    if backend.decode_loop:
+        why = backend.decode_loop_off
+        rows.append(("decode loop", backend.decode_loop + (f" ({why})" if why else "")))
     return rows
 
 
-def _replica(r: dict[str, Any], floor: float | None) -> str:
+def _replica(r: ReplicaFacts, floor: float | None) -> str:
     """One replica: devices, CPUs, requests, batches, decode step (against the floor), memory."""
-    parts = [",".join(r.get("devices") or ()) or "?"]
-    if r.get("cpus"):
-        parts.append(f"CPUs {r['cpus']}")
-    if r.get("requests") is not None:
-        parts.append(f"{r['requests']} requests")
-    if r.get("batches") is not None:
-        parts.append(f"{r['batches']} batches")
-    step = r.get("decode_step_ms")
+    parts = [",".join(r.devices or ()) or "?"]
+    if r.cpus:
+        parts.append(f"CPUs {r.cpus}")
+    if r.requests is not None:
+        parts.append(f"{r.requests} requests")
+    if r.batches is not None:
+        parts.append(f"{r.batches} batches")
+    step = r.decode_step_ms
     if step is not None:
         parts.append(
             f"decode step {step:g} ms" + (f" ({step / floor:.1f}x the floor)" if floor else "")
         )
-    if r.get("peak_mem_mb") is not None:
-        parts.append(f"peak {r['peak_mem_mb']:,.0f} MB")
+    if r.peak_mem_mb is not None:
+        parts.append(f"peak {r.peak_mem_mb:,.0f} MB")
     return "; ".join(parts)

@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from loadtest.core.document import OpenSection
 from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, RunStatus, VerdictName, _Doc
 from loadtest.telemetry.gpu_section import GpuSection
 from loadtest.telemetry.profile_section import ProfileSection
@@ -396,6 +397,26 @@ class Timeseries(_Doc):
 Number = int | float  # as the backend gave it: an int stays an int in the JSON
 
 
+class ReplicaFacts(OpenSection):
+    """One engine replica: where it ran and, per point, what it did."""
+
+    index: int | None = None
+    devices: list[str] | None = None
+    cpus: str | None = None
+    requests: int | None = None
+    batches: int | None = None
+    decode_step_ms: float | None = None
+    peak_mem_mb: Number | None = None
+
+
+class TensorParallelFacts(OpenSection):
+    """An engine split over ranks: how many, each rank's share of the shape, its all-reduce."""
+
+    size: int | None = None
+    per_rank: dict[str, int] | None = None
+    all_reduce: str | None = None
+
+
 class BackendFacts(_Doc):
     """What the backend said about itself: its kind and name, the facts generic code reads
     (typed here), and every fact of its own kind (kept as given: each kind has its own). Written
@@ -418,6 +439,15 @@ class BackendFacts(_Doc):
     shape_config: dict[str, Any] | None = None  # the model's shape, for the roofline
     roofline_acct: dict[str, Number] | None = None  # the engine's step accounting
     ray: dict[str, Any] | None = None  # the Ray cluster the workers ran on
+    # where a local engine ran: its device and CPUs, its replicas and how requests were routed
+    # to them, its tensor-parallel split, and the loop its decode steps ran in
+    device: str | None = None
+    cpus: str | None = None
+    routing: str | None = None
+    replicas: list[ReplicaFacts] | None = None
+    tensor_parallel: TensorParallelFacts | None = None
+    decode_loop: str | None = None
+    decode_loop_off: str | None = None  # why not pipelined
     checks: dict[str, Any] | None = None  # outputs checked: tool calls, structured answers, media
 
     _order: list[str] = PrivateAttr(default_factory=list)  # the keys as given, in order
