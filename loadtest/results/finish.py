@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loadtest.config.scenario import Scenario
+from loadtest.core.step_accounting import StepAccounting
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import BackendFacts, RunMetrics, Stability, Verdict
@@ -179,14 +180,14 @@ def _judged_outside(scenario: Scenario, rec: Recorder, window: Any) -> list[Stab
 def _roofline(metrics: RunMetrics, env: Manifest) -> RooflineSection | None:
     """MBU/MFU and a diagnosis, for in-process models (transformers)."""
     backend = metrics.backend
-    acct: dict[str, float] = dict(backend.roofline_acct or {})
+    acct = backend.roofline_acct
     config, weights, width = backend.shape_config, backend.parameter_bytes, backend.dtype_bytes
-    if not acct or not config or weights is None or width is None:
+    if acct is None or not config or weights is None or width is None:
         return None
     from loadtest.telemetry import roofline
 
     estimated = None
-    if not acct.get("decode_steps") and backend.mode == "continuous":
+    if not acct.decode_steps and backend.mode == "continuous":
         acct, estimated = _estimated(metrics), roofline.ESTIMATED_NOTE
     shape = roofline.model_shape(config, weights, width)
     name = backend.device_name
@@ -198,7 +199,7 @@ def _roofline(metrics: RunMetrics, env: Manifest) -> RooflineSection | None:
     return result
 
 
-def _estimated(metrics: RunMetrics) -> dict[str, float]:
+def _estimated(metrics: RunMetrics) -> StepAccounting:
     """Continuous batching's manager times no steps: its accounting from the run's figures."""
     from loadtest.telemetry import roofline
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtest.core.step_accounting import StepAccounting
 from loadtest.telemetry.gpu_section import GpuSection
 from loadtest.telemetry.profile_section import Operator, ProfileSection
 from loadtest.telemetry.roofline_section import (
@@ -121,25 +122,25 @@ def estimate_from_latencies(
     completed: int,
     input_tokens: int | None,
     output_tokens: int | None,
-) -> dict[str, float]:
+) -> StepAccounting:
     """Step accounting reconstructed from a run's own figures, where the engine cannot time its
     steps: each step yields one token for each request in the batch, so over the window
     steps = window / mean ITL and rows per step = output tok/s x mean ITL (Little's law on tokens)."""
     if not itl_mean_ms or not output_tokens_per_s or not window_s or not completed:
-        return {}
+        return StepAccounting()
     step_s = itl_mean_ms / 1000
     steps = window_s / step_s
     batch = output_tokens_per_s * step_s
     context = (input_tokens or 0) / completed + (output_tokens or 0) / completed / 2
-    return {
-        "decode_steps": round(steps),
-        "decode_s": window_s,
-        "decode_rows": round(batch * steps),
-        "decode_ctx_sum": round(batch * steps * context),
-    }
+    return StepAccounting(
+        decode_steps=round(steps),
+        decode_s=window_s,
+        decode_rows=round(batch * steps),
+        decode_ctx_sum=round(batch * steps * context),
+    )
 
 
-def analyse(shape: ModelCosts, acct: dict[str, float], peaks: Peaks | None) -> RooflineSection:
+def analyse(shape: ModelCosts, acct: StepAccounting, peaks: Peaks | None) -> RooflineSection:
     """MBU/MFU for decode and prefill from the worker's step accounting (``acct``)."""
     return RooflineSection(
         peaks=peaks,
@@ -149,13 +150,11 @@ def analyse(shape: ModelCosts, acct: dict[str, float], peaks: Peaks | None) -> R
     )
 
 
-def _decode(
-    shape: ModelCosts, acct: dict[str, float], peaks: Peaks | None
-) -> dict[str, DecodeRoof]:
-    steps, decode_s = int(acct.get("decode_steps", 0)), acct.get("decode_s", 0.0)
+def _decode(shape: ModelCosts, acct: StepAccounting, peaks: Peaks | None) -> dict[str, DecodeRoof]:
+    steps, decode_s = acct.decode_steps, acct.decode_s
     if not steps or decode_s <= 0:
         return {}
-    ctx, rows = acct["decode_ctx_sum"], acct["decode_rows"]
+    ctx, rows = acct.decode_ctx_sum, acct.decode_rows
     bytes_moved = steps * shape.weight_bytes + ctx * shape.kv_bytes_per_token
     flops = rows * shape.linear_flops_per_token + ctx * shape.attention_flops_per_token_per_context
     step_s = decode_s / steps
@@ -176,18 +175,18 @@ def _decode(
 
 
 def _prefill(
-    shape: ModelCosts, acct: dict[str, float], peaks: Peaks | None
+    shape: ModelCosts, acct: StepAccounting, peaks: Peaks | None
 ) -> dict[str, PrefillRoof]:
-    tokens, prefill_s = int(acct.get("prefill_tokens", 0)), acct.get("prefill_s", 0.0)
+    tokens, prefill_s = acct.prefill_tokens, acct.prefill_s
     if not tokens or prefill_s <= 0:
         return {}
     flops = (
         tokens * shape.linear_flops_per_token
-        + acct.get("prefill_attn_pairs", 0) * shape.attention_flops_per_token_per_context
+        + acct.prefill_attn_pairs * shape.attention_flops_per_token_per_context
     )
-    batches = acct.get("prefill_batches")
+    batches = acct.prefill_batches
     prefill = PrefillRoof(
-        batches=None if batches is None else int(batches),
+        batches=batches,
         tokens=tokens,
         tokens_per_s=round(tokens / prefill_s, 1),
         achieved_tflops=round(flops / prefill_s / 1e12, 4),

@@ -13,6 +13,7 @@ import queue
 import time
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 from loadtest.backends.transformers import messages
@@ -36,11 +37,11 @@ from loadtest.backends.transformers.stamping import (
     NullOut,
     StepStreamer,
     choose_stamp_source,
-    new_accounting,
     nothing,
 )
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
+from loadtest.core.step_accounting import StepAccounting
 
 # Steps a warm-up generate() runs, one token each (the prefill's, then decode steps). Its cache
 # is sized for the run's longest output (shorter outputs reuse a static cache; a longer one is a
@@ -99,7 +100,7 @@ class Engine:
         )
         self.batches = 0
         self._batches_reported = 0
-        self.acct = new_accounting()
+        self.acct = StepAccounting()
         self.gc = process_gc_pauses()
         self.profiler: Any = None  # a WorkerProfiler while a capture window is open
         self.pending_export: Any = (
@@ -181,7 +182,7 @@ class Engine:
                 self.profiler.start()
                 self.out.send(("profiling", time.monotonic_ns()))
             elif msg[0] == "window_start":  # the measurement window opened: count from here
-                self.acct = new_accounting()  # steps handed over from now on count in this one
+                self.acct = StepAccounting()  # steps handed over from now on count in this one
                 self.gc.summary(reset=True)
                 self.graphs_at_window = compiled_graphs()
             elif msg[0] == "profile_stop":
@@ -410,7 +411,7 @@ class Engine:
         self.out.flush()  # the accounting is updated on the outbox's thread
         facts: dict[str, Any] = {
             "batches": self.batches - self._batches_reported,
-            "roofline_acct": dict(self.acct),
+            "roofline_acct": asdict(self.acct),
             "stamp_mismatches": self.stamp_mismatches,
             "gc_pauses": self.gc.summary(reset),
         }
@@ -432,7 +433,7 @@ class Engine:
             facts["profile_export"] = profiler.export(out_dir)
         if reset:
             self._batches_reported = self.batches
-            self.acct = new_accounting()
+            self.acct = StepAccounting()
             self.stamp_mismatches = 0
         if self.device.type == "cuda":
             facts["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)

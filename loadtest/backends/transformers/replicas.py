@@ -13,7 +13,9 @@ parallel; if one fails to load, or dies during the run, the run ends with everyt
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendInfo, combine_parts
@@ -21,6 +23,7 @@ from loadtest.backends.transformers.backend import TransformersBackend
 from loadtest.backends.transformers.compiling import batching_details
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent
+from loadtest.core.step_accounting import StepAccounting
 from loadtest.workload.plan import PlannedRequest
 
 ROUTING = "least outstanding requests (ties in turn)"
@@ -165,9 +168,9 @@ def merge_facts(parts: list[dict]) -> dict:
     if not parts:
         return {}
     out = combine_parts([{k: v for k, v in p.items() if not k.startswith("peak_")} for p in parts])
-    accounts = [p["roofline_acct"] for p in parts if p.get("roofline_acct")]
+    accounts = [StepAccounting(**p["roofline_acct"]) for p in parts if p.get("roofline_acct")]
     if accounts:
-        out["roofline_acct"] = combine_parts(accounts)
+        out["roofline_acct"] = asdict(functools.reduce(StepAccounting.plus, accounts))
     for key in ("peak_mem_mb", "peak_rss_mb"):
         peaks = [p[key] for p in parts if p.get(key) is not None]
         if peaks:
@@ -186,7 +189,7 @@ def _own(part: dict) -> dict[str, Any]:
         "stamp_mismatches",
     )
     out: dict[str, Any] = {k: part[k] for k in keep if k in part}
-    acct = part.get("roofline_acct") or {}
-    if acct.get("decode_steps"):
-        out["decode_step_ms"] = round(1e3 * acct["decode_s"] / acct["decode_steps"], 3)
+    step_ms = StepAccounting(**(part.get("roofline_acct") or {})).decode_step_ms
+    if step_ms is not None:
+        out["decode_step_ms"] = step_ms
     return out

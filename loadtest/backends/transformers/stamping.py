@@ -4,7 +4,7 @@ Every token stamp is ``time.monotonic_ns()`` taken in the worker when the decode
 produced the token is done and the host knows it: right after generate()'s own per-step device
 synchronisation (``AfterSyncStamps``), or with the streamer fallback right after the tokens were
 copied to the host (``StepStreamer``). The streamer also keeps the roofline's accounting of
-prefill and decode steps (``new_accounting``).
+prefill and decode steps (``StepAccounting``).
 """
 
 from __future__ import annotations
@@ -14,20 +14,7 @@ from collections import deque
 from typing import Any
 
 from loadtest.backends.transformers import messages
-
-
-def new_accounting() -> dict:
-    """What the roofline needs from the steps this worker ran (see loadtest.telemetry.roofline)."""
-    return {
-        "prefill_batches": 0,
-        "prefill_tokens": 0,
-        "prefill_attn_pairs": 0,
-        "prefill_s": 0.0,
-        "decode_steps": 0,
-        "decode_rows": 0,
-        "decode_ctx_sum": 0,
-        "decode_s": 0.0,
-    }
+from loadtest.core.step_accounting import StepAccounting
 
 
 class nothing:
@@ -243,10 +230,10 @@ class StepStreamer:
             if acct is None:
                 pass
             elif self.decoded == 0:  # the first step ends the prefill
-                acct["prefill_batches"] += 1
-                acct["prefill_tokens"] += sum(self.lens)
-                acct["prefill_attn_pairs"] += sum(k * (k + 1) // 2 for k in self.lens)
-                acct["prefill_s"] += dt / 1e9
+                acct.prefill_batches += 1
+                acct.prefill_tokens += sum(self.lens)
+                acct.prefill_attn_pairs += sum(k * (k + 1) // 2 for k in self.lens)
+                acct.prefill_s += dt / 1e9
             else:  # a decode step: every row of the batch is computed until the last one ends
                 if acct is not into:
                     self._add_decode(into, d_steps, d_ctx, d_ns)
@@ -267,13 +254,13 @@ class StepStreamer:
         self._add_decode(into, d_steps, d_ctx, d_ns)
         return msgs
 
-    def _add_decode(self, acct: dict | None, steps: int, ctx: int, ns: int) -> None:
+    def _add_decode(self, acct: StepAccounting | None, steps: int, ctx: int, ns: int) -> None:
         if acct is not None and steps:
             rows = len(self.rids)
-            acct["decode_steps"] += steps
-            acct["decode_rows"] += rows * steps
-            acct["decode_ctx_sum"] += rows * ctx
-            acct["decode_s"] += ns / 1e9
+            acct.decode_steps += steps
+            acct.decode_rows += rows * steps
+            acct.decode_ctx_sum += rows * ctx
+            acct.decode_s += ns / 1e9
 
     def _rows(self, t: int, n: int, tokens) -> list:
         """Step ``n``, row by row: tokens for the rows going, ``done`` for those ending now."""

@@ -15,6 +15,7 @@ from pydantic import (
 )
 
 from loadtest.core.document import OpenSection
+from loadtest.core.step_accounting import StepAccounting
 from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, RunStatus, VerdictName, _Doc
 from loadtest.telemetry.gpu_section import GpuSection
 from loadtest.telemetry.profile_section import ProfileSection
@@ -437,7 +438,7 @@ class BackendFacts(_Doc):
     parameter_bytes: int | None = None
     dtype_bytes: int | None = None
     shape_config: dict[str, Any] | None = None  # the model's shape, for the roofline
-    roofline_acct: dict[str, Number] | None = None  # the engine's step accounting
+    roofline_acct: StepAccounting | None = None  # the engine's step accounting
     ray: dict[str, Any] | None = None  # the Ray cluster the workers ran on
     # where a local engine ran: its device and CPUs, its replicas and how requests were routed
     # to them, its tensor-parallel split, and the loop its decode steps ran in

@@ -9,6 +9,7 @@ import contextlib
 import pytest
 
 from loadtest.backends.transformers.stamping import StepStreamer
+from loadtest.core.step_accounting import StepAccounting
 from tests.engine_helpers import (
     Recorder,
     make_engine,
@@ -17,9 +18,9 @@ from tests.engine_helpers import (
 
 
 def test_roofline_accounting_from_step_stamps():
-    from loadtest.backends.transformers.stamping import new_accounting
+    from loadtest.core.step_accounting import StepAccounting
 
-    acct, counting = new_accounting(), [True]
+    acct, counting = StepAccounting(), [True]
     s = StepStreamer(
         [("req", 1, [1, 2, 3], 4, True, None), ("req", 2, [1, 2, 3, 4, 5], 4, True, None)],
         Recorder(),
@@ -37,12 +38,12 @@ def test_roofline_accounting_from_step_stamps():
     ):  # the third step under a profiler
         counting[0] = on
         s.step(t_ms * 1_000_000, None)
-    assert acct["prefill_batches"] == 1 and acct["prefill_tokens"] == 8
-    assert acct["prefill_attn_pairs"] == 3 * 4 // 2 + 5 * 6 // 2
-    assert acct["prefill_s"] == pytest.approx(0.010)
-    assert acct["decode_steps"] == 2 and acct["decode_rows"] == 4
-    assert acct["decode_ctx_sum"] == 2 * (5 + 1) + 2 * (5 + 3)  # context = width + steps before
-    assert acct["decode_s"] == pytest.approx(0.006)
+    assert acct.prefill_batches == 1 and acct.prefill_tokens == 8
+    assert acct.prefill_attn_pairs == 3 * 4 // 2 + 5 * 6 // 2
+    assert acct.prefill_s == pytest.approx(0.010)
+    assert acct.decode_steps == 2 and acct.decode_rows == 4
+    assert acct.decode_ctx_sum == 2 * (5 + 1) + 2 * (5 + 3)  # context = width + steps before
+    assert acct.decode_s == pytest.approx(0.006)
 
 
 class PeriodRecorder(Recorder):
@@ -68,9 +69,9 @@ class PeriodRecorder(Recorder):
 
 
 def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_by_one():
-    from loadtest.backends.transformers.stamping import new_accounting
+    from loadtest.core.step_accounting import StepAccounting
 
-    acct, out = new_accounting(), PeriodRecorder()
+    acct, out = StepAccounting(), PeriodRecorder()
     s = StepStreamer([req(1, 6), req(2, 4)], out, set(), set(), width=3, accounting=lambda: acct)
     s.start(0)
     for t in (10, 20, 30):  # the prefill (10), then two decode steps: nothing can end yet
@@ -86,18 +87,18 @@ def test_plain_steps_between_two_writes_are_one_message_and_accounted_as_if_one_
     assert out.msgs[4:] == [("tokens", (50,), [1]), ("tokens", (60,), [1]), ("done", 60, 1, 6)]
     assert out.writes == 3
     # hand-computed: prefill 10 ns; decode steps 2..6, each 10 ns, 2 rows, context 3 + steps before
-    assert acct["prefill_batches"] == 1 and acct["prefill_s"] == pytest.approx(10e-9)
-    assert acct["decode_steps"] == 5 and acct["decode_rows"] == 10
-    assert acct["decode_ctx_sum"] == 2 * sum(3 + k for k in range(1, 6))
-    assert acct["decode_s"] == pytest.approx(50e-9)
+    assert acct.prefill_batches == 1 and acct.prefill_s == pytest.approx(10e-9)
+    assert acct.decode_steps == 5 and acct.decode_rows == 10
+    assert acct.decode_ctx_sum == 2 * sum(3 + k for k in range(1, 6))
+    assert acct.decode_s == pytest.approx(50e-9)
 
 
 def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
     """The window opens (a new accounting) while earlier steps still wait for the writer: they
     count in the old one, the later ones in the new, though one drain takes them all."""
-    from loadtest.backends.transformers.stamping import new_accounting
+    from loadtest.core.step_accounting import StepAccounting
 
-    before, window, out = new_accounting(), new_accounting(), PeriodRecorder()
+    before, window, out = StepAccounting(), StepAccounting(), PeriodRecorder()
     current = [before]
     s = StepStreamer(
         [req(1, 6), req(2, 6)], out, set(), set(), width=3, accounting=lambda: current[0]
@@ -111,17 +112,11 @@ def test_a_step_counts_in_the_accounting_current_when_it_was_handed_over():
     out.period()
     assert out.writes == 1
     assert (
-        before["prefill_batches"] == 1
-        and before["decode_steps"] == 1
-        and before["decode_ctx_sum"] == 2 * 4
+        before.prefill_batches == 1 and before.decode_steps == 1 and before.decode_ctx_sum == 2 * 4
     )
-    assert before["decode_s"] == pytest.approx(10e-9)
-    assert (
-        window["prefill_batches"] == 0
-        and window["decode_steps"] == 2
-        and window["decode_rows"] == 4
-    )
-    assert window["decode_ctx_sum"] == 2 * (5 + 6) and window["decode_s"] == pytest.approx(25e-9)
+    assert before.decode_s == pytest.approx(10e-9)
+    assert window.prefill_batches == 0 and window.decode_steps == 2 and window.decode_rows == 4
+    assert window.decode_ctx_sum == 2 * (5 + 6) and window.decode_s == pytest.approx(25e-9)
 
 
 @pytest.mark.integration
@@ -142,6 +137,6 @@ def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_
     eng.profiler = Profiler()
     eng._generate(batch(3), set(), out, set())
     eng.profiler = None
-    acct = eng._facts(reset=True)["roofline_acct"]
-    assert acct["prefill_batches"] == 1 and acct["prefill_tokens"] == 3
-    assert acct["decode_steps"] == 3 and acct["decode_ctx_sum"] == (3 + 1) + (3 + 2) + (3 + 3)
+    acct = StepAccounting(**eng._facts(reset=True)["roofline_acct"])
+    assert acct.prefill_batches == 1 and acct.prefill_tokens == 3
+    assert acct.decode_steps == 3 and acct.decode_ctx_sum == (3 + 1) + (3 + 2) + (3 + 3)

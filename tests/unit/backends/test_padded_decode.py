@@ -12,7 +12,6 @@ from tests.engine_helpers import Inline, compile_eagerly, input_shapes, make_eng
 
 def test_decode_steps_are_padded_by_default_in_static_mode_with_compile_only():
     from loadtest.backends.transformers.compiling import batching_details, pads_decode
-
     from loadtest.config.transformers_spec import TransformersSpec
 
     spec = TransformersSpec.model_construct(

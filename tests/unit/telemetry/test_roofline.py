@@ -7,6 +7,7 @@ import json
 import pytest
 
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
+from loadtest.core.step_accounting import StepAccounting
 from loadtest.results.model import (
     DecodeRoof,
     Diagnosis,
@@ -41,17 +42,17 @@ def test_llama_3_2_1b_costs_by_hand():
 def test_mbu_mfu_by_hand():
     shape = roofline.model_shape(DUMMY_ARCHITECTURES["llama-3.2-1b"], 2 * LLAMA_1B_PARAMS, 2)
     # 100 decode steps of batch 8 in 0.5 s, prompts padded to 128: context 128 + k at step k
-    acct = {
-        "decode_steps": 100,
-        "decode_s": 0.5,
-        "decode_rows": 800,
-        "decode_ctx_sum": 8 * sum(128 + k for k in range(1, 101)),
-        "prefill_tokens": 1000,
-        "prefill_s": 0.01,
-        "prefill_attn_pairs": 8 * (125 * 126 // 2),
-        "prefill_batches": 1,
-    }
-    assert acct["decode_ctx_sum"] == 142_800
+    acct = StepAccounting(
+        decode_steps=100,
+        decode_s=0.5,
+        decode_rows=800,
+        decode_ctx_sum=8 * sum(128 + k for k in range(1, 101)),
+        prefill_tokens=1000,
+        prefill_s=0.01,
+        prefill_attn_pairs=8 * (125 * 126 // 2),
+        prefill_batches=1,
+    )
+    assert acct.decode_ctx_sum == 142_800
     r = roofline.analyse(shape, acct, Peaks(bw_gb_s=3350, tflops=989, source="test"))
     d = r.decode
     bytes_moved = 100 * 2_471_628_800 + 142_800 * 32_768  # = 251_842_150_400
@@ -179,12 +180,9 @@ def test_continuous_mode_is_estimated_from_the_runs_own_figures():
         input_tokens=10_000,
         output_tokens=4_000,
     )
-    assert acct == {
-        "decode_steps": 500,
-        "decode_s": 10.0,
-        "decode_rows": 4000,
-        "decode_ctx_sum": 480_000,
-    }
+    assert acct == StepAccounting(
+        decode_steps=500, decode_s=10.0, decode_rows=4000, decode_ctx_sum=480_000
+    )
     r = roofline.analyse(
         roofline.model_shape(DUMMY_ARCHITECTURES["llama-3.2-1b"], 2 * LLAMA_1B_PARAMS, 2),
         acct,
