@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import itertools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock, busy_share_since, busy_start
@@ -32,6 +31,8 @@ from loadtest.execution.recorder import Recorder
 from loadtest.execution.request import LATE_FLOOR_NS, RequestState
 from loadtest.execution.users import SessionCounts, Users
 from loadtest.workload.plan import Plan, PlannedRequest
+
+T = TypeVar("T")
 
 START_DELAY_NS = 1_000_000  # t0 is this far ahead of run(): the first send is on time
 # a backend that stops a cancelled request itself has this long before the runner cancels it
@@ -62,7 +63,7 @@ class RunOutcome:
     internal_error: str | None = None  # a bug in loadtest stopped the run (it exits 5)
 
 
-class Runner(Users):
+class Runner:
     """Sends the plan on its clock, drives every request, drains, and watches for silence."""
 
     def __init__(
@@ -100,16 +101,7 @@ class Runner(Users):
         self.sent = self.in_flight = self.interrupted = self.throttled = 0
         self._tasks: set[asyncio.Task] = set()
         self._backlog: RecordingBacklog | None = None  # finished requests, recorded off-path
-        cl = plan.closed_loop
-        # one seeded stream, all users
-        self._think_times = cl.think_times_ns(plan.think_rng) if cl and plan.think_rng else None
-        self._turn_think = (
-            plan.turn_think.times_ns(plan.turn_think_rng)
-            if plan.turn_think is not None and plan.turn_think_rng is not None
-            else None
-        )
-        self.sessions = SessionCounts() if plan.multi_turn else None
-        self._session_ids = itertools.count(*plan.stride)
+        self.users = Users(plan, clock, backend, tokenizer, self)
         self._next_due_ns: int | None = None  # the open-loop dispatcher's next deadline
         self._unstarted = 0  # spawned requests whose first step has not run
         self._cancel_reason: str | None = None
@@ -172,7 +164,9 @@ class Runner(Users):
                 self._tell_window_start(self.t0 + self.plan.window_start_ns)
             )
         closed = self.plan.closed_loop is not None
-        dispatch = asyncio.create_task(self._dispatch_closed() if closed else self._dispatch_open())
+        dispatch = asyncio.create_task(
+            self.users.dispatch_closed() if closed else self._dispatch_open()
+        )
         window_end = None if self.plan.window_end_ns is None else self.t0 + self.plan.window_end_ns
         # Closed loop: users hold their in-flight request, so the dispatcher only ends when they
         # do; a time window's end is then also the end of sending.
@@ -214,7 +208,7 @@ class Runner(Users):
             self.interrupted,
             self._failure,
             self.throttled,
-            sessions=self.sessions,
+            sessions=self.users.sessions,
             stopped_ns=self.stopped_ns,
             loop_busy=busy_share_since(busy_from),
             prompts_at_send=0 if self._prompts is None else self._prompts.left,
@@ -243,7 +237,7 @@ class Runner(Users):
 
     # -- dispatch -------------------------------------------------------------------------------
 
-    def _origin(self) -> tuple[int, Recorder]:
+    def origin(self) -> tuple[int, Recorder]:
         """t0 and the recorder: run() sets both before anything is dispatched."""
         assert self.t0 is not None and self.recorder is not None
         return self.t0, self.recorder
@@ -253,21 +247,21 @@ class Runner(Users):
         return self._backlog
 
     async def _dispatch_open(self) -> None:
-        t0, _ = self._origin()
+        t0, _ = self.origin()
         if self.plan.multi_turn:
             for turns in self.plan.sessions():
                 assert turns[0].offset_ns is not None  # a session starts at its arrival
                 intended = t0 + turns[0].offset_ns
                 await self.clock.sleep_until(intended)
-                self._spawn(self._session(turns, intended, None), request=False)
+                self.spawn(self.users.session(turns, intended, None), request=False)
             return
         try:
             for req in self.plan.requests:
                 assert req.offset_ns is not None  # an open-loop plan places every request
                 intended = self._next_due_ns = t0 + req.offset_ns
                 await self.clock.sleep_until(intended)
-                held_until = await self._throttle()
-                self._spawn(self._drive(req, intended, held_until))
+                held_until = await self.throttle()
+                self.spawn(self.drive(req, intended, held_until))
         finally:
             self._next_due_ns = None
 
@@ -275,7 +269,7 @@ class Runner(Users):
         await self.clock.sleep_until(at_ns)
         self.backend.window_started()
 
-    async def _throttle(self) -> int:
+    async def throttle(self) -> int:
         """Wait for the max_rate limiter; returns the last time any send was held by it.
 
         Requests queued behind a held one reach the front late because of the ceiling, not because
@@ -288,8 +282,8 @@ class Runner(Users):
             self._throttle_exit = self.clock.now_ns()
         return self._throttle_exit
 
-    def _spawn(self, coro, request: bool = True) -> asyncio.Task:
-        """Start a request (``_drive``: unstarted until its first step runs) or a session."""
+    def spawn(self, coro: Coroutine[Any, Any, T], request: bool = True) -> asyncio.Task[T]:
+        """Start a request (``drive``: unstarted until its first step runs) or a session."""
         self._unstarted += request
         task = asyncio.create_task(coro)
         self._tasks.add(task)
@@ -298,7 +292,7 @@ class Runner(Users):
 
     # -- one request ------------------------------------------------------------------------------
 
-    async def _drive(
+    async def drive(
         self,
         req: PlannedRequest,
         intended: int,

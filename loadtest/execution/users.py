@@ -1,25 +1,29 @@
 """Closed-loop users and multi-turn sessions, as the runner drives them: each user sends its next
 request ``think`` after its previous response; each session sends its turns in order, ``turn_think``
 after the previous reply, its prompt the conversation so far. The runner's own dispatch, request
-driving and recording are in ``runner``; this is its part that follows the responses.
+driving and recording are in ``runner``; the runner holds its users, which send through it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from loadtest.workload.plan import PlannedRequest
 from loadtest.workload.sessions import Conversation
 
 if TYPE_CHECKING:
+    from loadtest.backends.base import Backend
     from loadtest.core.clock import Clock
     from loadtest.execution.recorder import Recorder
     from loadtest.execution.request import RequestState
     from loadtest.workload.plan import Plan
+    from loadtest.workload.tokenizer import Tokenizer
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -35,32 +39,47 @@ class SessionCounts:
     stand_in_replies: int = 0  # the backend gave no text: a same-length stand-in was used
 
 
+class Sender(Protocol):
+    """What users need from the runner: the run's origin and recorder, the rate ceiling, and
+    a request driven to its end (or a session, started beside the others)."""
+
+    def origin(self) -> tuple[int, Recorder]: ...
+
+    async def throttle(self) -> int: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, T], request: bool = True) -> asyncio.Task[T]: ...
+
+    async def drive(
+        self,
+        req: PlannedRequest,
+        intended: int,
+        held_until: int,
+        prompt_ids: list[int] | None = None,
+    ) -> RequestState: ...
+
+
 class Users:
-    """The runner's closed loop and sessions (a part of ``runner.Runner``, which provides the
-    plan, the clock, the backend and the dispatch primitives named below)."""
+    """Closed-loop users and multi-turn sessions: each sends its next request when its last
+    answer came (and its think time passed), through the runner that ``sender`` is."""
 
-    if TYPE_CHECKING:
-        plan: Plan
-        clock: Clock
-        backend: Any
-        tokenizer: Any
-        sessions: SessionCounts | None
-        _think_times: Iterator[int] | None
-        _turn_think: Iterator[int] | None
-        _session_ids: Iterator[int]
+    def __init__(
+        self, plan: Plan, clock: Clock, backend: Backend, tokenizer: Tokenizer, sender: Sender
+    ) -> None:
+        self.plan, self.clock, self.backend, self.tokenizer = plan, clock, backend, tokenizer
+        self.sender = sender
+        cl = plan.closed_loop
+        # one seeded stream, all users
+        self._think_times = cl.think_times_ns(plan.think_rng) if cl and plan.think_rng else None
+        self._turn_think = (
+            plan.turn_think.times_ns(plan.turn_think_rng)
+            if plan.turn_think is not None and plan.turn_think_rng is not None
+            else None
+        )
+        self.sessions = SessionCounts() if plan.multi_turn else None
+        self._session_ids = itertools.count(*plan.stride)
 
-        def _origin(self) -> tuple[int, Recorder]: ...
-        async def _throttle(self) -> int: ...
-        def _spawn(self, coro: Any, request: bool = True) -> asyncio.Task: ...
-        async def _drive(
-            self,
-            req: PlannedRequest,
-            intended: int,
-            held_until: int,
-            prompt_ids: list[int] | None = None,
-        ) -> RequestState: ...
-
-    async def _dispatch_closed(self) -> None:
+    async def dispatch_closed(self) -> None:
+        """Every user, until the window ends or the plan's count is reached."""
         cl = self.plan.closed_loop
         assert cl is not None
         counter = itertools.count(*self.plan.stride)
@@ -71,9 +90,9 @@ class Users:
             for u in users:
                 u.cancel()
 
-    async def _user(self, counter) -> None:
+    async def _user(self, counter: Iterator[int]) -> None:
         plan = self.plan
-        t0, rec = self._origin()
+        t0, rec = self.sender.origin()
         assert plan.source is not None and self._think_times is not None  # a closed-loop plan
         end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
         intended = t0
@@ -90,24 +109,28 @@ class Users:
             )
             if plan.multi_turn:
                 turns = plan.source.next_session(index, None, warmup, next(self._session_ids))
-                after = await self._session(turns, intended, counter, first_index=index)
+                after = await self.session(turns, intended, counter, first_index=index)
                 if after is None:
                     return
                 intended = after + next(self._think_times)
                 continue
             req = plan.source.next(index, None, warmup)
             await self.clock.sleep_until(intended)
-            held_until = await self._throttle()
+            held_until = await self.sender.throttle()
             if not warmup:
                 if rec.window_start is None:
                     self.backend.window_started()  # a count-based window opens with its first request
                 rec.set_window_start(intended)
-            task = self._spawn(self._drive(req, intended, held_until))
+            task = self.sender.spawn(self.sender.drive(req, intended, held_until))
             st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
             intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
 
-    async def _session(
-        self, turns: list[PlannedRequest], intended: int, counter, first_index: int | None = None
+    async def session(
+        self,
+        turns: list[PlannedRequest],
+        intended: int,
+        counter: Iterator[int] | None,
+        first_index: int | None = None,
     ) -> int | None:
         """One multi-turn session: each turn sent ``turn_think`` after the previous reply, its
         prompt the history so far. A session belongs to the phase (warm-up or measured) of its
@@ -115,7 +138,7 @@ class Users:
         returns when the session ended, or None when the plan's request count is reached."""
         plan, counts = self.plan, self.sessions
         assert counts is not None and self._turn_think is not None  # a multi-turn plan
-        t0, rec = self._origin()
+        t0, rec = self.sender.origin()
         end = None if plan.window_end_ns is None else t0 + plan.window_end_ns
         conversation = Conversation(plan, self.tokenizer, turns[0])
         counts.started += 1
@@ -134,13 +157,13 @@ class Users:
                 planned = replace(planned, index=first_index)
             req, prompt_ids = conversation.turn(planned)
             await self.clock.sleep_until(intended)
-            held_until = await self._throttle()
+            held_until = await self.sender.throttle()
             if counter is not None and not req.warmup:
                 if rec.window_start is None:
                     self.backend.window_started()
                 rec.set_window_start(intended)
             counts.turns_sent += 1
-            task = self._spawn(self._drive(req, intended, held_until, prompt_ids))
+            task = self.sender.spawn(self.sender.drive(req, intended, held_until, prompt_ids))
             st = await asyncio.shield(task)  # cancelled: the turn is left to the drain
             if st.error is not None:
                 counts.ended_by_failure += 1
