@@ -43,6 +43,8 @@ def _string_key_reads(tree: ast.AST) -> int:
             and isinstance(node.ctx, ast.Load)
             and isinstance(node.slice, ast.Constant)
             and isinstance(node.slice.value, str)
+            # a type, not a read: Literal["req"] names a value
+            and not (isinstance(node.value, ast.Name) and node.value.id == "Literal")
         ):
             count += 1
         elif (
