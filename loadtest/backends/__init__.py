@@ -4,8 +4,11 @@ so that a scenario for the ``sim`` backend never imports torch."""
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
-from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo
+from loadtest.config.backend_specs import BackendSpec
+from loadtest.core.clock import Clock
 
 # kind -> "module:class"; ``class.create(spec, clock, context)`` returns the Backend.
 REGISTRY: dict[str, str] = {
@@ -16,18 +19,31 @@ REGISTRY: dict[str, str] = {
 }
 
 
-def create_backend(spec, clock, context=None) -> Backend:
+def _kind(spec: BackendSpec) -> type[Backend[Any]]:
+    module_name, _, attr = REGISTRY[spec.kind].partition(":")
+    cls: type[Backend[Any]] = getattr(importlib.import_module(module_name), attr)
+    return cls
+
+
+def create_backend(
+    spec: BackendSpec, clock: Clock, context: BackendContext | None = None
+) -> Backend[Any]:
     """The backend for a spec (its module imported only now: heavy imports stay lazy)."""
-    module_name, _, attr = REGISTRY[spec.kind].partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
-    return cls.create(spec, clock, context)
+    return _kind(spec).create(spec, clock, context or BackendContext())
 
 
-def combine_facts(spec, details: dict, parts: list[dict]) -> dict:
+def combine_facts(
+    spec: BackendSpec, details: dict[str, Any], parts: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Worker processes' point facts as one run's, the way the spec's backend kind sums them."""
-    module_name, _, attr = REGISTRY[spec.kind].partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
-    return cls.combine_facts(spec, details, parts)
+    return _kind(spec).combine_facts(spec, details, parts)
 
 
-__all__ = ["Backend", "BackendInfo", "REGISTRY", "combine_facts", "create_backend"]
+__all__ = [
+    "Backend",
+    "BackendContext",
+    "BackendInfo",
+    "REGISTRY",
+    "combine_facts",
+    "create_backend",
+]

@@ -10,11 +10,24 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
+from loadtest.config.spec import Spec
+from loadtest.core.clock import Clock
 from loadtest.core.events import BackendEvent
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
+
+SpecT = TypeVar("SpecT", bound=Spec)
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """Where the backend runs from: the scenario's folder, where its relative paths resolve
+    (a model directory, a CA bundle, a client certificate)."""
+
+    base_dir: Path = field(default_factory=Path.cwd)
 
 
 @dataclass
@@ -50,8 +63,11 @@ def _number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-class Backend:
-    """Base class of every backend kind (registered in ``loadtest.backends.REGISTRY``)."""
+class Backend(Generic[SpecT]):
+    """Base class of every backend kind (registered in ``loadtest.backends.REGISTRY``), made
+    from its own kind's spec: ``OpenAIBackend`` is a ``Backend[OpenAISpec]``."""
+
+    spec: SpecT
 
     needs_prompt_ids: bool = True  # False: the runner skips materialising prompt token ids
     supports_profiling: bool = False  # an in-process profiler window (profile_start/stop)
@@ -71,10 +87,15 @@ class Backend:
         """Run one request; yield Sent / Admitted / Tokens / Finished or Failed, each stamped."""
         raise NotImplementedError
 
+    def __init__(self, spec: SpecT, clock: Clock, context: BackendContext | None = None) -> None:
+        self.spec, self.clock, self.context = spec, clock, context or BackendContext()
+
     @classmethod
-    def create(cls, spec: Any, clock: Any, context: dict | None = None) -> Backend:
+    def create(
+        cls, spec: SpecT, clock: Clock, context: BackendContext | None = None
+    ) -> Backend[SpecT]:
         """The backend for ``spec`` (a kind may return another class's, a router say)."""
-        return cls(spec, clock, context)  # type: ignore[call-arg]
+        return cls(spec, clock, context)
 
     async def stop(self) -> dict:
         """Release everything; return end-of-run facts (``peak_mem_mb``, ...). Bounded."""
@@ -84,7 +105,7 @@ class Backend:
         """Before t0, with the plan known: warm up; facts for the result."""
         return {}
 
-    async def reconfigure(self, spec: Any) -> bool:
+    async def reconfigure(self, spec: SpecT) -> bool:
         """Take a changed spec live (a sweep's next point); False: reload the backend."""
         return False
 
@@ -93,7 +114,9 @@ class Backend:
         return {}
 
     @classmethod
-    def combine_facts(cls, spec: Any, details: dict, parts: list[dict]) -> dict:
+    def combine_facts(
+        cls, spec: SpecT, details: dict[str, Any], parts: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         """Several worker processes' ``point_facts`` as one run's: numbers summed, warnings
         kept once each, anything else as the first worker said it."""
         return combine_parts(parts)

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from loadtest.backends.base import Backend, BackendInfo
+from loadtest.config.backend_specs import NoopSpec
 from loadtest.core.events import Admitted, Finished, Tokens
 from loadtest.workload.tokenizer import ByteTokenizer
 
 
-class NoopBackend(Backend):
+class NoopBackend(Backend[NoopSpec]):
     """Answers every request at once with its tokens: measures the harness alone."""
 
     needs_prompt_ids = False
-
-    def __init__(self, spec, clock, context=None) -> None:
-        self.clock = clock
 
     async def start(self) -> BackendInfo:
         return BackendInfo("noop", ByteTokenizer())

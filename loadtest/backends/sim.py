@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo
+from loadtest.config.backend_specs import SimSpec
+from loadtest.core.clock import Clock
 from loadtest.core.events import Admitted, Failed, Finished, Tokens
 from loadtest.workload.tokenizer import ByteTokenizer
 
@@ -37,14 +39,13 @@ class WorkClock:
         return wall
 
 
-class SimBackend(Backend):
+class SimBackend(Backend[SimSpec]):
     """A simulated server on the runner's clock: slots, per-token times, stalls and failures."""
 
     needs_prompt_ids = False
 
-    def __init__(self, spec, clock, context=None) -> None:
-        self.spec = spec
-        self.clock = clock
+    def __init__(self, spec: SimSpec, clock: Clock, context: BackendContext | None = None) -> None:
+        super().__init__(spec, clock, context or BackendContext())
         self._free = spec.max_concurrency
         self._waiters: deque[asyncio.Future] = deque()
         self._submitted = 0
@@ -58,11 +59,11 @@ class SimBackend(Backend):
         """Stalls are placed relative to t0 (``at: 10s`` = ten seconds into the schedule)."""
         self._origin = t0_ns
 
-    async def reconfigure(self, spec) -> bool:
+    async def reconfigure(self, spec: SimSpec) -> bool:
         """Everything about the simulated server can change between points, once idle."""
         if self._waiters or self._free != self.spec.max_concurrency:
             return False
-        SimBackend.__init__(self, spec, self.clock)  # a fresh simulated server
+        SimBackend.__init__(self, spec, self.clock, self.context)  # a fresh simulated server
         return True
 
     async def start(self) -> BackendInfo:

@@ -15,9 +15,10 @@ import hashlib
 import signal
 from array import array
 from dataclasses import replace
+from pathlib import Path
 
 from loadtest.backends import create_backend
-from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.config.loading import LoadedScenario, resolve_path
 from loadtest.core import loop, secrets
 from loadtest.core.clock import Clock, MonotonicClock
@@ -62,8 +63,8 @@ class WorkerSide:
         """Load and warm the backend, build the plan and take this worker's share."""
         scenario = self.loaded.scenario
         secrets.register(*scenario.backend.secret_values())
-        base_dir = {"base_dir": self.loaded.base_dir}
-        self.backend = backend = create_backend(scenario.backend, self.clock, base_dir)
+        context = BackendContext(Path(self.loaded.base_dir))
+        self.backend = backend = create_backend(scenario.backend, self.clock, context)
         self._info = info = await backend.start()
         plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(self.loaded, name))
         self._share = plan.share(self.index, self.count)

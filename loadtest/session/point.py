@@ -15,7 +15,7 @@ from typing import Any
 
 from loadtest.analysis.sla import evaluate
 from loadtest.backends import create_backend
-from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.config.loading import LoadedScenario, resolve_path
 from loadtest.config.scenario import Scenario
 from loadtest.core import rundir, secrets
@@ -117,7 +117,7 @@ class Session(StopOnSignals):
             else:
                 self.spec = spec
         if self.backend is None:
-            self.backend = create_backend(spec, self.clock, {"base_dir": loaded.base_dir})
+            self.backend = create_backend(spec, self.clock, BackendContext(Path(loaded.base_dir)))
             self.info = await self.backend.start()  # BackendError propagates: nothing loaded
             self.spec = spec
             for notice in self.info.notices:  # before t0: the user reads it before the numbers

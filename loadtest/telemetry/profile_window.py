@@ -32,7 +32,7 @@ T = TypeVar("T")
 class ProfileWindow:
     """A profiler capture window (by time or request index) and the requests that overlapped it."""
 
-    def __init__(self, spec: Profile, backend: Backend, clock: Clock, out_dir: Path) -> None:
+    def __init__(self, spec: Profile, backend: Backend[Any], clock: Clock, out_dir: Path) -> None:
         self.spec, self.backend, self.clock, self.out_dir = spec, backend, clock, out_dir
         self.start_ns: int | None = None
         self.end_ns: int | None = None

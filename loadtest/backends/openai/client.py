@@ -21,10 +21,9 @@ import json
 import os
 import random
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, TEMPLATED_APIS, RequestBodies
 from loadtest.backends.openai.discovery import server_root, without_credentials
@@ -42,6 +41,8 @@ from loadtest.backends.openai.tokens import (
 )
 from loadtest.backends.openai.unstreamed import read_unstreamed
 from loadtest.config.apis import POOLING_APIS
+from loadtest.config.backend_specs import OpenAISpec
+from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Cancelled, Failed, Finished, Tokens
 from loadtest.core.text import visible
@@ -60,16 +61,18 @@ TOKENIZE_SAMPLE_BYTES = 4096  # text whose server token count sets bytes per tok
 MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.5, 16.0
 
 
-class OpenAIBackend(Backend):
+class OpenAIBackend(Backend[OpenAISpec]):
     """An OpenAI-compatible server over HTTP (chat or completions), streamed."""
 
     supports_profiling = True  # the server's own profiler, where it has endpoints for it
     needs_prompt_ids = True  # synthetic prompts are token ids of the model's tokenizer, as text
     stops_itself = True  # a stream is read in one go: a cancelled one is stopped here
 
-    def __init__(self, spec, clock, context=None) -> None:
-        self.spec, self.clock = spec, clock
-        self.base_dir = Path((context or {}).get("base_dir", "."))
+    def __init__(
+        self, spec: OpenAISpec, clock: Clock, context: BackendContext | None = None
+    ) -> None:
+        super().__init__(spec, clock, context)
+        self.base_dir = self.context.base_dir
         # requests go to the URL without its credentials; they travel as a header (start())
         self._base = without_credentials(spec.base_url)
         self.url = self._base.rstrip("/") + PATHS[spec.api]
@@ -227,7 +230,9 @@ class OpenAIBackend(Backend):
         return report(facts, self.spec.max_connections, self._bodies.fixed_via, self._described)
 
     @classmethod
-    def combine_facts(cls, spec, details: dict, parts: list[dict]) -> dict:
+    def combine_facts(
+        cls, spec: OpenAISpec, details: dict[str, Any], parts: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         """Worker processes' facts as one client's: the counters summed, then described."""
         total: Counter[str] = Counter()
         for part in parts:

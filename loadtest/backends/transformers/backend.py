@@ -18,13 +18,14 @@ import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.compiling import batching_details
 from loadtest.backends.transformers.followers import Followers
+from loadtest.config.transformers_spec import TransformersSpec
+from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, BackendEvent, Failed, Finished, Tokens
 from loadtest.workload.plan import PlannedRequest
@@ -33,7 +34,7 @@ _DEATH = object()
 REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
 
 
-class TransformersBackend(Backend):
+class TransformersBackend(Backend[TransformersSpec]):
     """A local transformers model in a spawned engine worker process."""
 
     needs_prompt_ids = True
@@ -45,10 +46,10 @@ class TransformersBackend(Backend):
 
     def __init__(
         self,
-        spec,
-        clock,
-        context=None,
-        group=None,
+        spec: TransformersSpec,
+        clock: Clock,
+        context: BackendContext | None = None,
+        group: tuple[str, ...] | None = None,
         processes: int = 1,
         label: str = "",
         first: int = 0,
@@ -57,14 +58,14 @@ class TransformersBackend(Backend):
         each); default, the spec's one. ``processes``: engine processes of the whole run,
         ``first`` the index of this engine's first among them. ``label`` ends its processes'
         names (``-replica1``)."""
-        self.spec = spec
+        super().__init__(spec, clock, context)
         self.label = label
         self.group: tuple[str, ...] = tuple(group or spec.device_groups()[0])
         self.processes = max(processes, len(self.group))
         self.first = first
         self._followers = Followers(self._on_follower_exit)
         self._stopping = False
-        self.base_dir = str((context or {}).get("base_dir", Path.cwd()))
+        self.base_dir = str(self.context.base_dir)
         self._queues: dict[int, asyncio.Queue] = {}
         self._start_s = spec.start_timeout / 1e9
         self._proc: Any = None
@@ -232,7 +233,7 @@ class TransformersBackend(Backend):
 
     HOT_FIELDS = {"max_batch_size", "max_wait_ms"}
 
-    async def reconfigure(self, spec) -> bool:
+    async def reconfigure(self, spec: TransformersSpec) -> bool:
         """Take a new batcher size/wait live (static and single modes); False: reload needed."""
         changed = {k for k in type(spec).model_fields if getattr(spec, k) != getattr(self.spec, k)}
         if self._dead or self.spec.mode == "continuous" or not changed <= self.HOT_FIELDS:

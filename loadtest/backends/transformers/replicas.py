@@ -18,9 +18,11 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
-from loadtest.backends.base import Backend, BackendInfo, combine_parts
+from loadtest.backends.base import Backend, BackendContext, BackendInfo, combine_parts
 from loadtest.backends.transformers.backend import TransformersBackend
 from loadtest.backends.transformers.compiling import batching_details
+from loadtest.config.transformers_spec import TransformersSpec
+from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent
 from loadtest.core.step_accounting import StepAccounting
@@ -29,14 +31,16 @@ from loadtest.workload.plan import PlannedRequest
 ROUTING = "least outstanding requests (ties in turn)"
 
 
-class ReplicaRouter(Backend):
+class ReplicaRouter(Backend[TransformersSpec]):
     """Data-parallel replicas behind one queue, least outstanding first."""
 
     needs_prompt_ids = True
     supports_profiling = True  # replica 0's engine
 
     @classmethod
-    def create(cls, spec, clock, context=None) -> Backend:
+    def create(
+        cls, spec: TransformersSpec, clock: Clock, context: BackendContext | None = None
+    ) -> Backend[TransformersSpec]:
         """``kind: transformers``: one engine, or replicas of it behind this router when the
         spec lays the model out on several groups of devices."""
         groups = spec.device_groups()
@@ -46,11 +50,19 @@ class ReplicaRouter(Backend):
         return cls(spec, clock, context, groups)
 
     @classmethod
-    def combine_facts(cls, spec, details: dict, parts: list[dict]) -> dict:
+    def combine_facts(
+        cls, spec: TransformersSpec, details: dict[str, Any], parts: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         return TransformersBackend.combine_facts(spec, details, parts)
 
-    def __init__(self, spec, clock, context, groups: list[tuple[str, ...]]) -> None:
-        self.spec = spec
+    def __init__(
+        self,
+        spec: TransformersSpec,
+        clock: Clock,
+        context: BackendContext | None,
+        groups: list[tuple[str, ...]],
+    ) -> None:
+        super().__init__(spec, clock, context)
         processes = sum(len(g) for g in groups)
         self.replicas = [
             TransformersBackend(
@@ -124,7 +136,7 @@ class ReplicaRouter(Backend):
         self._turn = (i + 1) % n
         return i
 
-    async def reconfigure(self, spec) -> bool:
+    async def reconfigure(self, spec: TransformersSpec) -> bool:
         done = await asyncio.gather(*(r.reconfigure(spec) for r in self.replicas))
         if all(done):
             self.spec = spec

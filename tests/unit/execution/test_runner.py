@@ -25,7 +25,7 @@ def scenario(backend: dict, load: dict) -> Scenario:
 
 
 async def run(clock, sc: Scenario, stop_after_s: float | None = None):
-    backend = create_backend(sc.backend, clock, {})
+    backend = create_backend(sc.backend, clock)
     info = await backend.start()
     plan = build_plan(sc, info.tokenizer, lambda name: name)
     runner = Runner(plan, backend, info.tokenizer, clock, sc.load, 1_000 * MS)
@@ -162,7 +162,7 @@ def test_live_counts_leave_the_histograms_out_unless_a_display_asks(monkeypatch)
     seen = {}
 
     async def go(clock):
-        backend = create_backend(sc.backend, clock, {})
+        backend = create_backend(sc.backend, clock)
         info = await backend.start()
         plan = build_plan(sc, info.tokenizer, lambda name: name)
         runner = Runner(plan, backend, info.tokenizer, clock, sc.load, 100 * MS)
