@@ -19,24 +19,24 @@ import asyncio
 import dataclasses
 import json
 import os
-import random
 from collections import Counter
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.backends.openai import connection
-from loadtest.backends.openai.bodies import PATHS, TEMPLATED_APIS, RequestBodies
+from loadtest.backends.openai.bodies import PATHS, RequestBodies
 from loadtest.backends.openai.discovery import server_root, without_credentials
 from loadtest.backends.openai.events import BadResponse
 from loadtest.backends.openai.facts import report
 from loadtest.backends.openai.outputs import OutputChecks
 from loadtest.backends.openai.pooling import read_answer
+from loadtest.backends.openai.probe import Probe
 from loadtest.backends.openai.routes import Route, Router
+from loadtest.backends.openai.sizing import no_tokenizer_notice, prompt_sizing
 from loadtest.backends.openai.stream import Stream
 from loadtest.backends.openai.tokens import (
     TokenCounter,
     load_tokenizer,
-    prompt_overhead,
     usage_count,
 )
 from loadtest.backends.openai.unstreamed import read_unstreamed
@@ -45,20 +45,12 @@ from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Cancelled, Failed, Finished, Tokens
-from loadtest.core.text import visible
 from loadtest.transport.calls import error_text
 from loadtest.transport.http1 import HttpFailure
 from loadtest.transport.pool import Wire
 from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
-from loadtest.workload.tokenizer import ByteTokenizer, ScaledByteTokenizer
-
-PROBE_TOKENS = 2
-TOKENIZE_SAMPLE_BYTES = 4096  # text whose server token count sets bytes per token
-
-# Bytes a token the server's /tokenize may give for text and still be used: every tokenizer in
-# use makes between about 1 and 6 bytes of text a token (random characters fewer, prose more).
-MIN_BYTES_PER_TOKEN, MAX_BYTES_PER_TOKEN = 0.5, 16.0
+from loadtest.workload.tokenizer import ByteTokenizer
 
 
 class OpenAIBackend(Backend[OpenAISpec]):
@@ -117,13 +109,18 @@ class OpenAIBackend(Backend[OpenAISpec]):
         )  # fmt: skip
         self._tokens.count = count
         self._bodies = RequestBodies(spec, tokenizer, fit=count is not None)
+        probe = Probe(spec, self._bodies, self._tokens, self.clock, self._pooled)
         try:
-            self._bodies.fixed_via = await self._probe()
-            await self._probe_the_others(self._bodies.fixed_via)
+            self._bodies.fixed_via = await probe.fixed_output(routes[0])
+            await probe.the_others(routes, self._bodies.fixed_via)
         except BackendError:
             await self.stop()
             raise
-        tokenizer, sizing = await self._prompt_sizing(tokenizer)
+        self.server_model = probe.server_model
+        tokenizer, sizing = await prompt_sizing(
+            spec, tokenizer, bool(count), self._pool, self._base
+        )
+        self._bodies.tokenizer = tokenizer
         details = {
             "base_url": spec.base_url,
             "model": spec.model,
@@ -143,57 +140,8 @@ class OpenAIBackend(Backend[OpenAISpec]):
             "prompt_sizing": sizing,
             "streamed": spec.stream and not self._pooled,
         }
-        notices = [] if count else [self._no_tokenizer_notice(tokenizer)]
+        notices = [] if count else [no_tokenizer_notice(spec.model, tokenizer)]
         return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details, notices)
-
-    async def _prompt_sizing(self, tokenizer: Any) -> tuple[Any, str]:
-        """How prompts are sized, and the tokenizer that sizes them: the model's (the server's
-        additions counted in), else bytes scaled by the server's ``/tokenize``, else bytes."""
-        if self._tokens.count:
-            templated = self.spec.api in TEMPLATED_APIS
-            tokenizer.prompt_overhead = prompt_overhead(tokenizer, templated)
-            return tokenizer, (
-                f"the model's tokenizer: each prompt is input_tokens as the server counts it, "
-                f"{tokenizer.prompt_overhead} of them added by the server "
-                + ("(the chat template)" if templated else "(special tokens)")
-            )
-        per_token = await self._server_bytes_per_token()
-        if per_token is not None and not all(
-            MIN_BYTES_PER_TOKEN <= b <= MAX_BYTES_PER_TOKEN for b in per_token
-        ):
-            # a broken or hostile /tokenize would make every prompt thousands of times longer
-            # (or empty): its counts are not used
-            implausible = ", ".join(f"{b:.3g}" for b in per_token)
-            return tokenizer, (
-                "bytes of text: no tokenizer for the model here (one 'token' = one byte); the "
-                f"server's /tokenize gave {implausible} bytes a token, outside "
-                f"{MIN_BYTES_PER_TOKEN:g}..{MAX_BYTES_PER_TOKEN:g}, and was not used"
-            )
-        if per_token is None:
-            return (
-                tokenizer,
-                "bytes of text: no tokenizer for the model here (one 'token' = one byte)",
-            )
-        tokenizer = self._bodies.tokenizer = ScaledByteTokenizer(*per_token)
-        return tokenizer, (
-            f"bytes scaled by the server's /tokenize: {per_token[1]:.3g} bytes a token of "
-            f"natural text, {per_token[0]:.3g} of random characters (synthetic lengths "
-            "approximate; input counts are the server's)"
-        )
-
-    def _no_tokenizer_notice(self, tokenizer: Any) -> str:
-        how = (
-            f"prompts are sized with the server's /tokenize ({tokenizer.natural_bytes_per_token:.3g} "
-            "bytes a token of natural text, approximately)"
-            if isinstance(tokenizer, ScaledByteTokenizer)
-            else "prompts are sized in bytes of text (a 256-token prompt is 256 bytes)"
-        )
-        return (
-            f"no tokenizer for {self.spec.model!r} on this machine or the hub: {how}, and output "
-            "is counted a token per chunk, reconciled to the server's usage; set "
-            "backend.tokenizer to a local folder or a hub id to size prompts in the model's "
-            "own tokens"
-        )
 
     async def prepare(self, plan) -> dict:
         """Keep the plan (dataset rows are sent as their text or chat messages, with its tools
@@ -462,109 +410,6 @@ class OpenAIBackend(Backend[OpenAISpec]):
             )
 
     # -- set-up -------------------------------------------------------------------------------
-
-    async def _probe(self) -> str:
-        """Reach the server (a 2-token request) and find how it takes fixed output lengths;
-        embeddings and rerank: one small request (they have no output to fix)."""
-        if self._pooled:
-            status, text = await self._probe_once(None)
-            if status >= 300:
-                raise BackendError(f"{self.url}: probe request failed: HTTP {status}: {text}")
-            return "none"
-        modes = (
-            [self.spec.fixed_output]
-            if self.spec.fixed_output != "auto"
-            else ["ignore_eos", "generation_config"]
-        )
-        last = ""
-        for via in modes:
-            if via == "none":
-                break
-            status, text = await self._probe_once(via)
-            if status < 300:
-                return via
-            last = f"HTTP {status}: {text}"
-            if status not in (400, 422):  # not a refused field: the server or model is the problem
-                raise BackendError(f"{self.url}: probe request failed: {last}")
-        status, text = await self._probe_once(None)
-        if status >= 300:
-            raise BackendError(f"{self.url}: probe request failed: HTTP {status}: {text}")
-        if self.spec.fixed_output not in ("auto", "none"):
-            raise BackendError(
-                f"{self.url}: the server refused fixed_output={self.spec.fixed_output}: {last}"
-            )
-        return "none"
-
-    async def _probe_the_others(self, via: str) -> None:
-        """Every other endpoint answers the probe the first answered (the same model): one
-        that does not would fail its share of the run, so the run does not start."""
-        assert self._router is not None
-        for route in self._router.routes[1:]:
-            status, text = await self._probe_once(None if via == "none" else via, route)
-            if status >= 300:
-                raise BackendError(f"{route.url}: probe request failed: HTTP {status}: {text}")
-
-    async def _probe_once(self, via: str | None, route: Route | None = None) -> tuple[int, str]:
-        url = self.url if route is None else route.url
-        pool = self._pool if route is None else route.pool
-        body = (
-            self._bodies.pooled_body(["hello", "hello"])
-            if self._pooled
-            else self._bodies.streaming("hello", None, PROBE_TOKENS, via, Counter())
-        )
-        try:
-            resp = await pool.request(
-                "POST", url, json.dumps(body, allow_nan=False).encode(), Wire()
-            )
-            try:
-                if resp.status >= 300:
-                    return resp.status, await error_text(resp)
-                if self._pooled:
-                    await read_answer(resp, self.spec.api, 2)
-                    return resp.status, ""
-                # read to its end (bounded: a stream past a few chunks a token is refused)
-                stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
-                if not self.spec.stream:
-                    await read_unstreamed(resp, stream, self.clock.now_ns)
-                    self.server_model = self.server_model or stream.model
-                    return resp.status, ""
-                ended = await stream.read(resp.batch, self.clock.now_ns, None, resp.reads)
-                if isinstance(ended, Failed):  # what every request would end in: say so now
-                    kind = visible(resp.headers.get("content-type", "no Content-Type")[:60])
-                    raise BackendError(
-                        f"{url}: the probe's answer (HTTP {resp.status}, {kind}) is not an "
-                        f"OpenAI stream: {ended.error_type}: {ended.message}"
-                    )
-                self.server_model = self.server_model or stream.model
-                self._tokens.learn(stream.chunks, stream.usage)
-                return resp.status, ""
-            finally:
-                resp.release()
-        except BadResponse as exc:
-            what = "stream" if self.spec.stream else "answer"
-            raise BackendError(
-                f"{url}: the probe's answer is not an OpenAI {what}: {exc}"
-            ) from None
-        except HttpFailure as exc:
-            raise BackendError(f"{url}: cannot reach the server: {exc}") from None
-
-    async def _server_bytes_per_token(self) -> tuple[float, float] | None:
-        """Bytes a token of each kind of text synthetic prompts are (random characters, a
-        passage of the corpus), by the server's own ``/tokenize`` (vLLM, SGLang), or None where
-        it has none."""
-        out = []
-        for natural in (False, True):
-            sample = ByteTokenizer().sample_ids(
-                random.Random(0), TOKENIZE_SAMPLE_BYTES, natural=natural
-            )
-            text = bytes(sample).decode("ascii")
-            count = await connection.server_token_count(
-                self._pool, server_root(self._base), self.spec.model, text
-            )
-            if not count:
-                return None
-            out.append(len(text) / count)
-        return out[0], out[1]
 
     def _api_key(self) -> str | None:
         return os.environ.get(self.spec.api_key_env) or None
