@@ -146,27 +146,25 @@ def main() -> None:
     print(f"annotations naming Any: {any_annotations}; dict[str, Any]: {dict_str_any}")
     print(f"README.md: {readme} lines")
     if "--mypy" in sys.argv:
-        out = subprocess.run(
-            [sys.executable, "-m", "mypy", "--check-untyped-defs", "--no-incremental"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout
-        findings = [line for line in out.splitlines() if ": error:" in line]
+        findings = _mypy_errors("--check-untyped-defs")
         print(f"mypy --check-untyped-defs: {len(findings)} findings")
         for line in findings[:30]:
             print(f"  {line}")
-        strict = subprocess.run(
-            [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "loadtest"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout
-        errors = [line for line in strict.splitlines() if ": error:" in line]
+        errors = _mypy_errors("--strict", "loadtest")
         print(f"mypy --strict: {len(errors)} errors")
         for package in STRICT_PACKAGES:
             n = sum(line.startswith(f"loadtest/{package}/") for line in errors)
             print(f"  {n:5d}  loadtest/{package}/")
+
+
+def _mypy_errors(*args: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", *args, "--no-incremental"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [line for line in out.splitlines() if ": error:" in line]
 
 
 if __name__ == "__main__":
