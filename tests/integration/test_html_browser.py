@@ -89,11 +89,16 @@ def run_report(tmp_path_factory):
     m = json.loads(json.dumps(run_with_nvml(tmp, data, FakeNVML()).metrics))
     m["roofline"] = {
         "peaks": {"bw_gb_s": 3350, "tflops": 989, "source": "test"},
-        "decode": {"step_ms": 5.0, "batch_mean": 4.0, "achieved_gb_s": 1000.0,
-                   "achieved_tflops": 4.0, "intensity_flop_per_byte": 4.0, "mbu": 0.3, "mfu": 0.004},
-        "prefill": {"tokens_per_s": 1e5, "achieved_tflops": 200.0, "intensity_flop_per_byte": 500.0,
-                    "mfu": 0.2},
-        "diagnosis": {"verdict": "memory-bound", "evidence": [], "remedies": []},
+        "model": {"linear_flops_per_token": 2_000_000_000,
+                  "attention_flops_per_token_per_context": 131_072,
+                  "weight_bytes": 5_000_000_000, "kv_bytes_per_token": 32_768},
+        "decode": {"steps": 200, "step_ms": 5.0, "batch_mean": 4.0, "bytes_per_step": 5_000_000_000,
+                   "achieved_gb_s": 1000.0, "achieved_tflops": 4.0,
+                   "intensity_flop_per_byte": 4.0, "mbu": 0.3, "mfu": 0.004},
+        "prefill": {"batches": 10, "tokens": 1000, "tokens_per_s": 1e5, "achieved_tflops": 200.0,
+                    "intensity_flop_per_byte": 500.0, "mfu": 0.2},
+        "diagnosis": {"verdict": "memory-bound", "evidence": [], "remedies": [],
+                      "host_heavy_ops": []},
     }  # fmt: skip
     path = tmp / "report.html"
     path.write_text(html.run_html(RunMetrics.model_validate(m)))
