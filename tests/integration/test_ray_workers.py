@@ -42,7 +42,8 @@ def scenario(tmp_path, address: str, load: dict, name="s.yml", **more):
         tmp_path,
         {
             "name": "ray",
-            "backend": {"kind": "noop"},
+            # the actors' start (a Python process each, on a busy machine) is inside it
+            "backend": {"kind": "noop", "start_timeout": "3m"},
             "workload": {"input_tokens": 8, "output_tokens": 4},
             "load": {**load, "workers": 3, "ray": address, "validity": LENIENT},
             "telemetry": {"gpu": False},
