@@ -3,9 +3,13 @@ belong to some APIs only, and the figures an API with no token stream does not h
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from loadtest.config.spec import Problem, Spec
 from loadtest.config.workload import Workload
+
+if TYPE_CHECKING:
+    from loadtest.config.scenario import Goodput, SlaObjectives
 
 # APIs whose answer is one JSON document (no token stream): no TTFT, ITL or TPOT is claimed
 POOLING_APIS = ("embeddings", "rerank")
@@ -22,18 +26,22 @@ API_FIELDS = {
 }
 
 
-def api_of(backend: Any) -> str:
+def api_of(backend: Spec) -> str:
     """The backend's API (``generate`` for the simulator and noop: tokens, no API)."""
     return getattr(backend, "api", "generate")
 
 
 def api_problems(
-    api: str, workload: Workload, sla: Any, goodput: Any, streamed: bool = True
-) -> list[tuple[tuple, str]]:
+    api: str,
+    workload: Workload,
+    sla: SlaObjectives | None,
+    goodput: Goodput | None,
+    streamed: bool = True,
+) -> list[Problem]:
     """Workload fields ``api`` cannot carry (``inputs_per_request`` on chat), and objectives
     (``sla``, ``goodput``) on figures it does not have (TTFT of an embeddings request, or of
     an answer not streamed)."""
-    problems: list[tuple[tuple, str]] = [
+    problems: list[Problem] = [
         (("workload", field), f"{field} is for api: {' or '.join(apis)}, not {api} (backend.api)")
         for field, apis in API_FIELDS.items()
         if getattr(workload, field) is not None and api not in apis

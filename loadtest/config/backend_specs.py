@@ -12,7 +12,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from loadtest.config.spec import Spec
+from loadtest.config.spec import Problem, Spec
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.config.types import Duration, PositiveDuration, as_written
 from loadtest.core import secrets
@@ -289,9 +289,9 @@ class OpenAISpec(Spec):
         out["extra_body"] = secrets.redact_mapping(out.get("extra_body") or {})
         return out
 
-    def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
+    def preflight(self, base_dir: Path) -> list[Problem]:
         """Problems found before connecting: a CA bundle that is not there."""
-        problems = []
+        problems: list[Problem] = []
         for name in ("ca_bundle", "client_cert", "client_key"):
             value = getattr(self, name)
             if value is not None:

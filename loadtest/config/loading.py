@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from loadtest.config import yaml_source
 from loadtest.config.scenario import Scenario
+from loadtest.config.spec import Problem
 from loadtest.core.errors import ScenarioError
 
 
@@ -89,7 +90,7 @@ def resolve_path(loaded: LoadedScenario, name: str) -> Path:
     return p if p.is_absolute() else loaded.base_dir / p
 
 
-def _preflight(scenario: Scenario, base_dir: Path) -> list[tuple[tuple, str]]:
+def _preflight(scenario: Scenario, base_dir: Path) -> list[Problem]:
     problems = list(scenario.backend.preflight(base_dir)) + scenario.combination_problems()
     named: list[tuple[tuple, str | None]] = [(("workload", "dataset"), scenario.workload.dataset)]
     if scenario.load.arrival.kind == "trace":
@@ -105,7 +106,7 @@ def _preflight(scenario: Scenario, base_dir: Path) -> list[tuple[tuple, str]]:
     return problems
 
 
-def _open_files_problems(scenario: Scenario) -> list[tuple[tuple, str]]:
+def _open_files_problems(scenario: Scenario) -> list[Problem]:
     """A closed loop over HTTP holds a connection a user: refused where this host's limit on
     open files (raised to its hard limit) cannot hold them (workers on this host share them;
     Ray workers elsewhere have limits of their own)."""

@@ -14,6 +14,7 @@ from pydantic import Field, create_model, field_validator, model_validator
 from loadtest.config.apis import api_of, api_problems
 from loadtest.config.arrivals import Arrival
 from loadtest.config.backend_specs import BackendSpec, SimSpec
+from loadtest.config.spec import Problem
 from loadtest.config.traffic import Cancel, traffic_problems
 from loadtest.config.types import Duration, PositiveDuration, Rate, StrictModel, as_written
 from loadtest.config.workload import Workload
@@ -368,9 +369,9 @@ class Scenario(_Model):
         None, description="A torch.profiler capture window (transformers backend)."
     )
 
-    def combination_problems(self) -> list[tuple[tuple, str]]:
+    def combination_problems(self) -> list[Problem]:
         """Fields valid alone that do not go together: ``[(field_path, message)]``."""
-        problems: list[tuple[tuple, str]] = []
+        problems: list[Problem] = []
         n = self.load.workers
         if n > 1 or self.load.ray is not None:
             where = ("load", "workers") if self.load.ray is None else ("load", "ray")

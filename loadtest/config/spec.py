@@ -8,6 +8,9 @@ from typing import ClassVar
 
 from loadtest.config.types import StrictModel
 
+# a problem found in a scenario: where (the field's path, e.g. ("backend", "model")) and what
+Problem = tuple[tuple[str, ...], str]
+
 
 class Spec(StrictModel):
     """Base of the backend specs: strict, frozen, with secrets and pre-flight checks as no-ops."""
@@ -20,7 +23,7 @@ class Spec(StrictModel):
     # client must not blame it for that load
     serves_in_client_loop: ClassVar[bool] = False
 
-    def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
+    def preflight(self, base_dir: Path) -> list[Problem]:
         """Cheap checks of referenced files (no imports of heavy modules): ``[(field_path, message)]``."""
         return []
 

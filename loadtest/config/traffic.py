@@ -3,11 +3,18 @@ trace, a cancellation or a model mix can go with."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field, model_validator
 
+from loadtest.config.arrivals import TraceArrival
+from loadtest.config.spec import Problem
 from loadtest.config.types import PositiveDuration, StrictModel
+
+if TYPE_CHECKING:
+    from loadtest.config.backend_specs import BackendSpec
+    from loadtest.config.scenario import Load
+    from loadtest.config.workload import Workload
 
 
 class Cancel(StrictModel):
@@ -29,11 +36,11 @@ class Cancel(StrictModel):
         return self
 
 
-def traffic_problems(backend: Any, workload: Any, load: Any) -> list[tuple[tuple, str]]:
+def traffic_problems(backend: BackendSpec, workload: Workload, load: Load) -> list[Problem]:
     """What a trace's lengths, a cancellation or a model mix cannot go with."""
-    problems: list[tuple[tuple, str]] = []
+    problems: list[Problem] = []
     arrival = load.arrival
-    if getattr(arrival, "carries_lengths", False):
+    if isinstance(arrival, TraceArrival) and arrival.carries_lengths:
         for name, what in (
             ("dataset", "a dataset's prompts"),
             ("shared_prefix", "shared prefixes"),

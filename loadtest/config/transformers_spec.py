@@ -3,14 +3,12 @@ checks of the model folder, the device layout and the decode settings (no torch 
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from loadtest.config.spec import Spec
+from loadtest.config.spec import Problem, Spec
 from loadtest.config.types import PositiveDuration, as_written
 
 
@@ -181,185 +179,10 @@ class TransformersSpec(Spec):
             devices = ["cpu" if cpu else f"cuda:{first + i}" for i in range(n)]
         return [tuple(devices[i : i + tp]) for i in range(0, len(devices), tp)]
 
-    def layout_problems(self) -> list[tuple[tuple, str]]:
-        """Devices, replicas and tensor parallelism that do not go together."""
-        out: list[tuple[tuple, str]] = []
-        tp = self.tensor_parallel
-        if self.devices:
-            if self.replicas is not None:
-                out.append((("backend", "replicas"), "give devices or replicas, not both"))
-            if self.device != "auto":
-                out.append((("backend", "device"), "give device (one) or devices, not both"))
-            if len(self.devices) % tp:
-                out.append(
-                    (
-                        ("backend", "devices"),
-                        f"{len(self.devices)} devices do not split into tensor-parallel "
-                        f"groups of {tp}",
-                    )
-                )
-            gpus = [d for d in self.devices if d != "cpu"]
-            twice = sorted({d for d in gpus if gpus.count(d) > 1})
-            if twice:
-                out.append((("backend", "devices"), f"{twice[0]} twice: one engine per GPU"))
-        if tp > 1 and self.mode == "continuous":
-            out.append(
-                (
-                    ("backend", "tensor_parallel"),
-                    "continuous batching runs its own loop, which the ranks cannot follow: "
-                    "use mode static or single",
-                )
-            )
-        return out
-
-    def _split_problems(self, config: dict, what: str) -> list[tuple[tuple, str]]:
-        tp = self.tensor_parallel
-        if tp == 1:
-            return []
-        for name in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
-            value = config.get(name)
-            if value is None and name == "num_key_value_heads":
-                value = config.get("num_attention_heads")
-            if value is None:
-                continue  # not this kind of model: loading says so
-            if not isinstance(value, int) or value % tp:
-                return [
-                    (
-                        ("backend", "tensor_parallel"),
-                        f"{what}: {name} = {value} does not split over {tp} devices",
-                    )
-                ]
-        return []
-
-    def preflight(self, base_dir: Path) -> list[tuple[tuple, str]]:
+    def preflight(self, base_dir: Path) -> list[Problem]:
         """Problems found before loading: the device layout, padded decode steps without
         compiled static batches, an unknown ``dummy:`` architecture, a missing or non-model
-        path, a model that does not split."""
-        return (
-            self._extra_problems()
-            + self.layout_problems()
-            + self._decode_problems()
-            + self._api_problems()
-            + self._model_problems(base_dir)
-        )
+        path, a model that does not split (``transformers_checks``)."""
+        from loadtest.config.transformers_checks import preflight
 
-    def _extra_problems(self) -> list[tuple[tuple, str]]:
-        """An install without the transformers extra (``pip install loadtest``: served models
-        and the simulator only) is told which extra a local model needs, before anything
-        starts."""
-        missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
-        if not missing:
-            return []
-        return [
-            (
-                ("backend", "kind"),
-                f"kind: transformers needs {' and '.join(missing)}, which this install lacks: "
-                "pip install 'loadtest[transformers]' (on a GPU machine, torch for your CUDA "
-                "first)",
-            )
-        ]
-
-    def _api_problems(self) -> list[tuple[tuple, str]]:
-        """An embeddings engine runs one forward pass a batch: the static batcher's, eager."""
-        if self.api != "embeddings":
-            return []
-        out = []
-        if self.mode == "continuous":
-            out.append((("backend", "mode"), "api: embeddings batches with mode static or single"))
-        if self.compile:
-            out.append((("backend", "compile"), "api: embeddings runs eager (compile: false)"))
-        if self.tensor_parallel > 1:
-            out.append(
-                (("backend", "tensor_parallel"), "api: embeddings runs on one device a replica")
-            )
-        if self.model.startswith("dummy:"):
-            from loadtest.config.model_shapes import DUMMY_ARCHITECTURES, ENCODER_TYPES
-
-            arch = DUMMY_ARCHITECTURES.get(self.model.split(":", 1)[1], {})
-            if arch and arch.get("model_type") not in ENCODER_TYPES:
-                out.append(
-                    (
-                        ("backend", "model"),
-                        f"{self.model} is a decoder: api: embeddings takes an encoder "
-                        "(dummy:tiny-bert, dummy:bert-base, dummy:bert-large, or a folder)",
-                    )
-                )
-        return out
-
-    def _decode_problems(self) -> list[tuple[tuple, str]]:
-        problems = []
-        if self.pad_decode and not (self.compile and self.mode == "static"):
-            problems.append(
-                (
-                    ("backend", "pad_decode"),
-                    "pads the compiled decode steps of static batches: it needs compile: true "
-                    "and mode: static",
-                )
-            )
-        if self.decode_loop == "pipelined" and (
-            self.pad_decode is False or not (self.compile and self.mode == "static")
-        ):
-            problems.append(
-                (
-                    ("backend", "decode_loop"),
-                    "pipelined decodes padded compiled steps: it needs compile: true, mode: "
-                    "static and pad_decode not false",
-                )
-            )
-        return problems
-
-    def _model_problems(self, base_dir: Path) -> list[tuple[tuple, str]]:
-        if self.model.startswith("dummy:"):
-            from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
-
-            arch = self.model.split(":", 1)[1]
-            if arch not in DUMMY_ARCHITECTURES:
-                return [
-                    (
-                        ("backend", "model"),
-                        f"unknown dummy architecture {arch!r}; known: {', '.join(sorted(DUMMY_ARCHITECTURES))}",
-                    )
-                ]
-            return self._split_problems(DUMMY_ARCHITECTURES[arch], self.model)
-        path = Path(os.path.expanduser(self.model))
-        if not path.is_absolute():
-            path = base_dir / path
-        if path.is_dir():
-            if not (path / "config.json").is_file():
-                return [
-                    (
-                        ("backend", "model"),
-                        f"{path} has no config.json: not a Hugging Face model directory",
-                    )
-                ]
-            return self._split_problems(_read_config(path / "config.json"), str(path))
-        if (
-            self.model.count("/") == 1
-            and not self.model.startswith((".", "/", "~"))
-            and _in_hub_cache(self.model)
-        ):
-            return []
-        return [
-            (
-                ("backend", "model"),
-                f"model {self.model!r} not found: no such directory, and not in the local Hugging Face cache",
-            )
-        ]
-
-
-def _read_config(path: Path) -> dict:
-    import json
-
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # loading says what is wrong with it
-    return config if isinstance(config, dict) else {}
-
-
-def _in_hub_cache(repo_id: str) -> bool:
-    home = Path(
-        os.environ.get("HF_HUB_CACHE")
-        or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
-    ).expanduser()
-    return (home / ("models--" + repo_id.replace("/", "--"))).is_dir()
+        return preflight(self, base_dir)
