@@ -3,13 +3,8 @@ belong to some APIs only, and the figures an API with no token stream does not h
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from loadtest.config.spec import Problem, Spec
 from loadtest.config.workload import Workload
-
-if TYPE_CHECKING:
-    from loadtest.config.scenario import Goodput, SlaObjectives
 
 # APIs whose answer is one JSON document (no token stream): no TTFT, ITL or TPOT is claimed
 POOLING_APIS = ("embeddings", "rerank")
@@ -34,13 +29,14 @@ def api_of(backend: Spec) -> str:
 def api_problems(
     api: str,
     workload: Workload,
-    sla: SlaObjectives | None,
-    goodput: Goodput | None,
+    bounded: list[tuple[str, str]],
+    goodput_on_stream: bool,
     streamed: bool = True,
 ) -> list[Problem]:
     """Workload fields ``api`` cannot carry (``inputs_per_request`` on chat), and objectives
-    (``sla``, ``goodput``) on figures it does not have (TTFT of an embeddings request, or of
-    an answer not streamed)."""
+    on figures it does not have (TTFT of an embeddings request, or of an answer not streamed):
+    ``bounded`` the SLA's ``(field, metric)`` latency bounds, ``goodput_on_stream`` whether
+    goodput bounds TTFT or TPOT."""
     problems: list[Problem] = [
         (("workload", field), f"{field} is for api: {' or '.join(apis)}, not {api} (backend.api)")
         for field, apis in API_FIELDS.items()
@@ -56,12 +52,11 @@ def api_problems(
         why = "backend.stream: false: no token is stamped on its own"
     else:
         return problems
-    bounds = sla.latency_bounds() if sla is not None else []
     problems += [
         (("sla", name), f"{why}: bound e2e or queue instead")
-        for name, metric, _, _ in bounds
+        for name, metric in bounded
         if metric in STREAM_METRICS
     ]
-    if goodput is not None and (goodput.ttft is not None or goodput.tpot is not None):
+    if goodput_on_stream:
         problems.append((("goodput",), f"{why}: set goodput.e2e only"))
     return problems

@@ -396,10 +396,15 @@ class Scenario(_Model):
                 problems.append(
                     (where, "Ray is not installed: pip install 'loadtest[distributed]'")
                 )
-        problems += traffic_problems(self.backend, self.workload, self.load)
+        problems += traffic_problems(
+            self.backend, self.workload, self.load.arrival, self.load.cancel
+        )
         streamed = getattr(self.backend, "stream", True)
+        bounded = [(n, m) for n, m, _, _ in self.sla.latency_bounds()] if self.sla else []
+        goodput = self.goodput
+        on_stream = goodput is not None and (goodput.ttft, goodput.tpot) != (None, None)
         return problems + api_problems(
-            api_of(self.backend), self.workload, self.sla, self.goodput, streamed
+            api_of(self.backend), self.workload, bounded, on_stream, streamed
         )
 
     def public_dump(self) -> dict:

@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, model_validator
 
-from loadtest.config.arrivals import TraceArrival
+from loadtest.config.arrivals import Arrival, TraceArrival
 from loadtest.config.spec import Problem
 from loadtest.config.types import PositiveDuration, StrictModel
 
 if TYPE_CHECKING:
     from loadtest.config.backend_specs import BackendSpec
-    from loadtest.config.scenario import Load
     from loadtest.config.workload import Workload
 
 
@@ -36,10 +35,11 @@ class Cancel(StrictModel):
         return self
 
 
-def traffic_problems(backend: BackendSpec, workload: Workload, load: Load) -> list[Problem]:
-    """What a trace's lengths, a cancellation or a model mix cannot go with."""
+def traffic_problems(
+    backend: BackendSpec, workload: Workload, arrival: Arrival, cancel: Cancel | None
+) -> list[Problem]:
+    """What a trace's lengths (``arrival``), a cancellation or a model mix cannot go with."""
     problems: list[Problem] = []
-    arrival = load.arrival
     if isinstance(arrival, TraceArrival) and arrival.carries_lengths:
         for name, what in (
             ("dataset", "a dataset's prompts"),
@@ -55,7 +55,6 @@ def traffic_problems(backend: BackendSpec, workload: Workload, load: Load) -> li
                     )
                 )
     api = getattr(backend, "api", None)
-    cancel = load.cancel
     if cancel is not None and cancel.after_tokens is not None and api in ("embeddings", "rerank"):
         problems.append(
             (

@@ -31,6 +31,7 @@ from loadtest.core.errors import BackendError
 from loadtest.execution.clock_sync import ClockOffset, EchoServer, measure_calls, measure_udp
 from loadtest.execution.live import LiveStats
 from loadtest.execution.worker_side import HEARTBEAT_S, WorkerSide
+from loadtest.execution.workers import Channel
 
 # For tests on one host: the actor pretends its node's monotonic clock is this far ahead (a
 # node started with it in its environment plays a host whose clock differs).
@@ -383,7 +384,7 @@ def _lost(exc: BaseException) -> tuple:
     return ("exited", secrets.scrub(f"the actor is gone ({type(exc).__name__}: {exc})")[:400])
 
 
-async def ray_channels(cluster: RayCluster, loaded: LoadedScenario) -> list:
+async def ray_channels(cluster: RayCluster, loaded: LoadedScenario) -> list[Channel]:
     """One channel per worker on the connected cluster, their CPUs reserved."""
     import ray
 

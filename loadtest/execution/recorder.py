@@ -6,14 +6,11 @@ are binned by completion time into intervals; ITL, TTFT and E2E are recorded onc
 interval's histogram, and the whole-run histogram is the exact merge of the intervals (hdrh
 merges losslessly). A closed interval is merged, encoded and freed, so memory stays flat.
 
-Throughput counts what happened inside the measured window [start, end): output tokens stamped
-in it, requests finished in it. A count-based window ends when its last measured request is
-done, which is only known at the end; completions after that moment are kept aside until then.
+Throughput counts what happened inside the measured window (``window.Window``).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +26,7 @@ from loadtest.execution.request import (
     split_lateness,
 )
 from loadtest.execution.timeline import Timeline
+from loadtest.execution.window import Window
 
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
 WHOLE_ONLY_METRICS = (
@@ -98,13 +96,16 @@ class Recorder:
     ) -> None:
         self.t0 = t0_ns
         self.interval_ns = interval_ns
-        self.window_start = None if window_start_ns is None else t0_ns + window_start_ns
-        self.window_end = None if window_end_ns is None else t0_ns + window_end_ns
+        self.window = Window(
+            t0_ns,
+            interval_ns,
+            None if window_start_ns is None else t0_ns + window_start_ns,
+            None if window_end_ns is None else t0_ns + window_end_ns,
+        )
         self.whole = {m: LatencyHistogram() for m in WHOLE_ONLY_METRICS}
         self.merged = {m: LatencyHistogram() for m in INTERVAL_METRICS}
         self.open: dict[int, Interval] = {}
         self.closed: list[dict] = []  # summaries + encoded histograms of closed intervals
-        self.token_bins: Counter[int] = Counter()
         self.completed = self.failed = self.warmup = self.warmup_failed = 0
         # sends onto a kept-alive connection the server had closed, sent again (every request)
         self.connection_retries = 0
@@ -117,13 +118,6 @@ class Recorder:
         self.cancelled = self.cancelled_tokens = 0
         self.by_model: dict[str, ModelTally] = {}  # a model mix: each model's share
         self.by_endpoint: dict[str, ModelTally] = {}  # several endpoints: each one's share
-        self.window_tokens = self.window_input_tokens = self.window_completions = 0
-        self._after_last_measured: list[RequestState] = []
-        self.last_measured_done: int | None = None
-        # one of several workers whose window opens with its first measured request: the
-        # requests counted against this worker's opening, which another's may precede
-        self.keep_before_start = False
-        self.before_start: list[tuple[RequestState, int | None]] = []  # (request, start it met)
         self.records: list[dict] | None = None
         self.timeline = Timeline()  # every finished request's times: the stability judgement
         # every request's (first token ns, first token - sent ns), warm-up and profiled ones
@@ -143,14 +137,9 @@ class Recorder:
 
     # -- the per-request path -------------------------------------------------------------
 
-    def set_window_start(self, t_ns: int) -> None:
-        """Closed loop, count-based warmup: the window opens when the first measured request is sent."""
-        if self.window_start is None:
-            self.window_start = t_ns
-
     def finish(self, st: RequestState) -> None:
         """Record a finished request: its latencies, or its failure, and its tokens in the window."""
-        self._count_window(st)
+        self.window.count(st, self.tallies)
         if st.wire is not None and st.wire.retries:
             self.connection_retries += st.wire.retries
         if st.stamps:
@@ -169,7 +158,7 @@ class Recorder:
             self.warmup += 1
             self._keep_record(st)
             return
-        tallies = self._tallies(st)
+        tallies = self.tallies(st)
         if st.cancelled:  # kept apart: its partial figures are not a finished request's
             for tally in tallies:
                 tally.cancelled += 1
@@ -179,7 +168,7 @@ class Recorder:
                 self.whole["cancelled_ttft"].record_ns(st.stamps[0] - st.intended_ns)
             self.whole["cancelled_at"].record_ns(st.done - st.intended_ns)
             self._keep_record(st)
-            self._mark_measured_done(st)
+            self.window.measured_done(st)
             return
         if st.error is not None:
             for tally in tallies:
@@ -188,7 +177,7 @@ class Recorder:
             self.errors_by_type[st.error] += 1
             self._interval(st.done).failed += 1
             self._keep_record(st)
-            self._mark_measured_done(st)
+            self.window.measured_done(st)
             return
         self.completed += 1
         if self.profile is not None and self.profile.overlaps(st.sent_ns, st.done):
@@ -198,31 +187,31 @@ class Recorder:
                 self.output_tokens_measured += st.token_count
                 self.input_tokens_measured += st.input_tokens
                 self._keep_record(st)
-                self._mark_measured_done(st)
+                self.window.measured_done(st)
                 return
         self._record_latencies(st)
         for tally in tallies:
             self._record_model(st, tally)
         self._keep_record(st)
-        self._mark_measured_done(st)
+        self.window.measured_done(st)
 
-    def _tally(self, model: str) -> ModelTally:
+    def tally(self, model: str) -> ModelTally:
         tally = self.by_model.get(model)
         if tally is None:
             tally = self.by_model[model] = ModelTally()
         return tally
 
-    def _endpoint_tally(self, endpoint: str) -> ModelTally:
+    def endpoint_tally(self, endpoint: str) -> ModelTally:
         tally = self.by_endpoint.get(endpoint)
         if tally is None:
             tally = self.by_endpoint[endpoint] = ModelTally()
         return tally
 
-    def _tallies(self, st: RequestState) -> list[ModelTally]:
+    def tallies(self, st: RequestState) -> list[ModelTally]:
         """The shares ``st`` counts in: its model's (a model mix), its endpoint's (several)."""
-        out = [] if st.req.model is None else [self._tally(st.req.model)]
+        out = [] if st.req.model is None else [self.tally(st.req.model)]
         if st.endpoint is not None:
-            out.append(self._endpoint_tally(st.endpoint))
+            out.append(self.endpoint_tally(st.endpoint))
         return out
 
     @staticmethod
@@ -300,64 +289,6 @@ class Recorder:
         if st.admitted_ns is not None:
             self.whole["queue"].record_ns(max(0, st.admitted_ns - intended))
 
-    def _count_window(self, st: RequestState) -> None:
-        """Tokens and completions inside [window_start, window_end), for throughput."""
-        stamps = st.stamps
-        if stamps:
-            first, last = (
-                (stamps[0] - self.t0) // self.interval_ns,
-                (stamps[-1] - self.t0) // self.interval_ns,
-            )
-            if first == last:
-                self.token_bins[first] += len(stamps)
-            else:  # each interval's share found by bisection (stamps are in order)
-                lo = 0
-                for b in range(first, last + 1):
-                    hi = bisect_left(stamps, self.t0 + (b + 1) * self.interval_ns, lo)
-                    if hi > lo:
-                        self.token_bins[b] += hi - lo
-                    lo = hi
-        if st.unstamped_tokens:  # an unstreamed answer's tokens came when it did
-            self.token_bins[(st.done - self.t0) // self.interval_ns] += st.unstamped_tokens
-        start = self.window_start
-        if self.keep_before_start and (start is None or (stamps and stamps[0] < start)):
-            self.before_start.append((st, start))
-        if start is None:
-            return  # a warmup request finishing before the window opened
-        self._add_window_share(st, start, 1)
-        if self.window_end is None and (st.req.warmup or st.error is not None):
-            self._after_last_measured.append(st)
-
-    def _add_window_share(self, st: RequestState, start: int, sign: int) -> None:
-        """Count (``sign`` 1) or uncount (-1) what ``st`` adds to the window opening at ``start``."""
-        stamps, end = st.stamps, self.window_end
-        lo = bisect_left(stamps, start)
-        hi = len(stamps) if end is None else bisect_left(stamps, end)
-        self.window_tokens += sign * max(0, hi - lo)
-        tallies = self._tallies(st)
-        for tally in tallies:
-            tally.window_tokens += sign * max(0, hi - lo)
-        if lo == 0 and hi > 0:
-            self.window_input_tokens += sign * st.input_tokens
-        finished = st.error is None and not st.cancelled
-        if not stamps and finished and st.done >= start and (end is None or st.done < end):
-            # an answer with no token stream (embeddings, rerank, an unstreamed reply): its
-            # input counts when done, and its output (unstamped) with it
-            self.window_input_tokens += sign * st.input_tokens
-            self.window_tokens += sign * st.unstamped_tokens
-            for tally in tallies:
-                tally.window_tokens += sign * st.unstamped_tokens
-        if finished and st.done >= start and (end is None or st.done < end):
-            self.window_completions += sign
-            for tally in tallies:
-                tally.window_completions += sign
-
-    def _mark_measured_done(self, st: RequestState) -> None:
-        if self.window_end is None and st.error is None:
-            self._after_last_measured.clear()
-        if self.last_measured_done is None or st.done > self.last_measured_done:
-            self.last_measured_done = st.done
-
     def _interval(self, t_ns: int) -> Interval:
         k = (t_ns - self.t0) // self.interval_ns
         iv = self.open.get(k)
@@ -381,32 +312,13 @@ class Recorder:
     def close(self, stopped_ns: int | None = None) -> None:
         """Merge every open interval and settle the window's end."""
         self.close_intervals()
-        self.settle_window(stopped_ns)
+        self.window.settle(stopped_ns)
 
     def close_intervals(self) -> None:
         """Merge every open interval into the whole-run histograms."""
         for k in sorted(self.open):
             self._close(self.open.pop(k))
         self.closed.sort(key=lambda c: c["index"])
-
-    def settle_window(self, stopped_ns: int | None = None) -> None:
-        """Settle the window's end: a run stopped early (a signal, a failure) measured only up
-        to the stop, and its rates divide by that span; a window that ends with its last
-        measured request ends when that request is done."""
-        if stopped_ns is not None and (self.window_end is None or stopped_ns < self.window_end):
-            if self.window_start is not None and stopped_ns > self.window_start:
-                self.window_end = stopped_ns
-        if self.window_end is None and self.last_measured_done is not None:
-            self.window_end = self.last_measured_done + 1
-            for st in self._after_last_measured:  # finished after the window closed
-                self.window_tokens -= len(st.stamps) - bisect_left(st.stamps, self.window_end)
-                if st.stamps and st.stamps[0] >= self.window_end:
-                    self.window_input_tokens -= st.input_tokens
-                elif not st.stamps and st.error is None and st.done >= self.window_end:
-                    self.window_input_tokens -= st.input_tokens
-                if st.error is None and st.done >= self.window_end:
-                    self.window_completions -= 1
-            self._after_last_measured.clear()
 
     def __getstate__(self) -> dict:
         # a worker's recorder travels to its parent whole; a profiler window stays behind

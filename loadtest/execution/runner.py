@@ -144,7 +144,7 @@ class Runner:
         )
         # one of several workers, with a window opened by its first measured request: the
         # others may open it earlier, so the requests that straddle this one's opening are kept
-        rec.keep_before_start = self.plan.window_start_ns is None and self.plan.stride[1] > 1
+        rec.window.keep_before_start = self.plan.window_start_ns is None and self.plan.stride[1] > 1
         rec.goodput = self.goodput
         backlog = self._backlog = RecordingBacklog(
             rec, self.clock.now_ns, lambda: self._next_due_ns, lambda: self._unstarted > 0

@@ -118,9 +118,9 @@ class Users:
             await self.clock.sleep_until(intended)
             held_until = await self.sender.throttle()
             if not warmup:
-                if rec.window_start is None:
+                if rec.window.start is None:
                     self.backend.window_started()  # a count-based window opens with its first request
-                rec.set_window_start(intended)
+                rec.window.open_at(intended)
             task = self.sender.spawn(self.sender.drive(req, intended, held_until))
             st = await asyncio.shield(task)  # a cancelled user leaves its request to the drain
             intended = max(st.done_ns or self.clock.now_ns(), intended) + next(self._think_times)
@@ -159,9 +159,9 @@ class Users:
             await self.clock.sleep_until(intended)
             held_until = await self.sender.throttle()
             if counter is not None and not req.warmup:
-                if rec.window_start is None:
+                if rec.window.start is None:
                     self.backend.window_started()
-                rec.set_window_start(intended)
+                rec.window.open_at(intended)
             counts.turns_sent += 1
             task = self.sender.spawn(self.sender.drive(req, intended, held_until, prompt_ids))
             st = await asyncio.shield(task)  # cancelled: the turn is left to the drain

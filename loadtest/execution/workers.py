@@ -232,7 +232,7 @@ class WorkerGroup:
         if self._stop is not None:
             stops.append(self._stop[1])
         stopped = min(stops) if stops else None
-        rec.settle_window(stopped)
+        rec.window.settle(stopped)
         loop_lag = LatencyHistogram()
         for o in outcomes:
             loop_lag.add(o.loop_lag)

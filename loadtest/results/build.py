@@ -107,14 +107,14 @@ def build_result(
     window_s = window_seconds(rec)
     api = _api(scenario, rec, facts)
     pooled = api is not None and api.inputs_per_request is not None  # embeddings, rerank
-    requests_per_s = _rate(rec.window_completions, window_s)
+    requests_per_s = _rate(rec.window.completions, window_s)
     throughput = Throughput(
         requests_per_s=requests_per_s,
-        output_tokens_per_s=_rate(rec.window_tokens, window_s),
-        total_tokens_per_s=_rate(rec.window_tokens + rec.window_input_tokens, window_s),
-        output_tokens_in_window=rec.window_tokens,
+        output_tokens_per_s=_rate(rec.window.tokens, window_s),
+        total_tokens_per_s=_rate(rec.window.tokens + rec.window.input_tokens, window_s),
+        output_tokens_in_window=rec.window.tokens,
         window_s=window_s,
-        input_tokens_per_s=_rate(rec.window_input_tokens, window_s) if pooled else None,
+        input_tokens_per_s=_rate(rec.window.input_tokens, window_s) if pooled else None,
         inputs_per_s=None
         if not pooled or requests_per_s is None or api is None
         else requests_per_s * (api.inputs_per_request or 1),
@@ -218,7 +218,7 @@ def _traffic(
             tokens_received=rec.cancelled_tokens,
             ttft_ms=LatencySummary(**ttft.summary_ms()) if ttft.count else None,
             cancelled_at_ms=LatencySummary(**rec.whole["cancelled_at"].summary_ms()),
-            delivered_tokens=sum(rec.token_bins.values()),
+            delivered_tokens=sum(rec.window.token_bins.values()),
         )
     models = _shares(rec.by_model, window_s, planned.get("planned_models") or {})
     return TrafficResult(
@@ -280,8 +280,8 @@ def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | 
 def _window(outcome: RunOutcome, window_s: float | None) -> Window:
     rec, t0 = outcome.recorder, outcome.t0_ns
     return Window(
-        start_s=None if rec.window_start is None else (rec.window_start - t0) / 1e9,
-        end_s=None if rec.window_end is None else (rec.window_end - t0) / 1e9,
+        start_s=None if rec.window.start is None else (rec.window.start - t0) / 1e9,
+        end_s=None if rec.window.end is None else (rec.window.end - t0) / 1e9,
         length_s=window_s,
         run_s=(outcome.end_ns - t0) / 1e9,
         t0_clock_ns=t0,
@@ -337,8 +337,8 @@ def _goodput(scenario: Scenario, rec: Recorder, window_s: float | None) -> Goodp
         judged += 1
         if is_good:
             good += 1
-            if rec.window_start is not None and rec.window_end is not None:
-                good_in_window += rec.window_start <= done < rec.window_end
+            if rec.window.start is not None and rec.window.end is not None:
+                good_in_window += rec.window.start <= done < rec.window.end
     return GoodputResult(
         slo_ms={k: v / 1e6 for k, v in (("ttft", g.ttft), ("tpot", g.tpot), ("e2e", g.e2e)) if v},
         judged=judged,
@@ -355,11 +355,13 @@ def _rate(n: int, seconds: float | None) -> float | None:
 def _points(rec: Recorder) -> list[IntervalPoint]:
     width = rec.interval_ns / 1e9
     by_index = {c["index"]: c for c in rec.closed}
-    indices = sorted(set(by_index) | set(rec.token_bins))
+    indices = sorted(set(by_index) | set(rec.window.token_bins))
     points = []
     for k in indices:
         c = by_index.get(k, {"index": k, "completed": 0, "failed": 0, "histograms": {}})
         points.append(
-            IntervalPoint(**c, t_s=k * width, output_tokens_per_s=rec.token_bins.get(k, 0) / width)
+            IntervalPoint(
+                **c, t_s=k * width, output_tokens_per_s=rec.window.token_bins.get(k, 0) / width
+            )
         )
     return points

@@ -80,8 +80,8 @@ def _add_gpu(result: RunMetrics, rec: Recorder, t0_ns: int, seen: Observed) -> N
     if sampler is None:
         result.gpu = GpuSection.unavailable(seen.gpu_off_reason)
         return
-    span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
-    result.gpu = sampler.summary(t0_ns, span, rec.window_tokens)
+    span = (rec.window.start, rec.window.end) if rec.window.start and rec.window.end else None
+    result.gpu = sampler.summary(t0_ns, span, rec.window.tokens)
     if result.gpu.available and seen.gpu_scope:
         result.gpu.scope = seen.gpu_scope
     _file_problem(result, seen, "gpu.csv")
@@ -165,9 +165,9 @@ def _judged_outside(scenario: Scenario, rec: Recorder, window: Any) -> list[Stab
     from loadtest.results.stability import judge as judge_stability
 
     open_loop = scenario.load.arrival.kind != "concurrency"
-    spans = [(rec.window_start, window.start_ns)]
+    spans = [(rec.window.start, window.start_ns)]
     if window.drained_ns is not None:
-        spans.append((window.drained_ns, rec.window_end))
+        spans.append((window.drained_ns, rec.window.end))
     verdicts = [
         judge_stability(rec.timeline, a, b, rec.interval_ns, open_loop=open_loop)
         for a, b in spans
@@ -217,7 +217,7 @@ def _estimated(metrics: RunMetrics) -> StepAccounting:
 
 def _server_section(server: ServerSource, rec: Recorder, t0_ns: int) -> ServerSection:
     """``server``, with the server's TTFT beside the client's where it has one."""
-    span = (rec.window_start, rec.window_end) if rec.window_start and rec.window_end else None
+    span = (rec.window.start, rec.window.end) if rec.window.start and rec.window.end else None
     summary = server.summary(t0_ns, span)
     compared = _ttft_compared(summary, rec.first_tokens, t0_ns)
     if compared is not None:

@@ -260,8 +260,8 @@ def judge_run(
     workers = _workers(scenario, outcome, validity)
     stability = judge_stability(
         rec.timeline,
-        rec.window_start,
-        rec.window_end,
+        rec.window.start,
+        rec.window.end,
         rec.interval_ns,
         open_loop=scenario.load.arrival.kind != "concurrency",
     )
@@ -360,6 +360,6 @@ def _clock_reasons(clock: WorkerClock | None, limit_ns: int) -> list[str]:
 
 
 def window_seconds(rec: Recorder) -> float | None:
-    if rec.window_start is None or rec.window_end is None or rec.window_end <= rec.window_start:
+    if rec.window.start is None or rec.window.end is None or rec.window.end <= rec.window.start:
         return None
-    return (rec.window_end - rec.window_start) / 1e9
+    return (rec.window.end - rec.window.start) / 1e9

@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loadtest.analysis.sla import evaluate
 from loadtest.backends import create_backend
@@ -22,7 +22,6 @@ from loadtest.core import rundir, secrets
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.text import visible
-from loadtest.execution.process_workers import process_channels
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.execution.workers import WorkerGroup
 from loadtest.reporters.progress import Display
@@ -32,11 +31,18 @@ from loadtest.results.model import RunMetrics
 from loadtest.results.runset import Evidence
 from loadtest.session.signals import StopOnSignals
 from loadtest.session.telemetry import gpu_off_reason, gpu_sampler, gpu_scope, server_sampler
+from loadtest.session.worker_points import WorkerPoints
 from loadtest.session.writing import RunResult, write_exports, write_result, write_side_files
 from loadtest.telemetry import environment
 from loadtest.telemetry.profile_window import ProfileWindow
 from loadtest.workload.datasets import DatasetRows
 from loadtest.workload.plan import Plan, build_plan
+
+if TYPE_CHECKING:
+    from loadtest.config.backend_specs import BackendSpec
+    from loadtest.telemetry.gpu_section import GpuSource
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -76,30 +82,21 @@ class Session(StopOnSignals):
         self.grace_s = grace_s
         self.backend: Backend | None = None
         self.info: BackendInfo | None = None
-        self.spec: Any = None
+        self.spec: BackendSpec | None = None
         self.interrupted_by: str | None = None
         self._runner: Runner | WorkerGroup | None = None
-        self._group: WorkerGroup | None = None
+        self._workers = WorkerPoints(clock)  # points in worker processes or Ray actors
         self._starting: asyncio.Future | None = None
         self._restore_signals: Callable[[], None] | None = None
         self._name: str | None = None  # what was loaded, for the result
-        self._ray: Any = None  # a RayCluster, connected at the first point that asks for one
 
     async def close(self) -> dict:
         """Stop the backend (if loaded) and restore signal handlers; returns the backend's last facts."""
         if self._restore_signals is not None:
             self._restore_signals()
             self._restore_signals = None
-        await self._close_group()
-        if self._ray is not None:
-            ray, self._ray = self._ray, None
-            await asyncio.to_thread(ray.disconnect)
+        await self._workers.close()
         return await self._close_backend()
-
-    async def _close_group(self) -> None:
-        if self._group is not None:
-            group, self._group = self._group, None
-            await group.close()
 
     async def _close_backend(self) -> dict:
         if self.backend is None:
@@ -129,14 +126,7 @@ class Session(StopOnSignals):
         scenario = loaded.scenario
         if scenario.load.workers > 1 or scenario.load.ray is not None:
             await self._close_backend()  # an in-process one from an earlier point is not used
-            details: dict = {"workers": scenario.load.workers}
-            if scenario.load.ray is not None:
-                channels = await self._ray_channels(loaded)
-                details["ray"] = self._ray.facts
-            else:
-                channels = process_channels(loaded)
-            self._group = WorkerGroup(loaded, self.clock, channels)
-            ready = await self._group.start(scenario.backend.start_timeout / 1e9)
+            ready, details = await self._workers.start(loaded)
             self._name = ready.name
             for notice in ready.notices:
                 sys.stderr.write(f"loadtest: {visible(secrets.scrub(notice))}\n")
@@ -151,21 +141,6 @@ class Session(StopOnSignals):
             details["dataset_rows_cut"] = plan.dataset.cut
         details.update(await self.backend.prepare(plan))
         return plan, plan.planned_count, details
-
-    async def _ray_channels(self, loaded: LoadedScenario) -> list:
-        """Actors on the scenario's Ray cluster (connected once a session)."""
-        from loadtest.execution.ray_workers import RayCluster, ray_channels
-
-        address = loaded.scenario.load.ray
-        assert address is not None  # only asked for with load.ray
-        if self._ray is not None and self._ray.address != address:
-            await asyncio.to_thread(self._ray.disconnect)
-            self._ray = None
-        if self._ray is None:
-            cluster = RayCluster(address)
-            await cluster.connect()
-            self._ray = cluster
-        return await ray_channels(self._ray, loaded)
 
     async def run_point(
         self, loaded: LoadedScenario, out_dir, *, overwrite: bool = False, claimed: bool = False
@@ -253,7 +228,7 @@ class Session(StopOnSignals):
             except BackendError as exc:
                 facts = {"error": str(exc)}
         if plan is None:
-            await self._close_group()  # each point starts its own workers
+            await self._workers.close_group()  # each point starts its own workers
         elif outcome.status == "failed":
             facts.update(await self.close())
         seen = Observed(
@@ -269,19 +244,51 @@ class Session(StopOnSignals):
         )
         return outcome, facts, seen
 
-    async def _run_workers(self, gpu_sampler=None) -> tuple[RunOutcome, dict]:
+    async def _run_workers(self, sampler: GpuSource | None) -> tuple[RunOutcome, dict]:
         """The point in the worker processes: t0 sent, their outcomes merged."""
-        group = self._group
+        group = self._workers.group
         assert group is not None
-        if gpu_sampler is not None:
-            group.gpu_probe = gpu_sampler.latest_utilization
-        self._runner = group
         group.live_percentiles = self.progress is not None
-        if self.interrupted_by is not None:
-            group.request_stop("interrupted")
-        progress_task = asyncio.create_task(self.progress(group)) if self.progress else None
+        return await self._drive(group, group.run, sampler)
+
+    async def _run(
+        self,
+        plan: Plan,
+        scenario: Scenario,
+        window: ProfileWindow | None,
+        sampler: GpuSource | None,
+    ) -> RunOutcome:
+        assert self.backend is not None and self.info is not None  # started: _ensure_backend
+        goodput = scenario.goodput
+        runner = Runner(
+            plan,
+            self.backend,
+            self.info.tokenizer,
+            self.clock,
+            scenario.load,
+            scenario.outputs.interval,
+            keep_records=scenario.outputs.requests_jsonl,
+            profile=window,
+            goodput=None if goodput is None else (goodput.ttft, goodput.tpot, goodput.e2e),
+        )
+        return await self._drive(runner, runner.run, sampler)
+
+    async def _drive(
+        self,
+        runner: Runner | WorkerGroup,
+        run: Callable[[], Awaitable[_T]],
+        sampler: GpuSource | None,
+    ) -> _T:
+        """``run`` with ``runner`` the one a signal stops, its live progress shown and its GPU
+        utilisation read from ``sampler``."""
+        if sampler is not None:
+            runner.gpu_probe = sampler.latest_utilization
+        self._runner = runner
+        if self.interrupted_by is not None:  # a signal between points
+            runner.request_stop("interrupted")
+        progress_task = asyncio.create_task(self.progress(runner)) if self.progress else None
         try:
-            return await group.run()
+            return await run()
         finally:
             self._runner = None
             if progress_task:
@@ -292,35 +299,6 @@ class Session(StopOnSignals):
         if scenario.profile is None or self.backend is None:
             return None
         return ProfileWindow(scenario.profile, self.backend, self.clock, out)
-
-    async def _run(self, plan, scenario, window=None, gpu_sampler=None):
-        assert self.info is not None  # started: _ensure_backend
-        runner = Runner(
-            plan,
-            self.backend,
-            self.info.tokenizer,
-            self.clock,
-            scenario.load,
-            scenario.outputs.interval,
-            keep_records=scenario.outputs.requests_jsonl,
-            profile=window,
-            goodput=None
-            if scenario.goodput is None
-            else (scenario.goodput.ttft, scenario.goodput.tpot, scenario.goodput.e2e),
-        )
-        if gpu_sampler is not None:
-            runner.gpu_probe = gpu_sampler.latest_utilization
-        self._runner = runner
-        if self.interrupted_by is not None:  # a signal between points
-            runner.request_stop("interrupted")
-        progress_task = asyncio.create_task(self.progress(runner)) if self.progress else None
-        try:
-            return await runner.run()
-        finally:
-            self._runner = None
-            if progress_task:
-                progress_task.cancel()
-                await asyncio.gather(progress_task, return_exceptions=True)
 
 
 def _run_dir(scenario, out_dir, overwrite: bool, claimed: bool) -> Path:

@@ -73,7 +73,7 @@ def test_a_stream_across_intervals_counts_each_token_in_its_own_interval():
     rec = Recorder(0, S, 0, 10 * S)
     stamps = [200 * MS, 900 * MS, 2 * S, 2500 * MS, 2999 * MS, 3100 * MS]
     rec.finish(state(0, 0, 0, stamps))
-    assert dict(rec.token_bins) == {0: 2, 2: 3, 3: 1}
+    assert dict(rec.window.token_bins) == {0: 2, 2: 3, 3: 1}
 
 
 def test_window_counts_only_tokens_stamped_inside_it():
@@ -82,5 +82,5 @@ def test_window_counts_only_tokens_stamped_inside_it():
     rec.finish(state(0, 0, 0, [S // 2, 3 * S // 2, 5 * S // 2, 7 * S // 2], warmup=True))
     rec.finish(state(1, S, S, [3 * S // 2, 2 * S]))
     rec.close()
-    assert rec.window_tokens == 2 + 2  # 1.5 s and 2.5 s of the first, 1.5 s and 2 s of the second
-    assert rec.window_completions == 1  # the warmup request's completion is not the window's
+    assert rec.window.tokens == 2 + 2  # 1.5 s and 2.5 s of the first, 1.5 s and 2 s of the second
+    assert rec.window.completions == 1  # the warmup request's completion is not the window's

@@ -67,17 +67,17 @@ def one_and_two_workers():
     d = lambda: state(3, 650 * MS, 650 * MS, [700 * MS, 800 * MS])  # noqa: E731
     e = lambda: state(4, 0, 0, [100 * MS, 200 * MS, 700 * MS], warmup=True)  # noqa: E731
     one = Recorder(0, S, None, None)
-    one.set_window_start(150 * MS)
+    one.window.open_at(150 * MS)
     for st in (a(), b(), c(), d(), e()):
         one.finish(st)
     one.close()
     w0, w1 = Recorder(0, S, None, None), Recorder(0, S, None, None)
-    w0.keep_before_start = w1.keep_before_start = True
-    w0.set_window_start(150 * MS)
+    w0.window.keep_before_start = w1.window.keep_before_start = True
+    w0.window.open_at(150 * MS)
     w0.finish(a())
     w0.finish(b())
     w1.finish(c())  # before worker 1's window opened: counted nowhere, yet
-    w1.set_window_start(650 * MS)
+    w1.window.open_at(650 * MS)
     w1.finish(d())
     w1.finish(e())  # counted from 650 ms: its 200 ms token was missed
     for w in (w0, w1):
@@ -87,19 +87,19 @@ def one_and_two_workers():
 
 def test_merged_workers_count_the_window_as_one_process_would():
     one, parts = one_and_two_workers()
-    assert parts[1].window_tokens == 3  # d's 2, e's 700 ms token: its own, later, opening
+    assert parts[1].window.tokens == 3  # d's 2, e's 700 ms token: its own, later, opening
     merged = merge(parts)
-    merged.settle_window()
-    assert merged.window_start == 150 * MS and merged.window_end == 800 * MS + 1
+    merged.window.settle()
+    assert merged.window.start == 150 * MS and merged.window.end == 800 * MS + 1
     # tokens in [150 ms, 800 ms]: a 200,300; b 400,500; c 250,600; d 700,800; e 200,700
-    assert merged.window_tokens == one.window_tokens == 10
-    assert merged.window_completions == one.window_completions == 5
-    assert merged.window_input_tokens == one.window_input_tokens == 20  # b and d start inside
+    assert merged.window.tokens == one.window.tokens == 10
+    assert merged.window.completions == one.window.completions == 5
+    assert merged.window.input_tokens == one.window.input_tokens == 20  # b and d start inside
     assert (merged.completed, merged.warmup) == (one.completed, one.warmup) == (2, 3)
     for metric, h in one.histograms().items():
         assert merged.histograms()[metric].summary_ms() == h.summary_ms(), metric
     assert merged.closed == one.closed
-    assert merged.token_bins == one.token_bins
+    assert merged.window.token_bins == one.window.token_bins
     assert sorted(merged.timeline.done) == sorted(one.timeline.done)
 
 
@@ -111,10 +111,10 @@ def test_a_count_window_ends_with_the_last_measured_request_of_any_worker():
     for w in (w0, w1):
         w.close_intervals()
     merged = merge([w0, w1])
-    merged.settle_window()
-    assert merged.window_end == 900 * MS + 1  # worker 1's, not worker 0's 20 ms
-    assert merged.window_tokens == 5  # the warm-up request's 2 s token is after the end
-    assert merged.window_completions == 2
+    merged.window.settle()
+    assert merged.window.end == 900 * MS + 1  # worker 1's, not worker 0's 20 ms
+    assert merged.window.tokens == 5  # the warm-up request's 2 s token is after the end
+    assert merged.window.completions == 2
 
 
 def test_the_clients_facts_are_summed_then_described_once():
