@@ -8,14 +8,14 @@ origin, the window's start, a profiler.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from loadtest.config.spec import Spec
 from loadtest.core.clock import Clock
-from loadtest.core.events import BackendEvent
+from loadtest.core.events import BackendEvent, Cancelled
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
@@ -83,7 +83,7 @@ class Backend(Generic[SpecT]):
 
     def submit(
         self, req: PlannedRequest, prompt_ids: list[int] | None
-    ) -> AsyncIterator[BackendEvent]:
+    ) -> AsyncGenerator[BackendEvent | Cancelled, None]:
         """Run one request; yield Sent / Admitted / Tokens / Finished or Failed, each stamped."""
         raise NotImplementedError
 

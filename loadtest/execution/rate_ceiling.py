@@ -23,6 +23,8 @@ class RateCeiling:
         burst = max(1, math.floor(rate_per_s))
         self.tolerance_ns = (burst - 1) * self.interval_ns
         self._tat: int | None = None  # when the bucket would be empty again
+        self.held = 0  # sends the ceiling held back
+        self.released_ns = 0  # when it last let a held send go
 
     async def acquire(self) -> bool:
         """Wait for this send's slot; True when the ceiling held it back."""
@@ -34,3 +36,14 @@ class RateCeiling:
             await self.clock.sleep_until(allowed_at)
             return True
         return False
+
+    async def throttle(self) -> int:
+        """Wait for this send's slot; returns the last time any send was held by the ceiling.
+
+        Requests queued behind a held one reach the front late because of the ceiling, not
+        because the harness lagged, so dispatch lag counts from max(intended, that time).
+        """
+        if await self.acquire():
+            self.held += 1
+            self.released_ns = self.clock.now_ns()
+        return self.released_ns

@@ -27,6 +27,7 @@ from loadtest.execution.request import (
 )
 from loadtest.execution.timeline import Timeline
 from loadtest.execution.window import Window
+from loadtest.telemetry.profile_window import ProfileWindow
 
 INTERVAL_METRICS = ("ttft", "itl", "e2e")
 WHOLE_ONLY_METRICS = (
@@ -126,9 +127,8 @@ class Recorder:
         self.late_sends: list[Lateness] = []  # measured sends LATE_FLOOR_NS or more late
         # goodput objectives in ns (ttft, tpot, e2e; None = not set), or None: not judged
         self.goodput: tuple[int | None, int | None, int | None] | None = None
-        self.profile = (
-            None  # a ProfileWindow: requests overlapping it are flagged (and maybe excluded)
-        )
+        # requests overlapping the profiler's window are flagged (and maybe excluded)
+        self.profile: ProfileWindow | None = None
         self.profiled = 0
         # multi-turn: TTFT by turn (0-based, capped at TURN_BUCKETS - 1) and prompt tokens summed
         self.turn_ttft: dict[int, LatencyHistogram] = {}

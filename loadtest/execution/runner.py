@@ -11,32 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import sys
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from loadtest.backends.base import Backend
 from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock, busy_share_since, busy_start
-from loadtest.core.errors import BackendError
-from loadtest.core.events import Admitted, Cancelled, Failed, Finished, Sent, Tokens
 from loadtest.core.heap import collector_paused, settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.backlog import RecordingBacklog
+from loadtest.execution.driver import RequestDriver
 from loadtest.execution.live import LivePercentiles, LiveStats
 from loadtest.execution.loop_watch import LoopWatch
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder
-from loadtest.execution.request import LATE_FLOOR_NS, RequestState
 from loadtest.execution.users import SessionCounts, Users
-from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.telemetry.profile_window import ProfileWindow
+from loadtest.workload.plan import Plan
+from loadtest.workload.tokenizer import Tokenizer
 
 T = TypeVar("T")
 
 START_DELAY_NS = 1_000_000  # t0 is this far ahead of run(): the first send is on time
-# a backend that stops a cancelled request itself has this long before the runner cancels it
-CANCEL_GRACE_S = 1.0
 
 
 @dataclass
@@ -69,28 +67,22 @@ class Runner:
     def __init__(
         self,
         plan: Plan,
-        backend,
-        tokenizer,
+        backend: Backend,
+        tokenizer: Tokenizer,
         clock: Clock,
         load: Load,
         interval_ns: int,
         keep_records: bool = False,
-        profile=None,
+        profile: ProfileWindow | None = None,
         goodput: tuple[int | None, int | None, int | None] | None = None,
         prompts: PromptsAhead | None = None,
     ) -> None:
         """``goodput``: per-request objectives in ns (ttft, tpot, e2e), or None; ``prompts``:
         the plan's prompts, made before t0 (else ``run`` makes them)."""
         self.goodput = goodput
-        self._prompts = prompts
-        self.profile = profile  # a ProfileWindow, or None
-        self.plan, self.backend, self.tokenizer, self.clock, self.load = (
-            plan,
-            backend,
-            tokenizer,
-            clock,
-            load,
-        )
+        self.profile = profile
+        self.plan, self.backend, self.tokenizer = plan, backend, tokenizer
+        self.clock, self.load = clock, load
         self.interval_ns = interval_ns
         self.keep_records = keep_records
         self.recorder: Recorder | None = None
@@ -98,20 +90,27 @@ class Runner:
         self.gpu_probe: Callable[[], list[float] | None] | None = None
         self._watch = LoopWatch(clock.now_ns)  # the loop's lag, and its thread's CPU waits
         self.t0: int | None = None
-        self.sent = self.in_flight = self.interrupted = self.throttled = 0
         self._tasks: set[asyncio.Task] = set()
-        self._backlog: RecordingBacklog | None = None  # finished requests, recorded off-path
+        self.requests = RequestDriver(
+            plan,
+            backend,
+            tokenizer,
+            clock,
+            load,
+            self._watch,
+            profile=profile,
+            fail_run=self._fail_run,
+            cancel_reason=lambda: self._cancel_reason,
+        )
+        self.requests.prompts = prompts
+        self.drive = self.requests.drive  # what users send through (``users.Sender``)
         self.users = Users(plan, clock, backend, tokenizer, self)
         self._next_due_ns: int | None = None  # the open-loop dispatcher's next deadline
-        self._unstarted = 0  # spawned requests whose first step has not run
         self._cancel_reason: str | None = None
         self._failure: str | None = None
-        self.internal_error: str | None = None  # a bug in loadtest stopped the run
         self._stop = asyncio.Event()
-        self._throttle_exit = 0
         # A ceiling on top of the schedule, not the schedule.
         self._ceiling = None if load.max_rate is None else RateCeiling(load.max_rate, clock)
-        self._progress_ns = 0  # the last event from the backend (or the first send after idle)
         self.stopped_ns: int | None = None  # when a stop was asked for: the measured span ends
 
     # -- public -------------------------------------------------------------------------------
@@ -124,12 +123,18 @@ class Runner:
             self.stopped_ns = self.clock.now_ns() if at_ns is None else at_ns
         self._stop.set()
 
+    def _fail_run(self, why: str | None) -> None:
+        """Stop the run as failed, saying ``why`` (None: it was said already)."""
+        if why is not None:
+            self._failure = why
+        self.request_stop("failed")
+
     async def run(self, t0_ns: int | None = None, settle: bool = True) -> RunOutcome:
         """The run: t0 a moment from now (or ``t0_ns``, agreed with other workers), dispatch
         until the window ends, drain, then the outcome. Without ``settle`` a window that ends
         with its last request is left open: the workers' parent settles it over all of them."""
-        if self._prompts is None and self.backend.needs_prompt_ids:
-            self._prompts = PromptsAhead(self.plan, self.tokenizer)
+        if self.requests.prompts is None and self.backend.needs_prompt_ids:
+            self.requests.prompts = PromptsAhead(self.plan, self.tokenizer)
         settle_heap()  # the plan and everything loaded: never scanned by a collection in the window
         # Collections run where the dispatcher has slack (after recording), not wherever an
         # allocation happens to trip the threshold: a collection inside a send is dispatch lag.
@@ -146,8 +151,9 @@ class Runner:
         # others may open it earlier, so the requests that straddle this one's opening are kept
         rec.window.keep_before_start = self.plan.window_start_ns is None and self.plan.stride[1] > 1
         rec.goodput = self.goodput
-        backlog = self._backlog = RecordingBacklog(
-            rec, self.clock.now_ns, lambda: self._next_due_ns, lambda: self._unstarted > 0
+        requests = self.requests
+        backlog = requests.backlog = RecordingBacklog(
+            rec, self.clock.now_ns, lambda: self._next_due_ns, lambda: requests.unstarted > 0
         )
         if self.keep_records:
             rec.records = []
@@ -176,17 +182,10 @@ class Runner:
             await self._wait(dispatch, deadline, until_idle=True)
         dispatch.cancel()
         await self._cancel_all(self._cancel_reason or "drain")
-        probe.cancel()
-        watchdog.cancel()
-        if window_opens is not None:
-            window_opens.cancel()
-        await asyncio.gather(
-            probe,
-            watchdog,
-            dispatch,
-            *([window_opens] if window_opens else []),
-            return_exceptions=True,
-        )
+        helpers = [probe, watchdog, *([window_opens] if window_opens else [])]
+        for task in helpers:
+            task.cancel()
+        await asyncio.gather(*helpers, dispatch, return_exceptions=True)
         if self.profile is not None:  # an interrupted run waits for no profiler
             await self.profile.finish(wait=self._cancel_reason != "interrupted")
         backlog.record_all()  # nothing more to dispatch
@@ -204,15 +203,15 @@ class Runner:
             self.clock.now_ns(),
             status,
             loop_lag,
-            self.sent,
-            self.interrupted,
+            requests.sent,
+            requests.interrupted,
             self._failure,
-            self.throttled,
+            0 if self._ceiling is None else self._ceiling.held,
             sessions=self.users.sessions,
             stopped_ns=self.stopped_ns,
             loop_busy=busy_share_since(busy_from),
-            prompts_at_send=0 if self._prompts is None else self._prompts.left,
-            internal_error=self.internal_error,
+            prompts_at_send=0 if requests.prompts is None else requests.prompts.left,
+            internal_error=requests.internal_error,
         )
 
     def stats(self, percentiles: bool = True) -> LiveStats:
@@ -225,8 +224,8 @@ class Runner:
             elapsed_s=0.0 if self.t0 is None else max(0, self.clock.now_ns() - self.t0) / 1e9,
             window_end_s=None if end is None else end / 1e9,
             planned=self.plan.planned_count,
-            sent=self.sent,
-            in_flight=self.in_flight,
+            sent=self.requests.sent,
+            in_flight=self.requests.in_flight,
             completed=0 if rec is None else rec.completed + rec.warmup,
             failed=0 if rec is None else rec.failed,
             latency=LivePercentiles.of(rec.live_histograms())
@@ -241,10 +240,6 @@ class Runner:
         """t0 and the recorder: run() sets both before anything is dispatched."""
         assert self.t0 is not None and self.recorder is not None
         return self.t0, self.recorder
-
-    def _recording(self) -> RecordingBacklog:
-        assert self._backlog is not None  # run() makes it before anything is dispatched
-        return self._backlog
 
     async def _dispatch_open(self) -> None:
         t0, _ = self.origin()
@@ -270,178 +265,16 @@ class Runner:
         self.backend.window_started()
 
     async def throttle(self) -> int:
-        """Wait for the max_rate limiter; returns the last time any send was held by it.
-
-        Requests queued behind a held one reach the front late because of the ceiling, not because
-        the harness lagged, so dispatch lag counts from max(intended, that time).
-        """
-        if self._ceiling is None:
-            return 0
-        if await self._ceiling.acquire():
-            self.throttled += 1
-            self._throttle_exit = self.clock.now_ns()
-        return self._throttle_exit
+        """Wait for the max_rate ceiling; returns the last time any send was held by it."""
+        return 0 if self._ceiling is None else await self._ceiling.throttle()
 
     def spawn(self, coro: Coroutine[Any, Any, T], request: bool = True) -> asyncio.Task[T]:
         """Start a request (``drive``: unstarted until its first step runs) or a session."""
-        self._unstarted += request
+        self.requests.unstarted += request
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    # -- one request ------------------------------------------------------------------------------
-
-    async def drive(
-        self,
-        req: PlannedRequest,
-        intended: int,
-        held_until: int,
-        prompt_ids: list[int] | None = None,
-    ) -> RequestState:
-        # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go to
-        # when this task first runs (not when it was created: the loop may run others first). A
-        # backend that sees its bytes leave moves it later still (Sent).
-        sent = self.clock.now_ns()
-        self._unstarted -= 1
-        lag_from = max(intended, held_until)
-        st = RequestState(req, intended, sent, lag_from_ns=lag_from, handed_ns=sent)
-        if sent - lag_from > LATE_FLOOR_NS:
-            st.cpu_wait_ns = self._watch.cpu_wait_since(lag_from)
-        self.sent += 1
-        if not self.in_flight:  # silence is timed from the first send after an idle spell
-            self._progress_ns = sent
-        self.in_flight += 1
-        try:
-            if self.profile is not None:
-                await self.profile.on_send(req.index)
-            limit, cancels = self._time_limit(st)
-            if limit is None:
-                await self._consume(st, prompt_ids)
-            else:
-                await asyncio.wait_for(self._consume(st, prompt_ids), limit)
-        except asyncio.TimeoutError:
-            if cancels:  # the user gave up: the stream is closed, the server sees it go
-                st.cancelled, st.done_ns = True, self.clock.now_ns()
-            else:
-                self._fail(st, "Timeout")
-        except asyncio.CancelledError:
-            if self._cancel_reason in (None, "drain"):
-                self._fail(st, "DrainTimeout")
-            else:
-                self.interrupted += 1
-                self.in_flight -= 1
-                return st
-        except BackendError as exc:
-            self._fail(st, type(exc).__name__)
-            self._failure = str(exc)
-            self.request_stop("failed")
-        except Exception as exc:
-            # Backends say what failed on the server's side as Failed events; an exception
-            # that gets here is a bug in loadtest, never the server's failure: the run stops
-            # with what it measured, as an internal error, and this request is not counted.
-            self._internal_error(st, exc)
-            self.interrupted += 1
-            self.in_flight -= 1
-            return st
-        self.in_flight -= 1
-        if self.profile is not None:
-            self.profile.on_done(req.index)
-        self._recording().add(st)
-        return st
-
-    def _internal_error(self, st: RequestState, exc: Exception) -> None:
-        """Stop the run for a bug in loadtest met while reading request ``st``: the traceback
-        on stderr, the result saying so (and exiting 5), the request left uncounted."""
-        import traceback
-
-        if self.internal_error is None:
-            traceback.print_exception(exc, file=sys.stderr)
-            self.internal_error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            self._failure = (
-                f"internal error in loadtest while reading request {st.req.index} "
-                f"({self.internal_error}): a bug in loadtest, not the server's failure; "
-                "please report it with the traceback printed above"
-            )
-        self.request_stop("failed")
-
-    def _time_limit(self, st: RequestState) -> tuple[float | None, bool]:
-        """Seconds the request may run from now (None: no limit), and whether that limit is
-        the plan's cancellation (``load.cancel.after`` from the intended send) rather than
-        ``load.request_timeout``. A backend that stops itself is given a moment more, so its
-        own stop (with the tokens it read) comes first."""
-        now = self.clock.now_ns()
-        timeout = self.load.request_timeout
-        limit = None if timeout is None else timeout / 1e9
-        cancel = self.load.cancel
-        if st.req.cancel and cancel is not None and cancel.after is not None:
-            until = max(0.0, (st.intended_ns + cancel.after - now) / 1e9)
-            until += CANCEL_GRACE_S if self.backend.stops_itself else 0.0
-            if limit is None or until < limit:
-                return until, True
-        return limit, False
-
-    def _with_stop(self, st: RequestState) -> PlannedRequest:
-        """The request as the backend gets it: one the plan cancels says when, or after how
-        many tokens."""
-        cancel, req = self.load.cancel, st.req
-        if not req.cancel or cancel is None:
-            return req
-        stop_at = None if cancel.after is None else st.intended_ns + cancel.after
-        return replace(req, stop_at_ns=stop_at, stop_after_tokens=cancel.after_tokens)
-
-    async def _consume(self, st: RequestState, prompt_ids: list[int] | None) -> None:
-        if prompt_ids is None and self.backend.needs_prompt_ids:
-            if self._prompts is not None:
-                prompt_ids = self._prompts.take(st.req.index)
-            if prompt_ids is None:
-                prompt_ids = self.plan.prompt_ids(st.req, self.tokenizer)
-        cancel = self.load.cancel
-        after_tokens = cancel.after_tokens if st.req.cancel and cancel is not None else None
-        if self.backend.stops_itself:
-            after_tokens = None  # the backend stops at the token, and says when (Cancelled)
-        stream = self.backend.submit(self._with_stop(st), prompt_ids)
-        try:
-            await self._read(st, stream, after_tokens)
-        finally:
-            await stream.aclose()  # a cancelled stream's connection closes now, not at GC
-
-    async def _read(self, st: RequestState, stream, after_tokens: int | None) -> None:
-        now = self.clock.now_ns
-        async for ev in stream:
-            self._progress_ns = now()
-            kind = type(ev)
-            if kind is Tokens:
-                st.stamps.extend(ev.t_ns)
-                if after_tokens is not None and len(st.stamps) >= after_tokens:
-                    st.cancelled, st.done_ns = True, now()
-                    return
-            elif kind is Sent:  # the backend saw the bytes leave: later than the hand-over
-                st.sent_ns, st.wire = max(st.sent_ns, ev.t_ns), ev
-                st.endpoint = ev.endpoint
-                if st.sent_ns - (st.lag_from_ns or st.intended_ns) > LATE_FLOOR_NS:
-                    st.cpu_wait_ns = self._watch.cpu_wait_since(st.lag_from_ns or st.intended_ns)
-            elif kind is Admitted:
-                st.admitted_ns = ev.t_ns
-            elif kind is Finished:
-                st.done_ns, st.output_tokens = ev.t_ns, ev.output_tokens
-                st.response_id, st.reported_tokens = ev.response_id, ev.reported_tokens
-                st.reply, st.prompt_tokens = ev.text, ev.input_tokens
-                st.reasoning_tokens, st.first_answer_ns = ev.reasoning_tokens, ev.first_answer_ns
-                if not ev.streamed:
-                    st.unstamped_tokens = ev.output_tokens
-            elif kind is Failed:
-                st.done_ns, st.error = ev.t_ns, ev.error_type
-                st.endpoint = st.endpoint or ev.endpoint
-            elif kind is Cancelled:
-                st.cancelled, st.done_ns = True, ev.t_ns
-                return
-        if st.done_ns is None:
-            self._fail(st, "NoFinishEvent")
-
-    def _fail(self, st: RequestState, error_type: str) -> None:
-        st.error = error_type
-        st.done_ns = self.clock.now_ns()
 
     # -- drain and stop -------------------------------------------------------------------------
 
@@ -482,12 +315,12 @@ class Runner:
         this one, whatever the backend."""
         limit = self.load.stall_timeout
         while True:
-            deadline = self._progress_ns + limit
-            if self.in_flight and self.clock.now_ns() >= deadline:
-                self._failure = (
+            deadline = self.requests.progress_ns + limit
+            in_flight = self.requests.in_flight
+            if in_flight and self.clock.now_ns() >= deadline:
+                self._fail_run(
                     f"the system under test stopped answering: no response event for "
-                    f"{limit / 1e9:g} s with {self.in_flight} requests in flight (load.stall_timeout)"
+                    f"{limit / 1e9:g} s with {in_flight} requests in flight (load.stall_timeout)"
                 )
-                self.request_stop("failed")
                 return
             await self.clock.sleep_until(max(deadline, self.clock.now_ns() + limit // 4))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
@@ -27,7 +27,7 @@ from loadtest.backends.transformers.followers import Followers
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
-from loadtest.core.events import Admitted, BackendEvent, Failed, Finished, Tokens
+from loadtest.core.events import Admitted, BackendEvent, Cancelled, Failed, Finished, Tokens
 from loadtest.workload.plan import PlannedRequest
 
 _DEATH = object()
@@ -195,7 +195,7 @@ class TransformersBackend(Backend[TransformersSpec]):
 
     async def submit(
         self, req: PlannedRequest, prompt_ids: list[int] | None
-    ) -> AsyncIterator[BackendEvent]:
+    ) -> AsyncGenerator[BackendEvent | Cancelled, None]:
         if self._dead:
             raise BackendError(self._dead)
         assert prompt_ids is not None  # needs_prompt_ids: the runner tokenizes for this backend

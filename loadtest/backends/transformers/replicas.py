@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import asdict
 from typing import Any
 
@@ -24,7 +24,7 @@ from loadtest.backends.transformers.compiling import batching_details
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
-from loadtest.core.events import BackendEvent
+from loadtest.core.events import BackendEvent, Cancelled
 from loadtest.core.step_accounting import StepAccounting
 from loadtest.workload.plan import PlannedRequest
 
@@ -116,7 +116,7 @@ class ReplicaRouter(Backend[TransformersSpec]):
 
     async def submit(
         self, req: PlannedRequest, prompt_ids: list[int] | None
-    ) -> AsyncIterator[BackendEvent]:
+    ) -> AsyncGenerator[BackendEvent | Cancelled, None]:
         i = self.choose()
         self.outstanding[i] += 1
         self.routed[i] += 1
