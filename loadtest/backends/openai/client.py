@@ -25,9 +25,11 @@ from typing import Any
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, RequestBodies
-from loadtest.backends.openai.discovery import server_root, without_credentials
+from loadtest.backends.openai.cancel_at import until_stop
+from loadtest.backends.openai.discovery import without_credentials
+from loadtest.backends.openai.endings import streamed_end, unstreamed_end
 from loadtest.backends.openai.events import BadResponse
-from loadtest.backends.openai.facts import report
+from loadtest.backends.openai.facts import described, report
 from loadtest.backends.openai.outputs import OutputChecks
 from loadtest.backends.openai.pooling import read_answer
 from loadtest.backends.openai.probe import Probe
@@ -37,7 +39,6 @@ from loadtest.backends.openai.stream import Stream
 from loadtest.backends.openai.tokens import (
     TokenCounter,
     load_tokenizer,
-    usage_count,
 )
 from loadtest.backends.openai.unstreamed import read_unstreamed
 from loadtest.config.apis import POOLING_APIS
@@ -47,7 +48,7 @@ from loadtest.core.errors import BackendError
 from loadtest.core.events import Cancelled, Failed, Finished, Tokens
 from loadtest.transport.calls import error_text
 from loadtest.transport.http1 import HttpFailure
-from loadtest.transport.pool import Wire
+from loadtest.transport.pool import ConnectionPool, Wire
 from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
 from loadtest.workload.tokenizer import ByteTokenizer
@@ -69,7 +70,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
         self._base = without_credentials(spec.base_url)
         self.url = self._base.rstrip("/") + PATHS[spec.api]
         self._pooled = spec.api in POOLING_APIS
-        self._pool: Any = None  # connection.ConnectionPool, once started (the first endpoint's)
+        self._pool: ConnectionPool | None = None  # once started: the first endpoint's
         self._router: Router | None = None  # every endpoint's, once started
         self._tokens = TokenCounter(None, clock.now_ns)
         self._bodies = RequestBodies(spec, ByteTokenizer(), fit=False)
@@ -88,21 +89,11 @@ class OpenAIBackend(Backend[OpenAISpec]):
         key = self._api_key()
         try:
             self.settings = connection.client_settings(spec, self.base_dir)
-            routes: list[Route] = []
-            for given in spec.base_urls():
-                base = without_credentials(given)
-                url = base.rstrip("/") + PATHS[spec.api]
-                settings = connection.client_settings(spec, self.base_dir, given)
-                pool = connection.open_pool(spec, url, settings, self.clock.now_ns)
-                # one URL twice (its logins differ, say): each its own row, by its place
-                label = base
-                if any(r.base == base for r in routes):
-                    label = f"{base} (endpoint {len(routes) + 1})"
-                routes.append(Route(base, url, pool, label))
+            routes = connection.open_routes(spec, self.base_dir, self.clock.now_ns)
         except ValueError as exc:
             raise BackendError(f"backend: {exc}") from None
         self._router = Router(routes, spec.routing)
-        self._pool = routes[0].pool
+        self._pool = pool = routes[0].pool
         tokenizer, tokenizer_source, count = await asyncio.to_thread(
             load_tokenizer, spec.tokenizer, spec.model, spec.base_url, key, self.base_dir,
             self.settings,
@@ -117,29 +108,18 @@ class OpenAIBackend(Backend[OpenAISpec]):
             await self.stop()
             raise
         self.server_model = probe.server_model
-        tokenizer, sizing = await prompt_sizing(
-            spec, tokenizer, bool(count), self._pool, self._base
-        )
+        tokenizer, sizing = await prompt_sizing(spec, tokenizer, bool(count), pool, self._base)
         self._bodies.tokenizer = tokenizer
-        details = {
-            "base_url": spec.base_url,
-            "model": spec.model,
-            "api": spec.api,
-            "server_model": self.server_model,
-            "fixed_output_via": self._bodies.fixed_via,
-            "tokenizer": tokenizer_source,
-            "token_counting": "tokenizer (per chunk), reconciled to the server's usage"
-            if count
-            else "one token per chunk, reconciled to the server's usage",
-            "api_key": f"from ${spec.api_key_env}" if key else "none",
-            "tls_verify": spec.verify_tls,
-            "client_certificate": spec.client_cert is not None,
-            # its buffering is inside every stamp: a proxy between the client and the server
-            "proxy": self._pool.proxy.origin if self._pool.proxy else "none",
-            "max_connections": spec.max_connections or "unbounded",
-            "prompt_sizing": sizing,
-            "streamed": spec.stream and not self._pooled,
-        }
+        details = described(
+            spec,
+            server_model=self.server_model,
+            fixed_via=self._bodies.fixed_via,
+            tokenizer=tokenizer_source,
+            counts_tokens=bool(count),
+            proxy=pool.proxy.origin if pool.proxy else "none",
+            sizing=sizing,
+            streamed=spec.stream and not self._pooled,
+        )
         notices = [] if count else [no_tokenizer_notice(spec.model, tokenizer)]
         return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details, notices)
 
@@ -164,6 +144,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
         mix = set(plan.models)
         if not mix:
             return
+        assert self._pool is not None  # started
         listed = await connection.served_models(self._pool, self._base)
         missing = sorted(mix - set(listed or mix))
         if missing:
@@ -232,17 +213,21 @@ class OpenAIBackend(Backend[OpenAISpec]):
                     yield Failed(now(), f"http_{resp.status}", await error_text(resp))
                     return
                 if self._pooled:
-                    pooled = await self._until_stop(
-                        req, read_answer(resp, self.spec.api, req.inputs)
+                    answer = await until_stop(
+                        self.clock, req, read_answer(resp, self.spec.api, req.inputs)
                     )
-                    if isinstance(pooled, Cancelled):
-                        failure, pooled = pooled, None
+                    if isinstance(answer, Cancelled):
+                        failure = answer
+                    else:
+                        pooled = answer
                 elif not self.spec.stream:  # one JSON answer, read whole
-                    failure = await self._until_stop(req, read_unstreamed(resp, stream, now))
+                    failure = await until_stop(self.clock, req, read_unstreamed(resp, stream, now))
                     partial = False
                 else:
-                    failure = await self._until_stop(
-                        req, stream.read(resp.batch, now, req.stop_after_tokens, resp.reads)
+                    failure = await until_stop(
+                        self.clock,
+                        req,
+                        stream.read(resp.batch, now, req.stop_after_tokens, resp.reads),
                     )
                     partial = (
                         not isinstance(failure, Failed) or failure.error_type != "server_error"
@@ -279,40 +264,9 @@ class OpenAIBackend(Backend[OpenAISpec]):
             return
         if self._checks.active:
             self._checks.check(stream, facts)
-        finished = self._finished if self.spec.stream else self._answered
-        for event in finished(req, stream, facts):
+        end = streamed_end if self.spec.stream else unstreamed_end
+        for event in end(req, stream, facts, self._tokens, self._bodies.fixed_via, now):
             yield event
-
-    async def _until_stop(self, req, reading: Any) -> Any:
-        """``reading``'s result, or ``Cancelled`` where the plan cancels the request at a time
-        (``req.stop_at_ns``) that comes first: the read is cancelled then, what it read kept."""
-        if req.stop_at_ns is None:
-            return await reading
-        task = asyncio.ensure_future(reading)
-        fired: list[int] = []
-        loop = asyncio.get_running_loop()
-        timer: asyncio.TimerHandle | None = None
-
-        def arm() -> None:
-            nonlocal timer
-            now = self.clock.now_ns()  # the clock may be offset from the loop's: a delay
-            if now < req.stop_at_ns:  # early: a loop's timer may fire up to 1 ms before its
-                # time (uvloop counts whole ms from the start of its turn), so never trust it
-                timer = loop.call_later((req.stop_at_ns - now) / 1e9, arm)
-            else:
-                fired.append(now)
-                task.cancel()
-
-        arm()
-        try:
-            return await task
-        except asyncio.CancelledError:
-            if not fired or not task.cancelled():
-                raise  # the run's own cancellation (an interrupt, a drain deadline)
-            return Cancelled(fired[0])
-        finally:
-            if timer is not None:
-                timer.cancel()
 
     def _failed(self, exc: Exception, facts: Counter, route: Route) -> tuple[Failed, bool] | None:
         """The failure a request ended in, classified, and whether the tokens it streamed are
@@ -326,78 +280,6 @@ class OpenAIBackend(Backend[OpenAISpec]):
         if exc.connecting:
             self._connect_failed(exc, route)
         return Failed(t, exc.kind, str(exc)[:300]), not exc.connecting
-
-    def _finished(self, req, stream: Stream, facts: Counter) -> list:
-        """A complete stream's tokens, one stamp each, and its end; and what it shows."""
-        usage, chunks = stream.usage, stream.chunks
-        served = usage_count(usage, "completion_tokens")
-        if served is None and stream.closing_empty:
-            chunks = chunks[:-1]  # no usage to say otherwise: a closing chunk is not a token
-        mode = self._tokens.learn(chunks, usage)
-        token_stamps = self._tokens.by_chunk(chunks, mode)
-        if token_stamps is None:  # the tokenizer's count, reconciled to the server's
-            token_stamps = self._tokens.reconcile(
-                self._tokens.counted(chunks),
-                usage,
-                stream.chars,
-                facts,
-                req.output_tokens if stream.tool_calls else None,
-            )
-        if stream.reply_cut and req.history is not None:  # a session's next turn loses it
-            facts["replies_cut"] += 1
-        fixed_via = self._bodies.fixed_via
-        if req.ignore_eos and len(token_stamps) < req.output_tokens and fixed_via != "none":
-            facts["short_outputs"] += 1
-        prompt_tokens = usage_count(usage, "prompt_tokens")
-        if self._tokens.count and prompt_tokens is not None and prompt_tokens != req.input_tokens:
-            facts["prompt_token_mismatch"] += 1
-            facts["prompt_tokens_off"] += abs(prompt_tokens - req.input_tokens)
-        per_chunk = mode is not None  # reasoning chunks have text: a chunk a token either way
-        reasoning, first_answer = self._tokens.reasoning(stream, token_stamps, per_chunk, facts)
-        return [
-            Tokens(tuple(token_stamps)),
-            Finished(
-                token_stamps[-1] if token_stamps else self.clock.now_ns(),
-                len(token_stamps),
-                prompt_tokens,
-                stream.response_id,
-                served,
-                None if req.history is None else stream.answer,
-                reasoning,
-                first_answer,
-            ),
-        ]
-
-    def _answered(self, req, stream: Stream, facts: Counter) -> list:
-        """An unstreamed answer's end: its tokens the server's usage (else its text counted
-        with the tokenizer, else a chunk a token), all arrived with it, none stamped."""
-        usage = stream.usage
-        served = usage_count(usage, "completion_tokens")
-        tokens = served
-        if tokens is None:
-            facts["answers_without_usage"] += 1
-            tokens = sum(n for _, n in self._tokens.counted(stream.chunks))
-        prompt_tokens = usage_count(usage, "prompt_tokens")
-        if self._tokens.count and prompt_tokens is not None and prompt_tokens != req.input_tokens:
-            facts["prompt_token_mismatch"] += 1
-            facts["prompt_tokens_off"] += abs(prompt_tokens - req.input_tokens)
-        if req.ignore_eos and tokens < req.output_tokens and self._bodies.fixed_via != "none":
-            facts["short_outputs"] += 1
-        details = usage.get("completion_tokens_details") if isinstance(usage, dict) else None
-        reasoning = usage_count(details, "reasoning_tokens") or 0
-        return [
-            Finished(
-                self.clock.now_ns() if not stream.chunk_ns else stream.chunk_ns[-1],
-                tokens,
-                prompt_tokens,
-                stream.response_id,
-                served,
-                None if req.history is None else stream.answer,
-                min(reasoning, tokens),
-                None,
-                streamed=False,
-            )
-        ]
 
     def _connect_failed(self, exc: Exception, route: Route) -> None:
         """Counted per endpoint: one of several that stops accepting connections is down as a
@@ -419,13 +301,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
     async def profile_start(self, options: dict) -> str | None:
         """The server's own profiler on (vLLM's ``POST /start_profile``, which it serves when
         started with ``--profiler-config``): None when it answered, else why not."""
-        for route in self._every_route():  # each endpoint's server, where there are several
-            failed = await connection.profiler_call(
-                route.pool, server_root(route.base), "start_profile"
-            )
-            if failed is not None:
-                return failed if len(self._every_route()) == 1 else f"{route.base}: {failed}"
-        return None
+        return await connection.profilers_call(self._every_route(), "start_profile")
 
     def _every_route(self) -> list[Route]:
         return [] if self._router is None else self._router.routes
@@ -433,13 +309,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
     async def profile_stop(self, out_dir: str) -> dict:
         """The server's profiler off (the profile window bounds the wait: a server writes its
         traces before it answers); where its traces are is the server's business."""
-        stopped = None
-        for route in self._every_route():
-            failed = await connection.profiler_call(
-                route.pool, server_root(route.base), "stop_profile"
-            )
-            if failed is not None and stopped is None:
-                stopped = failed if len(self._every_route()) == 1 else f"{route.base}: {failed}"
+        stopped = await connection.profilers_call(self._every_route(), "stop_profile")
         if stopped is not None:
             return {"profiler": f"the server's: started, but stopping failed ({stopped})"}
         return {

@@ -8,9 +8,11 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from loadtest.backends.openai.discovery import authorization
+from loadtest.backends.openai.bodies import PATHS
+from loadtest.backends.openai.discovery import authorization, server_root, without_credentials
+from loadtest.backends.openai.routes import Route
+from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core import outside
 from loadtest.transport.calls import fetch
 from loadtest.transport.endpoint import Endpoint
@@ -19,7 +21,9 @@ from loadtest.transport.pool import ConnectionPool
 from loadtest.transport.settings import ClientSettings, key_password
 
 
-def client_settings(spec: Any, base_dir: Path, base_url: str | None = None) -> ClientSettings:
+def client_settings(
+    spec: OpenAISpec, base_dir: Path, base_url: str | None = None
+) -> ClientSettings:
     """The one client configuration of a served model's spec: its TLS, proxy and timeouts, and
     its headers (its own, the API key's or the URL's credentials) for the calls to its server's
     origin (``base_url``'s, of several endpoints: default the spec's), never to another."""
@@ -50,11 +54,41 @@ def client_settings(spec: Any, base_dir: Path, base_url: str | None = None) -> C
 
 
 def open_pool(
-    spec: Any, url: str, settings: ClientSettings, now: Callable[[], int]
+    spec: OpenAISpec, url: str, settings: ClientSettings, now: Callable[[], int]
 ) -> ConnectionPool:
     """The client's connections to ``url``'s server: at most ``max_connections`` (0:
     unbounded), under ``settings``, its stamps on ``now``."""
     return ConnectionPool(url, settings, spec.max_connections, now)
+
+
+def open_routes(spec: OpenAISpec, base_dir: Path, now: Callable[[], int]) -> list[Route]:
+    """A route to each of the spec's endpoints, each with its pool under its own settings (its
+    URL's credentials); ValueError for settings that cannot be used."""
+    routes: list[Route] = []
+    for given in spec.base_urls():
+        base = without_credentials(given)
+        url = base.rstrip("/") + PATHS[spec.api]
+        pool = open_pool(spec, url, client_settings(spec, base_dir, given), now)
+        # one URL twice (its logins differ, say): each its own row, by its place
+        label = base
+        if any(r.base == base for r in routes):
+            label = f"{base} (endpoint {len(routes) + 1})"
+        routes.append(Route(base, url, pool, label))
+    return routes
+
+
+async def profilers_call(routes: list[Route], name: str) -> str | None:
+    """``profiler_call`` to each endpoint's server: None when all answered, else why the first
+    that did not (named by its API root where there are several). A start goes no further
+    than a failure (nothing left profiling unasked); a stop goes to every server."""
+    first = None
+    for route in routes:
+        failed = await profiler_call(route.pool, server_root(route.base), name)
+        if failed is not None and first is None:
+            first = failed if len(routes) == 1 else f"{route.base}: {failed}"
+            if name == "start_profile":
+                break
+    return first
 
 
 async def profiler_call(pool: ConnectionPool, root: str, name: str) -> str | None:

@@ -3,10 +3,12 @@ bad responses, usage checks) and a warning for each problem they show."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 from loadtest.backends.openai.outputs import summary
 from loadtest.backends.openai.stream import MAX_REPLY_CHARS
+from loadtest.config.backend_specs import OpenAISpec
 
 # Each counter that is a problem when not zero, and what it says: a template filled from the
 # counters (0 where one was never counted) and the client's settings.
@@ -42,6 +44,40 @@ WARNINGS = {
     "template differs from the client's; requests.jsonl has each request's input_tokens beside "
     "planned_input_tokens)",
 }
+
+
+def described(
+    spec: OpenAISpec,
+    *,
+    server_model: str | None,
+    fixed_via: str | None,
+    tokenizer: str,
+    counts_tokens: bool,
+    proxy: str,
+    sizing: str,
+    streamed: bool,
+) -> dict[str, object]:
+    """The client as the result describes it: where it sends, how it counts tokens and sizes
+    prompts, its TLS, proxy and connection settings (the API key's source, never its value)."""
+    return {
+        "base_url": spec.base_url,
+        "model": spec.model,
+        "api": spec.api,
+        "server_model": server_model,
+        "fixed_output_via": fixed_via,
+        "tokenizer": tokenizer,
+        "token_counting": "tokenizer (per chunk), reconciled to the server's usage"
+        if counts_tokens
+        else "one token per chunk, reconciled to the server's usage",
+        "api_key": f"from ${spec.api_key_env}" if os.environ.get(spec.api_key_env) else "none",
+        "tls_verify": spec.verify_tls,
+        "client_certificate": spec.client_cert is not None,
+        # its buffering is inside every stamp: a proxy between the client and the server
+        "proxy": proxy,
+        "max_connections": spec.max_connections or "unbounded",
+        "prompt_sizing": sizing,
+        "streamed": streamed,
+    }
 
 
 def report(

@@ -5,7 +5,8 @@ the fewest requests in flight (``least_outstanding``, ties in turn)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from loadtest.transport.pool import ConnectionPool
 
 
 @dataclass
@@ -16,7 +17,7 @@ class Route:
 
     base: str
     url: str
-    pool: Any
+    pool: ConnectionPool
     label: str = ""
     outstanding: int = 0
     connect_errors: int = 0  # connection attempts in a row that failed
