@@ -18,6 +18,7 @@ import queue
 import time
 
 from loadtest.backends.transformers import messages
+from loadtest.backends.transformers.engine_facts import engine_facts
 
 POLL_S = 0.002
 
@@ -100,7 +101,7 @@ class ContinuousEngine:
                 self.live.pop(rid)
             self._poll()
         self.manager.stop(block=True, timeout=30)
-        self.out.send(("stopped", {**self.base._facts(), "stamp_source": self.stamp_source}))
+        self.out.send(("stopped", {**engine_facts(self.base), "stamp_source": self.stamp_source}))
 
     def _add(self, msg) -> None:
         _, rid, prompt, cap, ignore_eos, eos = msg

@@ -13,22 +13,20 @@ import queue
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.compiling import (
     batch_bucket,
     batch_dynamic_while_warming,
     batching_details,
-    compile_cache_counts,
     compile_seconds,
     compiled_graphs,
-    cudagraph_skips,
     marks_batch_dynamic,
 )
 from loadtest.backends.transformers.decode_loop import PIPELINED, PipelinedDecode
 from loadtest.backends.transformers.embedding import embed_batch
+from loadtest.backends.transformers.engine_facts import engine_facts
 from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.stamping import (
     AFTER_SYNC,
@@ -42,6 +40,9 @@ from loadtest.backends.transformers.stamping import (
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
 from loadtest.core.step_accounting import StepAccounting
+
+if TYPE_CHECKING:
+    from loadtest.backends.transformers.profiling import WorkerProfiler
 
 # Steps a warm-up generate() runs, one token each (the prefill's, then decode steps). Its cache
 # is sized for the run's longest output (shorter outputs reuse a static cache; a longer one is a
@@ -102,10 +103,9 @@ class Engine:
         self._batches_reported = 0
         self.acct = StepAccounting()
         self.gc = process_gc_pauses()
-        self.profiler: Any = None  # a WorkerProfiler while a capture window is open
-        self.pending_export: Any = (
-            None  # (profiler, out_dir): a closed window, exported at the end of the run
-        )
+        self.profiler: WorkerProfiler | None = None  # while a capture window is open
+        # (profiler, out_dir): a closed window, exported at the end of the run
+        self.pending_export: tuple[WorkerProfiler, str] | None = None
         self.urgent: deque = (
             deque()
         )  # checked every decode step: a deque's emptiness test takes no lock
@@ -143,7 +143,7 @@ class Engine:
                 self._run_batch(batch, cancelled)
         if self.lockstep is not None:
             self.lockstep.finish()
-        self.out.send(("stopped", self._facts()))
+        self.out.send(("stopped", engine_facts(self)))
 
     def handle_control(self, msg) -> bool:
         """warmup / configure / facts / bare: True when ``msg`` was one of them."""
@@ -153,7 +153,7 @@ class Engine:
             self.spec = self.spec.model_copy(update=msg[1])
             self.info.update(batching_details(self.spec, self.padded is not None))
         elif msg[0] == "facts":
-            self.out.send(("facts", self._facts(reset=True)))
+            self.out.send(("facts", engine_facts(self, reset=True)))
         elif msg[0] == "call":
             try:
                 self.out.send(("called", resolve_hook(msg[1])(self, *msg[2])))
@@ -172,7 +172,7 @@ class Engine:
 
     def poll_urgent(self) -> None:
         """Profiler on/off now (between batches, or between two decode steps of one). Exporting
-        the trace waits for the end of the run (``_facts``): it takes seconds."""
+        the trace waits for the end of the run (``engine_facts``): it takes seconds."""
         while self.urgent:
             msg = self.urgent.popleft()
             if msg[0] == "profile_start" and self.profiler is None:
@@ -288,7 +288,10 @@ class Engine:
             shape = self.padded.shape if self.padded is not None else None
             self.lockstep.announce(ids, mask, kwargs, shape, self.warming_dynamic)
         ids, mask = ids.to(self.device), mask.to(self.device)
-        with torch.inference_mode(), self.profiler.annotate(label) if label else nothing():
+        with (
+            torch.inference_mode(),
+            self.profiler.annotate(label) if label and self.profiler else nothing(),
+        ):
             if hook is not None:
                 hook.install()
                 streamer.start(time.monotonic_ns())
@@ -316,7 +319,7 @@ class Engine:
         if self.lockstep is not None:  # every rank runs this decode, with these inputs
             self.lockstep.announce_decode(ids, mask, plan, loop.padded.shape)
         ids, mask = ids.to(self.device), mask.to(self.device)
-        with self.profiler.annotate(label) if label else nothing():
+        with self.profiler.annotate(label) if label and self.profiler else nothing():
             streamer.start(time.monotonic_ns())
             loop.run(ids, mask, *plan, stamp=streamer.step)
         if self.profiler is not None:
@@ -405,47 +408,6 @@ class Engine:
         counted as the run's."""
         settle_heap()
         self.gc.summary(reset=True)
-
-    def _facts(self, reset: bool = False) -> dict:
-        torch = self.torch
-        self.out.flush()  # the accounting is updated on the outbox's thread
-        facts: dict[str, Any] = {
-            "batches": self.batches - self._batches_reported,
-            "roofline_acct": asdict(self.acct),
-            "stamp_mismatches": self.stamp_mismatches,
-            "gc_pauses": self.gc.summary(reset),
-        }
-        graphs = compiled_graphs()
-        if graphs is not None and self.graphs_at_window is not None:
-            # torch.compile building graphs inside the window: seconds charged to requests
-            facts["recompiles_in_window"] = graphs - self.graphs_at_window
-        cache = compile_cache_counts()
-        if cache is not None:
-            facts["compile_cache"] = cache
-        skips = cudagraph_skips()
-        if skips and self.device.type == "cuda":
-            facts["cudagraph_skips"] = skips
-        if reset:
-            self.graphs_at_window = None
-        if reset and self.pending_export is not None:
-            profiler, out_dir = self.pending_export
-            self.pending_export = None
-            facts["profile_export"] = profiler.export(out_dir)
-        if reset:
-            self._batches_reported = self.batches
-            self.acct = StepAccounting()
-            self.stamp_mismatches = 0
-        if self.device.type == "cuda":
-            facts["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
-            if reset:
-                torch.cuda.reset_peak_memory_stats(self.device)
-        else:
-            import resource
-
-            facts["peak_rss_mb"] = round(
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
-            )
-        return facts
 
 
 def resolve_hook(target: str):

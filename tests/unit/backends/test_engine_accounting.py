@@ -8,6 +8,7 @@ import contextlib
 
 import pytest
 
+from loadtest.backends.transformers.engine_facts import engine_facts
 from loadtest.backends.transformers.stamping import StepStreamer
 from loadtest.core.step_accounting import StepAccounting
 from tests.engine_helpers import (
@@ -137,6 +138,6 @@ def test_the_engine_counts_for_the_roofline_from_the_window_start_and_not_under_
     eng.profiler = Profiler()
     eng._generate(batch(3), set(), out, set())
     eng.profiler = None
-    acct = StepAccounting(**eng._facts(reset=True)["roofline_acct"])
+    acct = StepAccounting(**engine_facts(eng, reset=True)["roofline_acct"])
     assert acct.prefill_batches == 1 and acct.prefill_tokens == 3
     assert acct.decode_steps == 3 and acct.decode_ctx_sum == (3 + 1) + (3 + 2) + (3 + 3)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from loadtest.backends.transformers.engine_facts import engine_facts
 from loadtest.backends.transformers.stamping import StepStreamer
 from tests.engine_helpers import (
     Recorder,
@@ -207,5 +208,5 @@ def test_stamp_mismatches_are_reported_per_point(tiny_model_dir):
     point's count (each point's facts are read with reset)."""
     eng, _ = make_engine(tiny_model_dir)
     eng.stamp_mismatches = 2
-    assert eng._facts(reset=True)["stamp_mismatches"] == 2
-    assert eng._facts(reset=True)["stamp_mismatches"] == 0
+    assert engine_facts(eng, reset=True)["stamp_mismatches"] == 2
+    assert engine_facts(eng, reset=True)["stamp_mismatches"] == 0
