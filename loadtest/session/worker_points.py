@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loadtest.config.loading import LoadedScenario
 from loadtest.core.clock import Clock
@@ -24,11 +24,11 @@ class WorkerPoints:
         self.group: WorkerGroup | None = None
         self._ray: RayCluster | None = None  # connected at the first point that asks for one
 
-    async def start(self, loaded: LoadedScenario) -> tuple[WorkerReady, dict[str, Any]]:
+    async def start(self, loaded: LoadedScenario) -> tuple[WorkerReady, dict[str, object]]:
         """This point's workers, started and ready within ``backend.start_timeout``, and the
         facts of their placement (how many; the Ray cluster's)."""
         scenario = loaded.scenario
-        details: dict[str, Any] = {"workers": scenario.load.workers}
+        details: dict[str, object] = {"workers": scenario.load.workers}
         if scenario.load.ray is not None:
             cluster, channels = await self._ray_channels(loaded, scenario.load.ray)
             details["ray"] = cluster.facts

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from loadtest.backends.transformers.compiling import (
     compile_cache_counts,
@@ -45,13 +45,13 @@ class Counted(Protocol):
     pending_export: tuple[WorkerProfiler, str] | None  # a closed window, exported at the end
 
 
-def engine_facts(engine: Counted, reset: bool = False) -> dict[str, Any]:
+def engine_facts(engine: Counted, reset: bool = False) -> dict[str, object]:
     """What the engine did since the last reset: batches, step accounting for the roofline,
     stamp mismatches, collector pauses, graphs compiled in the window, peak memory; with
     ``reset``, a closed profiler window's export too, and the counts start again."""
     torch = engine.torch
     engine.out.flush()  # the accounting is updated on the outbox's thread
-    facts: dict[str, Any] = {
+    facts: dict[str, object] = {
         "batches": engine.batches - engine._batches_reported,
         "roofline_acct": asdict(engine.acct),
         "stamp_mismatches": engine.stamp_mismatches,
