@@ -5,8 +5,15 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loadtest.workload import corpus
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from loadtest.workload.tokenizer import Tokenizer
 
 FIT_TRIES = 12  # re-encode rounds before a prompt's text is taken as the nearest found
 
@@ -17,7 +24,7 @@ class HFTokenizer:
     # tokens a server adds to a prompt of text: its BOS, a chat template (set by the client)
     prompt_overhead = 0
 
-    def __init__(self, tok) -> None:
+    def __init__(self, tok: PreTrainedTokenizerBase) -> None:
         self._tok = tok
         self.name = getattr(tok, "name_or_path", "hf")
         self.vocab_size = len(tok)
@@ -29,13 +36,17 @@ class HFTokenizer:
         return self._tok.encode(text, add_special_tokens=False)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=True)
+        text = self._tok.decode(list(ids), skip_special_tokens=True)
+        assert isinstance(text, str)  # one sequence in, one text out
+        return text
 
     def render_chat(self, messages: list[dict]) -> str | None:
         """Chat messages as the model's chat template renders them, tokenized."""
         if not getattr(self._tok, "chat_template", None):
             return None
-        return self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = self._tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert isinstance(text, str)  # tokenize=False: the rendered text
+        return text
 
     def special_tokens_added(self) -> int:
         """Tokens the tokenizer adds around a text when asked to (a BOS, say): what a
@@ -81,13 +92,13 @@ class HFTokenizer:
             chars *= 2
 
 
-def load_tokenizer(model: str, base_dir, trust_remote_code: bool, download: bool = False):
+def load_tokenizer(
+    model: str, base_dir: str | Path, trust_remote_code: bool, download: bool = False
+) -> Tokenizer:
     """The model's tokenizer, or the built-in byte tokenizer where it has none (dummy models).
 
     A local folder first, then the hub's local cache; with ``download``, then the hub itself
     (not when ``HF_HUB_OFFLINE`` is set: huggingface_hub's own switch, honoured as it means)."""
-    from pathlib import Path
-
     from loadtest.workload.tokenizer import ByteTokenizer
 
     if model.startswith("dummy:"):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+
 from loadtest.backends.base import Backend, BackendInfo
 from loadtest.config.backend_specs import NoopSpec
-from loadtest.core.events import Admitted, Finished, Tokens
+from loadtest.core.events import Admitted, BackendEvent, Cancelled, Finished, Tokens
+from loadtest.workload.plan import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
 
 
@@ -16,7 +19,9 @@ class NoopBackend(Backend[NoopSpec]):
     async def start(self) -> BackendInfo:
         return BackendInfo("noop", ByteTokenizer())
 
-    async def submit(self, req, prompt_ids):
+    async def submit(
+        self, req: PlannedRequest, prompt_ids: list[int] | None
+    ) -> AsyncGenerator[BackendEvent | Cancelled, None]:
         now = self.clock.now_ns()
         yield Admitted(now)
         yield Tokens((now,) * req.output_tokens)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import AsyncGenerator
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.config.backend_specs import SimSpec
 from loadtest.core.clock import Clock
-from loadtest.core.events import Admitted, Failed, Finished, Tokens
+from loadtest.core.events import Admitted, BackendEvent, Cancelled, Failed, Finished, Tokens
+from loadtest.workload.plan import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
 
 
@@ -86,7 +88,9 @@ class SimBackend(Backend[SimSpec]):
             await asyncio.Event().wait()  # never answers: the window's call_timeout bounds it
         return {"profiler": "the simulated server's (records nothing)"}
 
-    async def submit(self, req, prompt_ids):
+    async def submit(
+        self, req: PlannedRequest, prompt_ids: list[int] | None
+    ) -> AsyncGenerator[BackendEvent | Cancelled, None]:
         self._submitted += 1
         if self.spec.fail_every and self._submitted % self.spec.fail_every == 0:
             yield Failed(
@@ -115,7 +119,7 @@ class SimBackend(Backend[SimSpec]):
         finally:
             self._release()
 
-    async def _serve(self, req):
+    async def _serve(self, req: PlannedRequest) -> AsyncGenerator[BackendEvent, None]:
         origin = self._origin if self._origin is not None else 0
         now = self.clock.now_ns()
         yield Admitted(now)

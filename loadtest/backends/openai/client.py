@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 from collections import Counter
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
@@ -45,12 +46,13 @@ from loadtest.config.apis import POOLING_APIS
 from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
-from loadtest.core.events import Cancelled, Failed, Finished, Tokens
+from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished, Tokens
 from loadtest.transport.calls import error_text
 from loadtest.transport.http1 import HttpFailure
 from loadtest.transport.pool import ConnectionPool, Wire
 from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
+from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
 
 
@@ -123,7 +125,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
         notices = [] if count else [no_tokenizer_notice(spec.model, tokenizer)]
         return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details, notices)
 
-    async def prepare(self, plan) -> dict:
+    async def prepare(self, plan: Plan) -> dict:
         """Keep the plan (dataset rows are sent as their text or chat messages, with its tools
         and answer format), and render its media before t0."""
         self._bodies.plan = plan
@@ -138,7 +140,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
             self._described["media"]["distinct_sets"] = len(plan.media.sets)
         return {"content": self._described} if self._described else {}
 
-    async def _check_models(self, plan) -> None:
+    async def _check_models(self, plan: Plan) -> None:
         """A model mix's names are each served (where the server lists its models): a name it
         does not serve would fail every one of its requests, so the run does not start."""
         mix = set(plan.models)
@@ -180,7 +182,9 @@ class OpenAIBackend(Backend[OpenAISpec]):
 
     # -- one request ------------------------------------------------------------------------
 
-    async def submit(self, req, prompt_ids):
+    async def submit(
+        self, req: PlannedRequest, prompt_ids: list[int] | None
+    ) -> AsyncGenerator[BackendEvent | Cancelled, None]:
         now = self.clock.now_ns
         # warm-up requests are not the run's: what they show is not reported
         facts = self.facts if not req.warmup else Counter()

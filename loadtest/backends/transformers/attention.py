@@ -15,9 +15,12 @@ Every other call (a prefill, no groups, no mask, a bias per head) is transformer
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest.config.transformers_spec import TransformersSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # The name it is registered under with transformers, and recorded as backend.attn_implementation.
 PACKED_SDPA = "sdpa_packed_gqa"
@@ -72,7 +75,7 @@ def register() -> None:
     AttentionMaskInterface.register(PACKED_SDPA, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
 
 
-def pack_decode_attention(model, spec: TransformersSpec) -> None:
+def pack_decode_attention(model: PreTrainedModel, spec: TransformersSpec) -> None:
     """Switch a grouped-query model that transformers gave SDPA to ``PACKED_SDPA``, unless the
     scenario named an implementation, or runs continuous batching (transformers' paged
     attention, its own kernels)."""

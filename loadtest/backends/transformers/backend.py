@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
@@ -28,7 +29,8 @@ from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Admitted, BackendEvent, Cancelled, Failed, Finished, Tokens
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.tokenizer import Tokenizer
 
 _DEATH = object()
 REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
@@ -144,7 +146,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         """The CPUs this engine's (rank 0's) process runs on, as the worker reported them."""
         return self._info.get("cpus")
 
-    async def prepare(self, plan) -> dict:
+    async def prepare(self, plan: Plan) -> dict:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""
         self._plan = plan
         longest = plan.longest_prompt()
@@ -178,7 +180,7 @@ class TransformersBackend(Backend[TransformersSpec]):
             "warmup_batch_sizes": sizes,
         }
 
-    async def call_in_engine(self, target: str, *args, timeout_s: float = 600.0):
+    async def call_in_engine(self, target: str, *args: object, timeout_s: float = 600.0) -> object:
         """``function(engine, *args)`` in the worker, for ``target = "module:function"``, and its
         (picklable) result: the hook bench/ uses to time code beside the loaded model. Between
         runs only."""
@@ -301,7 +303,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         self._outq.put(None)
         return facts
 
-    def _on_follower_exit(self, rank: int, exitcode, words: str | None) -> None:
+    def _on_follower_exit(self, rank: int, exitcode: int | None, words: str | None) -> None:
         """A rank that leaves before the end takes the group with it: rank 0 is stuck in a
         collective it will never finish, so it is ended too, and every request fails."""
         if self._stopping or self._dead:
@@ -315,7 +317,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         """A message to the worker (``messages``): never blocks, the sender thread writes it."""
         self._outq.put(message)
 
-    async def _reply_within(self, what: str, timeout_s: float):
+    async def _reply_within(self, what: str, timeout_s: float) -> Any:  # a reply, or _DEATH
         """The worker's next reply, or ``BackendError`` when it has not come in time."""
         if self._reply is None:
             raise BackendError(f"engine worker not started ({what})")
@@ -343,7 +345,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         except RuntimeError:  # the event loop closed first (the run is over): nobody to tell
             return
 
-    def _on_message(self, msg) -> None:
+    def _on_message(self, msg: tuple) -> None:  # a messages.Outbound, read by its kind
         kind = msg[0]
         if kind == "many":  # what the worker's outbox coalesced into one write
             for m in msg[1]:
@@ -379,7 +381,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         else:  # ready / load_failed / warmed / facts / stopped: replies to start, prepare, point_facts, stop
             self._reply.put_nowait(msg)
 
-    def _on_death(self, exitcode) -> None:
+    def _on_death(self, exitcode: int | None) -> None:
         if self._dead is None:
             self._dead = f"engine worker exited (exit code {exitcode})"
         for q in self._queues.values():
@@ -390,7 +392,9 @@ class TransformersBackend(Backend[TransformersSpec]):
 _TOKENIZER_LOCK = threading.Lock()
 
 
-def _one_at_a_time(load_tokenizer, spec, base_dir: str):
+def _one_at_a_time(
+    load_tokenizer: Callable[[str, str, bool], Tokenizer], spec: TransformersSpec, base_dir: str
+) -> Tokenizer:
     """Replicas load their tokenizers on threads at once; transformers' lazy imports are not
     safe to run concurrently (an attribute can be missing halfway), so one at a time."""
     with _TOKENIZER_LOCK:
@@ -406,7 +410,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _send_loop(conn, outq: queue.SimpleQueue) -> None:
+def _send_loop(conn: Connection, outq: queue.SimpleQueue) -> None:
     """Writes queued messages to the worker's pipe, in order; ends at ``None`` or a broken pipe."""
     while True:
         msg = outq.get()  # a thread of its own: waiting here blocks nothing else

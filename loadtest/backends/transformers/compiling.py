@@ -18,9 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from loadtest.config.transformers_spec import TransformersSpec
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import CompileConfig, PreTrainedModel
+    from transformers.utils import ModelOutput
 
 # Inductor passes skipped by default: without them the decode graph compiles faster, the step
 # is no slower and the greedy tokens the same (bench/investigations/compile_warmup.py). The pattern matcher searches the graph for known subgraphs to rewrite
@@ -131,7 +137,7 @@ def never_silently_eager() -> None:
 
 
 @contextlib.contextmanager
-def batch_dynamic_while_warming(model) -> Iterator[None]:
+def batch_dynamic_while_warming(model: PreTrainedModel) -> Iterator[None]:
     """Within it, every tensor the compiled decode step receives (the inputs and the static KV
     cache's layers) has its batch dimension marked dynamic before the call, so the first
     compile builds the graph every later batch size reuses. Weak marks: a size torch must
@@ -142,10 +148,10 @@ def batch_dynamic_while_warming(model) -> Iterator[None]:
     mark = torch._dynamo.maybe_mark_dynamic
     get_compiled_call = model.get_compiled_call  # transformers' auto-compile of decode steps
 
-    def marked_call(compile_config):
+    def marked_call(compile_config: CompileConfig | None) -> Callable[..., ModelOutput]:
         compiled = get_compiled_call(compile_config)
 
-        def call(*args, **kwargs):
+        def call(*args: object, **kwargs: object) -> ModelOutput:
             first = kwargs.get("input_ids")
             first = kwargs.get("inputs_embeds") if first is None else first
             if torch.is_tensor(first):
@@ -156,14 +162,15 @@ def batch_dynamic_while_warming(model) -> Iterator[None]:
 
         return call
 
-    model.get_compiled_call = marked_call  # an instance attribute over the method
+    # an instance attribute over the method
+    model.get_compiled_call = marked_call  # type: ignore[method-assign]
     try:
         yield
     finally:
         del model.get_compiled_call
 
 
-def _step_tensors(args: tuple, kwargs: dict) -> Iterator:
+def _step_tensors(args: tuple, kwargs: dict[str, object]) -> Iterator[Tensor]:
     """The tensors a decode step reads: its arguments, and the KV cache's per-layer tensors
     (transformers' ``Cache.layers``: keys and values, allocated for the batch)."""
     import torch

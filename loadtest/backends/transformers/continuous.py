@@ -16,9 +16,16 @@ from __future__ import annotations
 import dataclasses
 import queue
 import time
+from typing import TYPE_CHECKING, Any
 
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.engine_facts import engine_facts
+
+if TYPE_CHECKING:
+    from transformers.generation.continuous_batching import ContinuousBatchingManager
+    from transformers.generation.continuous_batching.requests import GenerationOutput
+
+    from loadtest.backends.transformers.engine import Engine
 
 POLL_S = 0.002
 
@@ -30,7 +37,7 @@ def _same_clock() -> bool:
 class ContinuousEngine:
     """transformers' continuous-batching manager driven by the worker, with per-token stamps."""
 
-    def __init__(self, base) -> None:
+    def __init__(self, base: Engine) -> None:
         """``base``: the loaded Engine (model, device, out pipe, spec)."""
         self.base = base
         self.out = base.out
@@ -38,7 +45,7 @@ class ContinuousEngine:
         self.manager = self._start_manager()
         self.live: dict[str, dict] = {}  # request id -> {rid, cap, eos, seen, admitted}
 
-    def _start_manager(self):
+    def _start_manager(self) -> ContinuousBatchingManager:
         from transformers import GenerationConfig
 
         spec, model = self.base.spec, self.base.model
@@ -49,7 +56,8 @@ class ContinuousEngine:
             max_new_tokens=4096,
         )
         cb = spec.continuous
-        wanted = {
+        # each version takes its own set: the ones it names are given (unchecked here)
+        wanted: dict[str, Any] = {
             "page_size": cb.block_size,
             "block_size": cb.block_size,
             "num_blocks": cb.num_blocks,
@@ -103,7 +111,7 @@ class ContinuousEngine:
         self.manager.stop(block=True, timeout=30)
         self.out.send(("stopped", {**engine_facts(self.base), "stamp_source": self.stamp_source}))
 
-    def _add(self, msg) -> None:
+    def _add(self, msg: messages.Req) -> None:
         _, rid, prompt, cap, ignore_eos, eos = msg
         key = str(rid)
         self.live[key] = {
@@ -135,7 +143,13 @@ class ContinuousEngine:
         for msg in fails + dones:
             self.out.send(msg)
 
-    def _take(self, r, stamps: list, dones: list, fails: list) -> None:
+    def _take(
+        self,
+        r: GenerationOutput,
+        stamps: list[tuple[int, tuple[int, ...]]],
+        dones: list[messages.Done],
+        fails: list[messages.Failed],
+    ) -> None:
         st = self.live.get(r.request_id)
         if st is None:
             return

@@ -33,6 +33,9 @@ from typing import TYPE_CHECKING, Any
 from loadtest.config.transformers_spec import TransformersSpec
 
 if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import Cache, PreTrainedModel
+
     from loadtest.backends.transformers.padded_decode import PaddedDecode
 
 # generate()'s greedy settings this loop does not apply: where a model's generation config sets
@@ -61,7 +64,7 @@ PIPELINED = "each decode step's own event (pipelined loop)"
 RING = 3
 
 
-def loop_problem(model) -> str | None:
+def loop_problem(model: PreTrainedModel) -> str | None:
     """Why this model must decode through generate() (None: the pipelined loop gives its
     tokens): transformers before 5, or logits processing its generation config asks for."""
     import transformers
@@ -80,7 +83,9 @@ def loop_problem(model) -> str | None:
     return None
 
 
-def decode_loop_of(model, spec: TransformersSpec, pad_decode: bool) -> tuple[str, str | None]:
+def decode_loop_of(
+    model: PreTrainedModel, spec: TransformersSpec, pad_decode: bool
+) -> tuple[str, str | None]:
     """The loop a batch decodes in (``pipelined`` or ``generate()``) and why not pipelined: it
     runs padded decode steps (``pad_decode``) of a model ``loop_problem`` lets through, unless
     the scenario says ``decode_loop: generate`` (an error where it asked for pipelined)."""
@@ -94,7 +99,7 @@ def decode_loop_of(model, spec: TransformersSpec, pad_decode: bool) -> tuple[str
     return ("generate()", why) if why else ("pipelined", None)
 
 
-def _compiles(model) -> bool:
+def _compiles(model: PreTrainedModel) -> bool:
     """Whether generate() would compile this model's decode steps on its device: on CUDA (and
     the other accelerators transformers names), or where its compile config says all devices."""
     config = getattr(model.generation_config, "compile_config", None)
@@ -103,7 +108,15 @@ def _compiles(model) -> bool:
     )
 
 
-def _step(model, cache, cache_arg: str, token, position, mask, cache_position) -> None:
+def _step(
+    model: PreTrainedModel,
+    cache: Cache,
+    cache_arg: str,
+    token: Tensor,
+    position: Tensor,
+    mask: Tensor,
+    cache_position: Tensor | None,
+) -> None:
     """One decode step at every row: the next token of each, written over its last (``token``),
     and every row's position one on. All state is in these buffers (static addresses), so a
     CUDA graph of this call replays with no input copied."""
@@ -127,7 +140,7 @@ class PipelinedDecode:
     """The pipelined loop around one model and its padded decode (``PaddedDecode``): buffers
     and the compiled step are made for each cache the padded decode gives (one a sweep point)."""
 
-    def __init__(self, model, padded: PaddedDecode) -> None:
+    def __init__(self, model: PreTrainedModel, padded: PaddedDecode) -> None:
         import torch
 
         self.torch, self.model, self.padded = torch, model, padded
@@ -170,12 +183,12 @@ class PipelinedDecode:
 
     def run(
         self,
-        ids,
-        mask,
+        ids: Tensor,
+        mask: Tensor,
         caps: list[int],
         eos: Iterable[int] | None,
         steps: int,
-        stamp: Callable[[int, Any], None] | None = None,
+        stamp: Callable[[int, Tensor], None] | None = None,
     ) -> int:
         """Decode the batch (``ids``/``mask`` on the model's device, left-padded; the first
         ``len(caps)`` rows real, any more throw-away copies) for at most ``steps`` tokens, the
@@ -214,7 +227,7 @@ class PipelinedDecode:
                     break
         return ran
 
-    def _prefill(self, ids, mask):
+    def _prefill(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """The prompt, eager, at the batch's rows (the padded cache's first rows): its next
         tokens and each row's last position, as generate() numbers them (left padding)."""
         torch = self.torch
@@ -230,7 +243,7 @@ class PipelinedDecode:
         ).logits
         return logits[:, -1].argmax(-1), position[:, -1]
 
-    def _queue_copy(self, token, k: int) -> None:
+    def _queue_copy(self, token: Tensor, k: int) -> None:
         """Step k's tokens on their way to the host (asynchronously on CUDA), its event after."""
         slot = k % RING
         event = self._events[slot]
@@ -238,7 +251,7 @@ class PipelinedDecode:
         if event is not None:  # on the stream that runs the step and the copy, by name
             event.record(self.torch.cuda.current_stream(token.device))
 
-    def _wait(self, k: int):
+    def _wait(self, k: int) -> Tensor:
         """Step k's tokens on the host, once its step and copy are done."""
         slot = k % RING
         event = self._events[slot]
@@ -247,7 +260,9 @@ class PipelinedDecode:
         return self._host[slot]
 
     @staticmethod
-    def _all_ended(ended: list[bool], tokens, k: int, caps: list[int], stops: set) -> bool:
+    def _all_ended(
+        ended: list[bool], tokens: Tensor, k: int, caps: list[int], stops: set[int]
+    ) -> bool:
         """After step k-1 (k tokens a row): mark the rows that end there; True when all have."""
         values = tokens.tolist() if stops else None
         for i, cap in enumerate(caps):

@@ -12,7 +12,7 @@ import contextlib
 import queue
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from loadtest.backends.transformers import messages
@@ -33,6 +33,7 @@ from loadtest.backends.transformers.stamping import (
     STREAMER,
     AfterSyncStamps,
     NullOut,
+    Out,
     StepStreamer,
     choose_stamp_source,
     nothing,
@@ -42,6 +43,9 @@ from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
 from loadtest.core.step_accounting import StepAccounting
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
+    from loadtest.backends.transformers.layout import Layout
     from loadtest.backends.transformers.profiling import WorkerProfiler
 
 # Steps a warm-up generate() runs, one token each (the prefill's, then decode steps). Its cache
@@ -60,7 +64,7 @@ class StopAfterSteps:
     def __init__(self, steps: int) -> None:
         self.steps, self.seen = steps, 0
 
-    def __call__(self, input_ids, scores, **kwargs):
+    def __call__(self, input_ids: Tensor, scores: Tensor, **kwargs: object) -> Tensor:
         self.seen += 1
         return input_ids.new_full((input_ids.shape[0],), self.seen >= self.steps).bool()
 
@@ -69,7 +73,12 @@ class Engine:
     """The loaded model, the static batcher and its bookkeeping, in the worker process."""
 
     def __init__(
-        self, spec: TransformersSpec, base_dir: str, out, loaded: tuple | None = None, layout=None
+        self,
+        spec: TransformersSpec,
+        base_dir: str,
+        out: Out,
+        loaded: tuple | None = None,
+        layout: Layout | None = None,
     ) -> None:
         """``loaded``: (model, device, info) already loaded (bench/investigations/overhead_split.py drives this
         engine's own generate path on a model it compiled once). ``layout``: this engine is
@@ -145,7 +154,7 @@ class Engine:
             self.lockstep.finish()
         self.out.send(("stopped", engine_facts(self)))
 
-    def handle_control(self, msg) -> bool:
+    def handle_control(self, msg: messages.Inbound) -> bool:
         """warmup / configure / facts / bare: True when ``msg`` was one of them."""
         if msg[0] == "warmup":
             self._warmup(msg[1])
@@ -222,18 +231,25 @@ class Engine:
                 "a batch failed on rank 0 of the tensor-parallel group; the ranks cannot resume"
             )
 
-    def _fail_rest(self, rids, finished: set, error_type: str, message: str) -> None:
+    def _fail_rest(
+        self, rids: list[int], finished: set[int], error_type: str, message: str
+    ) -> None:
         """Fail the rows not yet reported done, after the outbox has processed the batch's steps."""
         t = time.monotonic_ns()
 
-        def failed():
+        def failed() -> list[messages.Outbound]:
             pending = [rid for rid in rids if rid not in finished]
             return [messages.failed(t, pending, error_type, message)] if pending else []
 
         self.out.call(failed)
 
     def _generate(
-        self, batch: list, cancelled: set, out, finished: set, steps: int | None = None
+        self,
+        batch: list[messages.Req],
+        cancelled: set[int],
+        out: Out,
+        finished: set[int],
+        steps: int | None = None,
     ) -> int:
         """Decode the batch, padded: the pipelined loop where the engine has one, else one
         generate() (at most ``steps`` tokens, its cache sized for the batch's whole output all
@@ -307,7 +323,14 @@ class Engine:
         return 0 if hook is None or hook.stamps == generated else 1
 
     def _decode_pipelined(
-        self, loop: PipelinedDecode, batch: list, ids, mask, streamer, steps, label
+        self,
+        loop: PipelinedDecode,
+        batch: list[messages.Req],
+        ids: Tensor,
+        mask: Tensor,
+        streamer: StepStreamer,
+        steps: int | None,
+        label: str | None,
     ) -> None:
         """The batch through the pipelined loop (decode_loop.py): every step stamped, so the
         stamps are the tokens by construction."""
@@ -326,7 +349,9 @@ class Engine:
             self.profiler.end_steps()
         streamer.close_rest()
 
-    def _generate_kwargs(self, width: int, max_new: int, ignore_eos: bool, eos) -> dict:
+    def _generate_kwargs(
+        self, width: int, max_new: int, ignore_eos: bool, eos: int | list[int] | None
+    ) -> dict[str, object]:
         """generate()'s settings for a batch of prompts ``width`` tokens wide."""
         kwargs = dict(
             max_new_tokens=max_new,
@@ -410,7 +435,7 @@ class Engine:
         self.gc.summary(reset=True)
 
 
-def resolve_hook(target: str):
+def resolve_hook(target: str) -> Callable[..., object]:
     """``"package.module:function"`` -> the function (an engine hook)."""
     import importlib
 

@@ -5,7 +5,8 @@ stop. Spawned by the harness (``followers``); its last words go back through a p
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
 
 from loadtest.backends.transformers.decode_loop import PipelinedDecode
 from loadtest.backends.transformers.layout import Layout
@@ -13,8 +14,19 @@ from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.parallel import control_group
 from loadtest.config.transformers_spec import TransformersSpec
 
+if TYPE_CHECKING:
+    from torch import device as TorchDevice
+    from torch.distributed import ProcessGroup
+    from transformers import PreTrainedModel
 
-def follow(model, device, control, padded=None, loop=None) -> None:
+
+def follow(
+    model: PreTrainedModel,
+    device: TorchDevice,
+    control: ProcessGroup,
+    padded: PaddedDecode | None = None,
+    loop: PipelinedDecode | None = None,
+) -> None:
     """A follower's loop: run whatever generate() or pipelined decode rank 0 announces, until
     it says stop. ``padded``: this rank's ``PaddedDecode`` (its own static cache) when decode
     steps are padded, and ``loop`` its ``PipelinedDecode`` when they are pipelined; a warm-up
@@ -32,18 +44,23 @@ def follow(model, device, control, padded=None, loop=None) -> None:
             return
         if command[0] == "decode":
             _, ids, mask, (caps, eos, steps), shape = command
+            assert padded is not None and loop is not None  # rank 0 pipelines: so does this one
             padded.generate_kwargs(*shape)
             loop.run(ids.to(device), mask.to(device), caps, eos, steps)
             continue
         _, ids, mask, kwargs, padded_shape, dynamic = command
         if padded_shape is not None:
+            assert padded is not None  # rank 0 pads its decode steps: so does this one
             kwargs.update(padded.generate_kwargs(*padded_shape))
         marked = batch_dynamic_while_warming(model) if dynamic else contextlib.nullcontext()
         with torch.inference_mode(), marked:
-            model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+            # a causal LM: its class mixes in generate(), which PreTrainedModel does not declare
+            model.generate(  # type: ignore[operator]
+                input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs
+            )
 
 
-def follower_main(spec: TransformersSpec, base_dir: str, layout: Layout, says) -> None:
+def follower_main(spec: TransformersSpec, base_dir: str, layout: Layout, says: Connection) -> None:
     """A follower rank's process (spawned beside rank 0 by the harness); ``says`` carries its
     last words to the harness if it fails."""
     import torch.distributed as dist

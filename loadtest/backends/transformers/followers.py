@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnContext, SpawnProcess
 
+from loadtest.backends.transformers.layout import Layout
 from loadtest.config.transformers_spec import TransformersSpec
 
 JOIN_S = 5.0  # a follower told to stop (by rank 0) has this long to exit before it is killed
@@ -23,9 +25,17 @@ class Followers:
 
     def __init__(self, on_exit: Callable[[int, int | None, str | None], None]) -> None:
         self.on_exit = on_exit  # (rank, exit code, last words), called on the event loop
-        self.procs: list[Any] = []
+        self.procs: list[SpawnProcess] = []
 
-    def start(self, ctx, loop, spec: TransformersSpec, base_dir: str, layout, label: str) -> None:
+    def start(
+        self,
+        ctx: SpawnContext,
+        loop: asyncio.AbstractEventLoop,
+        spec: TransformersSpec,
+        base_dir: str,
+        layout: Layout,
+        label: str,
+    ) -> None:
         """Spawn rank ``layout.rank``: no pipe from the harness, one back for its last words."""
         from loadtest.backends.transformers.follower_rank import follower_main
 
@@ -46,7 +56,13 @@ class Followers:
             name=f"loadtest-engine{label}-rank{layout.rank}-watch",
         ).start()
 
-    def _watch(self, proc, said, rank: int, loop) -> None:
+    def _watch(
+        self,
+        proc: SpawnProcess,
+        said: Connection,
+        rank: int,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         proc.join()  # a thread of its own: waiting here blocks nothing else
         try:
             words = said.recv() if said.poll(1.0) else None

@@ -7,7 +7,10 @@ architecture from its config with random weights, directly on the target device 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from loadtest.backends.transformers import (
     attention,
@@ -27,8 +30,12 @@ from loadtest.backends.transformers.layout import Layout
 from loadtest.config.model_shapes import DUMMY_ARCHITECTURES
 from loadtest.config.transformers_spec import TransformersSpec
 
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig, PreTrainedModel
 
-def resolve_device(name: str):
+
+def resolve_device(name: str) -> torch.device:
     """``auto`` -> cuda when there is one, else cpu; a named device as torch has it."""
     import torch
 
@@ -45,7 +52,7 @@ def resolve_device(name: str):
     return device
 
 
-def resolve_dtype(name: str, device):
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """``auto`` -> bfloat16 on CUDA, float32 elsewhere; a named dtype as torch has it."""
     import torch
 
@@ -57,7 +64,9 @@ def resolve_dtype(name: str, device):
 DEFAULT_SDPA = ("flash", "efficient", "math")
 
 
-def choose_sdpa_backends(torch, device, wanted) -> list[str] | None:
+def choose_sdpa_backends(
+    torch: ModuleType, device: torch.device, wanted: Sequence[str] | None
+) -> list[str] | None:
     """Enable exactly these SDPA kernels in this (worker) process on CUDA; returns them."""
     if device.type != "cuda":
         return None
@@ -69,7 +78,9 @@ def choose_sdpa_backends(torch, device, wanted) -> list[str] | None:
     return list(chosen)
 
 
-def load_model(spec: TransformersSpec, base_dir: str, layout: Layout | None = None):
+def load_model(
+    spec: TransformersSpec, base_dir: str, layout: Layout | None = None
+) -> tuple[PreTrainedModel, torch.device, dict[str, Any]]:
     """The model on its device (or a ``dummy:<arch>`` with random weights), and facts about it.
     With a tensor-parallel ``layout``, this rank's part of it, in its group."""
     import torch
@@ -96,6 +107,7 @@ def load_model(spec: TransformersSpec, base_dir: str, layout: Layout | None = No
     sdpa = choose_sdpa_backends(torch, device, spec.sdpa_backends)
     attention.register()  # a scenario may name it
     attn = {"attn_implementation": spec.attn_implementation} if spec.attn_implementation else {}
+    split_facts: dict | None  # what the split is: none without one
     if plan is not None:
         model, split_facts = _load_split(
             config, folder, plan, device, dtype, attn, layout, spec.all_reduce
@@ -132,7 +144,13 @@ def load_model(spec: TransformersSpec, base_dir: str, layout: Layout | None = No
     return model, device, info
 
 
-def _built(spec: TransformersSpec, base_dir: str, device, dtype, attn: dict):
+def _built(
+    spec: TransformersSpec,
+    base_dir: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    attn: dict[str, str],
+) -> tuple[PreTrainedModel, str, None]:
     """(model, where its weights came from, None: no tensor-parallel split)."""
     import torch
     import transformers
@@ -152,11 +170,13 @@ def _built(spec: TransformersSpec, base_dir: str, device, dtype, attn: dict):
         local_files_only=True,
         trust_remote_code=spec.trust_remote_code,
         **attn,
-    ).to(device)
+    )
+    # in place, as a module moves; transformers wraps .to in a decorator mypy misreads
+    model.to(device)  # type: ignore[arg-type]
     return model, str(target), None
 
 
-def _padding(model, spec: TransformersSpec) -> tuple[bool, str | None]:
+def _padding(model: PreTrainedModel, spec: TransformersSpec) -> tuple[bool, str | None]:
     """Whether decode steps run padded to max_batch_size, and why not where the model's cache
     cannot be (an error when the scenario asked for it)."""
     pad_decode, unpadded_why = pads_decode(spec), None
@@ -169,7 +189,13 @@ def _padding(model, spec: TransformersSpec) -> tuple[bool, str | None]:
     return pad_decode, unpadded_why
 
 
-def _model_facts(model, spec: TransformersSpec, source: str, device, dtype) -> dict:
+def _model_facts(
+    model: PreTrainedModel,
+    spec: TransformersSpec,
+    source: str,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> dict:
     import torch
 
     config = model.config
@@ -199,7 +225,7 @@ SHAPE_FIELDS = (
 )
 
 
-def _versions_and_shape(model, device, dtype) -> dict:
+def _versions_and_shape(model: PreTrainedModel, device: torch.device, dtype: torch.dtype) -> dict:
     """The pad token, the libraries' versions, and the shape the roofline counts from."""
     import torch
     import transformers
@@ -219,7 +245,7 @@ def _versions_and_shape(model, device, dtype) -> dict:
     }
 
 
-def dummy_config(arch: str):
+def dummy_config(arch: str) -> PretrainedConfig:
     """The transformers config of ``dummy:<arch>`` (``config.model_shapes``)."""
     import transformers
 
@@ -235,7 +261,9 @@ def _checkpoint(name: str, base_dir: str) -> str:
     return str(path) if path.is_dir() else name
 
 
-def _whole_config(spec: TransformersSpec, base_dir: str, layout: Layout):
+def _whole_config(
+    spec: TransformersSpec, base_dir: str, layout: Layout
+) -> tuple[PretrainedConfig, Path | None, str]:
     """The whole model's config, the checkpoint folder (None for a dummy), and the source line
     of a tensor-parallel rank."""
     name = spec.model
@@ -253,15 +281,15 @@ def _whole_config(spec: TransformersSpec, base_dir: str, layout: Layout):
 
 
 def _load_split(
-    config,
+    config: PretrainedConfig,
     folder: Path | None,
-    plan: dict,
-    device,
-    dtype,
-    attn: dict,
+    plan: dict[str, str],
+    device: torch.device,
+    dtype: torch.dtype,
+    attn: dict[str, str],
     layout: Layout,
     all_reduce: str | None = None,
-):
+) -> tuple[PreTrainedModel, dict]:
     """This rank's part of the model, built at its local shape on its device: random weights
     for a dummy, the checkpoint's slices otherwise (``split``); its small all-reduces one-shot
     where ``all_reduce`` (default: where the device can) says so."""

@@ -24,6 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     from loadtest.backends.transformers.messages import Outbound
 
 import os
@@ -31,21 +33,25 @@ import sys
 import threading
 import traceback
 from collections import deque
+from collections.abc import Callable, Iterable
 
 _CLOSE = object()
+
+# work run on the writer thread: it returns the messages to send (None: none)
+Deferred = Callable[..., "Iterable[Outbound] | None"]
 
 
 class _Call:
     __slots__ = ("fn", "args")
 
-    def __init__(self, fn, args) -> None:
+    def __init__(self, fn: Deferred, args: tuple[object, ...]) -> None:
         self.fn, self.args = fn, args
 
 
 class Outbox:
     """The worker's writer thread: builds and sends messages off the decode loop, coalescing what queued."""
 
-    def __init__(self, conn, period_s: float = 0.020) -> None:
+    def __init__(self, conn: Connection, period_s: float = 0.020) -> None:
         self._conn, self.period_s = conn, period_s
         self._items: deque = deque()
         self._wake = threading.Event()
@@ -58,14 +64,14 @@ class Outbox:
         self._items.append(msg)
         self._wake.set()
 
-    def defer(self, fn, *args) -> None:
+    def defer(self, fn: Deferred, *args: object) -> None:
         """Run ``fn(*args)`` on the writer thread, in queue order; it returns the messages to
         send. No wake-up unless the writer sleeps (it collects deferred work every period)."""
         self._items.append(_Call(fn, args))
         if self._idle:
             self._wake.set()
 
-    def call(self, fn, *args) -> None:
+    def call(self, fn: Deferred, *args: object) -> None:
         """``defer``, and wake the writer now (a batch's last word)."""
         self._items.append(_Call(fn, args))
         self._wake.set()

@@ -17,10 +17,21 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 # Arguments of a decode step whose first dimension is not the batch (remote-code models only).
 NOT_ROWS = frozenset({"cache_position"})
+
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from transformers import CompileConfig, PreTrainedModel, StaticCache
+    from transformers.cache_utils import StaticLayer
+    from transformers.utils import ModelOutput
+
+    class _RowsLayer(StaticLayer):
+        rows: int  # the rows it is allocated for (``rows_layer``)
 
 
 def _fillable_layers() -> tuple[type, ...]:
@@ -32,7 +43,7 @@ def _fillable_layers() -> tuple[type, ...]:
     return StaticLayer, StaticSlidingWindowLayer
 
 
-def layer_problem(model) -> str | None:
+def layer_problem(model: PreTrainedModel) -> str | None:
     """Why a prefill cannot fill part of this model's static cache (None: it can)."""
     from transformers import StaticCache
 
@@ -52,7 +63,9 @@ def rows_layer(base: Any) -> type:
     in-place writes go through. A decode step's update, at all rows, is ``base``'s own (what
     torch.compile traces). One class per base, so compiled guards see the same type."""
 
-    def update(self, key_states, value_states, *args, **kwargs):
+    def update(
+        self: _RowsLayer, key_states: Tensor, value_states: Tensor, *args: object, **kwargs: object
+    ) -> tuple[Tensor, Tensor]:
         if not self.is_initialized:  # every row, whatever the first update's batch
             self.lazy_initialization(
                 _rows_like(key_states, self.rows), _rows_like(value_states, self.rows)
@@ -63,6 +76,7 @@ def rows_layer(base: Any) -> type:
         if rows > self.rows:
             raise ValueError(f"{rows} rows for a cache of {self.rows}")
         full = self.keys, self.values
+        assert full[0] is not None and full[1] is not None  # initialized above
         self.keys, self.values = full[0][:rows], full[1][:rows]
         try:
             return base.update(self, key_states, value_states, *args, **kwargs)
@@ -72,7 +86,7 @@ def rows_layer(base: Any) -> type:
     return type(f"Rows{base.__name__}", (base,), {"update": update})
 
 
-def _rows_like(states, rows: int):
+def _rows_like(states: Tensor, rows: int) -> Tensor:
     """An empty tensor with ``states``' heads, head size, dtype and device and ``rows`` rows:
     what a layer's lazy initialization reads its allocation from."""
     return states.new_empty((rows, states.shape[1], 0, states.shape[-1]))
@@ -83,10 +97,10 @@ class PaddedDecode:
     generate() is given (``generate_kwargs``), kept across calls so the compiled graph and its
     CUDA graph always see the same tensors."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.rows = 0
-        self._cache: Any = None
+        self._cache: StaticCache | None = None
         self._length = 0
         # what the model calls its cache argument: ``cache`` from transformers 5.24 (which
         # still takes the old name, deprecated), ``past_key_values`` before
@@ -94,10 +108,11 @@ class PaddedDecode:
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         get_compiled_call = model.get_compiled_call  # transformers' auto-compile of decode steps
 
-        def padded_call(compile_config):
+        def padded_call(compile_config: CompileConfig | None) -> Callable[..., ModelOutput]:
             return functools.partial(self._step, get_compiled_call(compile_config))
 
-        model.get_compiled_call = padded_call  # an instance attribute over the method
+        # an instance attribute over the method
+        model.get_compiled_call = padded_call  # type: ignore[method-assign]
 
     def generate_kwargs(self, rows: int, length: int) -> dict:
         """generate()'s cache arguments for a batch whose decode steps run at ``rows`` rows and
@@ -116,7 +131,7 @@ class PaddedDecode:
         return {self._cache_arg: self._cache, "cache_implementation": None}
 
     @property
-    def cache(self) -> Any:
+    def cache(self) -> StaticCache | None:
         """The static cache the last ``generate_kwargs`` gave (None before the first)."""
         return self._cache
 
@@ -131,7 +146,7 @@ class PaddedDecode:
         rank's ``generate_kwargs``, it makes that rank's cache the same."""
         return self.rows, self._length
 
-    def _new_cache(self):
+    def _new_cache(self) -> StaticCache:
         from transformers import StaticCache
 
         config = self.model.config.get_text_config(decoder=True)
@@ -142,7 +157,9 @@ class PaddedDecode:
             layer.rows = self.rows
         return cache
 
-    def _step(self, compiled, *args, **kwargs):
+    def _step(
+        self, compiled: Callable[..., ModelOutput], *args: object, **kwargs: object
+    ) -> ModelOutput:
         """One compiled decode step at ``rows`` rows, its logits the batch's (a generate() not
         given this cache is left as transformers runs it)."""
         first: Any = kwargs.get("input_ids")
@@ -156,7 +173,7 @@ class PaddedDecode:
         return out
 
 
-def _pad(value, batch: int, rows: int):
+def _pad(value: object, batch: int, rows: int) -> object:
     """``value`` with its first dimension, if it is the batch's, filled up to ``rows`` with
     copies of the first row (a dict of masks, each of them)."""
     import torch

@@ -22,9 +22,14 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from loadtest.backends.transformers.layout import Layout
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch import device as TorchDevice
+    from torch.distributed import ProcessGroup
 
 # Multicast off unless the host says otherwise: one program using it can take a shared host's
 # GPUs out of service (and a load tester has no use for it).
@@ -49,10 +54,12 @@ def environment(layout: Layout) -> dict[str, str]:
     return env
 
 
-_control: Any = None  # this process's control group (a process is in one group at most)
+_control: ProcessGroup | None = (
+    None  # this process's control group (a process is in one group at most)
+)
 
 
-def join_group(layout: Layout, device) -> None:
+def join_group(layout: Layout, device: TorchDevice) -> None:
     """This process into its group (NCCL on CUDA, gloo on CPU), and the control group."""
     global _control
     import torch
@@ -67,12 +74,12 @@ def join_group(layout: Layout, device) -> None:
         rank=layout.rank,
         world_size=layout.size,
         timeout=dt.timedelta(minutes=10),
-        **({"device_id": device} if device.type == "cuda" else {}),
+        device_id=device if device.type == "cuda" else None,
     )
     _control = dist.new_group(backend="gloo", timeout=CONTROL_TIMEOUT)
 
 
-def control_group() -> Any:
+def control_group() -> ProcessGroup:
     """The group rank 0 announces each generate() on (``join_group`` made it)."""
     assert _control is not None, "not in a tensor-parallel group"
     return _control
@@ -92,11 +99,16 @@ def nccl_facts() -> dict[str, str]:
 class Lockstep:
     """Rank 0's side: every generate() is announced to the followers before it runs."""
 
-    def __init__(self, control) -> None:
+    def __init__(self, control: ProcessGroup) -> None:
         self.control = control
 
     def announce(
-        self, ids, mask, kwargs: dict, padded: tuple[int, int] | None, dynamic: bool
+        self,
+        ids: Tensor,
+        mask: Tensor,
+        kwargs: dict,
+        padded: tuple[int, int] | None,
+        dynamic: bool,
     ) -> None:
         """Every rank runs this generate(): the inputs and settings, less what each rank holds
         its own of (the streamer; a padded decode's static cache, named by its ``padded``
@@ -110,7 +122,9 @@ class Lockstep:
         command = ("generate", ids, mask, settings, padded, dynamic)
         dist.broadcast_object_list([command], src=0, group=self.control)
 
-    def announce_decode(self, ids, mask, plan: tuple, padded: tuple[int, int]) -> None:
+    def announce_decode(
+        self, ids: Tensor, mask: Tensor, plan: tuple, padded: tuple[int, int]
+    ) -> None:
         """Every rank runs this pipelined decode (``decode_loop``): the inputs, ``plan`` (caps,
         end-of-sequence ids, steps: what every rank's stop decisions follow) and the rows and
         length of the padded cache each rank holds its own of."""

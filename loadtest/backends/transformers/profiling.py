@@ -18,15 +18,22 @@ import gzip
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from loadtest.core import rundir
+
+if TYPE_CHECKING:
+    from torch import device as TorchDevice
+    from torch._C._autograd import DeviceType, _KinetoEvent
 
 
 class WorkerProfiler:
     """A torch profiler capture inside the worker, bounded by a window."""
 
-    def __init__(self, torch, device, options: dict) -> None:
+    def __init__(self, torch: ModuleType, device: TorchDevice, options: dict) -> None:
         self.torch, self.device, self.options = torch, device, options
         self.cuda = device.type == "cuda"
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -65,7 +72,7 @@ class WorkerProfiler:
         self._step_open = False
 
     @contextlib.contextmanager
-    def annotate(self, label: str):
+    def annotate(self, label: str) -> Iterator[None]:
         """A labelled region in the trace (a record_function, and an NVTX range on CUDA)."""
         torch = self.torch
         if self.cuda:
@@ -154,7 +161,9 @@ def host_heavy(ops: list[dict], limit: int = 5) -> list[dict]:
     return sorted(heavy, key=lambda o: o["self_cpu_time_us"], reverse=True)[:limit]
 
 
-def op_tables(events, device_type) -> tuple[list[dict], list[dict]]:
+def op_tables(
+    events: Iterable[_KinetoEvent], device_type: type[DeviceType]
+) -> tuple[list[dict], list[dict]]:
     """Operators (self CPU time, and the CUDA time of the kernels each launched) and kernels.
 
     Straight from the profiler's raw events: ``key_averages()`` builds a Python object tree
@@ -224,7 +233,7 @@ def op_tables(events, device_type) -> tuple[list[dict], list[dict]]:
     return out, kern
 
 
-def _close(stack: list, row) -> None:
+def _close(stack: list[list], row: Callable[[str], dict]) -> None:
     name, _, dur, children, _ = stack.pop()
     r = row(name)
     r["calls"] += 1

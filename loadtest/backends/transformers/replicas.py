@@ -26,7 +26,7 @@ from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled
 from loadtest.core.step_accounting import StepAccounting
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.plan import Plan, PlannedRequest
 
 ROUTING = "least outstanding requests (ties in turn)"
 
@@ -76,7 +76,7 @@ class ReplicaRouter(Backend[TransformersSpec]):
         self._details: dict = {}  # the result's backend facts, from start
 
     @property
-    def engine_hooks(self):
+    def engine_hooks(self) -> tuple[str, ...]:
         return TransformersBackend.engine_hooks
 
     async def start(self) -> BackendInfo:
@@ -109,7 +109,7 @@ class ReplicaRouter(Backend[TransformersSpec]):
         name = f"transformers:{self.spec.model} ({self.spec.mode}, {layout}, {details['dtype']})"
         return BackendInfo(name, first.tokenizer, details, first.notices)
 
-    async def prepare(self, plan) -> dict:
+    async def prepare(self, plan: Plan) -> dict:
         warmed = await asyncio.gather(*(r.prepare(plan) for r in self.replicas))
         # the slowest replica's warm-up (with its compile and gc shares) is the run's
         return max(warmed, key=lambda w: w.get("warmup_s", 0.0))
@@ -153,7 +153,7 @@ class ReplicaRouter(Backend[TransformersSpec]):
     async def profile_stop(self, out_dir: str) -> dict:
         return {**await self.replicas[0].profile_stop(out_dir), "profiled": "replica 0"}
 
-    async def call_in_engine(self, target: str, *args, timeout_s: float = 600.0):
+    async def call_in_engine(self, target: str, *args: object, timeout_s: float = 600.0) -> object:
         return await self.replicas[0].call_in_engine(target, *args, timeout_s=timeout_s)
 
     async def point_facts(self) -> dict:

@@ -37,7 +37,14 @@ import copy
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+    from torch.distributed import ProcessGroup
+    from torch.nn import Embedding, Linear
+    from transformers import PretrainedConfig, PreTrainedModel
 
 SPLIT_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_size")
 COLWISE = ("colwise", "local_colwise")
@@ -55,7 +62,7 @@ _one_shot: dict[str, Any] = {}  # "buffer": this rank's symmetric buffer; "group
 
 
 @functools.lru_cache(maxsize=1)
-def _modules():
+def _modules() -> tuple[type[Linear], type[Embedding], type[Linear]]:
     """The split layers as torch modules (defined on first use: torch is imported lazily)."""
     import torch
     import torch.nn.functional as F
@@ -64,7 +71,7 @@ def _modules():
     # torch 2.13 renamed the gather (the old name warns); the GPU hosts' 2.11 may have only it
     gather = getattr(fc, "all_gather_single", None) or fc.all_gather_tensor
 
-    def summed(t):
+    def summed(t: Tensor) -> Tensor:
         buffer = _one_shot.get("buffer")
         if buffer is not None and t.dtype == buffer.dtype and t.numel() <= buffer.numel():
             t = t.contiguous()
@@ -74,7 +81,7 @@ def _modules():
     class RowwiseLinear(torch.nn.Linear):
         """A rowwise layer: this rank's share of the inputs, the sum over the ranks."""
 
-        def forward(self, x):
+        def forward(self, x: Tensor) -> Tensor:
             return summed(F.linear(x, self.weight, self.bias))
 
     class VocabularyEmbedding(torch.nn.Embedding):
@@ -82,7 +89,7 @@ def _modules():
 
         first: int = 0
 
-        def forward(self, ids):
+        def forward(self, ids: Tensor) -> Tensor:
             local = ids - self.first
             outside = (local < 0) | (local >= self.num_embeddings)
             found = F.embedding(local.masked_fill(outside, 0), self.weight)
@@ -93,7 +100,7 @@ def _modules():
 
         vocab_size: int = 0
 
-        def forward(self, x):
+        def forward(self, x: Tensor) -> Tensor:
             part = F.linear(x, self.weight, self.bias)
             whole = gather(part.contiguous(), part.dim() - 1, _world())
             return whole[..., : self.vocab_size]
@@ -101,7 +108,7 @@ def _modules():
     return RowwiseLinear, VocabularyEmbedding, VocabularyHead
 
 
-def one_shot_sum(shared, t, group: str):
+def one_shot_sum(shared: Tensor, t: Tensor, group: str) -> Tensor:
     """``t`` summed over the group: copied into ``shared`` (this rank's view of the symmetric
     buffer, ``t``'s shape), then every rank's copy read and added, in one kernel."""
     import torch
@@ -109,7 +116,7 @@ def one_shot_sum(shared, t, group: str):
     return torch.ops.symm_mem.one_shot_all_reduce_copy(shared, t, "sum", group)
 
 
-def use_one_shot(dtype, device) -> str | None:
+def use_one_shot(dtype: torch.dtype, device: torch.device) -> str | None:
     """Set up this rank's one-shot all-reduce (every rank of the group at once: the buffer's
     rendezvous is a collective); why not where it cannot (None: it is in use)."""
     import torch
@@ -132,20 +139,22 @@ def use_one_shot(dtype, device) -> str | None:
     return None
 
 
-def _world():
+def _world() -> ProcessGroup:
     import torch.distributed as dist
 
-    return dist.group.WORLD
+    world = dist.group.WORLD
+    assert world is not None  # joined (parallel.join_group) before any split layer runs
+    return world
 
 
-def checkpoint_config(directory: Path):
+def checkpoint_config(directory: Path) -> PretrainedConfig:
     """A checkpoint's config, read from its folder."""
     import transformers
 
     return transformers.AutoConfig.from_pretrained(str(directory), local_files_only=True)
 
 
-def head_style(config) -> str | None:
+def head_style(config: PretrainedConfig) -> str | None:
     """The lm_head's style in the causal-LM class's own plan (``_tp_plan``), if it has one."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
@@ -156,7 +165,7 @@ def head_style(config) -> str | None:
     return dict(getattr(cls, "_tp_plan", None) or {}).get(HEAD)
 
 
-def plan_of(config) -> dict[str, str]:
+def plan_of(config: PretrainedConfig) -> dict[str, str]:
     """The model's plan (base layers, and ``lm_head`` from its class), refused if a layer has a
     style this split does not apply."""
     plan = dict(getattr(config, "base_model_tp_plan", None) or {})
@@ -188,7 +197,7 @@ def vocabulary_rows(vocab_size: int, size: int) -> int:
     return -(-vocab_size // size)
 
 
-def local_config(config, size: int, plan: dict[str, str]):
+def local_config(config: PretrainedConfig, size: int, plan: dict[str, str]) -> PretrainedConfig:
     """The config one rank's part is built from: heads, KV heads and MLP width divided by
     ``size``; with a split vocabulary, ``vocabulary_rows`` of it."""
     local = copy.deepcopy(config)
@@ -212,7 +221,9 @@ def _matcher(plan: dict[str, str], styles: tuple[str, ...]) -> re.Pattern:
     return re.compile(rf"^(?:{'|'.join(keys)})$") if keys else re.compile(r"(?!)")
 
 
-def apply(model, config, plan: dict[str, str], rank: int, size: int) -> dict[str, int]:
+def apply(
+    model: PreTrainedModel, config: PretrainedConfig, plan: dict[str, str], rank: int, size: int
+) -> dict[str, int]:
     """Turn the locally shaped ``model`` into this rank's part: rowwise layers sum, a split
     vocabulary looks up and gathers. ``config`` is the whole model's; returns what was split."""
     rowwise_cls, embedding_cls, head_cls = _modules()
@@ -227,18 +238,21 @@ def apply(model, config, plan: dict[str, str], rank: int, size: int) -> dict[str
         rows = vocabulary_rows(config.vocab_size, size)
         embedding = model.get_input_embeddings()
         embedding.__class__ = embedding_cls
-        embedding.first = rank * rows
-        embedding.padding_idx = None
+        # the split classes' own fields (the layers were made as torch's, then re-classed)
+        setattr(embedding, "first", rank * rows)  # noqa: B010
+        setattr(embedding, "padding_idx", None)  # noqa: B010
         head = model.get_output_embeddings()
         head.__class__ = head_cls
-        head.vocab_size = config.vocab_size
+        setattr(head, "vocab_size", config.vocab_size)  # noqa: B010
         model.config.vocab_size = config.vocab_size  # the logits are whole again
         model.config.pad_token_id = config.pad_token_id
         split["vocabulary_rows"] = rows
     return split
 
 
-def load_slices(model, directory: Path, rank: int, size: int, plan: dict[str, str]) -> None:
+def load_slices(
+    model: PreTrainedModel, directory: Path, rank: int, size: int, plan: dict[str, str]
+) -> None:
     """This rank's slices of a safetensors checkpoint into the local model, slice by slice."""
     from safetensors import safe_open
 
@@ -287,7 +301,11 @@ def load_slices(model, directory: Path, rank: int, size: int, plan: dict[str, st
 
 
 def describe(
-    local, plan: dict[str, str], size: int, split: dict[str, int], one_shot_off: str | None
+    local: PretrainedConfig,
+    plan: dict[str, str],
+    size: int,
+    split: dict[str, int],
+    one_shot_off: str | None,
 ) -> dict:
     """What the split is, for the result (``one_shot_off``: why the all-reduces are all NCCL's,
     None where the small ones are one-shot)."""

@@ -11,20 +11,37 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from loadtest.backends.transformers import messages
 from loadtest.core.step_accounting import StepAccounting
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch import device as TorchDevice
+
+    from loadtest.backends.transformers.outbox import Deferred
 
 
 class nothing:
     """A context manager that does nothing (where no stamping hook is installed)."""
 
-    def __enter__(self):
+    def __enter__(self) -> nothing:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         return False
+
+
+class Out(Protocol):
+    """Where the engine's messages go: the worker's ``outbox.Outbox``, or ``NullOut``."""
+
+    def send(self, msg: messages.Outbound) -> None: ...
+    def defer(self, fn: Deferred, *args: object) -> None: ...
+    def call(self, fn: Deferred, *args: object) -> None: ...
+    def flush(self) -> None: ...
 
 
 class NullOut:
@@ -33,10 +50,11 @@ class NullOut:
     def send(self, msg: messages.Outbound) -> None:
         pass
 
-    def defer(self, fn, *args) -> None:
+    def defer(self, fn: Deferred, *args: object) -> None:
         pass
 
-    call = defer
+    def call(self, fn: Deferred, *args: object) -> None:
+        pass
 
     def flush(self) -> None:
         pass
@@ -46,7 +64,7 @@ AFTER_SYNC = "after generate()'s own per-step sync"
 STREAMER = "streamer"
 
 
-def choose_stamp_source(device) -> str:
+def choose_stamp_source(device: TorchDevice) -> str:
     """AFTER_SYNC where generate()'s loop ends each step with a ``StopCheck`` that waits for the
     device (transformers 5 on CUDA and the CPU); else the streamer API. Before transformers 5 the
     loop's wait sits inside ``_has_unfinished_sequences``, with no hook right after it."""
@@ -78,7 +96,7 @@ class AfterSyncStamps:
     at the stamp the step is done and its tokens are on the host. One call per token generated;
     each batch checks that (``stamps``), and warm-up falls back to the streamer if not."""
 
-    def __init__(self, torch, streamer: StepStreamer) -> None:
+    def __init__(self, torch: ModuleType, streamer: StepStreamer) -> None:
         self.torch, self.streamer = torch, streamer
         self.stamps = 0
         self._buf: Any = None  # the pinned host buffer, made at the first copy
@@ -97,7 +115,7 @@ class AfterSyncStamps:
         if self._gu is not None:
             self._gu.StopCheck = self._original
 
-    def copy_tokens(self, tokens):
+    def copy_tokens(self, tokens: Tensor) -> Tensor:
         """Queue the copy of this step's tokens to the host; the row of the buffer they land in."""
         if self._buf is None:
             self._cuda = tokens.device.type == "cuda"
@@ -110,7 +128,7 @@ class AfterSyncStamps:
         row.copy_(tokens, non_blocking=self._cuda)
         return row
 
-    def stamp(self, row) -> None:
+    def stamp(self, row: Tensor) -> None:
         """Stamp the step whose tokens were just copied: now, after the device sync."""
         t = time.monotonic_ns()  # the check has waited for the step and the copy
         self.stamps += 1
@@ -119,7 +137,7 @@ class AfterSyncStamps:
 
 def _stamping_stop_check(base: type, hook: AfterSyncStamps) -> type:
     class StampingStopCheck(base):
-        def __call__(self, unfinished_sequences, tokens, length):
+        def __call__(self, unfinished_sequences: Tensor, tokens: Tensor, length: int) -> Tensor:
             row = hook.copy_tokens(tokens)
             stop = super().__call__(unfinished_sequences, tokens, length)
             hook.stamp(row)
@@ -135,19 +153,19 @@ class StepStreamer:
 
     def __init__(
         self,
-        batch: list,
-        out,
-        cancelled: set,
-        finished: set,
+        batch: list[messages.Req],
+        out: Out,
+        cancelled: set[int],
+        finished: set[int],
         width: int = 0,
-        on_step=None,
-        accounting=None,
+        on_step: Callable[[], None] | None = None,
+        accounting: Callable[[], StepAccounting | None] | None = None,
     ) -> None:
         """``accounting()``: the roofline accounting dict a step handed over now counts in, or
         None for a step that does not count; None: no accounting."""
         self.width, self.on_step, self.accounting = width, on_step, accounting or (lambda: None)
         self.lens = [len(r[2]) for r in batch]
-        self._t_prev: int | None = None
+        self._t_prev = 0  # start() sets it: the prefill starts
         self.rids = [r[1] for r in batch]
         self.caps = [r[3] for r in batch]
         self.eos = [None if r[4] else r[5] for r in batch]
@@ -167,7 +185,8 @@ class StepStreamer:
         self.max_steps = max(self.caps, default=1)  # generate()'s max_new_tokens
         # Handed from the decode thread to the writer: (stamp, tokens or None, accounting or
         # None) per step, and whether a drain is queued (one per writer period, not per step).
-        self._steps: deque = deque()
+        # (stamp, tokens when a row may stop at EOS, the accounting the step counts in)
+        self._steps: deque[tuple[int, list[int] | None, StepAccounting | None]] = deque()
         self._drain_queued = False
         # On the decode thread: steps handed over so far, and the steps at which a row reaches
         # its cap (ascending, as a stack): the writer is woken at once for a step where a row
@@ -180,7 +199,7 @@ class StepStreamer:
         self._prompt_seen = True
         self._t_prev = t  # generate() starts the prefill now
 
-    def put(self, value) -> None:
+    def put(self, value: Tensor) -> None:
         """The streamer API (the fallback stamp source, see AfterSyncStamps)."""
         if value.device.type != "cpu":  # generate() hands over host tensors; if not, copy first
             value = value.cpu()
@@ -190,7 +209,7 @@ class StepStreamer:
             return
         self.step(t, value)
 
-    def step(self, t: int, value) -> None:
+    def step(self, t: int, value: Tensor) -> None:
         """One decode step ended at ``t``, its tokens (``value``) on the host."""
         self._handed = n = self._handed + 1
         ends = False
@@ -220,7 +239,8 @@ class StepStreamer:
         needed) is one ``tokens`` message with the run's stamps; any other step is looked at
         row by row (``_rows``)."""
         self._drain_queued = False  # a step handed over from now on queues the next drain
-        steps, msgs, run = self._steps, [], []
+        steps, run = self._steps, []
+        msgs: list[messages.Outbound] = []
         cancelled = self.cancelled
         # Decode steps are added to their accounting once per drain (or when it changes).
         into, d_steps, d_ctx, d_ns = None, 0, 0, 0
@@ -262,12 +282,12 @@ class StepStreamer:
             acct.decode_ctx_sum += rows * ctx
             acct.decode_s += ns / 1e9
 
-    def _rows(self, t: int, n: int, tokens) -> list:
+    def _rows(self, t: int, n: int, tokens: list[int] | None) -> list[messages.Outbound]:
         """Step ``n``, row by row: tokens for the rows going, ``done`` for those ending now."""
         cancelled = self.cancelled
         active, rids, counts, caps, eos = self.active, self.rids, self.counts, self.caps, self.eos
-        stamped: list = []
-        msgs: list = []
+        stamped: list[int] = []
+        msgs: list[messages.Outbound] = []
         for i in range(len(rids)):
             if not active[i]:
                 continue
@@ -277,7 +297,7 @@ class StepStreamer:
                 continue
             counts[i] = n
             stamped.append(rid)
-            if n >= caps[i] or (eos[i] is not None and tokens[i] == eos[i]):
+            if n >= caps[i] or (eos[i] is not None and tokens is not None and tokens[i] == eos[i]):
                 active[i] = False
                 self.finished.add(rid)
                 msgs.append(messages.done(t, rid, n))
@@ -298,8 +318,8 @@ class StepStreamer:
         """After generate returned: rows still going (it stopped early) end as they are."""
         t = time.monotonic_ns()
 
-        def rest():
-            msgs = []
+        def rest() -> list[messages.Outbound]:
+            msgs: list[messages.Outbound] = []
             for i, rid in enumerate(self.rids):
                 if rid not in self.finished and rid not in self.cancelled:
                     self.finished.add(rid)

@@ -22,15 +22,22 @@ import queue
 import threading
 import traceback
 from collections import deque
+from multiprocessing.connection import Connection
 
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.engine import Engine, resolve_hook
+from loadtest.backends.transformers.layout import Layout
 from loadtest.backends.transformers.outbox import Outbox
 from loadtest.config.transformers_spec import TransformersSpec
 
 
 def main(
-    inbox_conn, outbox_conn, spec: TransformersSpec, base_dir: str, hooks: tuple = (), layout=None
+    inbox_conn: Connection,
+    outbox_conn: Connection,
+    spec: TransformersSpec,
+    base_dir: str,
+    hooks: tuple[str, ...] = (),
+    layout: Layout | None = None,
 ) -> None:
     """The engine worker process's entry point (spawned by TransformersBackend); with a
     tensor-parallel ``layout``, rank 0 of its group (``parallel``)."""
@@ -57,7 +64,12 @@ def main(
 
 
 def _serve(
-    inbox_conn, out: Outbox, spec: TransformersSpec, base_dir: str, hooks: tuple, layout
+    inbox_conn: Connection,
+    out: Outbox,
+    spec: TransformersSpec,
+    base_dir: str,
+    hooks: tuple[str, ...],
+    layout: Layout | None,
 ) -> None:
     try:
         engine = Engine(spec, base_dir, out, layout=layout)
@@ -96,7 +108,7 @@ def _serve(
     served.serve(inbox, cancelled)
 
 
-def _pump(conn, inbox: queue.Queue, cancelled: set, urgent: deque) -> None:
+def _pump(conn: Connection, inbox: queue.Queue, cancelled: set[int], urgent: deque) -> None:
     """Reads the parent's pipe into a queue the engine can poll with a timeout. Profiler commands
     also go to ``urgent``, which the engine checks at every decode step: a capture window opens and
     closes on time even in the middle of a long batch."""
