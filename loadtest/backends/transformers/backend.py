@@ -33,6 +33,8 @@ from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
 _DEATH = object()
+# how long a killed engine process may take to be gone (a busy machine reaps slowly)
+KILLED_EXIT_S = 30.0
 REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
 
 
@@ -297,8 +299,8 @@ class TransformersBackend(Backend[TransformersSpec]):
                 pass
             await asyncio.to_thread(self._proc.join, 5)
         if self._proc.is_alive():  # wedged, still loading, or slow to exit
-            self._proc.kill()
-            await asyncio.to_thread(self._proc.join, 5)
+            self._proc.kill()  # the kernel ends it; a loaded machine may take seconds to reap
+            await asyncio.to_thread(self._proc.join, KILLED_EXIT_S)
         await self._followers.stop()  # rank 0's stop reached them, unless it died first
         self._outq.put(None)
         return facts

@@ -167,7 +167,11 @@ class ReplicaRouter(Backend[TransformersSpec]):
         return facts
 
     async def stop(self) -> dict:
+        # every replica is stopped whatever another's stop does; then a failed one is told
         stopped = await asyncio.gather(*(r.stop() for r in self.replicas), return_exceptions=True)
+        for outcome in stopped:
+            if isinstance(outcome, BaseException):
+                raise outcome
         return merge_facts([s for s in stopped if isinstance(s, dict)])
 
     def _where(self, i: int) -> str:
