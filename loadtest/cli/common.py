@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import typer
 
 from loadtest.core import exit_codes
+
+if TYPE_CHECKING:
+    from loadtest.config.loading import LoadedScenario
 
 T = TypeVar("T")
 
@@ -31,7 +34,7 @@ def usage_error(*lines: str) -> NoReturn:
     raise typer.Exit(exit_codes.USAGE)
 
 
-def load(path: Path, overrides: list[str]) -> Any:
+def load(path: Path, overrides: list[str]) -> LoadedScenario:
     """The scenario, with everything a run would refuse found now (datasets, traces, an empty
     window), before any model loads: exit 2 with ``file:line`` otherwise."""
     from loadtest.config.loading import load_scenario, resolve_path
@@ -54,7 +57,7 @@ def load(path: Path, overrides: list[str]) -> Any:
     return loaded
 
 
-def claim(out: Path | None, loaded: Any, overwrite: bool, suffix: str = "") -> Path:
+def claim(out: Path | None, loaded: LoadedScenario, overwrite: bool, suffix: str = "") -> Path:
     """The run (or sweep, repeat) directory, created now, before anything heavy starts."""
     from loadtest.core import rundir
     from loadtest.core.errors import OutputError

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -13,8 +14,12 @@ from loadtest.cli import options
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console, styled
 
+if TYPE_CHECKING:
+    from loadtest.config.loading import LoadedScenario
+    from loadtest.config.scenario import SlaObjectives
 
-def gate_spec(sla: Path | None, loaded=None):
+
+def gate_spec(sla: Path | None, loaded: LoadedScenario | None = None) -> SlaObjectives | None:
     """The SLA (``config.scenario.Sla``) from a file, else from the scenario, else None."""
     from loadtest.analysis import gate
     from loadtest.core.errors import ScenarioError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -17,6 +17,12 @@ from loadtest.cli.reports import exit_code, write_repeat_report, write_reports
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console
 from loadtest.results.model import RepeatDoc, RunMetrics
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from loadtest.config.loading import LoadedScenario
+    from loadtest.config.scenario import SlaObjectives
 
 
 def run(
@@ -131,13 +137,13 @@ def run(
 
 
 def _gate_options(
-    loaded: Any,
+    loaded: LoadedScenario,
     gate_: bool,
     sla: Path | None,
     baseline: list[Path] | None,
     junit: Path | None,
     markdown_out: Path | None,
-) -> Any:
+) -> SlaObjectives | None:
     """The SLA an inline gate judges by (None without --gate); the gate flags checked."""
     if (sla or baseline or junit or markdown_out) and not gate_:
         usage_error("--sla, --baseline, --junit and --markdown need --gate")
@@ -148,7 +154,7 @@ def _gate_options(
 
 
 async def _measure(
-    loaded: Any, out: Path, repeat: int, quiet: bool, console: Any
+    loaded: LoadedScenario, out: Path, repeat: int, quiet: bool, console: Console
 ) -> RunMetrics | RepeatDoc:
     """The run (or its replicates), as the document written."""
     from loadtest.core.clock import MonotonicClock
@@ -173,7 +179,7 @@ def _show(
     doc: RunMetrics | RepeatDoc,
     out: Path,
     repeat: int,
-    console: Any,
+    console: Console,
     *,
     as_json: bool,
     gated: bool,

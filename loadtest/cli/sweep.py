@@ -4,7 +4,7 @@ parameters, or a search for the highest rate that meets the SLA), and its curve 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -13,6 +13,11 @@ from loadtest.cli.common import claim, load, run_async, usage_error
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console, styled
 from loadtest.results.model import SweepDoc
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from loadtest.session import Session
 
 
 def sweep(
@@ -89,7 +94,7 @@ def sweep(
     console = make_console()
     session = _session(quiet, console)
 
-    async def go() -> Any:
+    async def go() -> SweepDoc:
         try:
             if find_max_rate:
                 return await sweeps.find_max_rate(
@@ -130,7 +135,7 @@ def _seconds(flag: str, text: str) -> float:
     return seconds
 
 
-def _session(quiet: bool, console: Any) -> Any:
+def _session(quiet: bool, console: Console) -> Session:
     from loadtest.core.clock import MonotonicClock
     from loadtest.reporters.progress import choose as progress_for
     from loadtest.session import Session
@@ -140,7 +145,9 @@ def _session(quiet: bool, console: Any) -> Any:
     )
 
 
-def _exit_code(doc: SweepDoc, find_max_rate: bool, interrupted_by: str | None, console: Any) -> int:
+def _exit_code(
+    doc: SweepDoc, find_max_rate: bool, interrupted_by: str | None, console: Console
+) -> int:
     """A sweep's exit code: interrupted, no rate met the SLA, no verdict, or no valid point."""
     if doc.status == "interrupted":
         return exit_codes.SIGNALS.get(interrupted_by or "", exit_codes.INTERRUPTED)

@@ -28,6 +28,7 @@ from typing import Any
 
 from loadtest.transport.head import read_head
 from loadtest.transport.tls import tls_failure
+from loadtest.transport.wire import Wire
 
 # a stream's coroutine wakes once this much of its body is unread, at its end, or on a failure
 BATCH_BYTES = 32 << 10
@@ -100,7 +101,7 @@ class Connection(asyncio.Protocol):
         self.read_timeout_ns = 0  # this request's (0: none)
 
     async def exchange(
-        self, request: bytes, eager: bool, read_timeout_ns: int, wire: Any = None
+        self, request: bytes, eager: bool, read_timeout_ns: int, wire: Wire | None = None
     ) -> Response:
         """Send ``request`` (whole: head and body) and wait for the response's head.
         ``eager``: the body's batches come read by read. ``wire`` gets the send's stamp."""
@@ -142,7 +143,7 @@ class Connection(asyncio.Protocol):
 
     # -- the loop's side -------------------------------------------------------------------
 
-    def connection_made(self, transport: Any) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):

@@ -11,17 +11,16 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from loadtest.core import open_files
 from loadtest.core._version import __version__
-from loadtest.core.events import Sent
 from loadtest.core.text import visible
 from loadtest.transport.endpoint import Endpoint
 from loadtest.transport.head import read_head
 from loadtest.transport.http1 import HEAD_END, MAX_HEAD_BYTES, Connection, HttpFailure, Response
 from loadtest.transport.settings import ClientSettings
 from loadtest.transport.tls import tls_failure
+from loadtest.transport.wire import Wire
 
 # How a send onto a kept-alive connection the server had already closed fails, before any byte
 # of an answer: such a request is sent again, once, on a new connection.
@@ -77,7 +76,7 @@ class ConnectionPool:
         method: str,
         url: str,
         body: bytes = b"",
-        wire: Any = None,
+        wire: Wire | None = None,
         eager: bool = False,
         read_timeout_ns: int | None = None,
     ) -> Response:
@@ -133,7 +132,7 @@ class ConnectionPool:
 
     # -- the pool ---------------------------------------------------------------------------
 
-    async def _acquire(self, wire: Any) -> tuple[Connection, bool]:
+    async def _acquire(self, wire: Wire | None) -> tuple[Connection, bool]:
         """A connection for a request, and whether it carried one before (kept alive)."""
         while True:
             while self._idle:
@@ -155,7 +154,7 @@ class ConnectionPool:
                 if wire is not None:
                     wire.queued_ns += self.now() - start
 
-    async def _connect(self, wire: Any) -> Connection:
+    async def _connect(self, wire: Wire | None) -> Connection:
         self._open += 1
         start = self.now()
         failure: HttpFailure
@@ -255,10 +254,11 @@ class ConnectionPool:
                     True,
                 )
             assert self.ssl is not None  # an https endpoint's
-            tls: Any = await loop.start_tls(raw, tunnel, self.ssl, server_hostname=e.host)
+            tls = await loop.start_tls(raw, tunnel, self.ssl, server_hostname=e.host)
         except BaseException:
             raw.abort()
             raise
+        assert tls is not None  # the upgraded transport (None only for a closing loop's)
         conn = Connection(self)
         tls.set_protocol(conn)
         conn.connection_made(tls)
@@ -292,42 +292,6 @@ class ConnectionPool:
             if not waiter.done():
                 waiter.set_result(None)
                 return
-
-
-class Wire:
-    """A request's stamps, as the pool takes them: when it started in the client and when its
-    bytes left (with the thread's CPU time at both), and its waits on the way: for a pooled
-    connection (``queued_ns``) and for a new one (``connect_ns``)."""
-
-    __slots__ = (
-        "connect_ns",
-        "cpu_sent_ns",
-        "cpu_start_ns",
-        "queued_ns",
-        "retries",
-        "sent_ns",
-        "start_ns",
-    )
-
-    def __init__(self) -> None:
-        self.sent_ns = self.start_ns = self.cpu_start_ns = self.cpu_sent_ns = 0
-        self.queued_ns = self.connect_ns = self.retries = 0
-
-    def sent(self, endpoint: str | None = None) -> Sent:
-        """The send (to ``endpoint``, of several), and where the client's part of its lateness
-        went: the thread was off the CPU for whatever of the elapsed time it neither ran nor
-        waited on the network for."""
-        elapsed = max(0, self.sent_ns - self.start_ns)
-        waited = self.queued_ns + self.connect_ns
-        off_cpu = elapsed - (self.cpu_sent_ns - self.cpu_start_ns) - waited
-        return Sent(
-            self.sent_ns,
-            pool_ns=self.queued_ns,
-            connect_ns=self.connect_ns,
-            off_cpu_ns=max(0, off_cpu),
-            retries=self.retries,
-            endpoint=endpoint,
-        )
 
 
 def _hear_alert(

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest.backends.openai.tokens import fit_in_template
 from loadtest.config.apis import POOLING_APIS
 from loadtest.workload.content import Content
-from loadtest.workload.tokenizer import render_messages_plainly
+from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
+
+if TYPE_CHECKING:
+    from loadtest.config.backend_specs import OpenAISpec
 
 TEMPLATED_APIS = ("chat", "responses")  # the server wraps the prompt in the chat template
 PATHS = {
@@ -31,26 +35,28 @@ class RequestBodies:
     """Bodies for one backend: ``tokenizer`` decodes prompt ids and renders histories; a chat
     prompt is fitted inside the template when ``fit`` (the model's own tokenizer is here)."""
 
-    def __init__(self, spec: Any, tokenizer: Any, fit: bool) -> None:
+    def __init__(self, spec: OpenAISpec, tokenizer: Tokenizer, fit: bool) -> None:
         self.spec = spec
         self.api: str = spec.api
         self.tokenizer = tokenizer
         self.fit = fit
-        self.plan: Any = None  # dataset rows are sent as their text (or chat messages)
+        self.plan: Plan | None = None  # dataset rows are sent as their text (or chat messages)
         self.fixed_via: str | None = None  # how the server takes a fixed length (the probe's)
 
     @property
     def content(self) -> Content:
         return self.plan.content if self.plan is not None else Content()
 
-    def for_request(self, req: Any, prompt_ids: Any, facts: Counter) -> dict:
+    def for_request(
+        self, req: PlannedRequest, prompt_ids: list[int] | None, facts: Counter[str]
+    ) -> dict:
         """A planned request's body, addressed to its model (a model mix's) or the backend's."""
         body = self._body(req, prompt_ids, facts)
         if req.model is not None:
             body["model"] = req.model
         return body
 
-    def _body(self, req: Any, prompt_ids: Any, facts: Counter) -> dict:
+    def _body(self, req: PlannedRequest, prompt_ids: list[int] | None, facts: Counter[str]) -> dict:
         """A session turn's conversation, a dataset row, or the synthetic prompt's text; for
         embeddings and rerank, all of its texts."""
         if self.api in POOLING_APIS:
@@ -67,12 +73,15 @@ class RequestBodies:
                 else self.tokenizer.render_chat(history) or render_messages_plainly(history)
             )
             return self.streaming(text, req.history, req.output_tokens, fixed, facts, media)
-        row = (
-            self.plan.dataset[req.dataset_row]
-            if req.dataset_row is not None and self.plan
-            else None
-        )
-        text = row.text if row else self.tokenizer.decode(prompt_ids)
+        row = None
+        if req.dataset_row is not None and self.plan:
+            assert self.plan.dataset is not None  # a row is planned only from a dataset
+            row = self.plan.dataset[req.dataset_row]
+        if row is not None:
+            text = row.text
+        else:
+            assert prompt_ids is not None  # needs_prompt_ids: the runner made them
+            text = self.tokenizer.decode(prompt_ids)
         if row is None and self.api in TEMPLATED_APIS and self.fit:
             text = fit_in_template(
                 self.tokenizer, text, req.input_tokens, self.plan is not None and self.plan.natural
@@ -115,15 +124,17 @@ class RequestBodies:
         body.update(self.spec.extra_body)
         return body
 
-    def pooled(self, req: Any, prompt_ids: Any) -> dict:
+    def pooled(self, req: PlannedRequest, prompt_ids: list[int] | None) -> dict:
         """An embeddings request (its inputs) or a rerank request (a query, its documents)."""
         plan = self.plan
         if plan is not None and req.dataset_row is not None:
             rows = plan.dataset
+            assert rows is not None  # a row is planned only from a dataset
             texts = [rows[(req.dataset_row + k) % len(rows)].text for k in range(req.inputs)]
         elif plan is not None:
             texts = [self.tokenizer.decode(ids) for ids in plan.input_ids(req, self.tokenizer)]
         else:
+            assert prompt_ids is not None  # needs_prompt_ids: the runner made them
             texts = [self.tokenizer.decode(prompt_ids)] * req.inputs
         return self.pooled_body(texts)
 

@@ -49,7 +49,8 @@ from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished, Tokens
 from loadtest.transport.calls import error_text
 from loadtest.transport.http1 import HttpFailure
-from loadtest.transport.pool import ConnectionPool, Wire
+from loadtest.transport.pool import ConnectionPool
+from loadtest.transport.wire import Wire
 from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
 from loadtest.workload.plan import Plan, PlannedRequest

@@ -22,7 +22,7 @@ from loadtest.core.events import Failed
 from loadtest.core.text import visible
 from loadtest.transport.calls import error_text
 from loadtest.transport.http1 import HttpFailure
-from loadtest.transport.pool import Wire
+from loadtest.transport.wire import Wire
 
 PROBE_TOKENS = 2
 

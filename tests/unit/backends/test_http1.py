@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from loadtest.transport import http1
 from loadtest.transport.http1 import HttpFailure
-from loadtest.transport.pool import ConnectionPool, Wire
+from loadtest.transport.pool import ConnectionPool
 from loadtest.transport.settings import ClientSettings
+from loadtest.transport.wire import Wire
 
 
 class FakeTransport:

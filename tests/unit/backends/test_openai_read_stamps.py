@@ -12,7 +12,7 @@ import pytest
 
 from loadtest.backends.openai.stream import Stream
 from loadtest.transport import http1
-from loadtest.transport.pool import Wire
+from loadtest.transport.wire import Wire
 from tests.unit.backends.raw_sse import END, HEAD, event, serving, take_request
 
 GAP_S = 0.05  # the server's wait between the two tokens

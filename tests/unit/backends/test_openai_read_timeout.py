@@ -11,7 +11,7 @@ import pytest
 
 from loadtest.backends.openai.stream import Stream
 from loadtest.transport.http1 import HttpFailure
-from loadtest.transport.pool import Wire
+from loadtest.transport.wire import Wire
 from tests.unit.backends.raw_sse import END, HEAD, event, serving, take_request
 
 TIMEOUT_S = 0.3
