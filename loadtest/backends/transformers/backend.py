@@ -15,24 +15,22 @@ it); every reply is awaited with a deadline; a request's events are bounded by t
 from __future__ import annotations
 
 import asyncio
-import queue
 import threading
 from collections.abc import AsyncGenerator, Callable
-from multiprocessing.connection import Connection
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.compiling import batching_details
 from loadtest.backends.transformers.followers import Followers
+from loadtest.backends.transformers.pipe import DEATH, WorkerPipe
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
-from loadtest.core.events import Admitted, BackendEvent, Cancelled, Failed, Finished, Tokens
+from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
-_DEATH = object()
 # how long a killed engine process may take to be gone (a busy machine reaps slowly)
 KILLED_EXIT_S = 30.0
 REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
@@ -70,14 +68,11 @@ class TransformersBackend(Backend[TransformersSpec]):
         self._followers = Followers(self._on_follower_exit)
         self._stopping = False
         self.base_dir = str(self.context.base_dir)
-        self._queues: dict[int, asyncio.Queue] = {}
         self._start_s = spec.start_timeout / 1e9
         self._proc: Any = None
-        self._reply: Any = None  # an asyncio.Queue once started
-        self._dead: str | None = None
+        self._pipe = WorkerPipe()
         self._ready = False
         self._info: dict = {}  # what the worker reported when ready
-        self._outq: queue.SimpleQueue = queue.SimpleQueue()
         self._plan: Any = None  # kept at prepare(): an embeddings request's texts come from it
 
     async def start(self) -> BackendInfo:
@@ -93,14 +88,7 @@ class TransformersBackend(Backend[TransformersSpec]):
             Layout(rank, len(self.group), self.group, port, self.processes, self.first + rank)
             for rank in range(len(self.group))
         ]
-        to_worker_r, to_worker = ctx.Pipe(duplex=False)
-        threading.Thread(
-            target=_send_loop,
-            args=(to_worker, self._outq),
-            daemon=True,
-            name="loadtest-engine-sender",
-        ).start()
-        self._from_worker, from_worker_w = ctx.Pipe(duplex=False)
+        to_worker_r, from_worker_w = self._pipe.open(ctx, self.label)
         self._proc = ctx.Process(
             target=main,
             args=(
@@ -120,14 +108,13 @@ class TransformersBackend(Backend[TransformersSpec]):
         self._loop = asyncio.get_running_loop()
         for layout in layouts[1:]:
             self._followers.start(ctx, self._loop, self.spec, self.base_dir, layout, self.label)
-        self._reply = asyncio.Queue()
         tokenizer = await self._loop.run_in_executor(
             None, _one_at_a_time, load_tokenizer, self.spec, self.base_dir
         )
-        threading.Thread(target=self._read, daemon=True, name="loadtest-engine-reader").start()
-        msg = await self._reply_within("loading the model", self._start_s)
-        if msg is _DEATH or msg[0] == "load_failed":
-            detail = self._dead if msg is _DEATH else msg[1]
+        self._pipe.listen(self._proc, self.label)
+        msg = await self._pipe.reply_within("loading the model", self._start_s)
+        if msg is DEATH or msg[0] == "load_failed":
+            detail = self._pipe.dead if msg is DEATH else msg[1]
             await self.stop()
             raise BackendError(f"engine worker could not load {self.spec.model!r}: {detail}")
         info = msg[1]
@@ -151,29 +138,12 @@ class TransformersBackend(Backend[TransformersSpec]):
     async def prepare(self, plan: Plan) -> dict:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""
         self._plan = plan
-        longest = plan.longest_prompt()
-        # The static batcher can form any size up to max_batch_size: each is a new shape (a
-        # compile, or in eager mode first-use costs such as attention plans). ``continuous`` warms
-        # by running max_batch_size requests through the manager at once.
-        sizes = {
-            "single": [1],
-            "static": list(range(1, self.spec.max_batch_size + 1)),
-            "continuous": [self.spec.max_batch_size],
-        }[self.spec.mode]
-        if self._info.get("batch_buckets"):
-            sizes = self._info["batch_buckets"]  # static batches run at these sizes only
-        new_tokens = 4
-        if self.spec.compile:
-            # A static cache is compiled for its length (prompt + new tokens): warm up with the
-            # run's own, or the first real batch recompiles inside the measurement (seconds).
-            new_tokens = (
-                max((r.output_tokens for r in plan.requests), default=128) if plan.requests else 128
-            )
+        sizes, longest, new_tokens = warmup_shapes(self.spec, self._info, plan)
         warmup: messages.Warmup = ("warmup", [(bs, longest, new_tokens) for bs in sizes])
-        self._send(warmup)
-        msg = await self._reply_within("warm-up", self._start_s)
-        if msg is _DEATH:
-            raise BackendError(f"engine worker died during warm-up: {self._dead}")
+        self._pipe.send(warmup)
+        msg = await self._pipe.reply_within("warm-up", self._start_s)
+        if msg is DEATH:
+            raise BackendError(f"engine worker died during warm-up: {self._pipe.dead}")
         details = msg[2]
         return {
             "warmup_s": msg[1],
@@ -186,13 +156,13 @@ class TransformersBackend(Backend[TransformersSpec]):
         """``function(engine, *args)`` in the worker, for ``target = "module:function"``, and its
         (picklable) result: the hook bench/ uses to time code beside the loaded model. Between
         runs only."""
-        if self._dead:
-            raise BackendError(self._dead)
+        if self._pipe.dead:
+            raise BackendError(self._pipe.dead)
         call: messages.Call = ("call", target, args)
-        self._send(call)
-        msg = await self._reply_within(target, timeout_s)
-        if msg is _DEATH:
-            raise BackendError(f"engine worker died in {target}: {self._dead}")
+        self._pipe.send(call)
+        msg = await self._pipe.reply_within(target, timeout_s)
+        if msg is DEATH:
+            raise BackendError(f"engine worker died in {target}: {self._pipe.dead}")
         if msg[0] == "call_failed":
             raise BackendError(msg[1])
         return msg[1]
@@ -200,38 +170,38 @@ class TransformersBackend(Backend[TransformersSpec]):
     async def submit(
         self, req: PlannedRequest, prompt_ids: list[int] | None
     ) -> AsyncGenerator[BackendEvent | Cancelled, None]:
-        if self._dead:
-            raise BackendError(self._dead)
+        if self._pipe.dead:
+            raise BackendError(self._pipe.dead)
         assert prompt_ids is not None  # needs_prompt_ids: the runner tokenizes for this backend
         q: asyncio.Queue = asyncio.Queue()
         rid = req.index
-        self._queues[rid] = q
+        self._pipe.queues[rid] = q
         eos = getattr(self.tokenizer, "eos_token_id", None)
         if self.spec.api == "embeddings":  # every text the request carries; nothing generated
             texts = self._plan.input_ids(req, self.tokenizer) if self._plan else [prompt_ids]
             embed: messages.Req = ("req", rid, texts, 0, True, None)  # type: ignore[assignment]
-            self._send(embed)
+            self._pipe.send(embed)
         else:
-            self._send(messages.req(rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
+            self._pipe.send(messages.req(rid, prompt_ids, req.output_tokens, req.ignore_eos, eos))
         finished = False
         try:
             while True:
-                # Cannot hang: the worker's death puts _DEATH on every queue, the runner's
+                # Cannot hang: the worker's death puts DEATH on every queue, the runner's
                 # watchdog cancels a request with no event for load.stall_timeout (always set),
                 # and the drain deadline cancels whatever is left.
                 ev = await q.get()
-                if ev is _DEATH:
-                    raise BackendError(self._dead or "engine worker died")
+                if ev is DEATH:
+                    raise BackendError(self._pipe.dead or "engine worker died")
                 yield ev
                 if type(ev) in (Finished, Failed):
                     finished = True
                     return
         finally:
-            self._queues.pop(rid, None)
-            if not finished and not self._dead:
+            self._pipe.queues.pop(rid, None)
+            if not finished and not self._pipe.dead:
                 try:
                     cancel: messages.Cancel = ("cancel", rid)
-                    self._send(cancel)
+                    self._pipe.send(cancel)
                 except OSError:
                     pass
 
@@ -240,13 +210,13 @@ class TransformersBackend(Backend[TransformersSpec]):
     async def reconfigure(self, spec: TransformersSpec) -> bool:
         """Take a new batcher size/wait live (static and single modes); False: reload needed."""
         changed = {k for k in type(spec).model_fields if getattr(spec, k) != getattr(self.spec, k)}
-        if self._dead or self.spec.mode == "continuous" or not changed <= self.HOT_FIELDS:
+        if self._pipe.dead or self.spec.mode == "continuous" or not changed <= self.HOT_FIELDS:
             return False
         configure: messages.Configure = (
             "configure",
             {k: getattr(spec, k) for k in self.HOT_FIELDS},
         )
-        self._send(configure)
+        self._pipe.send(configure)
         self.spec = spec
         # the worker's, computed alike
         self._info.update(batching_details(spec, self._info["pad_decode"]))
@@ -254,46 +224,46 @@ class TransformersBackend(Backend[TransformersSpec]):
 
     def window_started(self) -> None:
         """The measurement window opened: the worker's step accounting starts over."""
-        if not self._dead:
-            self._send(messages.WINDOW_START)
+        if not self._pipe.dead:
+            self._pipe.send(messages.WINDOW_START)
 
     async def profile_start(self, options: dict) -> str | None:
         """torch.profiler on in the worker, at its next decode step (or at once when idle)."""
-        if self._dead:
+        if self._pipe.dead:
             return "the engine worker died"
         start: messages.ProfileStart = ("profile_start", options)
-        self._send(start)
-        msg = await self._reply_within("profile start", REPLY_TIMEOUT_S)
-        return "the engine worker died" if msg is _DEATH else None
+        self._pipe.send(start)
+        msg = await self._pipe.reply_within("profile start", REPLY_TIMEOUT_S)
+        return "the engine worker died" if msg is DEATH else None
 
     async def profile_stop(self, out_dir: str) -> dict:
         """Profiler off (at the next decode step); the worker exports trace.json.gz there and the
         top operators with its end-of-point facts (``profile_export``), after the run."""
-        if self._dead:
+        if self._pipe.dead:
             return {"profiler": "engine worker died during the window"}
         stop: messages.ProfileStop = ("profile_stop", str(out_dir))
-        self._send(stop)
-        msg = await self._reply_within("profile stop", REPLY_TIMEOUT_S)
-        return {"profiler": "engine worker died during the window"} if msg is _DEATH else {}
+        self._pipe.send(stop)
+        msg = await self._pipe.reply_within("profile stop", REPLY_TIMEOUT_S)
+        return {"profiler": "engine worker died during the window"} if msg is DEATH else {}
 
     async def point_facts(self) -> dict:
         """Peak memory and batches since the last call (the worker resets its peak counter)."""
-        if self._dead:
+        if self._pipe.dead:
             return {}
-        self._send(messages.FACTS)
-        msg = await self._reply_within("facts", REPLY_TIMEOUT_S)
-        return {} if msg is _DEATH else msg[1]
+        self._pipe.send(messages.FACTS)
+        msg = await self._pipe.reply_within("facts", REPLY_TIMEOUT_S)
+        return {} if msg is DEATH else msg[1]
 
     async def stop(self) -> dict:
         facts: dict = {}
         self._stopping = True
         if self._proc is None:
             return facts
-        if self._proc.is_alive() and not self._dead and self._ready:
+        if self._proc.is_alive() and not self._pipe.dead and self._ready:
             try:
-                self._send(messages.STOP)
-                msg = await self._reply_within("stop", REPLY_TIMEOUT_S)
-                if msg is not _DEATH and msg[0] == "stopped":
+                self._pipe.send(messages.STOP)
+                msg = await self._pipe.reply_within("stop", REPLY_TIMEOUT_S)
+                if msg is not DEATH and msg[0] == "stopped":
                     facts = msg[1]
             except BackendError:
                 pass
@@ -302,93 +272,43 @@ class TransformersBackend(Backend[TransformersSpec]):
             self._proc.kill()  # the kernel ends it; a loaded machine may take seconds to reap
             await asyncio.to_thread(self._proc.join, KILLED_EXIT_S)
         await self._followers.stop()  # rank 0's stop reached them, unless it died first
-        self._outq.put(None)
+        self._pipe.close()
         return facts
 
     def _on_follower_exit(self, rank: int, exitcode: int | None, words: str | None) -> None:
         """A rank that leaves before the end takes the group with it: rank 0 is stuck in a
         collective it will never finish, so it is ended too, and every request fails."""
-        if self._stopping or self._dead:
+        if self._stopping or self._pipe.dead:
             return
         why = words or f"exit code {exitcode}"
-        self._dead = f"tensor-parallel rank {rank} of {len(self.group)} exited: {why}"
+        self._pipe.dead = f"tensor-parallel rank {rank} of {len(self.group)} exited: {why}"
         if self._proc is not None and self._proc.is_alive():
             self._proc.kill()
 
-    def _send(self, message: tuple) -> None:
-        """A message to the worker (``messages``): never blocks, the sender thread writes it."""
-        self._outq.put(message)
 
-    async def _reply_within(self, what: str, timeout_s: float) -> Any:  # a reply, or _DEATH
-        """The worker's next reply, or ``BackendError`` when it has not come in time."""
-        if self._reply is None:
-            raise BackendError(f"engine worker not started ({what})")
-        try:
-            return await asyncio.wait_for(self._reply.get(), timeout_s)
-        except asyncio.TimeoutError:
-            self._dead = (
-                self._dead or f"engine worker did not answer ({what}) within {timeout_s:g} s"
-            )
-            raise BackendError(self._dead) from None
-
-    # -- reader thread -> event loop ------------------------------------------------------------
-
-    def _read(self) -> None:
-        conn = self._from_worker
-        try:
-            while True:
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    self._proc.join(1)
-                    self._loop.call_soon_threadsafe(self._on_death, self._proc.exitcode)
-                    return
-                self._loop.call_soon_threadsafe(self._on_message, msg)
-        except RuntimeError:  # the event loop closed first (the run is over): nobody to tell
-            return
-
-    def _on_message(self, msg: tuple) -> None:  # a messages.Outbound, read by its kind
-        kind = msg[0]
-        if kind == "many":  # what the worker's outbox coalesced into one write
-            for m in msg[1]:
-                self._on_message(m)
-            return
-        queues = self._queues
-        if kind == "tokens":  # a run of decode steps: every rid listed got a token at each stamp
-            ev: Tokens | Admitted | Failed = Tokens(msg[1])
-            for rid in msg[2]:
-                q = queues.get(rid)
-                if q is not None:
-                    q.put_nowait(ev)
-        elif kind == "stamps":
-            for rid, t_ns in msg[1]:
-                q = queues.get(rid)
-                if q is not None:
-                    q.put_nowait(Tokens(t_ns))
-        elif kind == "admitted":
-            ev = Admitted(msg[1])
-            for rid in msg[2]:
-                if rid in queues:
-                    queues[rid].put_nowait(ev)
-        elif kind == "done":
-            if msg[2] in queues:
-                queues[msg[2]].put_nowait(Finished(msg[1], msg[3]))
-        elif kind == "failed":
-            ev = Failed(msg[1], msg[3], msg[4])
-            for rid in msg[2]:
-                if rid in queues:
-                    queues[rid].put_nowait(ev)
-        elif kind == "crashed":  # the worker's last words; its death follows
-            self._dead = f"engine worker crashed: {msg[1]}"
-        else:  # ready / load_failed / warmed / facts / stopped: replies to start, prepare, point_facts, stop
-            self._reply.put_nowait(msg)
-
-    def _on_death(self, exitcode: int | None) -> None:
-        if self._dead is None:
-            self._dead = f"engine worker exited (exit code {exitcode})"
-        for q in self._queues.values():
-            q.put_nowait(_DEATH)
-        self._reply.put_nowait(_DEATH)
+def warmup_shapes(
+    spec: TransformersSpec, info: dict[str, Any], plan: Plan
+) -> tuple[list[int], int, int]:
+    """The batch sizes a warm-up runs, at the plan's longest prompt, for how many new tokens."""
+    longest = plan.longest_prompt()
+    # The static batcher can form any size up to max_batch_size: each is a new shape (a
+    # compile, or in eager mode first-use costs such as attention plans). ``continuous`` warms
+    # by running max_batch_size requests through the manager at once.
+    sizes = {
+        "single": [1],
+        "static": list(range(1, spec.max_batch_size + 1)),
+        "continuous": [spec.max_batch_size],
+    }[spec.mode]
+    if info.get("batch_buckets"):
+        sizes = info["batch_buckets"]  # static batches run at these sizes only
+    new_tokens = 4
+    if spec.compile:
+        # A static cache is compiled for its length (prompt + new tokens): warm up with the
+        # run's own, or the first real batch recompiles inside the measurement (seconds).
+        new_tokens = (
+            max((r.output_tokens for r in plan.requests), default=128) if plan.requests else 128
+        )
+    return sizes, longest, new_tokens
 
 
 _TOKENIZER_LOCK = threading.Lock()
@@ -410,16 +330,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _send_loop(conn: Connection, outq: queue.SimpleQueue) -> None:
-    """Writes queued messages to the worker's pipe, in order; ends at ``None`` or a broken pipe."""
-    while True:
-        msg = outq.get()  # a thread of its own: waiting here blocks nothing else
-        if msg is None:
-            break
-        try:
-            conn.send(msg)
-        except (OSError, ValueError):
-            break
-    conn.close()

@@ -125,12 +125,11 @@ def test_outbox_close_returns_when_the_parent_is_gone():
 
 
 def test_parent_unpacks_coalesced_messages_in_order():
-    from loadtest.backends.transformers.backend import TransformersBackend
+    from loadtest.backends.transformers.pipe import WorkerPipe
 
     async def go():
-        b = TransformersBackend.__new__(TransformersBackend)
-        b._queues = {1: asyncio.Queue(), 2: asyncio.Queue()}
-        b._reply = asyncio.Queue()
+        b = WorkerPipe()
+        b.queues = {1: asyncio.Queue(), 2: asyncio.Queue()}
         b._on_message(
             (
                 "many",
@@ -143,8 +142,8 @@ def test_parent_unpacks_coalesced_messages_in_order():
                 ],
             )
         )
-        got = {rid: [q.get_nowait() for _ in range(q.qsize())] for rid, q in b._queues.items()}
-        return got, b._reply.get_nowait()
+        got = {rid: [q.get_nowait() for _ in range(q.qsize())] for rid, q in b.queues.items()}
+        return got, b.reply.get_nowait()
 
     got, reply = asyncio.run(go())
     assert got[1] == [Tokens((100,)), Finished(100, 1)]
