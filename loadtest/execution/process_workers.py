@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
-from typing import Any
+from multiprocessing.connection import Connection
+from multiprocessing.context import SpawnProcess
 
 from loadtest.config.loading import LoadedScenario
 from loadtest.core.loop import read_pipe_on_loop
@@ -22,8 +23,8 @@ class ProcessChannel:
     def __init__(self, loaded: LoadedScenario, index: int, count: int) -> None:
         self.loaded, self.index, self.count = loaded, index, count
         self.where: dict = {}
-        self._proc: Any = None
-        self._conn: Any = None
+        self._proc: SpawnProcess | None = None
+        self._conn: Connection | None = None
 
     async def open(self, post: Post) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -41,19 +42,21 @@ class ProcessChannel:
         read_pipe_on_loop(parent_end.fileno(), self._readable, post)
 
     def _readable(self, post: Post) -> None:
-        conn, loop = self._conn, asyncio.get_running_loop()
+        conn, proc, loop = self._conn, self._proc, asyncio.get_running_loop()
+        assert conn is not None and proc is not None  # open() made both before reading
         try:
             while conn.poll():
                 post(conn.recv())
         except (EOFError, OSError):
             loop.remove_reader(conn.fileno())
-            self._proc.join(1.0)
-            post(("exited", f"exited (code {self._proc.exitcode}) without a result"))
+            proc.join(1.0)
+            post(("exited", f"exited (code {proc.exitcode}) without a result"))
 
     async def sync_clock(self) -> ClockOffset:
         return SAME_CLOCK  # one host, one monotonic clock
 
     def send(self, msg: tuple) -> None:
+        assert self._conn is not None  # opened
         send(self._conn, msg)
 
     def kill(self) -> None:
@@ -68,6 +71,7 @@ class ProcessChannel:
         if self._proc.is_alive():
             self._proc.kill()
             await asyncio.to_thread(self._proc.join, 1.0)
+        assert self._conn is not None  # opened with the process
         with contextlib.suppress(OSError, ValueError):
             asyncio.get_running_loop().remove_reader(self._conn.fileno())
         self._conn.close()

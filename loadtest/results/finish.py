@@ -114,7 +114,7 @@ def _backend_warnings(backend: BackendFacts) -> list[str]:
 
 
 def _judge_around_profiler(
-    result: RunMetrics, scenario: Scenario, rec: Recorder, window: Any
+    result: RunMetrics, scenario: Scenario, rec: Recorder, window: ProfileWindow
 ) -> None:
     """A profiler slows the engine while it records; near capacity the backlog that forms may
     take long to drain, or never does. That is the capture's cost, said in a warning, not an
@@ -158,7 +158,9 @@ def _judge_around_profiler(
     ]
 
 
-def _judged_outside(scenario: Scenario, rec: Recorder, window: Any) -> list[Stability] | None:
+def _judged_outside(
+    scenario: Scenario, rec: Recorder, window: ProfileWindow
+) -> list[Stability] | None:
     """Stability verdicts on the window's spans outside the capture and its drain (before it
     opened; after the backlog drained), each of at least five intervals; None when there is
     no such span."""

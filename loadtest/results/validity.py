@@ -6,13 +6,14 @@ run whose client fell behind is invalid whatever its latencies say."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution import prompts_ahead
 from loadtest.execution.recorder import Recorder
+from loadtest.execution.request import Lateness
 from loadtest.execution.runner import RunOutcome
+from loadtest.execution.workers import WorkerPart
 from loadtest.results.model import (
     LatencySummary,
     Stability,
@@ -188,7 +189,9 @@ LATE_PARTS = {  # a Lateness field: what it was, and what to change when it domi
 }
 
 
-def describe_lateness(late: Sequence[Any], limit_ns: int, loop_remedy: str | None = None) -> str:
+def describe_lateness(
+    late: Sequence[Lateness], limit_ns: int, loop_remedy: str | None = None
+) -> str:
     """Where the lateness of the sends over ``limit_ns`` went, part by part, largest first,
     and what to change for the largest; empty when no send kept its parts. ``loop_remedy``
     replaces the advice for the parts spent in the client's loop (``client_remedy``)."""
@@ -211,7 +214,7 @@ def _judge_dispatch(
     scenario: Scenario,
     hist: LatencyHistogram,
     window_s: float | None,
-    late: Sequence[Any] = (),
+    late: Sequence[Lateness] = (),
 ) -> tuple[str | None, str | None]:
     """Dispatch lag judged per request (``_judge_lag``), with one allowance for a burst: every
     request due at t0 cannot all leave at t0, so the n-th waits for the n-1 before it (about
@@ -321,7 +324,7 @@ def _workers(
     return out
 
 
-def _worker_clock(w: Any) -> WorkerClock | None:
+def _worker_clock(w: WorkerPart) -> WorkerClock | None:
     if w.clock is None:
         return None
     after = w.clock_after

@@ -10,9 +10,13 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from loadtest.core import exit_codes
+
+if TYPE_CHECKING:
+    from loadtest.execution.runner import Runner
+    from loadtest.execution.workers import WorkerGroup
 
 
 class StopOnSignals:
@@ -22,7 +26,7 @@ class StopOnSignals:
     grace_s: float
     interrupted_by: str | None
     _restore_signals: Callable[[], None] | None
-    _runner: Any
+    _runner: Runner | WorkerGroup | None
     _starting: asyncio.Future | None
 
     def _install_signals(self) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncGenerator, Callable
+from multiprocessing.context import SpawnProcess
 from typing import Any
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
@@ -69,11 +70,13 @@ class TransformersBackend(Backend[TransformersSpec]):
         self._stopping = False
         self.base_dir = str(self.context.base_dir)
         self._start_s = spec.start_timeout / 1e9
-        self._proc: Any = None
+        self._proc: SpawnProcess | None = None
         self._pipe = WorkerPipe()
         self._ready = False
         self._info: dict = {}  # what the worker reported when ready
-        self._plan: Any = None  # kept at prepare(): an embeddings request's texts come from it
+        self._plan: Plan | None = (
+            None  # kept at prepare(): an embeddings request's texts come from it
+        )
 
     async def start(self) -> BackendInfo:
         import multiprocessing as mp
