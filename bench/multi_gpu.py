@@ -16,7 +16,12 @@ batches, 128 tokens in and 128 out, closed loops; a failed row is printed and th
   then two replicas).
 - ``tp70b``: dummy:llama-3.1-70b compiled, TP=2 (and TP=4 with four GPUs) at batch 1 and 8:
   TTFT, ITL and the HBM floor (one rank's bytes a decode step at the GPU's peak bandwidth).
-- ``four`` (four GPUs): ``tp4-8b``, the 8B compiled at TP=4 (batch 1), and
+- ``tp8b-kernels``: where a decode step's GPU time goes, TP=1 against TP=2 (one-shot and NCCL
+  all-reduces), compiled, batch 1: a profiler window over four requests (508 decode steps),
+  its kernels summed by kind (all-reduces, attention, matmuls, the rest) a step.
+  ``tp8b-autotune``: TP=1 and TP=2 so, with inductor's ``max_autotune``.
+- ``four`` (four GPUs): ``tp4-8b``, the 8B compiled at TP=1 and TP=4 (batch 1, profiled, and
+  TP=4 at batch 16), and
   ``replicas-of-tp2``, two replicas of TP=2, compiled, at saturation (against
   ``replicas-compiled``'s lone GPU).
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from pathlib import Path
 
@@ -51,7 +57,7 @@ def gpus(first: int, n: int) -> list[str]:
     return [f"cuda:{first + i}" for i in range(n)]
 
 
-def run(name: str, backend: dict, load: dict, out: Path) -> dict:
+def run(name: str, backend: dict, load: dict, out: Path, profile: dict | None = None) -> dict:
     import yaml
 
     from loadtest.config.loading import parse_scenario
@@ -63,6 +69,7 @@ def run(name: str, backend: dict, load: dict, out: Path) -> dict:
             "backend": {"kind": "transformers", "start_timeout": "20m", **backend},
             "workload": FIXED,
             "load": load,
+            **({"profile": profile} if profile else {}),
         }
     )
     t = time.monotonic()
@@ -95,7 +102,62 @@ def run(name: str, backend: dict, load: dict, out: Path) -> dict:
         "failure": (m.get("harness") or {}).get("failure") or b.get("error"),
         "invalid_because": (m.get("validity") or {}).get("reasons"),
     }
+    if profile and profile.get("requests"):
+        first, last = profile["requests"]
+        steps = (last - first + 1) * (FIXED["output_tokens"] - 1)
+        row["kernels_per_step"] = kernels_per_step(m.get("profile") or {}, steps)
     return _keep(row, out)
+
+
+# A kernel's kind, by the first pattern its name matches (cuBLAS/cuBLASLt/CUTLASS matmuls,
+# NCCL and symmetric-memory collectives, SDPA's attention kernels); "other" is the rest
+# (inductor's fused pointwise and reductions, copies, the cache update).
+KINDS = [
+    ("allreduce", re.compile(r"nccl|all_?reduce|allgather|all_gather|multimem|one_shot|two_shot",
+                             re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|attn|sdpa", re.I)),
+    ("matmul", re.compile(r"gemm|gemv|nvjet|xmma|cutlass|splitk|cublas|matmul|_mm_", re.I)),
+]  # fmt: skip
+
+
+def kernels_per_step(profile: dict, steps: int) -> dict:
+    """The window's kernel time by kind, ms a decode step (its four prefills included, ~2%):
+    the top 50 kernels classified by name, the rest of the summary's total as "other"."""
+    kernels, summary = profile.get("kernels") or [], profile.get("kernel_summary") or {}
+    if not kernels or not steps:
+        return {"why_none": profile.get("profiler") or "no kernels in the window"}
+    by: dict[str, float] = {"matmul": 0.0, "allreduce": 0.0, "attention": 0.0, "other": 0.0}
+    for k in kernels:
+        kind = next((kind for kind, rx in KINDS if rx.search(k["name"])), "other")
+        by[kind] += k["cuda_time_us"]
+    by["other"] += summary.get("cuda_time_us", 0.0) - sum(k["cuda_time_us"] for k in kernels)
+    out = {kind: round(us / steps / 1000, 3) for kind, us in by.items()}
+    out["total"] = round(summary.get("cuda_time_us", 0.0) / steps / 1000, 3)
+    out["launches"] = round(summary.get("launches", 0) / steps, 1)
+    out["top"] = [
+        [k["name"][:60], round(k["cuda_time_us"] / steps, 1), round(k["cuda_calls"] / steps, 1)]
+        for k in kernels[:12]
+    ]
+    return out
+
+
+def tp8b_kernels(out: Path, autotune: bool = False) -> list[dict]:
+    """TP=1 and TP=2 (one-shot, NCCL) at batch 1, compiled, each with a profiler window; with
+    ``autotune``, TP=1 and TP=2 with inductor's max_autotune (its own matmul kernels)."""
+    rows = []
+    runs = ((1, None), (2, None)) if autotune else ((1, None), (2, None), (2, "nccl"))
+    for tp, all_reduce in runs:
+        backend = {**B8, "max_batch_size": 1, "compile": True, "tensor_parallel": tp,
+                   "devices": gpus(0, tp)}  # fmt: skip
+        if all_reduce:
+            backend["all_reduce"] = all_reduce
+        if autotune:
+            backend["compile_options"] = {"max_autotune": True}
+        suffix = ("-" + all_reduce if all_reduce else "") + ("-autotune" if autotune else "")
+        name = f"8b-tp{tp}-b1-compiled-kernels{suffix}"
+        profile = {"requests": [8, 11], "exclude_from_stats": True}
+        rows.append(run(name, backend, closed(1, 24), out, profile))
+    return rows
 
 
 def _keep(row: dict, out: Path) -> dict:
@@ -184,8 +246,18 @@ def tp70b(out: Path, count: int, sizes: list[int], users_list: list[int]) -> lis
 
 
 def tp4_8b(out: Path) -> list[dict]:
-    tp4 = {**B8, "max_batch_size": 16, "compile": True, "tensor_parallel": 4, "devices": gpus(0, 4)}
-    return [run("8b-tp4-b1-compiled", tp4, closed(1, 20), out)]
+    """The 8B at TP=1 and TP=4, batch 1 with a profiler window (as ``tp8b-kernels``), and
+    TP=4 at batch 16, on one machine."""
+    rows = []
+    for tp, users in ((1, 1), (4, 1), (4, 16)):
+        backend = {**B8, "max_batch_size": users, "compile": True, "tensor_parallel": tp,
+                   "devices": gpus(0, tp)}  # fmt: skip
+        if users == 1:
+            profile = {"requests": [8, 11], "exclude_from_stats": True}
+            rows.append(run(f"8b-tp{tp}-b1-compiled-kernels", backend, closed(1, 24), out, profile))
+        else:
+            rows.append(run(f"8b-tp{tp}-b{users}-compiled", backend, closed(users, 80), out))
+    return rows
 
 
 def replicas_of_tp2(out: Path) -> list[dict]:
@@ -221,6 +293,8 @@ def main() -> None:
         "replicas": lambda: replicas(args.out),
         "replicas-compiled": lambda: replicas_compiled(args.out),
         "tp8b": lambda: tp8b(args.out, generate=not args.no_generate),
+        "tp8b-kernels": lambda: tp8b_kernels(args.out),
+        "tp8b-autotune": lambda: tp8b_kernels(args.out, autotune=True),
         "tp70b": lambda: tp70b(
             args.out,
             count,
@@ -268,6 +342,9 @@ def table(rows: list[dict], device: str | None = "") -> None:
     for r in rows:
         if r["status"] != "error" and r["step_ms"] and r["hbm_floor_ms"]:
             print(f"{r['name']}: decode step / HBM floor x{r['step_ms'] / r['hbm_floor_ms']:.2f}")
+    for r in rows:
+        if r.get("kernels_per_step"):
+            print(f"{r['name']}: kernel ms a step {json.dumps(r['kernels_per_step'])}")
     for users, two_suffix, one_suffix in (
         (1, "", ""),
         (16, "", ""),

@@ -174,9 +174,12 @@ def op_tables(
     cpu_by_thread: dict[int, list] = defaultdict(list)
     gpu = []
     for e in events:
+        if e.is_user_annotation():
+            # record_function ranges, mirrored on the GPU's timeline too: a request's range
+            # there spans all of its kernels, and is neither an operator nor a kernel
+            continue
         if e.device_type() == device_type.CPU:
-            if not e.is_user_annotation():
-                cpu_by_thread[e.start_thread_id()].append(e)
+            cpu_by_thread[e.start_thread_id()].append(e)
         else:
             gpu.append(e)
     ops: dict[str, dict] = {}

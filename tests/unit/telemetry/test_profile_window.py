@@ -155,6 +155,73 @@ def test_operator_tables_match_torchs_key_averages():
         assert op["cpu_time_us"] == pytest.approx(ref.cpu_time_total, abs=0.2)
 
 
+class _Event:
+    """A raw profiler event as kineto gives it, for the device side the CPU cannot record."""
+
+    def __init__(self, name, device, start_us, dur_us, corr=0, annotation=False):
+        self._n, self._d, self._s, self._dur = name, device, start_us * 1000, dur_us * 1000
+        self._c, self._a = corr, annotation
+
+    def name(self):
+        return self._n
+
+    def device_type(self):
+        return self._d
+
+    def is_user_annotation(self):
+        return self._a
+
+    def start_ns(self):
+        return self._s
+
+    def duration_ns(self):
+        return self._dur
+
+    def correlation_id(self):
+        return self._c
+
+    def start_thread_id(self):
+        return 1
+
+
+def test_a_requests_range_on_the_gpus_timeline_is_not_a_kernel():
+    """On the GPU host each request's record_function range is mirrored on the GPU's timeline
+    (a "gpu_user_annotation" spanning all its kernels): counted as a kernel it more than
+    doubled the window's kernel time. Two 30 µs matmuls and a 5 µs norm inside a 200 µs range:
+    65 µs of kernels, 3 launches, one of them short."""
+    from enum import Enum
+
+    from loadtest.backends.transformers.profiling import op_tables
+
+    class Device(Enum):
+        CPU = 0
+        CUDA = 1
+
+    cpu, gpu = Device.CPU, Device.CUDA
+    events = [
+        _Event("loadtest batch [3]", cpu, 0, 300, annotation=True),
+        _Event("aten::mm", cpu, 10, 20),
+        _Event("cudaLaunchKernel", cpu, 12, 5, corr=1),
+        _Event("aten::mm", cpu, 40, 20),
+        _Event("cudaLaunchKernel", cpu, 42, 5, corr=2),
+        _Event("aten::rms_norm", cpu, 70, 20),
+        _Event("cudaLaunchKernel", cpu, 72, 5, corr=3),
+        _Event("loadtest batch [3]", gpu, 15, 200, annotation=True),
+        _Event("nvjet_tst_64x8", gpu, 20, 30, corr=1),
+        _Event("nvjet_tst_64x8", gpu, 50, 30, corr=2),
+        _Event("triton_red_fused_rsqrt", gpu, 80, 5, corr=3),
+    ]
+    ops, kernels = op_tables(events, Device)
+    assert kernels == [
+        {"name": "nvjet_tst_64x8", "cuda_calls": 2, "cuda_time_us": 60.0, "short_calls": 0},
+        {"name": "triton_red_fused_rsqrt", "cuda_calls": 1, "cuda_time_us": 5.0, "short_calls": 1},
+    ]
+    by = {o["name"]: o for o in ops}
+    assert "loadtest batch [3]" not in by
+    assert by["aten::mm"]["self_cuda_time_us"] == 60.0
+    assert by["aten::rms_norm"]["self_cuda_time_us"] == 5.0
+
+
 def test_a_profiler_that_slows_the_server_near_capacity_is_a_perturbation_not_overload(
     run_virtual_fn,
 ):
