@@ -55,7 +55,9 @@ async def run_repeats(loaded: LoadedScenario, out: Path, n: int, session: Sessio
     dirs: list[str] = []
     for i in range(n):
         run_dir = out / f"rep-{i + 1}"
-        result = await session.run_point(replicate(loaded, i), run_dir)
+        result = await session.run_point(
+            replicate(loaded, i), run_dir, metrics_as=(out.name, run_dir.name)
+        )
         runs.append(result.result)
         dirs.append(run_dir.name)
         doc = _doc(loaded, out, runs, dirs, n)

@@ -429,3 +429,74 @@ def start_tinyproxy(workdir: Path) -> Proxy:
             time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     raise RuntimeError("tinyproxy did not listen within 30 s")
+
+
+@dataclass
+class Prometheus:
+    """A Prometheus server on loopback (Debian's package) scraping given targets every second:
+    ``query`` runs PromQL through its HTTP API."""
+
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def query(self, promql: str, at: float | None = None) -> list[dict]:
+        """The instant query's result (``[{"metric": {...}, "value": [t, "v"]}]``), now or
+        ``at`` (Unix seconds)."""
+        import json
+        import urllib.parse
+        import urllib.request
+
+        q = urllib.parse.urlencode({"query": promql, **({} if at is None else {"time": at})})
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{q}", timeout=10) as r:
+            body = json.load(r)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+def start_prometheus(workdir: Path, targets: list[str]) -> Prometheus:
+    """Prometheus on loopback, scraping ``targets`` (host:port) every second, its data in
+    ``workdir``; ready when its /-/ready answers (30 s at most)."""
+    import shutil
+    import urllib.request
+
+    binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+    port = free_port()
+    conf = workdir / "prometheus.yml"
+    conf.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: loadtest\n    static_configs: [{{targets: {targets!r}}}]\n"
+    )
+    log = workdir / "prometheus.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={conf}", f"--storage.tsdb.path={workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    server = Prometheus(url, proc, log)
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prometheus exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
+                # ready, and scraping every target (its discovery hands them over ~5 s later)
+                if r.status == 200 and len(server.query("up")) == len(targets):
+                    return server
+        except OSError:
+            pass
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError(f"prometheus was not scraping within 30 s: {log.read_text()[-2000:]}")

@@ -47,6 +47,16 @@ Overwrite = Annotated[
     ),
 ]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No live progress display.")]
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=0,
+        max=65535,
+        help="Serve live Prometheus metrics on this port while it runs (outputs.metrics_port; "
+        "0: any free port; needs the prometheus extra).",
+    ),
+]
 Metric = Annotated[
     list[str] | None,
     typer.Option(
@@ -67,7 +77,10 @@ Confidence = Annotated[
 ]
 
 
-def workers_override(workers: int | None, ray: str | None = None) -> list[str]:
-    """``--workers`` and ``--ray`` as the scenario overrides they stand for."""
+def workers_override(
+    workers: int | None, ray: str | None = None, metrics_port: int | None = None
+) -> list[str]:
+    """``--workers``, ``--ray`` and ``--metrics-port`` as the scenario overrides they stand for."""
     out = [] if workers is None else [f"load.workers={workers}"]
+    out += [] if metrics_port is None else [f"outputs.metrics_port={metrics_port}"]
     return out + ([] if ray is None else [f"load.ray={ray}"])

@@ -74,6 +74,7 @@ def run(
     set_: options.Set = None,
     workers: options.Workers = None,
     ray: options.Ray = None,
+    metrics_port: options.MetricsPort = None,
     repeat: int = typer.Option(
         1,
         "--repeat",
@@ -116,7 +117,7 @@ def run(
         output_tokens=output_tokens,
         dataset=dataset,
     )
-    overrides = (set_ or []) + options.workers_override(workers, ray)
+    overrides = (set_ or []) + options.workers_override(workers, ray, metrics_port)
     path, overrides = scenario_source(
         scenario, overrides, url, model, flags, save_scenario, overwrite
     )

@@ -71,6 +71,7 @@ def sweep(
     set_: options.Set = None,
     workers: options.Workers = None,
     ray: options.Ray = None,
+    metrics_port: options.MetricsPort = None,
     overwrite: options.Overwrite = False,
     quiet: options.Quiet = False,
 ) -> None:
@@ -79,8 +80,9 @@ def sweep(
     from loadtest.core.errors import ScenarioError
     from loadtest.reporters import sweep_report
 
-    set_ = set_ or []
-    loaded = load(scenario, set_ + options.workers_override(workers, ray))
+    # every point's overrides: --workers, --ray and --metrics-port apply to each
+    set_ = (set_ or []) + options.workers_override(workers, ray, metrics_port)
+    loaded = load(scenario, set_)
     try:
         axes = sweeps.parse_axes(batch_sizes, rates, concurrency, param or [])
         if not axes and not find_max_rate:

@@ -251,6 +251,22 @@ class Outputs(_Model):
         as_written("1s"),
         description="Time-series bucket width (10ms at least: each bucket holds histograms).",
     )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Serve live Prometheus metrics on this port while the run, sweep or "
+        "repeat runs (0: any free port, printed); --metrics-port overrides. Needs the "
+        "prometheus extra.",
+    )
+    metrics_address: str = Field(
+        "0.0.0.0", description="The address the metrics endpoint listens on (all, by default)."
+    )
+    metrics_linger: Duration = Field(
+        as_written("15s"),
+        description="After the last point, how long the endpoint waits to be scraped once more "
+        "(it stops at that scrape), so the final figures are seen.",
+    )
 
     @field_validator("interval")
     @classmethod

@@ -1,6 +1,7 @@
 """What a running point shows while it runs: its counts, the live percentiles of the last few
 seconds, and the GPUs' activity. Polled a few times a second by the progress display, and sent
-by each worker process in its heartbeat (with its live histograms, encoded, for pooling)."""
+by each worker process in its heartbeat (with its live histograms, encoded, for pooling). For a
+metrics endpoint, the measured requests so far (``LiveTotals``): read when it is scraped."""
 
 from __future__ import annotations
 
@@ -10,6 +11,41 @@ from dataclasses import dataclass, field
 from loadtest.core.histogram import LatencyHistogram
 
 LIVE_METRICS = ("ttft", "itl", "e2e")  # e2e: the live figure of answers with no stream
+TOTAL_METRICS = ("ttft", "itl", "tpot", "e2e", "dispatch_lag")  # a metrics endpoint's histograms
+
+
+@dataclass(frozen=True)
+class LiveWants:
+    """What a heartbeat carries beyond the counts: each costs the worker's loop."""
+
+    percentiles: bool = False  # the live histograms, for a display
+    totals: bool = False  # the measured requests so far, for a metrics endpoint
+
+
+@dataclass
+class LiveTotals:
+    """The measured requests so far (warm-up and profiled ones left out, as in metrics.json):
+    their counts, tokens, failures by type and whole-run histograms to date. Summed over
+    workers by ``add``."""
+
+    completed: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    input_tokens: int = 0
+    failed_by_type: dict[str, int] = field(default_factory=dict)
+    histograms: dict[str, LatencyHistogram] = field(
+        default_factory=lambda: {m: LatencyHistogram() for m in TOTAL_METRICS}
+    )
+
+    def add(self, other: LiveTotals) -> None:
+        self.completed += other.completed
+        self.failed += other.failed
+        self.output_tokens += other.output_tokens
+        self.input_tokens += other.input_tokens
+        for kind, n in other.failed_by_type.items():
+            self.failed_by_type[kind] = self.failed_by_type.get(kind, 0) + n
+        for metric, h in other.histograms.items():
+            self.histograms.setdefault(metric, LatencyHistogram()).add(h)
 
 
 @dataclass(frozen=True)
@@ -48,3 +84,4 @@ class LiveStats:
     gpu_util_pct: list[float] | None = None  # each device's latest kernel-active share
     # a worker's heartbeat: its live histograms, encoded, for the coordinator to pool
     histograms: dict[str, str] | None = None
+    totals: LiveTotals | None = None  # asked for by a metrics endpoint (LiveWants.totals)

@@ -29,7 +29,7 @@ from loadtest.core._version import __version__
 from loadtest.core.clock import OffsetClock
 from loadtest.core.errors import BackendError
 from loadtest.execution.clock_sync import ClockOffset, EchoServer, measure_calls, measure_udp
-from loadtest.execution.live import LiveStats
+from loadtest.execution.live import LiveStats, LiveWants
 from loadtest.execution.worker_side import HEARTBEAT_S, WorkerSide
 from loadtest.execution.workers import Channel
 
@@ -89,8 +89,8 @@ class RayWorker:
     async def stop(self, reason: str, at_ns: int | None) -> None:
         self.side.request_stop(reason, at_ns)
 
-    async def stats(self, live: bool) -> LiveStats | None:
-        return self.side.stats(live)
+    async def stats(self, wants: LiveWants) -> LiveStats | None:
+        return self.side.stats(wants)
 
     async def close(self) -> None:
         if self.echo is not None:
@@ -344,11 +344,11 @@ class RayChannel:
             return
         self._post(("done", outcome, facts))
 
-    async def _heartbeat(self, live: bool) -> None:
+    async def _heartbeat(self, wants: LiveWants) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             try:
-                stats = await asyncio.wait_for(self._actor.stats.remote(live), 5.0)
+                stats = await asyncio.wait_for(self._actor.stats.remote(wants), 5.0)
             except asyncio.TimeoutError:
                 continue  # silence: the coordinator's watch decides
             except Exception:

@@ -17,7 +17,7 @@ from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.histogram import merge as merge_histograms
-from loadtest.execution.live import LIVE_METRICS
+from loadtest.execution.live import LIVE_METRICS, TOTAL_METRICS, LiveTotals
 from loadtest.execution.request import (
     LATE_FLOOR_NS,
     LATE_KEPT,
@@ -328,6 +328,26 @@ class Recorder:
     def histograms(self) -> dict[str, LatencyHistogram]:
         """The whole-run histogram of every metric."""
         return {m: (self.merged[m] if m in self.merged else self.whole[m]) for m in ALL_METRICS}
+
+    def totals(self) -> LiveTotals:
+        """The measured requests so far, for a metrics endpoint: counts, tokens, failures by
+        type, and each exported metric's histogram to date (the closed intervals' merge plus
+        the open ones', copies)."""
+        histograms = {}
+        for metric in TOTAL_METRICS:
+            if metric in self.merged:
+                parts = [self.merged[metric], *(iv.histograms[metric] for iv in self.open.values())]
+                histograms[metric] = merge_histograms(h for h in parts if h.count)
+            else:
+                histograms[metric] = merge_histograms([self.whole[metric]])
+        return LiveTotals(
+            completed=self.completed,
+            failed=self.failed,
+            output_tokens=self.output_tokens_measured,
+            input_tokens=self.input_tokens_measured,
+            failed_by_type=dict(self.errors_by_type),
+            histograms=histograms,
+        )
 
     def live_histograms(self) -> dict[str, LatencyHistogram]:
         """TTFT, ITL and E2E over the open intervals (the last few seconds), each merged into a copy;

@@ -214,10 +214,11 @@ class Runner:
             internal_error=requests.internal_error,
         )
 
-    def stats(self, percentiles: bool = True) -> LiveStats:
+    def stats(self, percentiles: bool = True, totals: bool = False) -> LiveStats:
         """Live counts for the progress display: cheap enough to poll a few times a second.
         The live percentiles merge histograms (about 0.6 ms of event loop on wide ones): a
-        worker's heartbeat leaves them out unless a display shows them."""
+        worker's heartbeat leaves them out unless a display shows them. ``totals``: the
+        measured requests so far, for a metrics endpoint (a merge too, once a scrape)."""
         rec = self.recorder
         end = self.plan.window_end_ns
         return LiveStats(
@@ -232,6 +233,7 @@ class Runner:
             if rec is not None and percentiles
             else LivePercentiles(),
             gpu_util_pct=None if self.gpu_probe is None else self.gpu_probe(),
+            totals=rec.totals() if rec is not None and totals else None,
         )
 
     # -- dispatch -------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError
 from loadtest.core.heap import settle_heap
 from loadtest.core.loop import read_pipe_on_loop
-from loadtest.execution.live import LiveStats
+from loadtest.execution.live import LiveStats, LiveWants
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.workload.plan import Plan, build_plan
@@ -118,14 +118,15 @@ class WorkerSide:
         elif self._early_stop is None:
             self._early_stop = (reason, at_ns)
 
-    def stats(self, live: bool) -> LiveStats | None:
+    def stats(self, wants: LiveWants) -> LiveStats | None:
         """Live counts, and for a display the live TTFT, ITL and E2E histograms, encoded (the
-        coordinator pools them over the workers); None before the run."""
+        coordinator pools them over the workers); for a metrics endpoint the measured requests
+        so far. None before the run."""
         runner = self.runner
         if runner is None:
             return None
-        out = runner.stats(percentiles=False)
-        if live and runner.recorder is not None:
+        out = runner.stats(percentiles=False, totals=wants.totals)
+        if wants.percentiles and runner.recorder is not None:
             hists = runner.recorder.live_histograms()
             out = replace(out, histograms={m: h.encode() for m, h in hists.items() if h.count})
         return out
@@ -199,8 +200,8 @@ async def _work(conn, loaded: LoadedScenario, index: int, count: int) -> None:
         await side.close()
 
 
-async def _heartbeat(conn, side: WorkerSide, live: bool) -> None:
+async def _heartbeat(conn, side: WorkerSide, wants: LiveWants) -> None:
     """Live counts for the parent's display; also how it knows this worker is alive."""
     while True:
         await asyncio.sleep(HEARTBEAT_S)
-        send(conn, ("stats", side.stats(live)))
+        send(conn, ("stats", side.stats(wants)))

@@ -28,7 +28,13 @@ from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.clock_sync import SAME_CLOCK, ClockOffset
-from loadtest.execution.live import LIVE_METRICS, LivePercentiles, LiveStats
+from loadtest.execution.live import (
+    LIVE_METRICS,
+    LivePercentiles,
+    LiveStats,
+    LiveTotals,
+    LiveWants,
+)
 from loadtest.execution.merge import merge
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
@@ -98,12 +104,14 @@ class WorkerGroup:
         self.loaded, self.clock, self.channels = loaded, clock, channels
         self.count = len(channels)
         self.gpu_probe: Callable[[], list[float] | None] | None = None
-        # heartbeats carry live percentiles only for a display: each costs the worker's loop
-        self.live_percentiles = False
+        # heartbeats carry live percentiles only for a display, totals only for a metrics
+        # endpoint: each costs the worker's loop
+        self.wants = LiveWants()
         self._inbox: asyncio.Queue[tuple[int, tuple]] = asyncio.Queue()
         self._last_heard: list[float] = [0.0] * self.count
         # each worker's latest heartbeat, and its live histograms decoded
         self._stats: list[LiveStats | None] = [None for _ in channels]
+        self._totals: list[LiveTotals | None] = [None for _ in channels]
         self._live: list[dict[str, LatencyHistogram]] = [{} for _ in channels]
         self._clocks: list[ClockOffset] = [SAME_CLOCK] * self.count
         self._stop: tuple[str, int] | None = None
@@ -144,7 +152,9 @@ class WorkerGroup:
                 if beat is not None:
                     encoded = beat.histograms or {}
                     self._live[i] = {m: LatencyHistogram.decode(t) for m, t in encoded.items()}
-                    self._stats[i] = replace(beat, histograms=None)
+                    if beat.totals is not None:
+                        self._totals[i] = beat.totals
+                    self._stats[i] = replace(beat, histograms=None, totals=None)
             else:
                 self._inbox.put_nowait((i, msg))
 
@@ -158,7 +168,7 @@ class WorkerGroup:
         self.t0 = self.clock.now_ns() + T0_LEAD_NS
         for i, channel in enumerate(self.channels):
             self._last_heard[i] = loop.time()
-            channel.send(("go", self.t0, self.live_percentiles))
+            channel.send(("go", self.t0, self.wants))
         parts: dict[int, tuple[RunOutcome, dict]] = {}
         lost: dict[int, str] = {}
         failure: str | None = None
@@ -299,9 +309,10 @@ class WorkerGroup:
         for channel in self.channels:
             channel.send(("stop", *self._stop))
 
-    def stats(self) -> LiveStats:
+    def stats(self, percentiles: bool = True, totals: bool = False) -> LiveStats:
         """The workers' latest counts, summed, and percentiles of their live histograms pooled
-        (a worst worker's p50 is not the run's)."""
+        (a worst worker's p50 is not the run's); ``totals``: their latest totals, summed (what
+        their heartbeats carry when ``wants.totals``)."""
         stats = [s for s in self._stats if s is not None]
         pooled = {metric: LatencyHistogram() for metric in LIVE_METRICS}
         for live in self._live:
@@ -315,9 +326,17 @@ class WorkerGroup:
             in_flight=sum(s.in_flight for s in stats),
             completed=sum(s.completed for s in stats),
             failed=sum(s.failed for s in stats),
-            latency=LivePercentiles.of(pooled),
+            latency=LivePercentiles.of(pooled) if percentiles else LivePercentiles(),
             gpu_util_pct=None if self.gpu_probe is None else self.gpu_probe(),
+            totals=self._summed_totals() if totals else None,
         )
+
+    def _summed_totals(self) -> LiveTotals:
+        out = LiveTotals()
+        for part in self._totals:
+            if part is not None:
+                out.add(part)
+        return out
 
     # -- messages -----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from loadtest.core import rundir, secrets
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.text import visible
+from loadtest.execution.live import LiveWants
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.execution.workers import WorkerGroup
 from loadtest.reporters.progress import Display
@@ -29,6 +30,7 @@ from loadtest.results.build import build_result
 from loadtest.results.finish import Observed
 from loadtest.results.model import RunMetrics
 from loadtest.results.runset import Evidence
+from loadtest.session.live_metrics import SessionMetrics
 from loadtest.session.signals import StopOnSignals
 from loadtest.session.telemetry import gpu_off_reason, gpu_sampler, gpu_scope, server_sampler
 from loadtest.session.worker_points import WorkerPoints
@@ -89,9 +91,17 @@ class Session(StopOnSignals):
         self._starting: asyncio.Future | None = None
         self._restore_signals: Callable[[], None] | None = None
         self._name: str | None = None  # what was loaded, for the result
+        self.metrics = SessionMetrics()  # a live metrics endpoint, once a point asks for one
 
     async def close(self) -> dict:
-        """Stop the backend (if loaded) and restore signal handlers; returns the backend's last facts."""
+        """Stop the backend (if loaded) and restore signal handlers; returns the backend's last
+        facts. A live metrics endpoint serves its final figures until scraped once more."""
+        facts = await self._release()
+        await self.metrics.close()
+        return facts
+
+    async def _release(self) -> dict:
+        """The backend and workers stopped, the signal handlers restored (a failed point)."""
         if self._restore_signals is not None:
             self._restore_signals()
             self._restore_signals = None
@@ -143,14 +153,22 @@ class Session(StopOnSignals):
         return plan, plan.planned_count, details
 
     async def run_point(
-        self, loaded: LoadedScenario, out_dir, *, overwrite: bool = False, claimed: bool = False
+        self,
+        loaded: LoadedScenario,
+        out_dir,
+        *,
+        overwrite: bool = False,
+        claimed: bool = False,
+        metrics_as: tuple[str, str] | None = None,
     ) -> RunResult:
         """One run into ``out_dir`` (claimed here, before anything loads, unless ``claimed``):
-        started, measured, built, written."""
+        started, measured, built, written. ``metrics_as``: the run and point labels of its live
+        metrics (a sweep's name and the point's parameters; default the run directory's name)."""
         scenario = loaded.scenario
         self._install_signals()
         secrets.register(*scenario.backend.secret_values())
         out = _run_dir(scenario, out_dir, overwrite, claimed)
+        self.metrics.begin(scenario, *(metrics_as or (out.name, "")))
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label
         started = await self._start_point(loaded)
         if isinstance(started, str):  # why it did not start: the result says so
@@ -166,6 +184,7 @@ class Session(StopOnSignals):
                 start_failure=started,
             )
             write_result(out, result)
+            self.metrics.done(None, result)
             return RunResult(out, result)
         outcome, facts, seen = await self._measure(loaded, started, out)
         result = build_result(
@@ -181,6 +200,7 @@ class Session(StopOnSignals):
             judge=None if scenario.sla is None else _sla_judge(scenario.sla),
         )
         write_result(out, result)  # first: whatever fails after it, the result is there
+        self.metrics.done(outcome, result)
         return RunResult(out, write_exports(out, result, outcome))
 
     async def _start_point(self, loaded: LoadedScenario) -> _Started | str:
@@ -197,7 +217,7 @@ class Session(StopOnSignals):
         except (BackendError, asyncio.TimeoutError, asyncio.CancelledError) as exc:
             if isinstance(exc, asyncio.CancelledError) and self.interrupted_by is None:
                 raise
-            await self.close()
+            await self._release()
             return _start_failure(exc, self.interrupted_by, timeout_s)
         finally:
             self._starting = None
@@ -230,7 +250,7 @@ class Session(StopOnSignals):
         if plan is None:
             await self._workers.close_group()  # each point starts its own workers
         elif outcome.status == "failed":
-            facts.update(await self.close())
+            facts.update(await self._release())
         seen = Observed(
             environment=started.environment,
             gpu=sampler,
@@ -248,7 +268,7 @@ class Session(StopOnSignals):
         """The point in the worker processes: t0 sent, their outcomes merged."""
         group = self._workers.group
         assert group is not None
-        group.live_percentiles = self.progress is not None
+        group.wants = LiveWants(percentiles=self.progress is not None, totals=self.metrics.totals)
         return await self._drive(group, group.run, sampler)
 
     async def _run(
@@ -284,6 +304,7 @@ class Session(StopOnSignals):
         if sampler is not None:
             runner.gpu_probe = sampler.latest_utilization
         self._runner = runner
+        self.metrics.watch(runner, self._name)
         if self.interrupted_by is not None:  # a signal between points
             runner.request_stop("interrupted")
         progress_task = asyncio.create_task(self.progress(runner)) if self.progress else None

@@ -132,7 +132,8 @@ async def run_sweep(
         run_dir = out / f"point-{i:02d}"
         started = time.monotonic()
         try:
-            result = await session.run_point(ld, run_dir)
+            point = ",".join(f"{k}={v}" for k, v in params.items())
+            result = await session.run_point(ld, run_dir, metrics_as=(out.name, point))
         except ScenarioError as exc:  # this point's plan is unusable; the others may be fine
             rows.append(error_row(params, run_dir.name, exc))
             write_doc(sweep_doc(scenario_path, axes, rows, "running", point_sizing=sizing), out)

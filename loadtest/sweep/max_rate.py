@@ -192,7 +192,9 @@ class _Search:
                 ld = load_scenario(
                     self.path, self.overrides + [f"load.arrival.rate={rate}", window]
                 )
-                result = await self.session.run_point(ld, self.out / run_dir)
+                result = await self.session.run_point(
+                    ld, self.out / run_dir, metrics_as=(self.out.name, f"rate={rate:g}")
+                )
             except ScenarioError as exc:
                 self.rows.append(error_row(params, run_dir, exc))
                 self.end("error", f"at {rate:g} req/s: {'; '.join(exc.problems)}")

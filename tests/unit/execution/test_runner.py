@@ -148,6 +148,7 @@ def test_recording_keeps_clear_of_every_send_and_loses_nothing(monkeypatch):
 def test_live_counts_leave_the_histograms_out_unless_a_display_asks(monkeypatch):
     """A worker's heartbeat polls ``stats`` twice a second; the live histograms merge (and, in
     a worker, encode) on the worker's loop, so only a display's poll pays for them."""
+    from loadtest.execution.live import LiveWants
     from loadtest.execution.recorder import Recorder
     from loadtest.execution.worker_side import WorkerSide
 
@@ -171,7 +172,8 @@ def test_live_counts_leave_the_histograms_out_unless_a_display_asks(monkeypatch)
 
         def poll():
             seen["bare"], seen["shown"] = runner.stats(False), runner.stats()
-            seen["beat"], seen["shown_beat"] = side.stats(live=False), side.stats(live=True)
+            seen["beat"] = side.stats(LiveWants())
+            seen["shown_beat"] = side.stats(LiveWants(percentiles=True))
 
         asyncio.get_running_loop().call_later(0.5, poll)
         await runner.run()

@@ -1,0 +1,243 @@
+"""Live Prometheus metrics: while a run, sweep or repeat is under way, an HTTP endpoint
+(``outputs.metrics_port``, ``--metrics-port``) serves its figures so far, labelled by scenario,
+run, point (a sweep's parameters, a repeat's index) and model.
+
+Nothing is counted on the request path. A scrape asks the event loop for the point's totals
+(``Runner.stats(totals=True)``: its counters, and its histograms merged, about a millisecond of
+the loop a scrape), so a run nobody scrapes pays nothing; with client workers their heartbeats
+carry their totals and the endpoint serves the sum. Latency histograms are exported twice: as
+Prometheus histograms (fixed buckets, for ``histogram_quantile`` and aggregation across runs)
+and as ``loadtest_latency_seconds{metric, quantile}``, the HDR percentiles metrics.json reports.
+A finished point keeps its last figures, and its verdicts; after the last one the endpoint stays
+up until it is scraped once more (or ``metrics_linger`` passes), so the final figures are seen.
+
+prometheus_client (the ``prometheus`` extra) is imported only when an endpoint is asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.live import TOTAL_METRICS, LiveStats, LiveTotals
+from loadtest.reporters.progress import Rates
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+# Bucket bounds, seconds: from an ITL of half a millisecond to a two-minute answer.
+BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2,
+    0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
+LABELS = ("scenario", "run", "point", "model")
+SNAPSHOT_TIMEOUT_S = 5.0  # a scrape waits this long for the event loop, then serves the last
+
+
+class Polled(Protocol):
+    """A running point: a runner, or a group of worker processes."""
+
+    def stats(self, percentiles: bool = ..., totals: bool = ...) -> LiveStats: ...
+
+
+@dataclass
+class _Point:
+    labels: tuple[str, str, str, str]
+    source: Polled | None  # None once the point is done
+    loop: asyncio.AbstractEventLoop | None
+    last: LiveStats | None = None
+    verdicts: dict[str, bool] = field(default_factory=dict)
+    rates: Rates = field(default_factory=Rates)
+    rate_now: tuple[float | None, float | None] = (None, None)
+
+
+class MetricsEndpoint:
+    """One HTTP endpoint for a session's points (``start`` it, ``watch`` and ``done`` each
+    point, ``close`` at the end)."""
+
+    def __init__(self, port: int, address: str = "0.0.0.0", linger_s: float = 15.0) -> None:
+        self.port, self.address, self.linger_s = port, address, linger_s
+        self._points: dict[tuple[str, ...], _Point] = {}
+        self._lock = threading.Lock()  # the points, between the loop and the server's thread
+        self._finished_at: float | None = None
+        self._scraped_after_finish = threading.Event()
+        self._server: object | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle (on the event loop) ---------------------------------------------------------
+
+    def start(self) -> str:
+        """Serve /metrics; returns the URL. ImportError names the extra; OSError the port."""
+        try:
+            from prometheus_client import CollectorRegistry, start_http_server
+        except ImportError as exc:
+            raise ImportError(
+                "outputs.metrics_port needs prometheus_client: pip install 'loadtest[prometheus]'"
+            ) from exc
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)  # a custom collector: collect() and describe()
+        server, thread = start_http_server(self.port, self.address, registry=registry)
+        self._server, self._thread = server, thread
+        self.port = server.server_port
+        host = "127.0.0.1" if self.address in ("0.0.0.0", "") else self.address
+        return f"http://{host}:{self.port}/metrics"
+
+    def watch(self, labels: tuple[str, str, str, str], source: Polled) -> None:
+        """A point starts: its figures are read from ``source`` at each scrape."""
+        point = _Point(labels, source, asyncio.get_running_loop())
+        with self._lock:
+            self._points[labels] = point
+            self._finished_at = None
+
+    def done(
+        self, labels: tuple[str, str, str, str], final: LiveStats, verdicts: dict[str, bool]
+    ) -> None:
+        """A point ends: its final figures and verdicts, served from now on as they are."""
+        with self._lock:
+            point = self._points.setdefault(labels, _Point(labels, None, None))
+            point.source, point.loop, point.last = None, None, final
+            point.verdicts = dict(verdicts)
+            self._finished_at = time.monotonic()
+            self._scraped_after_finish.clear()
+
+    async def close(self) -> None:
+        """After the last point: wait (at most ``linger_s``) for one more scrape, then stop."""
+        if self._server is None:
+            return
+        if self._points and self.linger_s > 0:
+            await asyncio.to_thread(self._scraped_after_finish.wait, self.linger_s)
+        server, self._server = self._server, None
+        server.shutdown()  # type: ignore[attr-defined]
+        server.server_close()  # type: ignore[attr-defined]
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 5.0)
+
+    # -- the collector (on the server's thread) -----------------------------------------------
+
+    def describe(self) -> list[Metric]:
+        return []  # nothing to declare ahead: registering must not run a collection
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            points = list(self._points.values())
+            finished_at = self._finished_at
+        started = time.monotonic()
+        for point in points:
+            stats = self._read(point)
+            if stats is not None:
+                point.last = stats
+                if point.source is not None:
+                    point.rate_now = point.rates.update(stats)
+        yield from families(points)
+        if finished_at is not None and started >= finished_at:
+            self._scraped_after_finish.set()
+
+    def _read(self, point: _Point) -> LiveStats | None:
+        """The point's figures now, read on its event loop (where they change)."""
+        source, loop = point.source, point.loop
+        if source is None or loop is None or loop.is_closed():
+            return None
+
+        async def snapshot() -> LiveStats:
+            return source.stats(percentiles=False, totals=True)
+
+        future = asyncio.run_coroutine_threadsafe(snapshot(), loop)
+        try:
+            return future.result(SNAPSHOT_TIMEOUT_S)
+        except Exception:  # the loop busy past the timeout, or gone: serve the last
+            future.cancel()
+            return None
+
+
+def families(points: list[_Point]) -> Iterator[Metric]:
+    """Every metric family over the points' latest figures."""
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+    )
+
+    def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> CounterMetricFamily:
+        return CounterMetricFamily(name, doc, labels=[*LABELS, *extra])
+
+    def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=[*LABELS, *extra])
+
+    sent = counter("loadtest_requests_sent", "Requests sent, warm-up included.")
+    completed = counter("loadtest_requests_completed", "Measured requests answered in full.")
+    failed = counter("loadtest_requests_failed", "Measured requests that failed.", ("error_type",))
+    out_tokens = counter("loadtest_output_tokens", "Output tokens of measured requests.")
+    in_tokens = counter("loadtest_input_tokens", "Prompt tokens of measured requests.")
+    in_flight = gauge("loadtest_requests_in_flight", "Requests sent and not yet finished.")
+    elapsed = gauge("loadtest_elapsed_seconds", "Seconds since the point's t0.")
+    offered = gauge("loadtest_offered_rate", "Requests sent a second, over the last 5 s.")
+    delivered = gauge("loadtest_delivered_rate", "Requests finished a second, over the last 5 s.")
+    running = gauge("loadtest_point_running", "1 while the point runs, 0 once it ended.")
+    valid = gauge("loadtest_point_valid", "The finished point's validity verdict (1: valid).")
+    steady = gauge("loadtest_point_steady", "The finished point's stability verdict (1: steady).")
+    quantiles = gauge(
+        "loadtest_latency_seconds",
+        "HDR percentiles of the measured requests so far, as metrics.json reports them.",
+        ("metric", "quantile"),
+    )
+    histograms = {
+        m: HistogramMetricFamily(
+            f"loadtest_{m}_seconds", f"{m} of the measured requests so far.", labels=list(LABELS)
+        )
+        for m in TOTAL_METRICS
+    }
+    for point in points:
+        s, labels = point.last, list(point.labels)
+        running.add_metric(labels, 1.0 if point.source is not None else 0.0)
+        for name, verdict in point.verdicts.items():
+            (valid if name == "valid" else steady).add_metric(labels, 1.0 if verdict else 0.0)
+        if s is None:
+            continue
+        totals = s.totals or LiveTotals()
+        sent.add_metric(labels, s.sent)
+        completed.add_metric(labels, totals.completed)
+        for kind, n in sorted(totals.failed_by_type.items()):
+            failed.add_metric([*labels, kind], n)
+        if totals.failed and not totals.failed_by_type:
+            failed.add_metric([*labels, "unknown"], totals.failed)
+        out_tokens.add_metric(labels, totals.output_tokens)
+        in_tokens.add_metric(labels, totals.input_tokens)
+        in_flight.add_metric(labels, s.in_flight)
+        elapsed.add_metric(labels, s.elapsed_s)
+        if point.source is not None:
+            for family, value in zip((offered, delivered), point.rate_now):
+                if value is not None:
+                    family.add_metric(labels, value)
+        for metric, h in totals.histograms.items():
+            if metric not in histograms:
+                continue
+            histograms[metric].add_metric(labels, buckets(h), h.mean_us() * h.count / 1e6)
+            if h.count:
+                for q, v in zip(QUANTILES, h.percentiles_ms([100 * q for q in QUANTILES])):
+                    quantiles.add_metric([*labels, metric, f"{q:g}"], round(v / 1000.0, 9))
+    yield from (sent, completed, failed, out_tokens, in_tokens, in_flight, elapsed, offered,
+                delivered, running, valid, steady, quantiles, *histograms.values())  # fmt: skip
+
+
+def buckets(h: LatencyHistogram) -> list[tuple[str, float]]:
+    """Cumulative counts at each bound (``le``), +Inf the whole count. A value counts under a
+    bound when its HDR bucket's highest equivalent value does: never early."""
+    out: list[tuple[str, float]] = []
+    if h.count:
+        values_us, counts = h.recorded()
+        cumulative = np.cumsum(counts)
+        for bound in BUCKETS_S:
+            i = int(np.searchsorted(values_us, bound * 1e6, side="right"))
+            out.append((f"{bound:g}", float(cumulative[i - 1]) if i else 0.0))
+    else:
+        out = [(f"{bound:g}", 0.0) for bound in BUCKETS_S]
+    out.append(("+Inf", float(h.count)))
+    return out

@@ -1,0 +1,106 @@
+"""The live metrics endpoint without a Prometheus: bucket counts, the exposition a scrape
+reads, and when the endpoint lets the session end."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import urllib.request
+
+from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.live import LiveStats, LiveTotals
+from loadtest.reporters.live_metrics import BUCKETS_S, MetricsEndpoint, buckets
+
+LABELS = ("chat", "run-1", "rate=4", "sim")
+
+
+def test_bucket_counts_are_cumulative_and_never_early():
+    """400 µs and 1,000 µs are exact in HDR (under 2,048); 3,000 µs sits in a bucket two wide,
+    whose highest equivalent value (3,001) is what is compared with a bound."""
+    h = LatencyHistogram()
+    for us in (400, 1_000, 3_000, 3_000):
+        h.record_us(us)
+    got = dict(buckets(h))
+    assert got["0.0005"] == 1.0
+    assert got["0.001"] == 2.0
+    assert got["0.0025"] == 2.0
+    assert got["0.005"] == 4.0
+    assert got["120"] == 4.0 and got["+Inf"] == 4.0
+    assert [b for b, _ in buckets(h)][:-1] == [f"{b:g}" for b in BUCKETS_S]
+    assert all(v == 0.0 for _, v in buckets(LatencyHistogram()))
+
+
+class _Source:
+    """A point whose figures change between scrapes, read on its loop."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.reads = 0
+        self.thread: int | None = None
+
+    def stats(self, percentiles: bool = True, totals: bool = False) -> LiveStats:
+        self.reads += 1
+        self.thread = threading.get_ident()
+        ttft = LatencyHistogram()
+        ttft.record_us(2_000)  # exact in HDR (under 2,048 µs)
+        part = LiveTotals(completed=3, failed=1, output_tokens=48, failed_by_type={"timeout": 1})
+        part.histograms["ttft"] = ttft
+        return LiveStats(elapsed_s=2.0, sent=self.sent, in_flight=2, totals=part)
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+
+def test_a_scrape_reads_the_point_on_its_loop_and_the_endpoint_ends_at_the_next_scrape():
+    """Each scrape reads the point on the event loop's thread (where its figures change), not
+    the server's; after ``done`` the point keeps its final figures and verdicts, and ``close``
+    returns at the first scrape after it, long before its 30 s linger."""
+    source = _Source()
+
+    async def go() -> tuple[str, float]:
+        endpoint = MetricsEndpoint(0, "127.0.0.1", linger_s=30.0)
+        url = endpoint.start()
+        endpoint.watch(LABELS, source)
+        source.sent = 7
+        live = await asyncio.to_thread(_scrape, url)
+        final = LiveStats(elapsed_s=3.0, sent=9, totals=LiveTotals(completed=8))
+        endpoint.done(LABELS, final, {"valid": True, "steady": False})
+        threading.Timer(0.3, _scrape, (url,)).start()  # Prometheus, a moment later
+        t = time.monotonic()
+        await endpoint.close()
+        return live, time.monotonic() - t
+
+    loop_thread = threading.get_ident()
+    live, waited = asyncio.run(go())
+    assert source.thread == loop_thread and source.reads == 1
+    lab = 'model="sim",point="rate=4",run="run-1",scenario="chat"'
+    assert f"loadtest_requests_sent_total{{{lab}}} 7.0" in live
+    assert f"loadtest_requests_completed_total{{{lab}}} 3.0" in live
+    assert f'loadtest_requests_failed_total{{error_type="timeout",{lab}}} 1.0' in live
+    assert f"loadtest_point_running{{{lab}}} 1.0" in live
+    assert f'loadtest_ttft_seconds_bucket{{le="0.001",{lab}}} 0.0' in live
+    assert f'loadtest_ttft_seconds_bucket{{le="0.0025",{lab}}} 1.0' in live
+    q = 'metric="ttft",model="sim",point="rate=4",quantile="0.5",run="run-1",scenario="chat"'
+    assert f"loadtest_latency_seconds{{{q}}} 0.002" in live
+    assert waited < 10.0
+
+
+def test_the_final_figures_and_verdicts_are_served_after_the_point_ends():
+    async def go() -> str:
+        endpoint = MetricsEndpoint(0, "127.0.0.1", linger_s=0.2)
+        url = endpoint.start()
+        endpoint.done(LABELS, LiveStats(sent=9, totals=LiveTotals(completed=8)), {"valid": False})
+        text = await asyncio.to_thread(_scrape, url)
+        await endpoint.close()  # scraped already: no wait
+        return text
+
+    text = asyncio.run(go())
+    lab = 'model="sim",point="rate=4",run="run-1",scenario="chat"'
+    assert f"loadtest_requests_sent_total{{{lab}}} 9.0" in text
+    assert f"loadtest_requests_completed_total{{{lab}}} 8.0" in text
+    assert f"loadtest_point_running{{{lab}}} 0.0" in text
+    assert f"loadtest_point_valid{{{lab}}} 0.0" in text
+    assert "loadtest_point_steady{" not in text  # no stability verdict given
