@@ -145,6 +145,27 @@ class LatencyHistogram:
             out.append(float(highest[i] if p else lowest[i]) / 1000.0)
         return out
 
+    def digest(
+        self, bounds_us: Sequence[int], ps: Sequence[float]
+    ) -> tuple[list[int], float, list[float]]:
+        """What a metrics endpoint exports, from one pass over the buckets: the count at or under
+        each bound (a bucket counts when its highest equivalent value does), the sum (µs, each
+        bucket at its median equivalent value, as ``mean_us``) and ``percentiles_ms(ps)``."""
+        total = self.hdr.total_count
+        if total == 0:
+            return [0] * len(bounds_us), 0.0, [0.0] * len(ps)
+        lowest, highest, counts = self._buckets()
+        cum = np.cumsum(counts)
+        at = np.searchsorted(highest, np.asarray(bounds_us, dtype=np.int64), side="right")
+        under = [int(cum[i - 1]) if i else 0 for i in at.tolist()]
+        sum_us = float(((lowest + (highest - lowest + 1) // 2) * counts).sum())
+        quantiles = []
+        for p in ps:
+            target = max(int(min(p, 100.0) * total / 100 + 0.5), 1)
+            i = min(int(np.searchsorted(cum, target)), len(counts) - 1)
+            quantiles.append(float(highest[i] if p else lowest[i]) / 1000.0)
+        return under, sum_us, quantiles
+
     def mean_us(self) -> float:
         """Exactly ``hdr.get_mean_value()``: each bucket at its median equivalent value."""
         lowest, highest, counts = self._buckets()

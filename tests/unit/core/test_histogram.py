@@ -131,3 +131,20 @@ def test_gaps_out_of_order_are_refused_either_way():
         stamps[3] = -1
         with pytest.raises(ValueError, match="negative latency"):
             LatencyHistogram().record_gaps_ns(stamps)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=10_000_000), min_size=1, max_size=300))
+def test_a_digest_is_the_percentiles_the_mean_and_the_bucket_counts_in_one_pass(values):
+    """``digest`` (a metrics endpoint's one pass) gives hdrh's own percentiles, the mean's sum,
+    and at each bound the count of values whose bucket's highest equivalent value is under it."""
+    h = LatencyHistogram()
+    for v in values:
+        h.record_us(v)
+    bounds = [500, 1_000, 20_000, 1_000_000, 9_000_000]
+    ps = [50, 90, 99, 99.9]
+    under, sum_us, quantiles = h.digest(bounds, ps)
+    assert quantiles == [h.hdr.get_value_at_percentile(p) / 1000.0 for p in ps]
+    assert sum_us == pytest.approx(h.hdr.get_mean_value() * len(values), rel=1e-12)
+    highest = [h.hdr.get_highest_equivalent_value(v) for v in values]
+    assert under == [sum(1 for x in highest if x <= b) for b in bounds]
