@@ -51,6 +51,7 @@ def gate_and_report(
     import os
 
     from loadtest.analysis import gate, regression
+    from loadtest.analysis.cost import cost_change
     from loadtest.analysis.sla import overall as sla_overall
     from loadtest.core import atomic
     from loadtest.reporters import terminal
@@ -75,6 +76,9 @@ def gate_and_report(
         verdict = sla_overall(result.checks)
         terminal.render_sla(Verdict(verdict=verdict, checks=result.checks), console)
     terminal.render_regression(result.regression, console)
+    cost = cost_change([m for b in bases for m in b.measured], run.measured) if bases else None
+    if cost is not None:
+        console.print(f"baseline -> run: {cost.line()}", highlight=False)
     for reason in result.reasons:
         console.print(f"run {result.status}: {reason}", style="yellow")
     for warning in result.warnings:
@@ -90,6 +94,8 @@ def gate_and_report(
     if summary:
         with open(summary, "a", encoding="utf-8") as f:  # step summaries accumulate
             f.write(gate.markdown(result, name))
+            if cost is not None:
+                f.write(f"\nBaseline -> run: {cost.line()}.\n")
     return exit_codes.for_verdict(result.verdict)
 
 
@@ -171,6 +177,7 @@ def compare(
     """Side by side: each headline metric of B against A, the change and its bootstrap interval;
     compare-vs-<A>.html overlays the two runs' percentile curves."""
     from loadtest.analysis import gate, regression
+    from loadtest.analysis.cost import cost_change
     from loadtest.core import atomic
     from loadtest.reporters import html, terminal
     from loadtest.results import runset
@@ -187,13 +194,18 @@ def compare(
     checks = regression.as_checks(
         regression.compare(a.measured, b.measured, names, confidence=confidence)
     )
+    cost = cost_change(a.measured, b.measured)
     if as_json:
         metrics = [c.view() for c in checks]
         doc = {"a": str(run_a), "b": str(run_b), "confidence": confidence, "metrics": metrics}
+        if cost is not None:
+            doc["cost"] = cost.view()
         typer.echo(json.dumps(doc, indent=2))
         raise typer.Exit(exit_codes.OK)
     console = make_console()
     terminal.render_compare(checks, a.name, b.name, confidence, console)
+    if cost is not None:
+        console.print(cost.line(), highlight=False)
     warnings = list(gate.scenario_differences(a.measured[0], b.measured[0]))
     warnings += [
         f"{rs.name}: not every run is valid ({', '.join(m.status for m in rs.results)})"

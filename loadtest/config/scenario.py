@@ -218,6 +218,54 @@ else:
     )
 
 
+class Pricing(_Model):
+    """What the system under test costs, for the result's cost estimate: the deployment by
+    the hour (``usd_per_hour``, or ``usd_per_gpu_hour`` with ``gpus``), or a served API's price
+    per million input and output tokens."""
+
+    usd_per_hour: float | None = Field(
+        None, gt=0, description="The whole deployment's price an hour, USD."
+    )
+    usd_per_gpu_hour: float | None = Field(
+        None, gt=0, description="One GPU's price an hour, USD (with gpus)."
+    )
+    gpus: int | None = Field(
+        None, ge=1, description="GPUs the deployment holds (with usd_per_gpu_hour)."
+    )
+    usd_per_million_input_tokens: float | None = Field(
+        None, ge=0, description="A served API's price per million prompt tokens, USD."
+    )
+    usd_per_million_output_tokens: float | None = Field(
+        None, ge=0, description="A served API's price per million output tokens, USD."
+    )
+
+    @model_validator(mode="after")
+    def _one_basis(self):
+        hourly = self.usd_per_hour is not None
+        per_gpu = self.usd_per_gpu_hour is not None or self.gpus is not None
+        tokens = (
+            self.usd_per_million_input_tokens is not None
+            or self.usd_per_million_output_tokens is not None
+        )
+        if per_gpu and (self.usd_per_gpu_hour is None or self.gpus is None):
+            raise ValueError("usd_per_gpu_hour and gpus go together")
+        if hourly + per_gpu + tokens != 1:
+            raise ValueError(
+                "give one price: usd_per_hour, usd_per_gpu_hour with gpus, or "
+                "usd_per_million_input_tokens and usd_per_million_output_tokens"
+            )
+        if tokens and self.usd_per_million_output_tokens is None:
+            raise ValueError("a per-token price needs usd_per_million_output_tokens")
+        return self
+
+    @property
+    def hourly_usd(self) -> float | None:
+        """The deployment's price an hour (None: priced per token)."""
+        if self.usd_per_gpu_hour is not None and self.gpus is not None:
+            return self.usd_per_gpu_hour * self.gpus
+        return self.usd_per_hour
+
+
 class Goodput(_Model):
     """Per-request objectives: a request is good when it completed and met every one set
     (goodput = good requests per second; attainment = good / finished)."""
@@ -376,6 +424,11 @@ class Scenario(_Model):
     sla: Sla | None = Field(None, description="Objectives that decide the exit code.")
     goodput: Goodput | None = Field(
         None, description="Per-request objectives: goodput req/s and attainment in the result."
+    )
+    pricing: Pricing | None = Field(
+        None,
+        description="What the deployment costs: the result estimates the cost per million "
+        "tokens and per request at the measured throughput.",
     )
     outputs: Outputs = Field(default_factory=Outputs, description="What to write, and where.")
     telemetry: Telemetry = Field(

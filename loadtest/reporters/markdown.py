@@ -54,6 +54,7 @@ def render(metrics: RunMetrics) -> str:
         ("Traffic", insight.traffic_rows(m)),
         ("API", insight.api_rows(m.api, m.throughput)),
         ("Goodput", insight.goodput_rows(m.goodput)),
+        ("Cost (estimate)", insight.cost_rows(m.cost)),
         ("Sessions", insight.sessions_rows(m.sessions)),
         ("Server", insight.server_rows(m.server)),
         ("Client workers", insight.workers_rows(m.workers, m.backend)),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loadtest.reporters.plots import COLORS, Plot, finite
-from loadtest.results.model import CurvePoint
+from loadtest.results.model import Cheapest, CurvePoint
 
 STATUS_STYLE = {  # sweep points: marker, colour, label
     "steady": ("o", "#1a73e8", "steady"),
@@ -59,9 +59,12 @@ def _sweep_series(
         )
 
 
-def sweep_plots(curve: list[CurvePoint], axis: str, knee: Any) -> list[tuple[str, str]]:
-    """Throughput and p99 latencies against the swept axis, and the throughput-latency frontier;
-    points marked steady / unsteady / invalid, the knee drawn where there is one."""
+def sweep_plots(
+    curve: list[CurvePoint], axis: str, knee: Any, cheapest: Cheapest | None = None
+) -> list[tuple[str, str]]:
+    """Throughput and p99 latencies against the swept axis, the cost where priced, and the
+    throughput-latency frontier; points marked steady / unsteady / invalid, the knee drawn
+    where there is one."""
 
     def tip(c: CurvePoint) -> str:
         return (
@@ -76,6 +79,8 @@ def sweep_plots(curve: list[CurvePoint], axis: str, knee: Any) -> list[tuple[str
         ("Throughput", _throughput(curve, axis, knee, tip)),
         ("Latency", _latencies(curve, axis, knee, tip)),
     ]
+    if any(finite(c.usd_per_million_output_tokens, True) for c in curve):
+        out.append(("Cost", _cost(curve, axis, cheapest, tip)))
     if any(finite(c.e2e_p99_ms) for c in curve):
         plot = Plot("sw-front")
         ax = plot.axes[0]
@@ -97,6 +102,36 @@ def _throughput(curve: list[CurvePoint], axis: str, knee: Any, tip: Any) -> str:
     ax.set_xlabel(axis)
     ax.set_ylabel("output tok/s")
     ax.set_title(f"Throughput vs {axis}")
+    ax.legend(fontsize=8)
+    return plot.svg()
+
+
+def _cost(curve: list[CurvePoint], axis: str, cheapest: Cheapest | None, tip: Any) -> str:
+    """The cost curve: the estimated cost per million output tokens at each point, on the
+    latency curve's axis; the points that fail their SLA ringed, the cheapest that meets it
+    drawn."""
+    plot = Plot("sw-cost")
+    ax = plot.axes[0]
+    _sweep_series(plot, ax, curve, "x", "usd_per_million_output_tokens", None, tip, True)
+    failing = [
+        c for c in curve if c.sla == "FAIL" and finite(c.usd_per_million_output_tokens, True)
+    ]
+    if failing:
+        ax.plot(
+            [c.x for c in failing], [c.usd_per_million_output_tokens for c in failing],
+            linestyle="none", marker="o", markersize=12, markerfacecolor="none",
+            markeredgecolor="#b3261e", label="fails the SLA",
+        )  # fmt: skip
+    if cheapest is not None:
+        ax.axvline(
+            cheapest.x, color="#188038", linestyle="--",
+            label=f"cheapest meeting the SLA ({cheapest.x}: ${cheapest.usd_per_million_output_tokens:.4g})"
+            if "SLA" in cheapest.among else f"cheapest ({cheapest.x})",
+        )  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_xlabel(axis)
+    ax.set_ylabel("USD per million output tokens")
+    ax.set_title(f"Cost (estimate) vs {axis}")
     ax.legend(fontsize=8)
     return plot.svg()
 

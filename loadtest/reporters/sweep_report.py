@@ -11,7 +11,7 @@ from rich.table import Table
 
 from loadtest.core import atomic
 from loadtest.core.text import visible_doc
-from loadtest.reporters import html
+from loadtest.reporters import html, insight
 from loadtest.results.model import SweepDoc, SweepPoint
 
 COLS = (
@@ -25,7 +25,9 @@ COLS = (
     "itl_p99_ms",
     "e2e_p99_ms",
     "goodput_rps",
+    "usd_per_million_output_tokens",
 )
+OPTIONAL = ("goodput_rps", "usd_per_million_output_tokens")  # shown where some point has it
 
 
 # The terminal's headers: short, so the table fits 80 columns (latencies in ms, said in the title)
@@ -37,6 +39,7 @@ SHORT = {
     "itl_p99_ms": "ITL p99",
     "e2e_p99_ms": "E2E p99",
     "goodput_rps": "good/s",
+    "usd_per_million_output_tokens": "$/M out",
 }
 
 
@@ -82,9 +85,7 @@ def render_terminal(doc: SweepDoc, console: Console) -> None:
         pad_edge=False,
         collapse_padding=True,
     )
-    cols = [
-        k for k in COLS if k != "goodput_rps" or any(c.goodput_rps is not None for c in doc.curve)
-    ]
+    cols = _cols(doc)
     for col in cols:
         header = SHORT.get(col, col)
         # one-word headers never wrap; two-word ones may take two lines
@@ -97,6 +98,8 @@ def render_terminal(doc: SweepDoc, console: Console) -> None:
         console.print(f"  caveat: {caveat}", style="yellow")
     if doc.point_sizing:
         console.print(doc.point_sizing)
+    if "usd_per_million_output_tokens" in cols:
+        console.print(insight.cheapest_line(doc))
     if doc.max_rate:
         mr = doc.max_rate
         console.print(
@@ -105,23 +108,32 @@ def render_terminal(doc: SweepDoc, console: Console) -> None:
         )
 
 
+def _cols(doc: SweepDoc) -> list[str]:
+    return [
+        k for k in COLS if k not in OPTIONAL or any(getattr(c, k) is not None for c in doc.curve)
+    ]
+
+
 def markdown(doc: SweepDoc) -> str:
     """sweep.md: the curve table, the knee and frontier, the max-rate verdict."""
     doc = visible_doc(doc)  # outside text in it is shown, never obeyed
+    cols = _cols(doc)
     lines = [
         f"# Sweep over `{doc.axis}`",
         "",
         f"status: **{doc.status}**",
         "",
-        "| " + " | ".join(COLS) + " |",
-        "|" + "---|" * len(COLS),
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
     ]
-    lines += ["| " + " | ".join(_fmt(getattr(c, k)) for k in COLS) + " |" for c in doc.curve]
+    lines += ["| " + " | ".join(_fmt(getattr(c, k)) for k in cols) + " |" for c in doc.curve]
     lines += [
         "",
         f"Knee (highest output tok/s ÷ p99 E2E, steady points only): **{doc.knee}**; frontier: {doc.frontier}",
     ]
     lines += [f"- caveat: {c}" for c in doc.knee_caveats]
+    if "usd_per_million_output_tokens" in cols:
+        lines += ["", insight.cheapest_line(doc) + "."]
     if doc.max_rate:
         mr = doc.max_rate
         lines += [

@@ -107,6 +107,17 @@ def _render_traffic(m: RunMetrics, console: Console) -> None:
         console.print(
             f"goodput: {rows['attainment']} met {rows['objectives (every one, per request)']}; {rows['goodput']}"
         )
+    if m.cost:
+        rows = dict(insight.cost_rows(m.cost))
+        console.print(
+            f"cost (estimate at {rows['estimate at']}): {rows['per million output tokens']} "
+            f"per million output tokens, {rows['per request']} per request"
+            + (
+                f", {rows['per good request (goodput)']} per good request"
+                if m.cost.usd_per_good_request is not None
+                else ""
+            )
+        )
     if m.sessions:
         rows = dict(insight.sessions_rows(m.sessions))
         console.print(f"sessions: {rows['sessions']}")

@@ -15,6 +15,7 @@ from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, ModelTally, Recorder
 from loadtest.execution.runner import RunOutcome
+from loadtest.results import cost
 from loadtest.results.finish import Observed, finish
 from loadtest.results.model import (
     ApiResult,
@@ -123,9 +124,10 @@ def build_result(
     shown = [m for m in ALL_METRICS if m != "ttft_answer" or rec.reasoning_tokens_measured]
     latency = {m: LatencySummary(**hists[m].summary_ms()) for m in shown}
     e2e = latency["e2e"]
+    goodput, requests = _goodput(scenario, rec, window_s), _requests(outcome, planned)
     result = RunMetrics(
         status=status,
-        requests=_requests(outcome, planned),
+        requests=requests,
         window=_window(outcome, window_s),
         latency_ms=latency,
         throughput=throughput,
@@ -138,7 +140,8 @@ def build_result(
         ),
         validity=validity,
         stability=stability,
-        goodput=_goodput(scenario, rec, window_s),
+        goodput=goodput,
+        cost=cost.estimate(scenario.pricing, throughput, requests, goodput),
         sessions=_sessions(outcome),
         api=api,
         steps=_steps(scenario, outcome),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from loadtest.results.model import (
     HEADLINE,
+    Cheapest,
     CurvePoint,
     RunMetrics,
     SweepPoint,
@@ -40,6 +41,10 @@ def curves(rows: list[SweepPoint], axis: str) -> tuple[list[CurvePoint], list, o
             goodput_rps=None
             if r.metrics is None or r.metrics.goodput is None
             else r.metrics.goodput.good_requests_per_s,
+            usd_per_million_output_tokens=None
+            if r.metrics is None or r.metrics.cost is None
+            else r.metrics.cost.usd_per_million_output_tokens,
+            sla=None if r.metrics is None or r.metrics.sla is None else r.metrics.sla.verdict,
             **headline(r.metrics),
         )
         for r in rows
@@ -61,6 +66,26 @@ def curves(rows: list[SweepPoint], axis: str) -> tuple[list[CurvePoint], list, o
     ]
     knee = max(usable, key=lambda u: u[1] / u[2], default=None)
     return curve, frontier, None if knee is None else knee[0]
+
+
+def cheapest(curve: list[CurvePoint]) -> Cheapest | None:
+    """The priced point of lowest cost per million output tokens that meets the SLA (where the
+    points have one), else the lowest among the valid steady points; None if none is priced."""
+    usable = [
+        c
+        for c in curve
+        if c.status == "ok" and c.steady is not False and c.usd_per_million_output_tokens
+    ]
+    judged = any(c.sla is not None for c in curve)
+    among = "points that meet the SLA" if judged else "valid steady points (no SLA set)"
+    if judged:
+        usable = [c for c in usable if c.sla == "PASS"]
+    best = min(usable, key=lambda c: c.usd_per_million_output_tokens or 0.0, default=None)
+    if best is None or best.usd_per_million_output_tokens is None:
+        return None
+    return Cheapest(
+        x=best.x, usd_per_million_output_tokens=best.usd_per_million_output_tokens, among=among
+    )
 
 
 def knee_caveats(curve: list[CurvePoint], knee) -> list[str]:

@@ -23,7 +23,7 @@ from loadtest.results.model import (
     SweepStatus,
 )
 from loadtest.session import Session
-from loadtest.sweep.curve import curves, knee_caveats
+from loadtest.sweep.curve import cheapest, curves, knee_caveats
 
 DEFAULT_BATCHES_PER_POINT = 8  # offline batch-size sweeps: full batches measured per point
 
@@ -217,6 +217,7 @@ def sweep_doc(
         knee=knee,
         max_rate=max_rate,
         point_sizing=point_sizing,
+        cheapest=cheapest(curve),
     )
 
 

@@ -224,3 +224,33 @@ def test_tied_axis_sets_both_fields():
         {"backend.max_batch_size": 1, "load.arrival.users": 1},
         {"backend.max_batch_size": 4, "load.arrival.users": 4},
     ]
+
+
+def test_a_priced_sweep_costs_each_point_and_names_the_cheapest_that_meets_the_sla(tmp_path):
+    """$3.60 an hour = $0.001 a second. At 20, 40 and 80 req/s x 10 tokens (one slot of 90 ms
+    would carry 11.1 req/s, so 32 slots): $5, $2.50 and $1.25 per million output tokens. An SLA
+    on TTFT p50 of 5 ms: every point's first token comes at once (no queue), so all pass and
+    80 req/s is the cheapest; sweep.md carries the column and the sentence."""
+    from loadtest.reporters.sweep_report import markdown
+    from loadtest.results.model import SweepDoc
+
+    data = {
+        **BASE,
+        "backend": {**BASE["backend"], "max_concurrency": 32},
+        "pricing": {"usd_per_hour": 3.6},
+        "sla": {"ttft_p50": "5ms"},
+    }
+    doc = sweep(tmp_path, data, {"load.arrival.rate": [20, 40, 80]})
+    cost = {c["x"]: c["usd_per_million_output_tokens"] for c in doc["curve"]}
+    assert cost == {20: pytest.approx(5.0), 40: pytest.approx(2.5), 80: pytest.approx(1.25)}
+    assert {c["sla"] for c in doc["curve"]} == {"PASS"}
+    assert doc["cheapest"] == {
+        "x": 80,
+        "usd_per_million_output_tokens": pytest.approx(1.25),
+        "among": "points that meet the SLA",
+    }
+    md = markdown(SweepDoc.model_validate(doc))
+    assert "usd_per_million_output_tokens" in md.splitlines()[4]
+    assert (
+        "cheapest point (points that meet the SLA): load.arrival.rate=80, $1.25 per million" in md
+    )

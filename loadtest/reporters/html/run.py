@@ -107,6 +107,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
             ("Traffic", insight.traffic_rows(m)),
             ("API", insight.api_rows(m.api, m.throughput)),
             ("Goodput", insight.goodput_rows(m.goodput)),
+            ("Cost (estimate)", insight.cost_rows(m.cost)),
             ("Sessions", insight.sessions_rows(m.sessions)),
             ("Server", insight.server_rows(m.server)),
             ("Client workers", insight.workers_rows(m.workers, m.backend)),
@@ -118,7 +119,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
         ("latency", "Latency", _latency(m)),
         ("time", "Over time", _over_time(m) if has_time else ""),
         ("engine", "GPU & roofline", _engine(m)),
-        ("traffic", "Steps, API, goodput, sessions, server, workers", "".join(traffic)),
+        ("traffic", "Steps, API, goodput, cost, sessions, server, workers", "".join(traffic)),
         (
             "env",
             "Environment",

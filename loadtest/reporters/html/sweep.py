@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtest.reporters import sweep_plots
+from loadtest.reporters import insight, sweep_plots
 from loadtest.reporters.html.page import card, esc, num, page, table
 from loadtest.results.model import SweepDoc
 
@@ -29,7 +29,7 @@ def sweep_html(doc: SweepDoc) -> str:
     )
     curves = "".join(
         f"<h3>{esc(name)}</h3>{svg}"
-        for name, svg in sweep_plots.sweep_plots(doc.curve, doc.axis, doc.knee)
+        for name, svg in sweep_plots.sweep_plots(doc.curve, doc.axis, doc.knee, doc.cheapest)
     )
     return page(
         f"sweep {doc.axis}",
@@ -64,6 +64,16 @@ def _strip(doc: SweepDoc, kinds: list[str]) -> list[str]:
     )
     if best:
         strip.append(card("best steady tok/s", num(best)))
+    if any(c.usd_per_million_output_tokens is not None for c in doc.curve):
+        cheap = doc.cheapest
+        strip.append(
+            card(
+                "cheapest meeting the SLA" if cheap is None or "SLA" in cheap.among else "cheapest",
+                "none" if cheap is None else f"{doc.axis}={cheap.x}",
+                "warn" if cheap is None else "",
+                insight.cheapest_line(doc),
+            )
+        )
     if doc.max_rate:
         mr = doc.max_rate
         strip.append(

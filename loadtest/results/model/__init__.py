@@ -28,6 +28,7 @@ from loadtest.results.model.run import (
     BackendFacts,
     CancelResult,
     Check,
+    Cost,
     GoodputResult,
     Harness,
     IntervalPoint,
@@ -58,6 +59,7 @@ from loadtest.results.model.run import (
     WorkerStats,
 )
 from loadtest.results.model.sets import (
+    Cheapest,
     CurvePoint,
     GateResult,
     MaxRate,
@@ -122,8 +124,10 @@ __all__ = [
     "GpuSection",
     "GpuSeries",
     "SamplerCost",
+    "Cheapest",
     "CurvePoint",
     "GateResult",
+    "Cost",
     "GoodputResult",
     "Harness",
     "IntervalPoint",

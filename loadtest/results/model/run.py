@@ -329,6 +329,22 @@ class Stability(_Doc):
     queue_trend: Trend | None = None
 
 
+class Cost(_Doc):
+    """An estimate of what the measured throughput costs at the scenario's prices (``pricing``),
+    with the prices it used (``price_*``). Hourly: the deployment's price over the window's
+    rates. Per token: the measured requests' tokens at the API's prices."""
+
+    basis: str  # "hourly" | "per_token"
+    price_usd_per_hour: float | None = None  # hourly: the deployment's (gpus x per-GPU price)
+    gpus: int | None = None
+    price_usd_per_million_input_tokens: float | None = None  # per token: the API's prices
+    price_usd_per_million_output_tokens: float | None = None
+    usd_per_million_output_tokens: float | None = None  # the run's whole cost over its output
+    usd_per_million_tokens: float | None = None  # over its input and output tokens
+    usd_per_request: float | None = None  # a completed request
+    usd_per_good_request: float | None = None  # a request that met the goodput objectives
+
+
 class GoodputResult(_Doc):
     """How many finished requests met every per-request objective, and how many a second."""
 
@@ -493,6 +509,7 @@ class RunMetrics(_Doc):
     validity: Validity
     stability: Stability | None = None
     goodput: GoodputResult | None = None
+    cost: Cost | None = None  # where the scenario sets pricing
     sessions: SessionsResult | None = None
     api: ApiResult | None = None  # set where the API is not plain streamed chat or completions
     steps: StepsResult | None = None  # arrival: {kind: steps}

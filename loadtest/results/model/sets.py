@@ -58,6 +58,8 @@ class CurvePoint(_Doc):
     itl_p99_ms: float | None = None
     e2e_p99_ms: float | None = None
     goodput_rps: float | None = None  # good requests/s, where the scenario sets goodput
+    usd_per_million_output_tokens: float | None = None  # the cost estimate, where priced
+    sla: str | None = None  # the point's SLA verdict (PASS, FAIL, INCONCLUSIVE), where set
 
 
 class SweepPoint(_Doc):
@@ -95,6 +97,16 @@ class SweepDoc(_Doc):
     knee_caveats: list[str] = Field(default_factory=list)
     max_rate: MaxRate | None = None
     point_sizing: str | None = None  # how offline points were sized, when not by the scenario
+    cheapest: Cheapest | None = None  # where the points are priced
+
+
+class Cheapest(_Doc):
+    """The priced point of lowest cost per million output tokens among those that meet the SLA
+    (valid, steady, its verdict PASS), or among the valid steady ones where no SLA is set."""
+
+    x: Any
+    usd_per_million_output_tokens: float
+    among: str  # which points were compared
 
 
 class RegressionCheck(_Doc):
