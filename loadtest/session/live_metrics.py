@@ -36,7 +36,9 @@ class SessionMetrics:
             )
             try:
                 url = endpoint.start()
-            except (ImportError, OSError) as exc:
+            except ImportError as exc:
+                raise OutputError(str(exc)) from exc
+            except OSError as exc:
                 where = f"{outputs.metrics_address}:{outputs.metrics_port}"
                 raise OutputError(f"outputs.metrics_port: cannot serve on {where}: {exc}") from exc
             self.endpoint = endpoint

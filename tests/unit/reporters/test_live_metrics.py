@@ -104,3 +104,37 @@ def test_the_final_figures_and_verdicts_are_served_after_the_point_ends():
     assert f"loadtest_point_running{{{lab}}} 0.0" in text
     assert f"loadtest_point_valid{{{lab}}} 0.0" in text
     assert "loadtest_point_steady{" not in text  # no stability verdict given
+
+
+def test_an_endpoint_without_its_extra_or_its_port_stops_the_run_saying_which(
+    monkeypatch, tmp_path
+):
+    """Before anything loads: the missing extra named with its install command; a taken port
+    named with its address (exit 2, OutputError)."""
+    import socket
+    import sys
+
+    import pytest
+    import yaml
+
+    from loadtest.config.loading import parse_scenario
+    from loadtest.core.errors import OutputError
+    from loadtest.session.live_metrics import SessionMetrics
+
+    def scenario(port: int):
+        text = yaml.safe_dump(
+            {"name": "m", "backend": {"kind": "noop"}, "load": {"arrival": {"kind": "concurrency", "users": 1}, "requests": 1},
+             "outputs": {"metrics_port": port,
+             "metrics_address": "127.0.0.1"}}
+        )  # fmt: skip
+        return parse_scenario(text, tmp_path / "s.yml", []).scenario
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OutputError, match=f"cannot serve on 127.0.0.1:{port}"):
+            SessionMetrics().begin(scenario(port), "run", "")
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(OutputError, match=r"pip install 'loadtest\[prometheus\]'"):
+        SessionMetrics().begin(scenario(0), "run", "")
