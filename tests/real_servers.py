@@ -74,6 +74,17 @@ def install_vllm() -> Path:
     return python
 
 
+def stop_group(proc: subprocess.Popen, wait_s: float) -> None:
+    """SIGTERM to a process group, SIGKILL if it is not gone within ``wait_s``."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(wait_s)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,13 +123,7 @@ class Server:
             self.proc.wait(30)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(20)
+        stop_group(self.proc, 20)
 
 
 @dataclass(frozen=True)
@@ -390,13 +395,7 @@ class Proxy:
         return out
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_group(self.proc, 10)
 
 
 def start_tinyproxy(workdir: Path) -> Proxy:
@@ -454,13 +453,7 @@ class Prometheus:
         return body["data"]["result"]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_group(self.proc, 10)
 
 
 def start_prometheus(workdir: Path, targets: list[str]) -> Prometheus:
