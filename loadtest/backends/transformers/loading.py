@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when there is one, else cpu; a named device as torch has it."""
+    """``auto`` -> cuda when there is one, else cpu; a named device as torch has it. A CUDA
+    device is always indexed (``cuda`` -> ``cuda:N``, N this process's current device):
+    ``torch.cuda.set_device`` refuses one without, and the result names the GPU it ran on."""
     import torch
 
     if name == "auto":
@@ -49,6 +51,8 @@ def resolve_device(name: str) -> torch.device:
                 f"{name}: this machine has {count} CUDA device(s) (several devices, replicas "
                 "and tensor_parallel mean GPUs unless device: cpu)"
             )
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 

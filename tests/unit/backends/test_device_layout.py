@@ -94,3 +94,21 @@ def test_replica_facts_add_up_to_one_engines_with_the_largest_peak():
     # the step accounting summed, field by field (those a replica did not give count zero)
     total = StepAccounting(decode_steps=40, decode_s=1.5, decode_rows=100)
     assert StepAccounting(**merged["roofline_acct"]) == total
+
+
+@pytest.mark.parametrize(
+    "name, current, want",
+    [("cuda", 0, "cuda:0"), ("cuda", 1, "cuda:1"), ("cuda:1", 0, "cuda:1"), ("auto", 0, "cuda:0")],
+)
+def test_every_cuda_device_a_worker_resolves_has_an_index(monkeypatch, name, current, want):
+    """``device: cuda`` crashed every engine on the GPU host: the worker makes its GPU the
+    current device, and torch.cuda.set_device refuses a device with no index. Whatever the
+    name, the resolved CUDA device is indexed (a bare ``cuda``: the current device)."""
+    torch = pytest.importorskip("torch")
+    from loadtest.backends.transformers.loading import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    device = resolve_device(name)
+    assert device.index is not None and str(device) == want
