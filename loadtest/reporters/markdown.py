@@ -6,7 +6,7 @@ from pathlib import Path
 
 from loadtest.core import atomic
 from loadtest.core.text import visible_doc
-from loadtest.reporters import insight
+from loadtest.reporters import cost, insight
 from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import (
     LatencySummary,
@@ -54,7 +54,7 @@ def render(metrics: RunMetrics) -> str:
         ("Traffic", insight.traffic_rows(m)),
         ("API", insight.api_rows(m.api, m.throughput)),
         ("Goodput", insight.goodput_rows(m.goodput)),
-        ("Cost (estimate)", insight.cost_rows(m.cost)),
+        ("Cost (estimate)", cost.cost_rows(m.cost)),
         ("Sessions", insight.sessions_rows(m.sessions)),
         ("Server", insight.server_rows(m.server)),
         ("Client workers", insight.workers_rows(m.workers, m.backend)),

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from loadtest.core import atomic
 from loadtest.core.text import visible_doc
-from loadtest.reporters import html, insight
+from loadtest.reporters import cost, html
 from loadtest.results.model import SweepDoc, SweepPoint
 
 COLS = (
@@ -99,7 +99,7 @@ def render_terminal(doc: SweepDoc, console: Console) -> None:
     if doc.point_sizing:
         console.print(doc.point_sizing)
     if "usd_per_million_output_tokens" in cols:
-        console.print(insight.cheapest_line(doc))
+        console.print(cost.cheapest_line(doc))
     if doc.max_rate:
         mr = doc.max_rate
         console.print(
@@ -133,7 +133,7 @@ def markdown(doc: SweepDoc) -> str:
     ]
     lines += [f"- caveat: {c}" for c in doc.knee_caveats]
     if "usd_per_million_output_tokens" in cols:
-        lines += ["", insight.cheapest_line(doc) + "."]
+        lines += ["", cost.cheapest_line(doc) + "."]
     if doc.max_rate:
         mr = doc.max_rate
         lines += [

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from loadtest.analysis.sla import overall
 from loadtest.core.text import visible_doc
-from loadtest.reporters import insight
+from loadtest.reporters import cost, insight
 from loadtest.reporters.console import make_console, styled
 from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import (
@@ -108,7 +108,7 @@ def _render_traffic(m: RunMetrics, console: Console) -> None:
             f"goodput: {rows['attainment']} met {rows['objectives (every one, per request)']}; {rows['goodput']}"
         )
     if m.cost:
-        rows = dict(insight.cost_rows(m.cost))
+        rows = dict(cost.cost_rows(m.cost))
         console.print(
             f"cost (estimate at {rows['estimate at']}): {rows['per million output tokens']} "
             f"per million output tokens, {rows['per request']} per request"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.core import atomic
-from loadtest.reporters import insight, plots
+from loadtest.reporters import cost, insight, plots
 from loadtest.reporters.html.page import card, esc, num, page, pairs, svg, table
 from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import RunMetrics, Validity, Verdict
@@ -107,7 +107,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
             ("Traffic", insight.traffic_rows(m)),
             ("API", insight.api_rows(m.api, m.throughput)),
             ("Goodput", insight.goodput_rows(m.goodput)),
-            ("Cost (estimate)", insight.cost_rows(m.cost)),
+            ("Cost (estimate)", cost.cost_rows(m.cost)),
             ("Sessions", insight.sessions_rows(m.sessions)),
             ("Server", insight.server_rows(m.server)),
             ("Client workers", insight.workers_rows(m.workers, m.backend)),

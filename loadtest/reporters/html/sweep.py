@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadtest.reporters import insight, sweep_plots
+from loadtest.reporters import cost, sweep_plots
 from loadtest.reporters.html.page import card, esc, num, page, table
 from loadtest.results.model import SweepDoc
 
@@ -71,7 +71,7 @@ def _strip(doc: SweepDoc, kinds: list[str]) -> list[str]:
                 "cheapest meeting the SLA" if cheap is None or "SLA" in cheap.among else "cheapest",
                 "none" if cheap is None else f"{doc.axis}={cheap.x}",
                 "warn" if cheap is None else "",
-                insight.cheapest_line(doc),
+                cost.cheapest_line(doc),
             )
         )
     if doc.max_rate:
