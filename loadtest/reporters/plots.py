@@ -211,7 +211,7 @@ def timeseries_plot(
                 _gauge(plot, ax, server["t_s"], server[key], key, f"server {key}")
         ax.set_ylabel("server gauges")
     for ax in plot.axes:
-        if window:
+        if window and window.start_s is not None and window.end_s is not None:
             ax.axvspan(window.start_s, window.end_s, color="#1a73e8", alpha=0.06, lw=0)
         handles, _ = ax.get_legend_handles_labels()
         if handles:  # beside the plot, never over the data

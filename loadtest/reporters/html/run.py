@@ -39,12 +39,13 @@ def run_strip(m: RunMetrics) -> list[str]:
         ("itl", "ITL p99"),
         ("e2e", "E2E p99"),
     )
+    over = "" if t.window_s is None else f"over {t.window_s:g} s"  # None: nothing measured
     if t.inputs_per_s is not None:  # no token stream: inputs a second, and the answer's latency
         unit = "documents/s" if m.api and m.api.name == "rerank" else "inputs/s"
-        cards.append(card(unit, num(t.inputs_per_s), "", f"over {t.window_s:g} s"))
+        cards.append(card(unit, num(t.inputs_per_s), "", over))
         shown = (("e2e", "E2E p99"),)
     else:
-        cards.append(card("output tok/s", num(t.output_tokens_per_s), "", f"over {t.window_s:g} s"))
+        cards.append(card("output tok/s", num(t.output_tokens_per_s), "", over))
     cards.append(card("requests/s", num(t.requests_per_s)))
     for key, label in shown:
         s = lat.get(key)

@@ -323,3 +323,21 @@ def test_compare_names_both_runs_in_full_however_long_their_shared_prefix():
     text = console.export_text().replace("\n", "")
     assert a in text and b in text  # each whole: the shared prefix cut nothing away
     assert "+20" in text and "ttft_p99 (ms)" in text
+
+
+def test_a_run_whose_every_request_was_warm_up_still_gets_every_report(run_virtual_fn):
+    """Nothing measured (all 3 requests warm-up): no window, so no rate to show, yet every
+    report renders (the HTML strip once failed on the missing window)."""
+    m = run_virtual_fn(
+        {
+            "name": "all-warm-up",
+            "backend": {"kind": "sim", "max_concurrency": 1},
+            "workload": {"input_tokens": 5, "output_tokens": 4},
+            "load": {"arrival": {"kind": "concurrency", "users": 1}, "requests": 3, "warmup": 3},
+        }
+    )
+    doc = RunMetrics.model_validate(m)
+    assert doc.requests.completed == 0 and doc.throughput.window_s is None
+    page = html.run_html(doc)
+    assert "output tok/s" in page and "over None" not in page
+    assert "all-warm-up" in markdown.render(doc)
