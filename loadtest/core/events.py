@@ -21,7 +21,8 @@ class Sent:
     the client): waiting for a pooled connection, opening a new one, and time this process
     was off the CPU while it had work to do (another process held the core); the rest was the
     client's own work on the event loop. ``retries``: sends onto a kept-alive connection the
-    server had already closed, sent again on a new one (the send stamped is the last)."""
+    server had already closed, sent again on a new one (the send stamped is the last). As it
+    comes once the answer's head is in, it also says when the answer's first byte came."""
 
     t_ns: int
     pool_ns: int = 0
@@ -29,6 +30,10 @@ class Sent:
     off_cpu_ns: int = 0
     retries: int = 0
     endpoint: str | None = None  # of several endpoints (a served model's), the one it went to
+    tls_ns: int = 0  # of connect_ns, the TLS handshake
+    connected_ns: int = 0  # when it had its connection (0: not seen)
+    first_byte_ns: int = 0  # when the answer's first byte came (0: not seen)
+    request_id: str | None = None  # the correlation id it carried (a header), where it did
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,7 @@ class Failed:
     error_type: str
     message: str = ""
     endpoint: str | None = None  # of several endpoints, the one it failed at (never sent there)
+    request_id: str | None = None  # the correlation id it carried (or was to carry)
 
 
 BackendEvent = Sent | Admitted | Tokens | Finished | Failed

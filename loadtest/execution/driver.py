@@ -209,7 +209,7 @@ class RequestDriver:
                     return
             elif type(ev) is Sent:  # the backend saw the bytes leave: later than the hand-over
                 st.sent_ns, st.wire = max(st.sent_ns, ev.t_ns), ev
-                st.endpoint = ev.endpoint
+                st.endpoint, st.request_id = ev.endpoint, ev.request_id
                 if st.sent_ns - (st.lag_from_ns or st.intended_ns) > LATE_FLOOR_NS:
                     st.cpu_wait_ns = self._watch.cpu_wait_since(st.lag_from_ns or st.intended_ns)
             elif type(ev) is Admitted:
@@ -224,6 +224,7 @@ class RequestDriver:
             elif type(ev) is Failed:
                 st.done_ns, st.error = ev.t_ns, ev.error_type
                 st.endpoint = st.endpoint or ev.endpoint
+                st.request_id = st.request_id or ev.request_id
             elif type(ev) is Cancelled:
                 st.cancelled, st.done_ns = True, ev.t_ns
                 return

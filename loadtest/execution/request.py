@@ -74,6 +74,7 @@ class RequestState:
     # output tokens that came with no stamp of their own: an unstreamed answer's, all at done_ns
     unstamped_tokens: int = 0
     endpoint: str | None = None  # of several endpoints, the one it was sent to
+    request_id: str | None = None  # the correlation id it carried (a header), where it did
 
     @property
     def token_count(self) -> int:
@@ -99,11 +100,12 @@ class RequestState:
         derived latencies (ms), tokens streamed and reported, status, and token stamps."""
         rel = lambda t: None if t is None else t - t0  # noqa: E731
         ms = lambda a, b: None if a is None or b is None else (a - b) / 1e6  # noqa: E731
-        stamps = self.stamps
+        stamps, w = self.stamps, self.wire
         gaps = [b - a for a, b in zip(stamps, stamps[1:])]
         return {
             "index": self.req.index,
             "response_id": self.response_id,
+            "request_id": self.request_id,
             "session": self.req.session,
             "turn": None if self.req.session is None else self.req.turn,
             "model": self.req.model,
@@ -120,12 +122,20 @@ class RequestState:
             "intended_ns": rel(self.intended_ns),
             "sent_ns": rel(self.sent_ns),
             "admitted_ns": rel(self.admitted_ns),
+            "connected_ns": rel(w.connected_ns) if w is not None and w.connected_ns else None,
+            "first_byte_ns": rel(w.first_byte_ns) if w is not None and w.first_byte_ns else None,
             "first_token_ns": rel(stamps[0]) if stamps else None,
+            "last_token_ns": rel(stamps[-1]) if stamps else None,
             "done_ns": rel(self.done_ns),
             "ttft_ms": ms(stamps[0], self.intended_ns) if stamps else None,
             "e2e_ms": ms(self.done_ns, self.intended_ns),
             "queue_ms": ms(self.admitted_ns, self.intended_ns),
             "dispatch_lag_ms": ms(self.sent_ns, self.lag_from_ns or self.intended_ns),
+            # the client's waits before the send: a pooled connection, a new one (its TCP and
+            # TLS; 0 on a kept-alive one), the TLS handshake of it
+            "pool_wait_ms": None if w is None else w.pool_ns / 1e6,
+            "connect_ms": None if w is None else w.connect_ns / 1e6,
+            "tls_ms": None if w is None else w.tls_ns / 1e6,
             "tpot_ms": (stamps[-1] - stamps[0]) / (len(stamps) - 1) / 1e6
             if len(stamps) > 1
             else None,

@@ -85,7 +85,7 @@ class Connection(asyncio.Protocol):
         self.wake_bytes = wake_bytes
         self.waiter: asyncio.Future | None = None  # the stream's coroutine, waiting for bytes
         self.head = b""
-        self.heard = False  # a byte of the answer came (an interim head counts)
+        self.heard_ns = 0  # when the answer's first byte came (an interim head's counts)
         self.interim = 0  # interim answers (1xx) so far
         self.need = 0  # of the current chunk's data (chunked), or of the body (a length)
         self.crlf = 0  # bytes of the CRLF after a chunk's data still to pass over
@@ -126,6 +126,8 @@ class Connection(asyncio.Protocol):
                 await waiter
             if self.status == 0:
                 raise self.error or HttpFailure("server_disconnected", "no response")
+            if wire is not None:
+                wire.first_byte_ns = self.heard_ns
         except BaseException:
             Response(self).close()
             raise
@@ -134,7 +136,7 @@ class Connection(asyncio.Protocol):
     @property
     def answered_nothing(self) -> bool:
         """No byte of an answer to the request it carries (or carried last) came back."""
-        return not self.heard
+        return not self.heard_ns
 
     @property
     def idle(self) -> bool:
@@ -170,7 +172,7 @@ class Connection(asyncio.Protocol):
     def _read(self, t: int, data: bytes) -> None:
         """A read at ``t``, its framing taken off by the general rules."""
         if self.state == _HEAD:
-            data = self._head_in(data)
+            data = self._head_in(t, data)
             if not data:
                 self.silent_from = t
                 return
@@ -280,10 +282,11 @@ class Connection(asyncio.Protocol):
         )
         return got
 
-    def _head_in(self, data: bytes) -> bytes:
-        """The response head, taken from ``data``; what of ``data`` is body. Interim answers
-        (100 Continue) before it are passed over, however many (a loop: no recursion)."""
-        self.heard = True
+    def _head_in(self, t: int, data: bytes) -> bytes:
+        """The response head, taken from ``data`` (read at ``t``); what of ``data`` is body.
+        Interim answers (100 Continue) before it are passed over, however many (a loop: no
+        recursion)."""
+        self.heard_ns = self.heard_ns or t
         head = self.head + data
         while True:
             if head[:5] != b"HTTP/"[: len(head)]:  # judged at once, not at a blank line to come

@@ -79,21 +79,26 @@ class ConnectionPool:
         wire: Wire | None = None,
         eager: bool = False,
         read_timeout_ns: int | None = None,
+        head: bytes = b"",
     ) -> Response:
         """Send ``method url`` with ``body`` (JSON, where there is one) and wait for the
         response's head. ``eager``: the body's batches come read by read (a request the plan
         may cancel takes what was read by then). ``read_timeout_ns``: this request's (0: none;
-        None: the pool's)."""
+        None: the pool's). ``head``: this request's own header lines (each ending CRLF, free of
+        other line breaks: the caller's to check)."""
         target = self._targets.get(url) or self._target(url)
         now, cpu = self.now, time.thread_time_ns
         if wire is not None:
             wire.start_ns, wire.cpu_start_ns = now(), cpu()
         conn, reused = await self._acquire(wire)
+        if wire is not None:
+            wire.connected_ns = now()
         length = b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
-        request = b"%s %s HTTP/1.1\r\n%s%s\r\n%s" % (
+        request = b"%s %s HTTP/1.1\r\n%s%s%s\r\n%s" % (
             method.encode(),
             target,
             self._head,
+            head,
             length if body else b"",
             body,
         )
@@ -112,6 +117,8 @@ class ConnectionPool:
         if wire is not None:
             wire.retries += 1
         conn = await self._connect(wire)
+        if wire is not None:
+            wire.connected_ns = now()
         return await conn.exchange(request, eager, timeout, wire)
 
     def _target(self, url: str) -> bytes:
@@ -159,7 +166,7 @@ class ConnectionPool:
         start = self.now()
         failure: HttpFailure
         try:
-            conn = await asyncio.wait_for(self._dial(), self.connect_timeout or None)
+            conn = await asyncio.wait_for(self._dial(wire), self.connect_timeout or None)
         except asyncio.TimeoutError:
             failure = HttpFailure(
                 "connect_timeout",
@@ -220,9 +227,10 @@ class ConnectionPool:
     def _via(self) -> str:
         return self.origin if self.proxy is None else f"{self.origin} via {self.proxy.origin}"
 
-    async def _dial(self) -> Connection:
-        """A new connection: to the socket, the host, or the proxy (a CONNECT tunnel, then
-        TLS inside it, for https)."""
+    async def _dial(self, wire: Wire | None) -> Connection:
+        """A new connection: to the socket, the host, or the proxy; for https, TCP first (to
+        the host, or a CONNECT tunnel through the proxy), then TLS over it, timed apart
+        (``wire.tls_ns``)."""
         loop = asyncio.get_running_loop()
         e, proxy = self.endpoint, self.proxy
 
@@ -231,30 +239,24 @@ class ConnectionPool:
 
         if e.scheme == "unix":
             _, conn = await loop.create_unix_connection(protocol, e.socket_path)
-        elif proxy is None:
-            _, conn = await loop.create_connection(
-                protocol, e.host, e.port, ssl=self.ssl, server_hostname=e.host if self.ssl else None
-            )
-        elif not e.tls:
-            _, conn = await loop.create_connection(protocol, proxy.host, proxy.port)
-        else:
-            conn = await self._tunnel(loop, proxy)
-        return conn
-
-    async def _tunnel(self, loop: asyncio.AbstractEventLoop, proxy: Endpoint) -> Connection:
-        e = self.endpoint
-        raw, tunnel = await loop.create_connection(_Tunnel, proxy.host, proxy.port)
+            return conn
+        if not e.tls:
+            host, port = (e.host, e.port) if proxy is None else (proxy.host, proxy.port)
+            _, conn = await loop.create_connection(protocol, host, port)
+            return conn
+        raw, placeholder = await loop.create_connection(
+            asyncio.Protocol if proxy is None else _Tunnel,
+            e.host if proxy is None else proxy.host,
+            e.port if proxy is None else proxy.port,
+        )
         try:
-            raw.write(_connect_request(e, proxy))
-            status, reason = await tunnel.answered
-            if status != 200:
-                raise HttpFailure(
-                    "proxy_error",
-                    f"{self._via()}: the proxy refused the tunnel: HTTP {status} {reason}",
-                    True,
-                )
+            if proxy is not None:
+                await self._tunnel(raw, placeholder, proxy)  # type: ignore[arg-type]
             assert self.ssl is not None  # an https endpoint's
-            tls = await loop.start_tls(raw, tunnel, self.ssl, server_hostname=e.host)
+            start = self.now()
+            tls = await loop.start_tls(raw, placeholder, self.ssl, server_hostname=e.host)
+            if wire is not None:
+                wire.tls_ns += self.now() - start
         except BaseException:
             raw.abort()
             raise
@@ -263,6 +265,17 @@ class ConnectionPool:
         tls.set_protocol(conn)
         conn.connection_made(tls)
         return conn
+
+    async def _tunnel(self, raw: asyncio.Transport, tunnel: _Tunnel, proxy: Endpoint) -> None:
+        """A CONNECT tunnel through ``proxy`` to the endpoint, over ``raw``."""
+        raw.write(_connect_request(self.endpoint, proxy))
+        status, reason = await tunnel.answered
+        if status != 200:
+            raise HttpFailure(
+                "proxy_error",
+                f"{self._via()}: the proxy refused the tunnel: HTTP {status} {reason}",
+                True,
+            )
 
     def released(self, conn: Connection, keep: bool) -> None:
         """``conn``'s response is done with: kept for the next request, or closed."""

@@ -17,6 +17,7 @@ import pytest
 from loadtest.transport.http1 import HttpFailure
 from loadtest.transport.pool import ConnectionPool
 from loadtest.transport.settings import ClientSettings
+from loadtest.transport.wire import Wire
 
 trustme = pytest.importorskip("trustme")
 
@@ -189,3 +190,50 @@ def test_ssl_cert_file_is_trusted_as_openssl_reads_it(pki, monkeypatch):
     """No ca_bundle: the system's CAs, or SSL_CERT_FILE's where it is set."""
     monkeypatch.setenv("SSL_CERT_FILE", str(pki["ca"]))
     assert _get(_server_context(pki), ClientSettings()) == b"ok"
+
+
+def test_a_requests_phases_are_stamped_in_order_with_its_tls_handshake_apart(pki):
+    """A new https connection: its wait (TCP and TLS) and of it the handshake, then the send,
+    then the answer's first byte (the server holds its head 50 ms); the next request on the
+    kept-alive connection waits for none. The request's own header lines reach the server."""
+    heads: list[bytes] = []
+
+    async def handle(reader, writer):
+        try:
+            while True:
+                heads.append(await reader.readuntil(b"\r\n\r\n"))
+                await asyncio.sleep(0.05)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        writer.close()
+
+    async def main():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=_server_context(pki))
+        url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        pool = ConnectionPool(url, ClientSettings(ca_bundle=pki["ca"]), 0, time.monotonic_ns)
+        wires = []
+        try:
+            for n in range(2):
+                wire = Wire()
+                resp = await pool.request("GET", url, wire=wire, head=b"X-Request-Id: r%d\r\n" % n)
+                assert await resp.read(100) == b"ok"
+                resp.release()
+                wires.append(wire)
+        finally:
+            await pool.close()
+            server.close()
+        return wires
+
+    first, second = asyncio.run(main())
+    assert 0 < first.tls_ns <= first.connect_ns
+    assert first.start_ns <= first.connected_ns <= first.sent_ns < first.first_byte_ns
+    assert first.first_byte_ns - first.sent_ns >= 50_000_000  # the server's hold, at least
+    assert second.connect_ns == second.tls_ns == 0
+    assert second.start_ns <= second.connected_ns <= second.sent_ns < second.first_byte_ns
+    sent = first.sent(None, "r0")
+    assert (sent.tls_ns, sent.connected_ns, sent.first_byte_ns, sent.request_id) == (
+        first.tls_ns, first.connected_ns, first.first_byte_ns, "r0",
+    )  # fmt: skip
+    assert [h.split(b"\r\n")[-3] for h in heads] == [b"X-Request-Id: r0", b"X-Request-Id: r1"]
