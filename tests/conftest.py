@@ -133,11 +133,24 @@ KEEP_ALIVE_S = 2  # the shared vLLM's idle-connection timeout
 
 
 @pytest.fixture(scope="session")
-def vllm_server(vllm_python, tmp_path_factory):
+def otlp_receiver():
+    """An OTLP/HTTP receiver for the session (``tests/otlp_receiver.py``): the shared vLLM
+    exports its request spans to it, and a traced run its own."""
+    pytest.importorskip("opentelemetry.proto")
+    from tests.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_python, otlp_receiver, tmp_path_factory):
     """One vLLM for the session, serving the tiny model as ``tiny`` (and as ``tiny-b``: two
     served names for a model mix), its torch profiler on call (without Python stacks: vLLM's
-    default stack tracing stalls its engine here), tool calls parsed (hermes), and idle
-    connections closed after 2 s (the client's reuse of a closed one is met in every test)."""
+    default stack tracing stalls its engine here), tool calls parsed (hermes), idle
+    connections closed after 2 s (the client's reuse of a closed one is met in every test),
+    and its request spans exported to ``otlp_receiver`` (``--otlp-traces-endpoint``)."""
     from tests import real_servers
 
     work = tmp_path_factory.mktemp("vllm")
@@ -150,6 +163,7 @@ def vllm_server(vllm_python, tmp_path_factory):
         *real_servers.TOOL_ARGS,
         also_as=("tiny-b",),
         keep_alive_s=KEEP_ALIVE_S,
+        otlp=otlp_receiver.endpoint,
     )
     yield server
     server.stop()

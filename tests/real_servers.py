@@ -225,6 +225,7 @@ def start_vllm(
     keep_alive_s: int = 5,
     tls: Tls | None = None,
     uds: Path | None = None,
+    otlp: str | None = None,
 ) -> Server:
     """vLLM on loopback serving ``model_dir`` as ``tiny`` (and as each of ``also_as``: one
     model under several served names); ``profiler``: its --profiler-config (a torch profiler
@@ -233,7 +234,9 @@ def start_vllm(
     to ~15 minutes, and a tiny model's eager step is as good a server to test against; the
     benchmarks keep vLLM's default, compiled. ``keep_alive_s``: how long it keeps an idle
     connection open (vLLM's default 5). ``tls``: https only, a client certificate from its CA
-    required (``--ssl-cert-reqs 2``); ``uds``: on that Unix socket instead of a port."""
+    required (``--ssl-cert-reqs 2``); ``uds``: on that Unix socket instead of a port;
+    ``otlp``: an OTLP/HTTP receiver's base URL its request spans are exported to
+    (``--otlp-traces-endpoint``), in batches 0.2 s apart."""
     port = free_port()
     log = workdir / "vllm.log"
     profile_dir = None
@@ -251,6 +254,11 @@ def start_vllm(
         client = {"ca_bundle": tls.ca, "client_cert": tls.client_cert, "client_key": tls.client_key}
     if uds is not None:
         args += ["--uds", str(uds)]
+    tracing = {}
+    if otlp is not None:
+        args += ["--otlp-traces-endpoint", f"{otlp}/v1/traces"]
+        tracing = {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                   "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_SERVICE_NAME": "vllm"}  # fmt: skip
     if profiler is not None:
         profile_dir = workdir / "profiles"
         config = {"profiler": "torch", "torch_profiler_dir": str(profile_dir), **profiler}
@@ -264,6 +272,7 @@ def start_vllm(
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(keep_alive_s),
+        **tracing,
     }
     proc = subprocess.Popen(
         args,

@@ -25,9 +25,11 @@ SpecT = TypeVar("SpecT", bound=Spec)
 @dataclass(frozen=True)
 class BackendContext:
     """Where the backend runs from: the scenario's folder, where its relative paths resolve
-    (a model directory, a CA bundle, a client certificate)."""
+    (a model directory, a CA bundle, a client certificate); and whether the run is traced."""
 
     base_dir: Path = field(default_factory=Path.cwd)
+    # each request sends a W3C traceparent, its span exported by the run (outputs.otel)
+    traced: bool = False
 
 
 @dataclass

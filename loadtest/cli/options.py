@@ -57,6 +57,14 @@ MetricsPort = Annotated[
         "0: any free port; needs the prometheus extra).",
     ),
 ]
+Otel = Annotated[
+    bool,
+    typer.Option(
+        "--otel",
+        help="Export each request as an OpenTelemetry span and send its traceparent "
+        "(outputs.otel; OTEL_EXPORTER_OTLP_* say where; needs the otel extra).",
+    ),
+]
 Metric = Annotated[
     list[str] | None,
     typer.Option(
@@ -78,9 +86,14 @@ Confidence = Annotated[
 
 
 def workers_override(
-    workers: int | None, ray: str | None = None, metrics_port: int | None = None
+    workers: int | None,
+    ray: str | None = None,
+    metrics_port: int | None = None,
+    otel: bool = False,
 ) -> list[str]:
-    """``--workers``, ``--ray`` and ``--metrics-port`` as the scenario overrides they stand for."""
+    """``--workers``, ``--ray``, ``--metrics-port`` and ``--otel`` as the scenario overrides
+    they stand for."""
     out = [] if workers is None else [f"load.workers={workers}"]
     out += [] if metrics_port is None else [f"outputs.metrics_port={metrics_port}"]
+    out += ["outputs.otel=true"] if otel else []
     return out + ([] if ray is None else [f"load.ray={ray}"])

@@ -75,6 +75,7 @@ def run(
     workers: options.Workers = None,
     ray: options.Ray = None,
     metrics_port: options.MetricsPort = None,
+    otel: options.Otel = False,
     repeat: int = typer.Option(
         1,
         "--repeat",
@@ -117,7 +118,7 @@ def run(
         output_tokens=output_tokens,
         dataset=dataset,
     )
-    overrides = (set_ or []) + options.workers_override(workers, ray, metrics_port)
+    overrides = (set_ or []) + options.workers_override(workers, ray, metrics_port, otel)
     path, overrides = scenario_source(
         scenario, overrides, url, model, flags, save_scenario, overwrite
     )

@@ -72,6 +72,7 @@ def sweep(
     workers: options.Workers = None,
     ray: options.Ray = None,
     metrics_port: options.MetricsPort = None,
+    otel: options.Otel = False,
     overwrite: options.Overwrite = False,
     quiet: options.Quiet = False,
 ) -> None:
@@ -80,8 +81,8 @@ def sweep(
     from loadtest.core.errors import ScenarioError
     from loadtest.reporters import sweep_report
 
-    # every point's overrides: --workers, --ray and --metrics-port apply to each
-    set_ = (set_ or []) + options.workers_override(workers, ray, metrics_port)
+    # every point's overrides: --workers, --ray, --metrics-port and --otel apply to each
+    set_ = (set_ or []) + options.workers_override(workers, ray, metrics_port, otel)
     loaded = load(scenario, set_)
     try:
         axes = sweeps.parse_axes(batch_sizes, rates, concurrency, param or [])

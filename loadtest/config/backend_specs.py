@@ -188,6 +188,13 @@ class OpenAISpec(Spec):
         "anything with key, token, secret, ...) are masked in results and scrubbed from all "
         "output; prefer api_key_env for the API key.",
     )
+    request_id_header: str = Field(
+        "X-Request-Id",
+        pattern=r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+)?$",
+        description="Header carrying each request's correlation id (32 hex digits; with "
+        "outputs.otel, its trace id), kept as requests.jsonl's request_id; vLLM makes it its "
+        "own request id. Empty: none sent.",
+    )
     max_connections: int = Field(
         0,
         ge=0,

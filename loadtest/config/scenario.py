@@ -307,6 +307,12 @@ class Outputs(_Model):
         "repeat runs (0: any free port, printed); --metrics-port overrides. Needs the "
         "prometheus extra.",
     )
+    otel: bool = Field(
+        False,
+        description="Export each request as an OpenTelemetry span (OTLP; where to, from the "
+        "standard OTEL_EXPORTER_OTLP_* variables) and send its W3C traceparent, so a server's "
+        "own span joins its trace; --otel. Needs the otel extra.",
+    )
     metrics_address: str = Field(
         "0.0.0.0", description="The address the metrics endpoint listens on (all, by default)."
     )

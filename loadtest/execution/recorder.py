@@ -12,6 +12,7 @@ Throughput counts what happened inside the measured window (``window.Window``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,6 +121,7 @@ class Recorder:
         self.by_model: dict[str, ModelTally] = {}  # a model mix: each model's share
         self.by_endpoint: dict[str, ModelTally] = {}  # several endpoints: each one's share
         self.records: list[dict] | None = None
+        self.trace: Callable[[RequestState], None] | None = None  # each request, as a span
         self.timeline = Timeline()  # every finished request's times: the stability judgement
         # every request's (first token ns, first token - sent ns), warm-up and profiled ones
         # too: a server's own TTFT histogram counts all of them, and is compared with these
@@ -139,6 +141,8 @@ class Recorder:
 
     def finish(self, st: RequestState) -> None:
         """Record a finished request: its latencies, or its failure, and its tokens in the window."""
+        if self.trace is not None:
+            self.trace(st)
         self.window.count(st, self.tallies)
         if st.wire is not None and st.wire.retries:
             self.connection_retries += st.wire.retries

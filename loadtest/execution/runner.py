@@ -27,6 +27,7 @@ from loadtest.execution.loop_watch import LoopWatch
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder
+from loadtest.execution.request import RequestState
 from loadtest.execution.users import SessionCounts, Users
 from loadtest.telemetry.profile_window import ProfileWindow
 from loadtest.workload.plan import Plan
@@ -76,9 +77,12 @@ class Runner:
         profile: ProfileWindow | None = None,
         goodput: tuple[int | None, int | None, int | None] | None = None,
         prompts: PromptsAhead | None = None,
+        trace: Callable[[RequestState], None] | None = None,
     ) -> None:
         """``goodput``: per-request objectives in ns (ttft, tpot, e2e), or None; ``prompts``:
-        the plan's prompts, made before t0 (else ``run`` makes them)."""
+        the plan's prompts, made before t0 (else ``run`` makes them); ``trace``: called with
+        each finished request (its span, ``traces.SpanExport``)."""
+        self.trace = trace
         self.goodput = goodput
         self.profile = profile
         self.plan, self.backend, self.tokenizer = plan, backend, tokenizer
@@ -157,6 +161,7 @@ class Runner:
         )
         if self.keep_records:
             rec.records = []
+        rec.trace = self.trace
         if self.profile is not None:
             rec.profile = self.profile
             self.profile.arm(self.t0)

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import hashlib
 import signal
+import sys
 from array import array
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +29,9 @@ from loadtest.core.heap import settle_heap
 from loadtest.core.loop import read_pipe_on_loop
 from loadtest.execution.live import LiveStats, LiveWants
 from loadtest.execution.prompts_ahead import PromptsAhead
+from loadtest.execution.request import RequestState
 from loadtest.execution.runner import Runner, RunOutcome
+from loadtest.execution.traces import SpanExport, point_attributes
 from loadtest.workload.plan import Plan, build_plan
 
 HEARTBEAT_S = 0.5
@@ -58,12 +62,13 @@ class WorkerSide:
         self._prompts: PromptsAhead | None = None  # made before ready
         self._info: BackendInfo | None = None
         self._early_stop: tuple[str, int | None] | None = None
+        self._spans: SpanExport | None = None  # this worker's request spans (outputs.otel)
 
     async def start(self) -> dict:
         """Load and warm the backend, build the plan and take this worker's share."""
         scenario = self.loaded.scenario
         secrets.register(*scenario.backend.secret_values())
-        context = BackendContext(Path(self.loaded.base_dir))
+        context = BackendContext(Path(self.loaded.base_dir), scenario.outputs.otel)
         self.backend = backend = create_backend(scenario.backend, self.clock, context)
         self._info = info = await backend.start()
         plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(self.loaded, name))
@@ -102,6 +107,7 @@ class WorkerSide:
             keep_records=scenario.outputs.requests_jsonl,
             goodput=None if goodput is None else (goodput.ttft, goodput.tpot, goodput.e2e),
             prompts=self._prompts,
+            trace=self._traces(),
         )
         if self._early_stop is not None:  # a stop that came before the runner existed
             self.runner.request_stop(*self._early_stop)
@@ -131,7 +137,21 @@ class WorkerSide:
             out = replace(out, histograms={m: h.encode() for m, h in hists.items() if h.count})
         return out
 
+    def _traces(self) -> Callable[[RequestState], None] | None:
+        """This worker's own span exporter, where the run is traced (``outputs.otel``)."""
+        scenario = self.loaded.scenario
+        if not scenario.outputs.otel:
+            return None
+        if self._spans is None:
+            self._spans = SpanExport(self.clock.now_ns)
+        return self._spans.point(point_attributes(scenario, worker=self.index))
+
     async def close(self) -> None:
+        if self._spans is not None:  # the coordinator says where they went; this, if not all
+            spans, self._spans = self._spans, None
+            line = await asyncio.to_thread(spans.close)
+            if spans.failed:
+                sys.stderr.write(f"loadtest: worker {self.index}: {secrets.scrub(line)}\n")
         if self.backend is not None:
             backend, self.backend = self.backend, None
             await backend.stop()

@@ -33,6 +33,7 @@ from loadtest.results.runset import Evidence
 from loadtest.session.live_metrics import SessionMetrics
 from loadtest.session.signals import StopOnSignals
 from loadtest.session.telemetry import gpu_off_reason, gpu_sampler, gpu_scope, server_sampler
+from loadtest.session.traces import SessionTraces
 from loadtest.session.worker_points import WorkerPoints
 from loadtest.session.writing import RunResult, write_exports, write_result, write_side_files
 from loadtest.telemetry import environment
@@ -92,11 +93,13 @@ class Session(StopOnSignals):
         self._restore_signals: Callable[[], None] | None = None
         self._name: str | None = None  # what was loaded, for the result
         self.metrics = SessionMetrics()  # a live metrics endpoint, once a point asks for one
+        self.traces = SessionTraces(clock)  # request spans, once a point asks for them
 
     async def close(self) -> dict:
         """Stop the backend (if loaded) and restore signal handlers; returns the backend's last
         facts. A live metrics endpoint serves its final figures until scraped once more."""
         facts = await self._release()
+        await self.traces.close()
         await self.metrics.close()
         return facts
 
@@ -124,7 +127,8 @@ class Session(StopOnSignals):
             else:
                 self.spec = spec
         if self.backend is None:
-            self.backend = create_backend(spec, self.clock, BackendContext(Path(loaded.base_dir)))
+            context = BackendContext(Path(loaded.base_dir), loaded.scenario.outputs.otel)
+            self.backend = create_backend(spec, self.clock, context)
             self.info = await self.backend.start()  # BackendError propagates: nothing loaded
             self.spec = spec
             for notice in self.info.notices:  # before t0: the user reads it before the numbers
@@ -169,6 +173,7 @@ class Session(StopOnSignals):
         secrets.register(*scenario.backend.secret_values())
         out = _run_dir(scenario, out_dir, overwrite, claimed)
         self.metrics.begin(scenario, *(metrics_as or (out.name, "")))
+        self.traces.begin(scenario, *(metrics_as or (out.name, "")))
         started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")  # a label
         started = await self._start_point(loaded)
         if isinstance(started, str):  # why it did not start: the result says so
@@ -290,6 +295,7 @@ class Session(StopOnSignals):
             keep_records=scenario.outputs.requests_jsonl,
             profile=window,
             goodput=None if goodput is None else (goodput.ttft, goodput.tpot, goodput.e2e),
+            trace=self.traces.hook,
         )
         return await self._drive(runner, runner.run, sampler)
 

@@ -421,3 +421,70 @@ def test_vllms_own_events_take_the_short_path_and_read_as_the_general_rules_read
         general.finish_reason,
         general.usage,
     )
+
+
+def test_a_traced_runs_request_spans_and_vllms_own_join_in_one_trace(
+    vllm, otlp_receiver, tmp_path, monkeypatch
+):
+    """``--otel``: each request's span reaches the OTLP receiver (from OTEL_EXPORTER_OTLP_
+    ENDPOINT) under its correlation id as trace id; vLLM, exporting its own spans to the same
+    receiver, puts its ``llm_request`` span in that trace as the child of loadtest's, inside
+    it in time; vLLM takes the X-Request-Id header as its own request id, so the response id
+    carries it too; and requests.jsonl keeps the id and each request's phases in order."""
+    from tests.otlp_receiver import attributes
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    out = tmp_path / "traced"
+    scenario = write_scenario(
+        tmp_path,
+        {
+            "name": "traced",
+            "backend": served(vllm),
+            "workload": {"input_tokens": 32, "output_tokens": 8},
+            "load": {
+                "arrival": {"kind": "concurrency", "users": 2},
+                "requests": 6,
+                "validity": LENIENT,
+            },
+            "outputs": {"requests_jsonl": True, "otel": True},
+        },
+    )
+    r = cli("run", scenario, "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    assert (
+        f"OpenTelemetry: 6 request spans exported to {otlp_receiver.endpoint}/v1/traces" in r.stderr
+    )
+    rows = records(out)
+    ids = {row["request_id"] for row in rows}
+    assert len(ids) == 6 and all(len(i) == 32 for i in ids)
+
+    def joined():
+        spans = [(svc, s) for svc, s in otlp_receiver.spans() if s.trace_id.hex() in ids]
+        ours = {s.trace_id.hex(): s for svc, s in spans if svc == "loadtest"}
+        theirs = {s.trace_id.hex(): s for svc, s in spans if s.name == "llm_request"}
+        return (ours, theirs) if len(ours) == len(theirs) == 6 else None
+
+    found = otlp_receiver.wait_for(joined, timeout_s=30)
+    assert found, "six joined traces within 30 s"
+    ours, theirs = found
+    for row in rows:
+        rid = row["request_id"]
+        mine, vllms = ours[rid], theirs[rid]
+        assert vllms.parent_span_id == mine.span_id == bytes.fromhex(rid[16:])
+        # the server's span within the client's: it saw the request after the send and ended
+        # before the last byte was read (one host, one clock; 1 ms for the clocks' reading)
+        assert mine.start_time_unix_nano <= vllms.start_time_unix_nano
+        assert vllms.end_time_unix_nano <= mine.end_time_unix_nano + 1_000_000
+        assert row["response_id"] == f"chatcmpl-{rid}"  # vLLM's id: its API's prefix, ours
+        assert attributes(vllms)["gen_ai.request.id"].startswith(row["response_id"])
+        assert attributes(mine)["gen_ai.response.id"] == row["response_id"]
+        phases = [row[k] for k in ("intended_ns", "connected_ns", "sent_ns", "first_byte_ns",
+                                   "first_token_ns", "last_token_ns")]  # fmt: skip
+        assert phases == sorted(phases) and row["done_ns"] >= row["last_token_ns"], row
+        assert [e.name for e in mine.events] == [
+            "connected",
+            "sent",
+            "first_byte",
+            "first_token",
+            "last_token",
+        ]

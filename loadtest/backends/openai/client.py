@@ -47,6 +47,7 @@ from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished, Tokens
+from loadtest.core.request_ids import RequestIds
 from loadtest.transport.calls import error_text
 from loadtest.transport.http1 import HttpFailure
 from loadtest.transport.pool import ConnectionPool
@@ -81,6 +82,11 @@ class OpenAIBackend(Backend[OpenAISpec]):
         self.server_model: str | None = None
         self._checks = OutputChecks(Content())
         self._described: dict = {}  # what the run's requests carry and are checked for
+        # a correlation id a request (unless the user's own headers name the same header)
+        header = spec.request_id_header
+        if header.lower() in {name.lower() for name in spec.headers}:
+            header = ""
+        self._ids = RequestIds(header, self.context.traced)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -206,13 +212,19 @@ class OpenAIBackend(Backend[OpenAISpec]):
         router = self._router
         assert router is not None
         route = router.pick()
+        rid, head = self._ids.next() if self._ids.active else (None, b"")
         try:
             resp = await route.pool.request(
-                "POST", route.url, json.dumps(body, allow_nan=False).encode(), wire, eager=cancels
+                "POST",
+                route.url,
+                json.dumps(body, allow_nan=False).encode(),
+                wire,
+                eager=cancels,
+                head=head,
             )
             try:
                 route.connect_errors = 0
-                yield wire.sent(route.label if router.several else None)
+                yield wire.sent(route.label if router.several else None, rid)
                 if resp.status >= 300:  # an error, or a redirect (not followed)
                     facts[f"http_{resp.status}"] += 1
                     yield Failed(now(), f"http_{resp.status}", await error_text(resp))
@@ -255,8 +267,9 @@ class OpenAIBackend(Backend[OpenAISpec]):
         if failure is not None:
             if partial and stream.chunk_ns:
                 yield Tokens(tuple(self._tokens.partial(stream.chunks)))
-            if isinstance(failure, Failed) and router.several:
-                failure = dataclasses.replace(failure, endpoint=route.label)
+            if isinstance(failure, Failed):
+                where = route.label if router.several else None
+                failure = dataclasses.replace(failure, endpoint=where, request_id=rid)
             yield failure
             return
         if pooled is not None:  # one JSON answer: no tokens, its end is the request's
