@@ -20,12 +20,11 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.live import LiveStats, LiveTotals
-from loadtest.reporters.progress import Rates
+from loadtest.reporters.live_points import Labels, LivePoint, LivePoints, Polled
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -41,36 +40,24 @@ HISTOGRAMS = ("ttft", "itl", "tpot", "e2e")  # dispatch_lag: its quantiles only
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 PERCENTS = tuple(100 * q for q in QUANTILES)
 LABELS = ("scenario", "run", "point", "model")
-SNAPSHOT_TIMEOUT_S = 5.0  # a scrape waits this long for the event loop, then serves the last
-
-
-class Polled(Protocol):
-    """A running point: a runner, or a group of worker processes."""
-
-    def stats(self, percentiles: bool = ..., totals: bool = ...) -> LiveStats: ...
-
-
-@dataclass
-class _Point:
-    labels: tuple[str, str, str, str]
-    source: Polled | None  # None once the point is done
-    loop: asyncio.AbstractEventLoop | None
-    last: LiveStats | None = None
-    verdicts: dict[str, bool] = field(default_factory=dict)
-    rates: Rates = field(default_factory=Rates)
-    rate_now: tuple[float | None, float | None] = (None, None)
 
 
 class MetricsEndpoint:
     """One HTTP endpoint for a session's points (``start`` it, ``watch`` and ``done`` each
-    point, ``close`` at the end)."""
+    point, ``close`` at the end), serving ``points`` (its own unless shared with another
+    export)."""
 
-    def __init__(self, port: int, address: str = "0.0.0.0", linger_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        port: int,
+        address: str = "0.0.0.0",
+        linger_s: float = 15.0,
+        points: LivePoints | None = None,
+    ) -> None:
         self.port, self.address, self.linger_s = port, address, linger_s
-        self._points: dict[tuple[str, ...], _Point] = {}
-        self._lock = threading.Lock()  # the points, between the loop and the server's thread
-        self._finished_at: float | None = None
-        self._scraped_after_finish = threading.Event()
+        self.points = points if points is not None else LivePoints()
+        self._scraped = threading.Event()  # set at each scrape
+        self._last_scrape = -1.0  # monotonic s a scrape last began
         self._server: object | None = None
         self._thread: threading.Thread | None = None
 
@@ -92,35 +79,36 @@ class MetricsEndpoint:
         host = "127.0.0.1" if self.address in ("0.0.0.0", "") else self.address
         return f"http://{host}:{self.port}/metrics"
 
-    def watch(self, labels: tuple[str, str, str, str], source: Polled) -> None:
+    def watch(self, labels: Labels, source: Polled) -> None:
         """A point starts: its figures are read from ``source`` at each scrape."""
-        point = _Point(labels, source, asyncio.get_running_loop())
-        with self._lock:
-            self._points[labels] = point
-            self._finished_at = None
+        self.points.watch(labels, source)
 
-    def done(
-        self, labels: tuple[str, str, str, str], final: LiveStats, verdicts: dict[str, bool]
-    ) -> None:
+    def done(self, labels: Labels, final: LiveStats, verdicts: dict[str, bool]) -> None:
         """A point ends: its final figures and verdicts, served from now on as they are."""
-        with self._lock:
-            point = self._points.setdefault(labels, _Point(labels, None, None))
-            point.source, point.loop, point.last = None, None, final
-            point.verdicts = dict(verdicts)
-            self._finished_at = time.monotonic()
-            self._scraped_after_finish.clear()
+        self.points.done(labels, final, verdicts)
 
     async def close(self) -> None:
         """After the last point: wait (at most ``linger_s``) for one more scrape, then stop."""
         if self._server is None:
             return
-        if self._points and self.linger_s > 0:
-            await asyncio.to_thread(self._scraped_after_finish.wait, self.linger_s)
+        if self.points and self.linger_s > 0:
+            await asyncio.to_thread(self._wait_for_scrape, time.monotonic() + self.linger_s)
         server, self._server = self._server, None
         server.shutdown()  # type: ignore[attr-defined]
         server.server_close()  # type: ignore[attr-defined]
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 5.0)
+
+    def _wait_for_scrape(self, deadline: float) -> None:
+        """Until a scrape began after the last point ended, or ``deadline`` (monotonic s)."""
+        while True:
+            self._scraped.clear()
+            finished = self.points.finished_at
+            if finished is None or self._last_scrape >= finished:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._scraped.wait(left):
+                return
 
     # -- the collector (on the server's thread) -----------------------------------------------
 
@@ -128,38 +116,13 @@ class MetricsEndpoint:
         return []  # nothing to declare ahead: registering must not run a collection
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            points = list(self._points.values())
-            finished_at = self._finished_at
         started = time.monotonic()
-        for point in points:
-            stats = self._read(point)
-            if stats is not None:
-                point.last = stats
-                if point.source is not None:
-                    point.rate_now = point.rates.update(stats)
-        yield from families(points)
-        if finished_at is not None and started >= finished_at:
-            self._scraped_after_finish.set()
-
-    def _read(self, point: _Point) -> LiveStats | None:
-        """The point's figures now, read on its event loop (where they change)."""
-        source, loop = point.source, point.loop
-        if source is None or loop is None or loop.is_closed():
-            return None
-
-        async def snapshot() -> LiveStats:
-            return source.stats(percentiles=False, totals=True)
-
-        future = asyncio.run_coroutine_threadsafe(snapshot(), loop)
-        try:
-            return future.result(SNAPSHOT_TIMEOUT_S)
-        except Exception:  # the loop busy past the timeout, or gone: serve the last
-            future.cancel()
-            return None
+        yield from families(self.points.read())
+        self._last_scrape = started
+        self._scraped.set()
 
 
-def families(points: list[_Point]) -> Iterator[Metric]:
+def families(points: list[LivePoint]) -> Iterator[Metric]:
     """Every metric family over the points' latest figures."""
     from prometheus_client.core import (
         CounterMetricFamily,

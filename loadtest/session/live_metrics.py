@@ -1,38 +1,52 @@
-"""A session's live metrics endpoint (``reporters.live_metrics``): started by the first point
-that asks for one (``outputs.metrics_port``), kept for the points after it (a sweep's, a
-repeat's), each point watched while it runs and kept with its final figures and verdicts."""
+"""A session's live metrics: the Prometheus endpoint (``reporters.live_metrics``) and the OTLP
+pushes (``reporters.otlp_metrics``), each started by the first point that asks for it
+(``outputs.metrics_port``, ``outputs.otel``), kept for the points after it (a sweep's, a
+repeat's); both read the same points, each watched while it runs and kept with its final
+figures and verdicts."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 from loadtest.config.scenario import Scenario
 from loadtest.core.errors import OutputError
 from loadtest.execution.live import LiveStats
 from loadtest.execution.runner import RunOutcome
-from loadtest.reporters.live_metrics import MetricsEndpoint, Polled
+from loadtest.reporters.live_metrics import MetricsEndpoint
+from loadtest.reporters.live_points import Labels, LivePoints, Polled
+from loadtest.reporters.otlp_metrics import MetricsPush
 from loadtest.results.model import RunMetrics
-
-Labels = tuple[str, str, str, str]  # scenario, run, point, model
 
 
 class SessionMetrics:
-    """The endpoint, once a point asks for it, and the point being measured."""
+    """The endpoint and the pushes, once a point asks for them, and the point being measured."""
 
     def __init__(self) -> None:
+        self.points = LivePoints()
         self.endpoint: MetricsEndpoint | None = None
+        self.push: MetricsPush | None = None
         self.labels: Labels | None = None  # the point being measured
 
     def begin(self, scenario: Scenario, run: str, point: str) -> None:
-        """Before a point starts: the endpoint started if this is the first to ask for one
-        (OutputError: it could not be), and the point's labels (its model named at ``watch``)."""
+        """Before a point starts: the endpoint or the pushes started if this is the first to
+        ask for them (OutputError: they could not be), and the point's labels (its model named
+        at ``watch``)."""
         outputs = scenario.outputs
-        if outputs.metrics_port is None:
+        if outputs.metrics_port is None and not outputs.otel:
             self.labels = None
             return
-        if self.endpoint is None:
+        if outputs.otel and self.push is None:
+            try:
+                self.push = MetricsPush(self.points)
+            except ImportError as exc:
+                raise OutputError(str(exc)) from exc
+        if outputs.metrics_port is not None and self.endpoint is None:
             endpoint = MetricsEndpoint(
-                outputs.metrics_port, outputs.metrics_address, outputs.metrics_linger / 1e9
+                outputs.metrics_port,
+                outputs.metrics_address,
+                outputs.metrics_linger / 1e9,
+                self.points,
             )
             try:
                 url = endpoint.start()
@@ -48,16 +62,16 @@ class SessionMetrics:
     @property
     def totals(self) -> bool:
         """Whether the point's workers should send their totals in their heartbeats."""
-        return self.endpoint is not None and self.labels is not None
+        return self.labels is not None
 
     def watch(self, source: Polled, model: str | None) -> None:
-        if self.endpoint is not None and self.labels is not None:
+        if self.labels is not None:
             self.labels = (*self.labels[:3], model or "")
-            self.endpoint.watch(self.labels, source)
+            self.points.watch(self.labels, source)
 
     def done(self, outcome: RunOutcome | None, result: RunMetrics) -> None:
         """The point's final figures (its merged recorder's) and verdicts."""
-        if self.endpoint is None or self.labels is None:
+        if self.labels is None:
             return
         rec = outcome.recorder if outcome is not None else None
         final = LiveStats(
@@ -70,10 +84,14 @@ class SessionMetrics:
         verdicts = {"valid": result.validity.valid}
         if result.stability is not None:
             verdicts["steady"] = result.stability.steady
-        self.endpoint.done(self.labels, final, verdicts)
+        self.points.done(self.labels, final, verdicts)
         self.labels = None
 
     async def close(self) -> None:
+        """The final figures pushed; the endpoint waits to be scraped once more, then stops."""
+        if self.push is not None:
+            push, self.push = self.push, None
+            await asyncio.to_thread(push.close)
         if self.endpoint is not None:
             endpoint, self.endpoint = self.endpoint, None
             await endpoint.close()

@@ -430,7 +430,8 @@ def test_a_traced_runs_request_spans_and_vllms_own_join_in_one_trace(
     ENDPOINT) under its correlation id as trace id; vLLM, exporting its own spans to the same
     receiver, puts its ``llm_request`` span in that trace as the child of loadtest's, inside
     it in time; vLLM takes the X-Request-Id header as its own request id, so the response id
-    carries it too; and requests.jsonl keeps the id and each request's phases in order."""
+    carries it too; requests.jsonl keeps the id and each request's phases in order; and the
+    run's figures arrive as OTLP metrics."""
     from tests.otlp_receiver import attributes
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
@@ -488,3 +489,12 @@ def test_a_traced_runs_request_spans_and_vllms_own_join_in_one_trace(
             "first_token",
             "last_token",
         ]
+    # the run's figures as OTLP metrics: the last push holds the final count, as metrics.json
+    pushed = [
+        dp
+        for svc, metric in otlp_receiver.metrics()
+        if metric.name == "gen_ai.client.operation.duration"
+        for dp in metric.histogram.data_points
+        if attributes(dp)["loadtest.scenario"] == "traced"
+    ]
+    assert pushed and pushed[-1].count == metrics(out)["latency_ms"]["e2e"]["count"] == 6

@@ -138,3 +138,24 @@ def test_an_endpoint_without_its_extra_or_its_port_stops_the_run_saying_which(
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with pytest.raises(OutputError, match=r"pip install 'loadtest\[prometheus\]'"):
         SessionMetrics().begin(scenario(0), "run", "")
+
+
+def test_a_point_that_ends_while_being_read_keeps_its_final_figures():
+    """A read whose snapshot was taken as the point ended (here: the point ends inside it)
+    must not put the stale figures over the final ones that ``done`` set."""
+    from loadtest.reporters.live_points import LivePoints
+
+    points = LivePoints()
+    final = LiveStats(sent=10, totals=LiveTotals(completed=10))
+
+    class Ending:
+        def stats(self, percentiles: bool = True, totals: bool = False) -> LiveStats:
+            points.done(LABELS, final, {"valid": True})  # on the loop, as the read runs
+            return LiveStats(sent=7, totals=LiveTotals(completed=7))
+
+    async def go() -> list:
+        points.watch(LABELS, Ending())
+        return await asyncio.to_thread(points.read)
+
+    (point,) = asyncio.run(go())
+    assert point.last is final and point.source is None

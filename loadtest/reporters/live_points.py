@@ -1,0 +1,97 @@
+"""The points a session's live exports read (``live_metrics``' Prometheus endpoint, and
+``otlp_metrics``' pushes): a running point's figures read on its own event loop when asked
+(nothing is counted on the request path), a finished point's last figures and verdicts kept."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from loadtest.execution.live import LiveStats
+from loadtest.reporters.progress import Rates
+
+Labels = tuple[str, str, str, str]  # scenario, run, point, model
+SNAPSHOT_TIMEOUT_S = 5.0  # a read waits this long for the event loop, then keeps the last
+
+
+class Polled(Protocol):
+    """A running point: a runner, or a group of worker processes."""
+
+    def stats(self, percentiles: bool = ..., totals: bool = ...) -> LiveStats: ...
+
+
+@dataclass
+class LivePoint:
+    labels: Labels
+    source: Polled | None  # None once the point is done
+    loop: asyncio.AbstractEventLoop | None
+    started_unix_ns: int = field(default_factory=time.time_ns)
+    last: LiveStats | None = None
+    verdicts: dict[str, bool] = field(default_factory=dict)
+    rates: Rates = field(default_factory=Rates)
+    rate_now: tuple[float | None, float | None] = (None, None)
+
+
+class LivePoints:
+    """A session's points, shared between the event loop (``watch``, ``done``) and the
+    exports' threads (``read``)."""
+
+    def __init__(self) -> None:
+        self._points: dict[Labels, LivePoint] = {}
+        self._lock = threading.Lock()
+        self.finished_at: float | None = None  # monotonic s: the last point's end, none running
+
+    def watch(self, labels: Labels, source: Polled) -> None:
+        """A point starts (on its event loop): its figures are read from ``source``."""
+        point = LivePoint(labels, source, asyncio.get_running_loop())
+        with self._lock:
+            self._points[labels] = point
+            self.finished_at = None
+
+    def done(self, labels: Labels, final: LiveStats, verdicts: dict[str, bool]) -> None:
+        """A point ends: its final figures and verdicts, kept as they are from now on."""
+        with self._lock:
+            point = self._points.setdefault(labels, LivePoint(labels, None, None))
+            point.source, point.loop, point.last = None, None, final
+            point.verdicts = dict(verdicts)
+            self.finished_at = time.monotonic()
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return bool(self._points)
+
+    def read(self) -> list[LivePoint]:
+        """Every point with its figures now (a running one's read on its loop, its rates
+        updated; one whose loop is busy past ``SNAPSHOT_TIMEOUT_S`` keeps its last)."""
+        with self._lock:
+            points = list(self._points.values())
+        for point in points:
+            stats = _snapshot(point)
+            if stats is None:
+                continue
+            with self._lock:
+                if point.source is None:  # it ended while being read: its final figures stand
+                    continue
+                point.last = stats
+                point.rate_now = point.rates.update(stats)
+        return points
+
+
+def _snapshot(point: LivePoint) -> LiveStats | None:
+    loop = point.loop
+    if point.source is None or loop is None or loop.is_closed():
+        return None
+
+    async def snapshot() -> LiveStats | None:  # on the loop, where ``done`` ends the point
+        source = point.source
+        return None if source is None else source.stats(percentiles=False, totals=True)
+
+    future = asyncio.run_coroutine_threadsafe(snapshot(), loop)
+    try:
+        return future.result(SNAPSHOT_TIMEOUT_S)
+    except Exception:  # the loop busy past the timeout, or gone: the last is kept
+        future.cancel()
+        return None
