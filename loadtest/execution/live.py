@@ -1,7 +1,8 @@
 """What a running point shows while it runs: its counts, the live percentiles of the last few
 seconds, and the GPUs' activity. Polled a few times a second by the progress display, and sent
 by each worker process in its heartbeat (with its live histograms, encoded, for pooling). For a
-metrics endpoint, the measured requests so far (``LiveTotals``): read when it is scraped."""
+metrics endpoint, the measured requests so far (``LiveTotals``): read when it is scraped,
+with the event loop's lag (``loop_lag``) and an open loop's backlog."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ class LiveTotals:
     histograms: dict[str, LatencyHistogram] = field(
         default_factory=lambda: {m: LatencyHistogram() for m in TOTAL_METRICS}
     )
+    # an open loop's backlog: requests intended by now and not done (sent or not; warm-up
+    # too), as the stability verdict counts it; None in a closed loop (its users wait)
+    backlog: int | None = None
 
     def add(self, other: LiveTotals) -> None:
         self.completed += other.completed
@@ -46,6 +50,8 @@ class LiveTotals:
             self.failed_by_type[kind] = self.failed_by_type.get(kind, 0) + n
         for metric, h in other.histograms.items():
             self.histograms.setdefault(metric, LatencyHistogram()).add(h)
+        if other.backlog is not None:
+            self.backlog = (self.backlog or 0) + other.backlog
 
 
 @dataclass(frozen=True)

@@ -142,12 +142,19 @@ def families(points: list[LivePoint]) -> Iterator[Metric]:
     out_tokens = counter("loadtest_output_tokens", "Output tokens of measured requests.")
     in_tokens = counter("loadtest_input_tokens", "Prompt tokens of measured requests.")
     in_flight = gauge("loadtest_requests_in_flight", "Requests sent and not yet finished.")
+    backlog = gauge(
+        "loadtest_backlog_requests", "An open loop's requests intended by now and not done."
+    )
     elapsed = gauge("loadtest_elapsed_seconds", "Seconds since the point's t0.")
     offered = gauge("loadtest_offered_rate", "Requests sent a second, over the last 5 s.")
     delivered = gauge("loadtest_delivered_rate", "Requests finished a second, over the last 5 s.")
     running = gauge("loadtest_point_running", "1 while the point runs, 0 once it ended.")
-    valid = gauge("loadtest_point_valid", "The finished point's validity verdict (1: valid).")
-    steady = gauge("loadtest_point_steady", "The finished point's stability verdict (1: steady).")
+    valid = gauge(
+        "loadtest_point_valid", "The point's validity verdict, so far while it runs (1: valid)."
+    )
+    steady = gauge(
+        "loadtest_point_steady", "The point's stability verdict, so far while it runs (1: steady)."
+    )
     quantiles = gauge(
         "loadtest_latency_seconds",
         "HDR percentiles of the measured requests so far, as metrics.json reports them.",
@@ -176,6 +183,8 @@ def families(points: list[LivePoint]) -> Iterator[Metric]:
         out_tokens.add_metric(labels, totals.output_tokens)
         in_tokens.add_metric(labels, totals.input_tokens)
         in_flight.add_metric(labels, s.in_flight)
+        if totals.backlog is not None:
+            backlog.add_metric(labels, totals.backlog)
         elapsed.add_metric(labels, s.elapsed_s)
         if point.source is not None:
             for family, value in zip((offered, delivered), point.rate_now):
@@ -188,8 +197,8 @@ def families(points: list[LivePoint]) -> Iterator[Metric]:
             if h.count:
                 for q, v in zip(QUANTILES, values):
                     quantiles.add_metric([*labels, metric, f"{q:g}"], round(v / 1000.0, 9))
-    yield from (sent, completed, failed, out_tokens, in_tokens, in_flight, elapsed, offered,
-                delivered, running, valid, steady, quantiles, *histograms.values())  # fmt: skip
+    yield from (sent, completed, failed, out_tokens, in_tokens, in_flight, backlog, elapsed,
+                offered, delivered, running, valid, steady, quantiles, *histograms.values())  # fmt: skip
 
 
 def buckets(h: LatencyHistogram) -> list[tuple[str, float]]:

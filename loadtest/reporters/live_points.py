@@ -5,16 +5,21 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from loadtest.execution.live import LiveStats
 from loadtest.reporters.progress import Rates
+from loadtest.results.stability import SHORTFALL
+from loadtest.results.validity import too_late
 
 Labels = tuple[str, str, str, str]  # scenario, run, point, model
 SNAPSHOT_TIMEOUT_S = 5.0  # a read waits this long for the event loop, then keeps the last
+BACKLOG_SPAN_S = 10.0  # a live backlog's growth is judged over this long
 
 
 class Polled(Protocol):
@@ -33,6 +38,36 @@ class LivePoint:
     verdicts: dict[str, bool] = field(default_factory=dict)
     rates: Rates = field(default_factory=Rates)
     rate_now: tuple[float | None, float | None] = (None, None)
+    # the client's lag limits (dispatch, loop; ns): a running point is judged valid so far
+    limits: tuple[int, int] | None = None
+    backlogs: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=256))
+
+    def judge(self, stats: LiveStats) -> None:
+        """A running point's verdicts so far: valid while neither the dispatch lag nor the
+        event loop's is over its limit (the rule metrics.json judges by); unsteady once an
+        open loop delivered under 95% of what it offered (the last 5 s) while its backlog grew
+        past its noise over the last ``BACKLOG_SPAN_S``, as the stability verdict judges a
+        window. Neither is the final verdict: that judges the whole window, at its end."""
+        totals = stats.totals
+        if totals is None:
+            return
+        if self.limits is not None:
+            lags = zip(("dispatch_lag", "loop_lag"), self.limits)
+            self.verdicts["valid"] = not any(
+                metric in totals.histograms and too_late(totals.histograms[metric], limit)
+                for metric, limit in lags
+            )
+        if totals.backlog is None:
+            return
+        now = time.monotonic()
+        self.backlogs.append((now, totals.backlog))
+        then = next((b for t, b in reversed(self.backlogs) if now - t >= BACKLOG_SPAN_S), None)
+        offered, delivered = self.rate_now
+        if then is None or offered is None or delivered is None:
+            return
+        noise = 3 * math.sqrt(max(then, totals.backlog) + 1)
+        falling_behind = delivered < (1 - SHORTFALL) * offered
+        self.verdicts["steady"] = not (falling_behind and totals.backlog - then > noise)
 
 
 class LivePoints:
@@ -44,9 +79,10 @@ class LivePoints:
         self._lock = threading.Lock()
         self.finished_at: float | None = None  # monotonic s: the last point's end, none running
 
-    def watch(self, labels: Labels, source: Polled) -> None:
-        """A point starts (on its event loop): its figures are read from ``source``."""
-        point = LivePoint(labels, source, asyncio.get_running_loop())
+    def watch(self, labels: Labels, source: Polled, limits: tuple[int, int] | None = None) -> None:
+        """A point starts (on its event loop): its figures are read from ``source``, and
+        judged against the client's lag ``limits`` (dispatch, loop; ns) where given."""
+        point = LivePoint(labels, source, asyncio.get_running_loop(), limits=limits)
         with self._lock:
             self._points[labels] = point
             self.finished_at = None
@@ -77,6 +113,7 @@ class LivePoints:
                     continue
                 point.last = stats
                 point.rate_now = point.rates.update(stats)
+                point.judge(stats)
         return points
 
 

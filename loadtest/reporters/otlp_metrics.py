@@ -160,6 +160,8 @@ def metrics_data(points: list[LivePoint], resource: Any, now_unix_ns: int) -> Me
         number.add(sums, "loadtest.tokens", totals.input_tokens, **{"gen_ai.token.type": "input"})
         number.add(sums, "loadtest.tokens", totals.output_tokens, **{"gen_ai.token.type": "output"})
         number.add(gauges, "loadtest.requests.in_flight", s.in_flight)
+        if totals.backlog is not None:
+            number.add(gauges, "loadtest.requests.backlog", totals.backlog)
         if point.source is not None:
             for metric, rate in zip(("offered", "delivered"), point.rate_now):
                 if rate is not None:

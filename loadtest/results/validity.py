@@ -111,6 +111,12 @@ def client_remedy(scenario: Scenario) -> str:
     return "add workers (load.workers) or send less from each"
 
 
+def too_late(hist: LatencyHistogram, limit_ns: int) -> bool:
+    """Whether more than 1% of ``hist``'s samples, and more than one, are over ``limit_ns``:
+    the client could not keep up (the rule of both lag checks, live and at the end)."""
+    return hist.count_above_us(limit_ns // 1000) > max(1, 0.01 * hist.count)
+
+
 def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | None, str | None]:
     """Invalid when p99 is over the limit, i.e. more than 1% of samples are late, and more than one.
 
@@ -122,7 +128,7 @@ def _judge_lag(name: str, hist: LatencyHistogram, limit_ns: int) -> tuple[str | 
         return None, None
     late = hist.count_above_us(limit_ns // 1000)
     p99 = hist.percentile_ms(99)
-    if late > max(1, 0.01 * n):
+    if too_late(hist, limit_ns):
         return (
             f"{name} p99 {p99:.3f} ms > {limit_ns / 1e6:g} ms ({late} of {n} late): the client could not keep up "
             "(latencies include the delay)"

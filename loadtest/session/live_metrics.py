@@ -27,6 +27,7 @@ class SessionMetrics:
         self.endpoint: MetricsEndpoint | None = None
         self.push: MetricsPush | None = None
         self.labels: Labels | None = None  # the point being measured
+        self.limits: tuple[int, int] | None = None  # its client lag limits (dispatch, loop)
 
     def begin(self, scenario: Scenario, run: str, point: str) -> None:
         """Before a point starts: the endpoint or the pushes started if this is the first to
@@ -58,6 +59,8 @@ class SessionMetrics:
             self.endpoint = endpoint
             sys.stderr.write(f"loadtest: live metrics at {url}\n")
         self.labels = (scenario.name, run, point, "")
+        validity = scenario.load.validity
+        self.limits = (validity.max_dispatch_lag_p99, validity.max_loop_lag_p99)
 
     @property
     def totals(self) -> bool:
@@ -67,7 +70,7 @@ class SessionMetrics:
     def watch(self, source: Polled, model: str | None) -> None:
         if self.labels is not None:
             self.labels = (*self.labels[:3], model or "")
-            self.points.watch(self.labels, source)
+            self.points.watch(self.labels, source, self.limits)
 
     def done(self, outcome: RunOutcome | None, result: RunMetrics) -> None:
         """The point's final figures (its merged recorder's) and verdicts."""

@@ -235,3 +235,31 @@ def test_recording_holds_the_loop_a_bounded_time_a_turn_and_records_everything()
 
     asyncio.run(end())
     assert rec.turns[-1] == 5 and backlog.waiting == [] and not backlog.scheduled
+
+
+def test_the_live_totals_carry_an_open_loops_backlog_and_the_loops_lag():
+    """10 req/s offered to a server that takes 250 ms a request, one at a time: 1.05 s after
+    t0, 11 requests were due (at 0, 0.1, ..., 1.0 s) and 4 done (at 0.25, 0.5, 0.75, 1.0 s):
+    a backlog of 7. A closed loop has none."""
+    sim = {"kind": "sim", "max_concurrency": 1, "prefill_ms_per_token": 62.5,
+           "decode_ms_per_token": 0}  # fmt: skip
+    seen = {}
+
+    async def go(clock, load):
+        sc = scenario(sim, load)
+        backend = create_backend(sc.backend, clock)
+        info = await backend.start()
+        plan = build_plan(sc, info.tokenizer, lambda name: name)
+        runner = Runner(plan, backend, info.tokenizer, clock, sc.load, 100 * MS)
+
+        def poll():
+            seen[load["arrival"]["kind"]] = runner.stats(False, totals=True).totals
+
+        asyncio.get_running_loop().call_later(1.051, poll)  # t0 is 1 ms after the start
+        await runner.run()
+
+    run_virtual(go, {"arrival": {"kind": "constant", "rate": 10}, "duration": "2s"})
+    run_virtual(go, {"arrival": {"kind": "concurrency", "users": 2}, "duration": "2s"})
+    assert seen["constant"].backlog == 7
+    assert seen["constant"].histograms["loop_lag"].count > 0
+    assert seen["concurrency"].backlog is None

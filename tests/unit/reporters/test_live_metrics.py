@@ -159,3 +159,29 @@ def test_a_point_that_ends_while_being_read_keeps_its_final_figures():
 
     (point,) = asyncio.run(go())
     assert point.last is final and point.source is None
+
+
+def test_a_running_point_is_judged_valid_and_steady_so_far():
+    """Valid so far while neither lag has more than 1% (and more than one) of its samples over
+    its limit; unsteady once an open loop delivers under 95% of what it offers while its
+    backlog grew past 3 sqrt(backlog + 1) over the last 10 s: from 10 to 40 (30 > 19.2)
+    is, from 10 to 25 (15 < 15.3) is not."""
+    import time as _time
+
+    from loadtest.reporters.live_points import LivePoint
+
+    def stats(backlog: int, late: int) -> LiveStats:
+        lag = LatencyHistogram()
+        for k in range(100):
+            lag.record_us(20_000 if k < late else 100)  # 20 ms late, or 0.1 ms
+        return LiveStats(totals=LiveTotals(histograms={"dispatch_lag": lag}, backlog=backlog))
+
+    def judged(backlog: int, late: int) -> dict[str, bool]:
+        point = LivePoint(LABELS, None, None, limits=(10_000_000, 10_000_000))
+        point.backlogs.append((_time.monotonic() - 11.0, 10))
+        point.rate_now = (10.0, 5.0)  # offered, delivered (req/s, the last 5 s)
+        point.judge(stats(backlog, late))
+        return point.verdicts
+
+    assert judged(40, 1) == {"valid": True, "steady": False}  # one late sample: a hiccup
+    assert judged(25, 2) == {"valid": False, "steady": True}  # 2 of 100 late: over 1%
