@@ -6,7 +6,6 @@ the server had just closed is sent again, once, on a new one."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import ssl
 import time
 from collections import deque
@@ -14,10 +13,9 @@ from collections.abc import Callable
 
 from loadtest.core import open_files
 from loadtest.core._version import __version__
-from loadtest.core.text import visible
+from loadtest.transport.dial import Dialer, proxy_authorization
 from loadtest.transport.endpoint import Endpoint
-from loadtest.transport.head import read_head
-from loadtest.transport.http1 import HEAD_END, MAX_HEAD_BYTES, Connection, HttpFailure, Response
+from loadtest.transport.http1 import Connection, HttpFailure, Response
 from loadtest.transport.settings import ClientSettings
 from loadtest.transport.tls import tls_failure
 from loadtest.transport.wire import Wire
@@ -25,7 +23,6 @@ from loadtest.transport.wire import Wire
 # How a send onto a kept-alive connection the server had already closed fails, before any byte
 # of an answer: such a request is sent again, once, on a new connection.
 STALE = frozenset({"server_disconnected", "connection_reset"})
-DIAGNOSIS_S = 1.0  # how long a dropped TLS connection's second try waits for the server's alert
 CLIENT_OUT_OF_FILES = "client_out_of_files"  # an error type that is the client's, not the server's
 
 
@@ -47,6 +44,7 @@ class ConnectionPool:
         self.settings = settings
         self.ssl = settings.ssl_context() if endpoint.tls else None
         self.proxy = settings.proxy_for(endpoint)
+        self.dialer = Dialer(endpoint, self.proxy, self.ssl, settings, now)
         self.origin = endpoint.origin
         lines = {
             "Host": endpoint.host_header,
@@ -56,7 +54,7 @@ class ConnectionPool:
             **settings.headers_for(endpoint),
         }
         if self.proxy is not None and not endpoint.tls:  # an absolute-form request: to the proxy
-            lines.update(_proxy_authorization(self.proxy))
+            lines.update(proxy_authorization(self.proxy))
         for name, value in lines.items():
             if any(c in f"{name}{value}" for c in "\r\n"):
                 raise ValueError(f"header {name!r}: a line break in a header")
@@ -107,7 +105,7 @@ class ConnectionPool:
             return await conn.exchange(request, eager, timeout, wire)
         except HttpFailure as exc:
             if not reused and self.ssl is not None and exc.kind in STALE and conn.answered_nothing:
-                raise await self._tls_diagnosis(exc) from None
+                raise await self.dialer.tls_diagnosis(exc) from None
             # A kept-alive connection the server closed as this request went onto it (its
             # keep-alive ran out, or it closes after every answer): the server never saw the
             # request, so it is the client's to send again, once, on a new connection. The
@@ -166,11 +164,12 @@ class ConnectionPool:
         start = self.now()
         failure: HttpFailure
         try:
-            conn = await asyncio.wait_for(self._dial(wire), self.connect_timeout or None)
+            dialing = self.dialer.dial(lambda: Connection(self), wire)
+            conn = await asyncio.wait_for(dialing, self.connect_timeout or None)
         except asyncio.TimeoutError:
             failure = HttpFailure(
                 "connect_timeout",
-                f"{self._via()}: no connection within {self.connect_timeout:g} s",
+                f"{self.dialer.via}: no connection within {self.connect_timeout:g} s",
                 True,
             )
         except HttpFailure as exc:  # the proxy refused the tunnel
@@ -184,7 +183,7 @@ class ConnectionPool:
                     f"this client ran out of file descriptors ({exc.strerror}): raise ulimit -n",
                 )
             else:
-                failure = HttpFailure("connect_error", f"{self._via()}: {exc}", True)
+                failure = HttpFailure("connect_error", f"{self.dialer.via}: {exc}", True)
         except BaseException:
             self._open -= 1
             self._wake()
@@ -199,83 +198,6 @@ class ConnectionPool:
         self._open -= 1
         self._wake()
         raise failure
-
-    async def _tls_diagnosis(self, failure: HttpFailure) -> HttpFailure:
-        """Why a new TLS connection was dropped before any answer. Under TLS 1.3 a server
-        judges the client's certificate after the handshake and sends its alert then; with a
-        request already written the close is a reset, which discards the alert (and asyncio's
-        TLS reads an alert as an end of stream). One more connection, blocking, with nothing
-        written, hears it: within ``DIAGNOSIS_S`` a step, on a thread."""
-        assert self.ssl is not None
-        heard = await asyncio.to_thread(
-            _hear_alert, self.endpoint, self.proxy, self.ssl, DIAGNOSIS_S
-        )
-        said = tls_failure(heard) if heard is not None else None
-        if said is None:  # no alert (asyncio's servers, uvicorn's among them, send none)
-            said = (
-                "the server dropped the connection after the TLS handshake, before any answer: "
-                + (
-                    "does it refuse this client certificate (its CA unknown to the server, or "
-                    "expired)?"
-                    if self.settings.client_cert is not None
-                    else "does it require a client certificate? (client_cert, client_key)"
-                )
-                + f" ({failure})"
-            )
-        return HttpFailure("tls_error", f"{self.origin}: {said}", True)
-
-    def _via(self) -> str:
-        return self.origin if self.proxy is None else f"{self.origin} via {self.proxy.origin}"
-
-    async def _dial(self, wire: Wire | None) -> Connection:
-        """A new connection: to the socket, the host, or the proxy; for https, TCP first (to
-        the host, or a CONNECT tunnel through the proxy), then TLS over it, timed apart
-        (``wire.tls_ns``)."""
-        loop = asyncio.get_running_loop()
-        e, proxy = self.endpoint, self.proxy
-
-        def protocol() -> Connection:
-            return Connection(self)
-
-        if e.scheme == "unix":
-            _, conn = await loop.create_unix_connection(protocol, e.socket_path)
-            return conn
-        if not e.tls:
-            host, port = (e.host, e.port) if proxy is None else (proxy.host, proxy.port)
-            _, conn = await loop.create_connection(protocol, host, port)
-            return conn
-        raw, placeholder = await loop.create_connection(
-            asyncio.Protocol if proxy is None else _Tunnel,
-            e.host if proxy is None else proxy.host,
-            e.port if proxy is None else proxy.port,
-        )
-        try:
-            if proxy is not None:
-                await self._tunnel(raw, placeholder, proxy)  # type: ignore[arg-type]
-            assert self.ssl is not None  # an https endpoint's
-            start = self.now()
-            tls = await loop.start_tls(raw, placeholder, self.ssl, server_hostname=e.host)
-            if wire is not None:
-                wire.tls_ns += self.now() - start
-        except BaseException:
-            raw.abort()
-            raise
-        assert tls is not None  # the upgraded transport (None only for a closing loop's)
-        conn = Connection(self)
-        tls.set_protocol(conn)
-        conn.connection_made(tls)
-        return conn
-
-    async def _tunnel(self, raw: asyncio.Transport, tunnel: _Tunnel, proxy: Endpoint) -> None:
-        """A CONNECT tunnel through ``proxy`` to the endpoint, over ``raw``."""
-        raw.write(_connect_request(self.endpoint, proxy))
-        status, reason = await tunnel.answered
-        if status != 200:
-            raise HttpFailure(
-                "proxy_error",
-                f"{self._via()}: the proxy refused the tunnel: HTTP {status} {reason}",
-                True,
-            )
 
     def released(self, conn: Connection, keep: bool) -> None:
         """``conn``'s response is done with: kept for the next request, or closed."""
@@ -305,93 +227,3 @@ class ConnectionPool:
             if not waiter.done():
                 waiter.set_result(None)
                 return
-
-
-def _hear_alert(
-    e: Endpoint, proxy: Endpoint | None, ctx: ssl.SSLContext, timeout_s: float
-) -> BaseException | None:
-    """A blocking TLS connection to ``e`` (through ``proxy``'s tunnel) that writes nothing and
-    reads once: the TLS error it meets (the server's alert), or None."""
-    import socket
-
-    try:
-        raw = socket.create_connection(
-            (e.host, e.port) if proxy is None else (proxy.host, proxy.port), timeout_s
-        )
-    except OSError:
-        return None
-    try:
-        if proxy is not None:
-            raw.sendall(_connect_request(e, proxy))
-            answer = b""
-            while HEAD_END.search(answer) is None and len(answer) < MAX_HEAD_BYTES:
-                piece = raw.recv(4096)
-                if not piece:
-                    return None
-                answer += piece
-            if answer.split(b" ", 2)[1:2] != [b"200"]:
-                return None
-        with ctx.wrap_socket(raw, server_hostname=e.host) as tls:
-            tls.settimeout(timeout_s)
-            tls.recv(1)
-    except (ssl.SSLError, ssl.CertificateError) as exc:
-        return exc
-    except OSError:
-        return None
-    finally:
-        raw.close()
-    return None
-
-
-def _connect_request(e: Endpoint, proxy: Endpoint) -> bytes:
-    """The request that asks ``proxy`` for a tunnel to ``e`` (with the proxy's own login)."""
-    lines = {"Host": e.authority, **_proxy_authorization(proxy)}
-    head = "".join(f"{k}: {v}\r\n" for k, v in lines.items())
-    return f"CONNECT {e.authority} HTTP/1.1\r\n{head}\r\n".encode()
-
-
-def _proxy_authorization(proxy: Endpoint) -> dict[str, str]:
-    """The proxy's own credentials (``http://user:pw@proxy:3128``), as Basic auth."""
-    if proxy.username is None and proxy.password is None:
-        return {}
-    pair = f"{proxy.username or ''}:{proxy.password or ''}".encode()
-    return {"Proxy-Authorization": f"Basic {base64.b64encode(pair).decode()}"}
-
-
-class _Tunnel(asyncio.Protocol):
-    """A connection to a proxy until its answer to CONNECT: ``answered`` gets its status."""
-
-    def __init__(self) -> None:
-        self.answered: asyncio.Future[tuple[int, str]] = asyncio.get_running_loop().create_future()
-        self.head = b""
-
-    def data_received(self, data: bytes) -> None:
-        if self.answered.done():
-            return
-        self.head += data
-        found = HEAD_END.search(self.head)
-        if found is None:
-            if len(self.head) > MAX_HEAD_BYTES:
-                self.answered.set_exception(HttpFailure("proxy_error", "no proxy's answer", True))
-            return
-        if found.end() != len(self.head):  # bytes past the answer: none may come before TLS
-            self.answered.set_exception(
-                HttpFailure("proxy_error", "the proxy sent bytes past its answer to CONNECT", True)
-            )
-            return
-        try:
-            got = read_head(self.head[: found.start()])
-        except ValueError as exc:
-            self.answered.set_exception(HttpFailure("proxy_error", f"the proxy: {exc}", True))
-            return
-        line = self.head.split(b"\n", 1)[0].decode("latin-1").strip()
-        reason = line.split(" ", 2)[2] if line.count(" ") >= 2 else ""  # HTTP/1.1 403 Forbidden
-        self.answered.set_result((got.status, visible(reason[:80])))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.answered.done():
-            self.answered.set_exception(
-                HttpFailure(
-                    "proxy_error", "the proxy closed the connection before its answer", True
-                )
-            )
