@@ -1,20 +1,25 @@
 """An OTLP/HTTP receiver for the tests: it takes what OpenTelemetry exporters POST to
 ``/v1/traces`` and ``/v1/metrics`` (protobuf, gzipped or not), decodes it with
-``opentelemetry-proto``, and keeps the spans and metrics it was sent."""
+``opentelemetry-proto``, and keeps the spans and metrics it was sent. Run as a script, it serves
+until SIGTERM and keeps its counts in a file (``--tally``)."""
 
 from __future__ import annotations
 
+import argparse
 import gzip
+import json
+import signal
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 class OtlpReceiver:
     """``endpoint``: the base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``); ``spans()`` every span so
     far as ``(service name, span)``; ``metrics()`` every metric as ``(service name, metric)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0, tally: Path | None = None) -> None:
         from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
@@ -39,6 +44,10 @@ class OtlpReceiver:
                 else:
                     self.send_error(404)
                     return
+                if tally is not None:  # counts so far, for a script to read (written whole)
+                    part = tally.with_suffix(".part")
+                    part.write_text(json.dumps(receiver.counts()))
+                    part.replace(tally)
                 out = answer.SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -49,7 +58,7 @@ class OtlpReceiver:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.endpoint = f"http://127.0.0.1:{self._server.server_port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -74,6 +83,14 @@ class OtlpReceiver:
                 service = self._service(rm.resource)
                 for sm in rm.scope_metrics:
                     self._metrics.extend((service, metric) for metric in sm.metrics)
+
+    def counts(self) -> dict:
+        """Spans by service name, and metrics, received so far."""
+        with self._lock:
+            services: dict[str, int] = {}
+            for service, _ in self._spans:
+                services[service] = services.get(service, 0) + 1
+            return {"spans": services, "metrics": len(self._metrics)}
 
     def spans(self) -> list:
         with self._lock:
@@ -104,3 +121,15 @@ def attributes(item) -> dict:
         v = kv.value
         out[kv.key] = getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
     return out
+
+
+if __name__ == "__main__":  # a receiver for a script (tools/check_installed.sh): until SIGTERM
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--tally", type=Path, required=True, help="a JSON file of the counts so far")
+    args = ap.parse_args()
+    receiver = OtlpReceiver(args.port, args.tally)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    receiver.stop()

@@ -123,8 +123,8 @@ DASHBOARD = Path(__file__).parents[2] / "docker" / "grafana" / "loadtest-dashboa
 def test_the_shipped_dashboards_queries_read_a_live_run(prometheus, tmp_path):
     """Every query of docker/grafana/loadtest-dashboard.json, its variables set to the run,
     evaluated by the real Prometheus at an instant while the run was live: each parses, and
-    each returns the run's series (all but the failures by type: none failed; and the
-    verdicts, which a point has once it ended)."""
+    each returns the run's series (all but the failures by type: none failed; and steadiness,
+    judged live over 10 s): the validity so far, the backlog and the loop's lag among them."""
     prom, ports = prometheus
     _run(tmp_path, ports[0], {**SCENARIO, "name": "dash"})
     sel = f'{{scenario="dash", instance="127.0.0.1:{ports[0]}"}}'
@@ -135,7 +135,8 @@ def test_the_shipped_dashboards_queries_read_a_live_run(prometheus, tmp_path):
     for expr in exprs:
         promql = expr.replace("$scenario", "dash").replace("$run", "run")
         result = prom.query(promql, at=live_at)
-        if "failed" in expr or "point_valid" in expr or "point_steady" in expr:
+        # none failed; a run of 4 s is too short to judge steady so far (10 s of backlog)
+        if "failed" in expr or "point_steady" in expr:
             continue
         assert result, promql
         assert all(r["metric"].get("scenario", "dash") == "dash" for r in result)
