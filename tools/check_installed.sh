@@ -4,7 +4,9 @@
 # directory outside the checkout (so nothing of the checkout is on sys.path):
 #   --version; validate of every shipped scenario; the simulator; a served run (--url) against
 #   the fast test server; a sweep; report of a result; a local-model scenario refused with the
-#   extra it needs; then the transformers extra installed and the README's main job; then
+#   extra it needs; --otel refused without its extra, then with it a traced run's spans and
+#   metrics received by an OTLP receiver; then the transformers extra installed and the
+#   README's main job; then
 #   pipx and uv tool installs of the wheel, each running the main job.
 # CI runs it (.ci/run); by hand: bash tools/check_installed.sh   (about 6 minutes)
 set -euo pipefail
@@ -53,6 +55,25 @@ ok "$lt" run --url "http://127.0.0.1:$port/v1" --rate 10 --duration 5s -q --out 
 ok "$lt" report runs/served >/dev/null  # it exits with the run's own verdict (3: invalid)
 for f in runs/sim runs/sweep runs/served; do [ -s "$f/metrics.json" ] || [ -s "$f/sweep.json" ] || { echo "no result in $f"; exit 1; }; done
 [ -s runs/served/report.html ]
+
+step "the otel extra: refused without it, then a traced served run's spans reach a collector"
+set +e; "$lt" run --url "http://127.0.0.1:$port/v1" --requests 5 --otel -q --out runs/no-otel 2>"$work/otel.err"; rc=$?; set -e
+[ "$rc" = 2 ] && grep -q "pip install 'loadtest\[otel\]'" "$work/otel.err" \
+    || { echo "--otel without the extra: exit $rc"; cat "$work/otel.err"; exit 1; }
+"$work/venv/bin/pip" install -q "$wheel[otel]"
+otlp_port="$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+(cd "$repo" && exec "$python" -m tests.otlp_receiver --port "$otlp_port" --tally "$work/otlp.json") &
+receiver=$!
+for _ in $(seq 100); do
+    "$python" -c "import socket; socket.create_connection(('127.0.0.1', $otlp_port), 0.2)" 2>/dev/null && break
+    sleep 0.1
+done
+OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$otlp_port" ok "$lt" run --url "http://127.0.0.1:$port/v1" \
+    --requests 5 --otel -q --out runs/traced 2>"$work/traced.err"
+kill "$receiver"
+grep -q "OpenTelemetry: 5 request spans exported" "$work/traced.err" || { cat "$work/traced.err"; exit 1; }
+"$python" -c "import json,sys; c=json.load(open('$work/otlp.json')); sys.exit(not (c['spans'].get('loadtest') == 5 and c['metrics']))" \
+    || { echo "the collector's counts: $(cat "$work/otlp.json")"; exit 1; }
 
 step "the transformers extra, and the README's main job"
 "$work/venv/bin/pip" install -q "torch==${TORCH_VERSION:-2.13.0}" "$wheel[transformers]"
