@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loadtest.core._version import __version__
 from loadtest.execution.live import LiveTotals
@@ -24,7 +24,8 @@ from loadtest.reporters.live_metrics import BOUNDS_US, BUCKETS_S, PERCENTS, QUAN
 from loadtest.reporters.live_points import LivePoint, LivePoints
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import MetricExporter, MetricsData
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricsData, NumberDataPoint
+    from opentelemetry.sdk.resources import Resource
 
 DEFAULT_INTERVAL_S = 5.0
 CLOSE_TIMEOUT_S = 15.0
@@ -118,7 +119,7 @@ class MetricsPush:
             self.failed += 1
 
 
-def metrics_data(points: list[LivePoint], resource: Any, now_unix_ns: int) -> MetricsData:
+def metrics_data(points: list[LivePoint], resource: Resource, now_unix_ns: int) -> MetricsData:
     """Every point's figures as one OTLP export."""
     from opentelemetry.sdk.metrics.export import (
         AggregationTemporality,
@@ -127,7 +128,6 @@ def metrics_data(points: list[LivePoint], resource: Any, now_unix_ns: int) -> Me
         HistogramDataPoint,
         Metric,
         MetricsData,
-        NumberDataPoint,
         ResourceMetrics,
         ScopeMetrics,
         Sum,
@@ -199,7 +199,9 @@ class _Numbers:
     def __init__(self, attrs: dict[str, str], start: int, now: int) -> None:
         self.attrs, self.start, self.now = attrs, start, now
 
-    def add(self, into: dict[str, list[Any]], metric: str, value: float, **extra: str) -> None:
+    def add(
+        self, into: dict[str, list[NumberDataPoint]], metric: str, value: float, **extra: str
+    ) -> None:
         from opentelemetry.sdk.metrics.export import NumberDataPoint
 
         point = NumberDataPoint({**self.attrs, **extra}, self.start, self.now, value)
