@@ -199,6 +199,7 @@ class Runner:
         if self.profile is not None:  # an interrupted run waits for no profiler
             await self.profile.finish(wait=self._cancel_reason != "interrupted")
         backlog.record_all()  # nothing more to dispatch
+        rec.trace = None  # its spans are handed over; the outcome travels (a worker's, pickled)
         if settle:
             rec.close(self.stopped_ns)
         else:

@@ -176,3 +176,27 @@ def test_a_backend_that_cannot_be_shared_is_refused_by_name(tmp_path, backend, s
     r = CliRunner().invoke(app, ["validate", str(path)])
     assert r.exit_code == exit_codes.USAGE, r.output
     assert "scenario.yml:" in r.output and "load.workers" in r.output and said in r.output
+
+
+def test_traced_workers_each_export_their_own_requests_spans(tmp_path, monkeypatch):
+    """``outputs.otel`` with two worker processes: each exports the spans of the requests it
+    sent (labelled with its index) to the collector, every sent request once, and the
+    result comes back whole (the recorder's span hook does not travel with it)."""
+    pytest.importorskip("opentelemetry.proto")
+    from tests.otlp_receiver import OtlpReceiver, attributes
+
+    receiver = OtlpReceiver()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    try:
+        load = {"arrival": {"kind": "poisson", "rate": 100}, "requests": 60}
+        m = run_scenario(
+            load_scenario(noop(tmp_path, 2, load, outputs={"otel": True})), tmp_path / "run"
+        ).metrics
+        spans = [s for service, s in receiver.spans() if service == "loadtest"]
+    finally:
+        receiver.stop()
+    assert m["status"] == "ok", m["validity"]
+    assert len(spans) == m["requests"]["sent"] == 60
+    by_worker = {w: sum(attributes(s)["loadtest.worker"] == w for s in spans) for w in (0, 1)}
+    assert by_worker == {w["index"]: w["sent"] for w in m["workers"]}
+    assert len({attributes(s)["loadtest.request.index"] for s in spans}) == 60
