@@ -12,13 +12,19 @@ from loadtest.core.clock import cpu_wait_ns
 from loadtest.core.histogram import LatencyHistogram
 
 LOOP_PROBE_NS = 10_000_000
+VIRTUAL_PROBE_NS = 100_000_000
 
 
 class LoopWatch:
-    """A probe every ``LOOP_PROBE_NS`` on the loop it runs on, timed by ``now``."""
+    """A probe every ``LOOP_PROBE_NS`` on the loop it runs on, timed by ``now``, the thread's
+    CPU waits marked at each. Not ``real`` (a virtual clock, whose loop is never late and
+    whose time is not the CPU's): a probe every ``VIRTUAL_PROBE_NS`` and no marks (the probes
+    and their /proc reads were a fifth of a simulated run's time)."""
 
-    def __init__(self, now: Callable[[], int]) -> None:
+    def __init__(self, now: Callable[[], int], real: bool = True) -> None:
         self._now = now
+        self._cpu = real
+        self._period_s = (LOOP_PROBE_NS if real else VIRTUAL_PROBE_NS) / 1e9
         # the loop thread's time waiting for a CPU, (ns, wait ns) at each of the last probes
         self._cpu_wait_marks: deque[tuple[int, int]] = deque(maxlen=16)
 
@@ -27,8 +33,8 @@ class LoopWatch:
         loop = asyncio.get_running_loop()
         now = self._now
         while True:
-            await asyncio.sleep(LOOP_PROBE_NS / 1e9)
-            wait = cpu_wait_ns()
+            await asyncio.sleep(self._period_s)
+            wait = cpu_wait_ns() if self._cpu else None
             if wait is not None:
                 self._cpu_wait_marks.append((now(), wait))
             loop.call_soon(_record_since, lag, now, now())

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from loadtest.backends.base import Backend
 from loadtest.config.scenario import Load
-from loadtest.core.clock import Clock, busy_share_since, busy_start
+from loadtest.core.clock import Clock, VirtualClock, busy_share_since, busy_start
 from loadtest.core.heap import collector_paused, settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.histogram import merge as merge_histograms
@@ -95,7 +95,9 @@ class Runner:
         self.recorder: Recorder | None = None
         # the progress display's view of the GPUs: each device's latest kernel-active %
         self.gpu_probe: Callable[[], list[float] | None] | None = None
-        self._watch = LoopWatch(clock.now_ns)  # the loop's lag, and its thread's CPU waits
+        self._watch = LoopWatch(
+            clock.now_ns, real=not isinstance(clock, VirtualClock)
+        )  # the loop's lag, and its thread's CPU waits
         self.t0: int | None = None
         self._tasks: set[asyncio.Task] = set()
         self.requests = RequestDriver(
