@@ -144,4 +144,4 @@ def _on_the_hub(model: str) -> bool:
 def _offline() -> bool:
     import os
 
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return os.getenv("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")

@@ -89,7 +89,7 @@ def gate_and_report(
     if junit:
         atomic.write_text(junit, gate.junit_xml(result, name))
     summary = markdown_out or (
-        Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None
+        Path(step) if (step := os.getenv("GITHUB_STEP_SUMMARY")) else None
     )
     if summary:
         with open(summary, "a", encoding="utf-8") as f:  # step summaries accumulate

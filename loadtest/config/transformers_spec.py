@@ -369,7 +369,6 @@ def _read_config(path: Path) -> dict:
 
 def _in_hub_cache(repo_id: str) -> bool:
     home = Path(
-        os.environ.get("HF_HUB_CACHE")
-        or Path(os.environ.get("HF_HOME", "~/.cache/huggingface")) / "hub"
+        os.getenv("HF_HUB_CACHE") or Path(os.getenv("HF_HOME", "~/.cache/huggingface")) / "hub"
     ).expanduser()
     return (home / ("models--" + repo_id.replace("/", "--"))).is_dir()

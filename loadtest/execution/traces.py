@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter
 
+OPERATION, REQUEST_MODEL = "gen_ai.operation.name", "gen_ai.request.model"  # GenAI's names
 EXPORT_EVERY_S = 1.0
 BATCH = 512  # spans an export at most
 CLOSE_TIMEOUT_S = 15.0  # the last export's bound, at the end of a run
@@ -46,20 +47,18 @@ EXTRA_HINT = "pip install 'loadtest[otel]'"
 
 def protocol() -> str:
     """The OTLP protocol the environment asks for (http/protobuf by default)."""
-    env = os.environ
     return (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        os.getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     ).strip()
 
 
 def traces_url() -> str:
     """Where the spans go, as the exporter reads the environment (for messages)."""
-    env = os.environ
-    url = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    url = os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     if not url:
-        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        base = os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
         if protocol() == "grpc":
             url = base or "http://localhost:4317"
         else:
@@ -184,13 +183,13 @@ class SpanExport:
         )
         unix = self._to_unix
         attrs = {**attributes, **request_attributes(st)}
-        model = st.req.model or str(attributes.get("gen_ai.request.model", ""))
-        attrs["gen_ai.request.model"] = model
+        model = st.req.model or str(attributes.get(REQUEST_MODEL, ""))
+        attrs[REQUEST_MODEL] = model
         events = [
             Event(name, {}, t + unix) for name, t in phases(st) if t
         ]  # fmt: skip
         status = Status(StatusCode.ERROR, st.error) if st.error else Status(StatusCode.UNSET)
-        operation = attributes.get("gen_ai.operation.name", "request")
+        operation = attributes.get(OPERATION, "request")
         return ReadableSpan(
             f"{operation} {model}".strip(),
             context=context,
@@ -260,9 +259,9 @@ def point_attributes(scenario: Scenario, **labels: str | int) -> dict[str, str |
     spec = scenario.backend
     api = getattr(spec, "api", None)
     out: dict[str, str | int] = {
-        "gen_ai.operation.name": OPERATIONS.get(api or "", api or "text_completion"),
+        OPERATION: OPERATIONS.get(api or "", api or "text_completion"),
         "gen_ai.provider.name": "openai" if spec.kind == "openai" else spec.kind,
-        "gen_ai.request.model": str(getattr(spec, "model", "") or ""),
+        REQUEST_MODEL: str(getattr(spec, "model", "") or ""),
         "loadtest.scenario": scenario.name,
         **{f"loadtest.{name}": value for name, value in labels.items() if value != ""},
     }

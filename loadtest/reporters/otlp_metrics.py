@@ -41,7 +41,7 @@ HISTOGRAM_NAMES = {
 def interval_s() -> float:
     """Seconds between pushes: ``OTEL_METRIC_EXPORT_INTERVAL`` (ms), else 5 s (the standard's
     default of a minute is longer than many a load test)."""
-    raw = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "")
+    raw = os.getenv("OTEL_METRIC_EXPORT_INTERVAL", "")
     try:
         return max(0.1, float(raw) / 1000.0) if raw else DEFAULT_INTERVAL_S
     except ValueError:

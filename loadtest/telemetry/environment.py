@@ -75,7 +75,7 @@ def collect(
         "cpu_count": os.cpu_count(),
         "seeds": seeds,
         "scenario_sha256": scenario_sha256,
-        "container_image": os.environ.get("LOADTEST_CONTAINER_IMAGE"),
+        "container_image": os.getenv("LOADTEST_CONTAINER_IMAGE"),
         "python_debug_build": hasattr(sys, "gettotalrefcount"),
         "event_loop": loop.running(),
         "cpu_model": _cpu_model(),

@@ -55,7 +55,7 @@ DATASHEET_PEAKS: tuple[tuple[str, float, float], ...] = (
 
 def calibration_path() -> Path:
     """The cache of measured peaks (``loadtest calibrate``), keyed by device inside."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    base = os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(base) / "loadtest" / "calibration.json"
 
 
