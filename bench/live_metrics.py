@@ -1,29 +1,35 @@
-"""What the live metrics endpoint costs a run, side by side in one call (no GPU).
+"""What the live metrics endpoint and OpenTelemetry cost a run, side by side in one call (no
+GPU).
 
     PYTHONPATH=. python bench/live_metrics.py --rate 1000 --seconds 8 --rounds 3
 
 The noop backend at a Poisson rate (64 tokens an answer), in rounds, the order rotating each
-round, four ways: ``off`` (no endpoint), ``on`` (an endpoint nobody scrapes), ``scraped-1s``
+round, five ways: ``off`` (no endpoint), ``on`` (an endpoint nobody scrapes), ``scraped-1s``
 and ``scraped-0.25s`` (scraped that often from another thread: 15 and 60 times as often as
-Prometheus's default 15 s, so a cost shows). Each run's dispatch lag p99 and event-loop lag p99 (metrics.json), and the
-process's CPU time over the run per output token (the server's thread included). Medians over
-the rounds, and each mode's ratio to ``off``.
+Prometheus's default 15 s, so a cost shows), and ``otel`` (``outputs.otel``: every request a
+span, exported each second, and the live figures pushed every 5 s, to an OTLP receiver in a
+process of its own). Each run's dispatch lag p99 and event-loop lag p99 (metrics.json), and
+the process's CPU time over the run per output token (the exporters' threads included).
+Medians over the rounds, and each mode's ratio to ``off``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-MODES = ("off", "on", "scraped-1s", "scraped-0.25s")
+MODES = ("off", "on", "scraped-1s", "scraped-0.25s", "otel")
 EVERY_S = {"scraped-1s": 1.0, "scraped-0.25s": 0.25}
 
 
@@ -31,6 +37,25 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _receiver(tmp: Path) -> subprocess.Popen:
+    """An OTLP receiver in a process of its own (its decoding is not the run's CPU), named to
+    the runs by OTEL_EXPORTER_OTLP_ENDPOINT."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.otlp_receiver", "--port", str(port),
+         "--tally", str(tmp / "otlp.json")],
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
+    return proc
 
 
 def _cpu_s() -> float:
@@ -44,7 +69,9 @@ def one(mode: str, rate: float, seconds: float, tmp: Path, i: int) -> dict:
     from loadtest.session import run_scenario_async
 
     port = _free_port()
-    outputs = "" if mode == "off" else f"metrics_port: {port}, metrics_linger: 0s, "
+    outputs = {"off": "", "otel": "otel: true, "}.get(
+        mode, f"metrics_port: {port}, metrics_linger: 0s, "
+    )
     text = f"""
 name: live-metrics-{mode}
 backend: {{kind: noop}}
@@ -92,12 +119,15 @@ def main() -> None:
     args = ap.parse_args()
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
+        receiver = _receiver(Path(tmp))
         for r in range(args.rounds):
             order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
             for mode in order:
                 row = one(mode, args.rate, args.seconds, Path(tmp), r)
                 print(row, flush=True)
                 rows.append(row)
+        receiver.terminate()
+        receiver.wait(10)
     med = {
         mode: {
             k: statistics.median(x[k] for x in rows if x["mode"] == mode)

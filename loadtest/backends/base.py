@@ -28,8 +28,10 @@ class BackendContext:
     (a model directory, a CA bundle, a client certificate); and whether the run is traced."""
 
     base_dir: Path = field(default_factory=Path.cwd)
-    # each request sends a W3C traceparent, its span exported by the run (outputs.otel)
+    # each request sends a W3C traceparent, its span exported by the run (outputs.otel), for
+    # a share trace_ratio of them (OTEL_TRACES_SAMPLER)
     traced: bool = False
+    trace_ratio: float = 1.0
 
 
 @dataclass

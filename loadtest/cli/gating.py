@@ -88,9 +88,7 @@ def gate_and_report(
     name = run_dir.name
     if junit:
         atomic.write_text(junit, gate.junit_xml(result, name))
-    summary = markdown_out or (
-        Path(step) if (step := os.getenv("GITHUB_STEP_SUMMARY")) else None
-    )
+    summary = markdown_out or (Path(step) if (step := os.getenv("GITHUB_STEP_SUMMARY")) else None)
     if summary:
         with open(summary, "a", encoding="utf-8") as f:  # step summaries accumulate
             f.write(gate.markdown(result, name))

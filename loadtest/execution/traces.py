@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from loadtest.config.scenario import Scenario
 from loadtest.core import secrets
 from loadtest.core._version import __version__
-from loadtest.core.request_ids import RequestIds, span_id
+from loadtest.core.request_ids import RequestIds, sampled, span_id
 from loadtest.execution.request import RequestState
 from loadtest.transport.endpoint import Endpoint
 
@@ -43,6 +43,33 @@ BATCH = 512  # spans an export at most
 CLOSE_TIMEOUT_S = 15.0  # the last export's bound, at the end of a run
 Attributes = Mapping[str, str | int | float | bool]
 EXTRA_HINT = "pip install 'loadtest[otel]'"
+
+
+SAMPLERS = ("always_on", "always_off", "traceidratio")  # and each parentbased_ (a root's own)
+
+
+def sample_ratio() -> float:
+    """The share of requests traced, from OpenTelemetry's standard OTEL_TRACES_SAMPLER (and
+    OTEL_TRACES_SAMPLER_ARG for a ratio); every request by default. ValueError: a sampler
+    this client does not apply (a request span is a root: ``parentbased_X`` is ``X``)."""
+    name = (os.getenv("OTEL_TRACES_SAMPLER") or "always_on").strip().lower()
+    base = name.removeprefix("parentbased_")
+    if base not in SAMPLERS:
+        raise ValueError(
+            f"OTEL_TRACES_SAMPLER={name!r}: loadtest samples requests by "
+            + ", ".join(SAMPLERS)
+            + " (or their parentbased_ forms)"
+        )
+    if base != "traceidratio":
+        return 1.0 if base == "always_on" else 0.0
+    arg = os.getenv("OTEL_TRACES_SAMPLER_ARG", "1.0")
+    try:
+        ratio = float(arg)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"OTEL_TRACES_SAMPLER_ARG={arg!r}: a share of the requests, 0 to 1")
+    return ratio
 
 
 def protocol() -> str:
@@ -111,15 +138,22 @@ class SpanExport:
     """The spans of a process's requests: ``point(attributes)`` gives the hook a point's
     recorder calls with each finished request; ``close()`` exports the last and stops."""
 
-    def __init__(self, now_ns: Callable[[], int], exporter: SpanExporter | None = None) -> None:
+    def __init__(
+        self,
+        now_ns: Callable[[], int],
+        exporter: SpanExporter | None = None,
+        ratio: float | None = None,
+    ) -> None:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+        self.ratio = sample_ratio() if ratio is None else ratio  # of the requests, traced
         self._exporter = exporter if exporter is not None else span_exporter()
         self._resource = resource()
         self._scope = InstrumentationScope("loadtest", __version__)
         # the run's clock (CLOCK_MONOTONIC) to Unix time, as OTLP stamps are
         self._to_unix = time.time_ns() - now_ns()
         self._queue: deque[tuple[RequestState, Attributes]] = deque()
+        self._ids = RequestIds("", False)  # ids for requests that carried none
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="loadtest-otel", daemon=True)
         self._thread.start()
@@ -127,10 +161,11 @@ class SpanExport:
 
     def point(self, attributes: Attributes) -> Callable[[RequestState], None]:
         """The hook for one point's finished requests, its spans carrying ``attributes``."""
-        append = self._queue.append
+        append, ratio = self._queue.append, self.ratio
 
         def finished(st: RequestState) -> None:
-            append((st, attributes))
+            if ratio >= 1.0 or sampled(st.request_id or self._ids.next()[0], ratio):
+                append((st, attributes))
 
         return finished
 
@@ -177,7 +212,7 @@ class SpanExport:
         from opentelemetry.sdk.trace import Event, ReadableSpan
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-        rid = st.request_id or RequestIds("", False).next()[0]  # never sent: its own trace
+        rid = st.request_id or self._ids.next()[0]  # never sent (or no header): its own trace
         context = SpanContext(
             int(rid, 16), int(span_id(rid), 16), False, TraceFlags(TraceFlags.SAMPLED)
         )

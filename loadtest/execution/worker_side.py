@@ -31,7 +31,7 @@ from loadtest.execution.live import LiveStats, LiveWants
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.request import RequestState
 from loadtest.execution.runner import Runner, RunOutcome
-from loadtest.execution.traces import SpanExport, point_attributes
+from loadtest.execution.traces import SpanExport, point_attributes, sample_ratio
 from loadtest.workload.plan import Plan, build_plan
 
 HEARTBEAT_S = 0.5
@@ -68,7 +68,8 @@ class WorkerSide:
         """Load and warm the backend, build the plan and take this worker's share."""
         scenario = self.loaded.scenario
         secrets.register(*scenario.backend.secret_values())
-        context = BackendContext(Path(self.loaded.base_dir), scenario.outputs.otel)
+        otel = scenario.outputs.otel
+        context = BackendContext(Path(self.loaded.base_dir), otel, sample_ratio() if otel else 1.0)
         self.backend = backend = create_backend(scenario.backend, self.clock, context)
         self._info = info = await backend.start()
         plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(self.loaded, name))

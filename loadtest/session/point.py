@@ -127,7 +127,8 @@ class Session(StopOnSignals):
             else:
                 self.spec = spec
         if self.backend is None:
-            context = BackendContext(Path(loaded.base_dir), loaded.scenario.outputs.otel)
+            otel = loaded.scenario.outputs.otel
+            context = BackendContext(Path(loaded.base_dir), otel, self.traces.ratio)
             self.backend = create_backend(spec, self.clock, context)
             self.info = await self.backend.start()  # BackendError propagates: nothing loaded
             self.spec = spec

@@ -40,6 +40,11 @@ class SessionTraces:
         self._hook = self.export.point(point_attributes(scenario, run=run, point=point))
 
     @property
+    def ratio(self) -> float:
+        """The share of requests traced (OTEL_TRACES_SAMPLER), once the exporter started."""
+        return 1.0 if self.export is None else self.export.ratio
+
+    @property
     def hook(self) -> Callable[[RequestState], None] | None:
         """What the point's recorder calls with each finished request (None: not traced)."""
         self._local = self._local or self._hook is not None

@@ -86,7 +86,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
         header = spec.request_id_header
         if header.lower() in {name.lower() for name in spec.headers}:
             header = ""
-        self._ids = RequestIds(header, self.context.traced)
+        self._ids = RequestIds(header, self.context.traced, self.context.trace_ratio)
 
     # -- lifecycle --------------------------------------------------------------------------
 

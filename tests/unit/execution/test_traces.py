@@ -126,3 +126,55 @@ def test_a_protocol_the_sdk_lacks_is_refused_by_name(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://user:pw@collector:4318/")
     assert traces_url() == "https://***@collector:4318/v1/traces"  # no credential shown
+
+
+def test_a_sampled_share_of_requests_is_traced_by_opentelemetrys_ratio_rule(monkeypatch):
+    """OTEL_TRACES_SAMPLER=traceidratio with 0.25: a request is traced when its id's low 64
+    bits are under a quarter of 2**64 (TraceIdRatioBased's rule: the same requests a server
+    sampling by it keeps), its traceparent flagged 01, the others 00 and no span."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+    from loadtest.core.request_ids import sampled
+    from loadtest.execution.traces import SpanExport, sample_ratio
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    assert sample_ratio() == 0.25
+    under, over = "ab" * 8 + "3fffffffffffffff", "ab" * 8 + "4000000000000000"
+    assert sampled(under, 0.25) and not sampled(over, 0.25)  # 2**62 is the bound
+    sdk = TraceIdRatioBased(0.25)
+    for rid in (under, over):
+        decision = sdk.should_sample(None, int(rid, 16), "x").decision.is_sampled()
+        assert decision == sampled(rid, 0.25)  # the SDK's own rule agrees
+    ids = RequestIds("", traced=True, ratio=0.25)
+    heads = [ids.next() for _ in range(4000)]
+    flagged = [h.endswith(b"-01\r\n") for _, h in heads]
+    assert all(f == sampled(rid, 0.25) for (rid, _), f in zip(heads, flagged))
+    assert 0.2 < sum(flagged) / 4000 < 0.3
+    memory = InMemorySpanExporter()
+    export = SpanExport(lambda: 0, memory)
+    hook = export.point({})
+    for rid in (under, over):
+        st = _state()
+        st.request_id = rid
+        hook(st)
+    export.close()
+    assert [f"{s.context.trace_id:032x}" for s in memory.get_finished_spans()] == [under]
+
+
+@pytest.mark.parametrize(
+    "sampler, arg, said",
+    [("jaeger_remote", None, "OTEL_TRACES_SAMPLER='jaeger_remote'"),
+     ("traceidratio", "1.5", "OTEL_TRACES_SAMPLER_ARG='1.5'"),
+     ("traceidratio", "half", "OTEL_TRACES_SAMPLER_ARG='half'")],
+)  # fmt: skip
+def test_a_sampler_this_client_cannot_apply_is_refused_by_name(monkeypatch, sampler, arg, said):
+    from loadtest.execution.traces import sample_ratio
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    if arg is not None:
+        monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        sample_ratio()
