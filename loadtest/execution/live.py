@@ -6,10 +6,13 @@ with the event loop's lag (``loop_lag``) and an open loop's backlog."""
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.workload.plan import Plan
 
 LIVE_METRICS = ("ttft", "itl", "e2e")  # e2e: the live figure of answers with no stream
 TOTAL_METRICS = ("ttft", "itl", "tpot", "e2e", "dispatch_lag")  # a metrics endpoint's histograms
@@ -52,6 +55,22 @@ class LiveTotals:
             self.histograms.setdefault(metric, LatencyHistogram()).add(h)
         if other.backlog is not None:
             self.backlog = (self.backlog or 0) + other.backlog
+
+
+class OpenLoopDue:
+    """An open loop's requests due by a time from t0 (a live backlog's count): its sends from
+    t0, sorted once, on first use; None for a closed loop or multi-turn sessions."""
+
+    def __init__(self, plan: Plan) -> None:
+        self._plan = plan
+        self._offsets: array[int] | None = None
+
+    def by(self, elapsed_ns: int) -> int | None:
+        if self._offsets is None:
+            reqs = self._plan.requests
+            open_loop = not self._plan.multi_turn and all(r.offset_ns is not None for r in reqs)
+            self._offsets = array("q", sorted(r.offset_ns or 0 for r in reqs) if open_loop else ())
+        return bisect_right(self._offsets, elapsed_ns) if self._offsets else None
 
 
 @dataclass(frozen=True)

@@ -333,10 +333,13 @@ class Recorder:
         """The whole-run histogram of every metric."""
         return {m: (self.merged[m] if m in self.merged else self.whole[m]) for m in ALL_METRICS}
 
-    def totals(self) -> LiveTotals:
+    def totals(
+        self, loop_lag: LatencyHistogram | None = None, due: int | None = None
+    ) -> LiveTotals:
         """The measured requests so far, for a metrics endpoint: counts, tokens, failures by
         type, and each exported metric's histogram to date (the closed intervals' merge plus
-        the open ones', copies)."""
+        the open ones', copies); with the event loop's ``loop_lag`` (a copy), and an open
+        loop's backlog: the requests ``due`` by now and not yet done."""
         histograms = {}
         for metric in TOTAL_METRICS:
             if metric in self.merged:
@@ -344,6 +347,8 @@ class Recorder:
                 histograms[metric] = merge_histograms(h for h in parts if h.count)
             else:
                 histograms[metric] = merge_histograms([self.whole[metric]])
+        if loop_lag is not None:
+            histograms["loop_lag"] = merge_histograms([loop_lag])
         return LiveTotals(
             completed=self.completed,
             failed=self.failed,
@@ -351,6 +356,7 @@ class Recorder:
             input_tokens=self.input_tokens_measured,
             failed_by_type=dict(self.errors_by_type),
             histograms=histograms,
+            backlog=None if due is None else max(0, due - len(self.timeline)),
         )
 
     def live_histograms(self) -> dict[str, LatencyHistogram]:

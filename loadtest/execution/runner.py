@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from array import array
-from bisect import bisect_right
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -22,10 +20,9 @@ from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock, VirtualClock, busy_share_since, busy_start
 from loadtest.core.heap import collector_paused, settle_heap
 from loadtest.core.histogram import LatencyHistogram
-from loadtest.core.histogram import merge as merge_histograms
 from loadtest.execution.backlog import RecordingBacklog
 from loadtest.execution.driver import RequestDriver
-from loadtest.execution.live import LivePercentiles, LiveStats, LiveTotals
+from loadtest.execution.live import LivePercentiles, LiveStats, OpenLoopDue
 from loadtest.execution.loop_watch import LoopWatch
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.rate_ceiling import RateCeiling
@@ -116,7 +113,7 @@ class Runner:
         self.users = Users(plan, clock, backend, tokenizer, self)
         self._next_due_ns: int | None = None  # the open-loop dispatcher's next deadline
         self._loop_lag = LatencyHistogram()  # the run's, once it runs
-        self._offsets: array[int] | None = None  # an open loop's sends from t0 (live backlog)
+        self._due = OpenLoopDue(plan)  # an open loop's requests due (the live backlog)
         self._cancel_reason: str | None = None
         self._failure: str | None = None
         self._stop = asyncio.Event()
@@ -246,22 +243,10 @@ class Runner:
             if rec is not None and percentiles
             else LivePercentiles(),
             gpu_util_pct=None if self.gpu_probe is None else self.gpu_probe(),
-            totals=self._totals() if rec is not None and totals else None,
+            totals=rec.totals(self._loop_lag, self._due.by(self.clock.now_ns() - (self.t0 or 0)))
+            if rec is not None and totals
+            else None,
         )
-
-    def _totals(self) -> LiveTotals:
-        """The recorder's totals, with the loop's lag so far and an open loop's backlog."""
-        assert self.recorder is not None and self.t0 is not None
-        out = self.recorder.totals()
-        out.histograms["loop_lag"] = merge_histograms([self._loop_lag])
-        if self._offsets is None:  # once: the plan's sends from t0, sorted (an open loop's)
-            reqs = self.plan.requests
-            open_loop = not self.plan.multi_turn and all(r.offset_ns is not None for r in reqs)
-            self._offsets = array("q", sorted(r.offset_ns or 0 for r in reqs) if open_loop else ())
-        if self._offsets:
-            due = bisect_right(self._offsets, self.clock.now_ns() - self.t0)
-            out.backlog = max(0, due - len(self.recorder.timeline))
-        return out
 
     # -- dispatch -------------------------------------------------------------------------------
 
