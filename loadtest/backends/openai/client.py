@@ -47,6 +47,7 @@ from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished, Tokens
+from loadtest.core.loop import in_daemon_thread
 from loadtest.core.request_ids import RequestIds
 from loadtest.transport.calls import error_text
 from loadtest.transport.http1 import HttpFailure
@@ -91,9 +92,9 @@ class OpenAIBackend(Backend[OpenAISpec]):
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> BackendInfo:
-        # hub lookups, file reads and the tokenizer library's imports off the loop:
-        # start_timeout bounds them (a thread it leaves importing torch is harmless: the
-        # environment manifest reads only modules whose import has finished)
+        # hub lookups, file reads and the tokenizer library's imports off the loop, on a
+        # daemon thread: start_timeout bounds them, and one it leaves importing torch holds
+        # up no exit (the environment manifest reads only modules whose import has finished)
         spec = self.spec
         key = self._api_key()
         try:
@@ -103,7 +104,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
             raise BackendError(f"backend: {exc}") from None
         self._router = Router(routes, spec.routing)
         self._pool = pool = routes[0].pool
-        tokenizer, tokenizer_source, count = await asyncio.to_thread(
+        tokenizer, tokenizer_source, count = await in_daemon_thread(
             load_tokenizer, spec.tokenizer, spec.model, spec.base_url, key, self.base_dir,
             self.settings,
         )  # fmt: skip

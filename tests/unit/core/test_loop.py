@@ -96,3 +96,41 @@ def test_a_pipe_read_on_the_loop_carries_messages_bigger_than_its_buffer(monkeyp
 
     loop.run(go())
     assert got == [big, big]
+
+
+@pytest.mark.parametrize("choice", ["asyncio", "uvloop"])
+def test_a_call_left_running_on_a_daemon_thread_holds_up_no_exit(choice):
+    """A 60 s call given up after 0.1 s (as a start timeout gives up a tokenizer's load): the
+    loop closes and the interpreter exits at once, where ``asyncio.to_thread``'s would wait
+    the 60 s out; a call that finishes hands back its result, and its exception."""
+    if choice == "uvloop":
+        pytest.importorskip("uvloop")
+    import subprocess
+    import time
+
+    code = """
+import asyncio, time
+from loadtest.core import loop
+
+async def main():
+    assert await loop.in_daemon_thread(sum, [1, 2, 3]) == 6
+    try:
+        await loop.in_daemon_thread(int, "x")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("the exception was not handed back")
+    try:
+        await asyncio.wait_for(loop.in_daemon_thread(time.sleep, 60), 0.1)
+    except asyncio.TimeoutError:
+        return "gave up"
+
+print(loop.run(main()))
+"""
+    t = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50,
+        env={**os.environ, loop.ENV: choice},
+    )  # fmt: skip
+    assert r.returncode == 0 and r.stdout.strip() == "gave up", r.stderr
+    assert time.monotonic() - t < 30  # not the 60 s sleep
