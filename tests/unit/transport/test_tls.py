@@ -56,20 +56,31 @@ def _server_context(pki, cert: str = "server", require_client: bool = False) -> 
     return ctx
 
 
-def _get(server_ctx: ssl.SSLContext, settings: ClientSettings):
-    """One GET to an asyncio TLS server on loopback: ``b"ok"``, or the HttpFailure."""
+def _answering(heads: list[bytes] | None = None, hold_s: float = 0.0):
+    """A connection handler that answers each request ``ok`` (kept alive), ``hold_s`` after
+    its head came, keeping the heads in ``heads``."""
 
     async def handle(reader, writer):
         try:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            await writer.drain()
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                if heads is not None:
+                    heads.append(head)
+                await asyncio.sleep(hold_s)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
         except (OSError, asyncio.IncompleteReadError):
             pass
         writer.close()
 
+    return handle
+
+
+def _get(server_ctx: ssl.SSLContext, settings: ClientSettings):
+    """One GET to an asyncio TLS server on loopback: ``b"ok"``, or the HttpFailure."""
+
     async def main():
-        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_ctx)
+        server = await asyncio.start_server(_answering(), "127.0.0.1", 0, ssl=server_ctx)
         url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
         pool = ConnectionPool(url, settings, 0, time.monotonic_ns)
         try:
@@ -198,18 +209,8 @@ def test_a_requests_phases_are_stamped_in_order_with_its_tls_handshake_apart(pki
     kept-alive connection waits for none. The request's own header lines reach the server."""
     heads: list[bytes] = []
 
-    async def handle(reader, writer):
-        try:
-            while True:
-                heads.append(await reader.readuntil(b"\r\n\r\n"))
-                await asyncio.sleep(0.05)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                await writer.drain()
-        except (OSError, asyncio.IncompleteReadError):
-            pass
-        writer.close()
-
     async def main():
+        handle = _answering(heads, hold_s=0.05)
         server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=_server_context(pki))
         url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
         pool = ConnectionPool(url, ClientSettings(ca_bundle=pki["ca"]), 0, time.monotonic_ns)
