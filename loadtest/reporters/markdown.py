@@ -6,8 +6,8 @@ from pathlib import Path
 
 from loadtest.core import atomic
 from loadtest.core.text import visible_doc
-from loadtest.reporters import cost, insight
-from loadtest.reporters.placement import placement_rows
+from loadtest.reporters import insight
+from loadtest.reporters.sections import row_sections
 from loadtest.results.model import (
     LatencySummary,
     Requests,
@@ -48,22 +48,8 @@ def render(metrics: RunMetrics) -> str:
     lines += [f"- {_esc(x)}" for x in v.reasons + v.warnings]
     if m.sla:
         lines += _sla(m.sla)
-    for title, rows in (
-        ("Stability", insight.stability_rows(m.stability)),
-        ("Steps", insight.steps_rows(m.steps)),
-        ("Traffic", insight.traffic_rows(m)),
-        ("API", insight.api_rows(m.api, m.throughput)),
-        ("Goodput", insight.goodput_rows(m.goodput)),
-        ("Cost (estimate)", cost.cost_rows(m.cost)),
-        ("Sessions", insight.sessions_rows(m.sessions)),
-        ("Server", insight.server_rows(m.server)),
-        ("Client workers", insight.workers_rows(m.workers, m.backend)),
-        ("Placement", placement_rows(m.backend, m.roofline)),
-        ("GPU", insight.gpu_rows(m.gpu)),
-        ("Roofline", insight.roofline_rows(m.roofline)),
-    ):
-        if rows:
-            lines += ["", f"## {title}", "", "| | |", "|---|---|"] + _pairs(rows)
+    for section in row_sections(m):
+        lines += ["", f"## {section.title}", "", "| | |", "|---|---|"] + _pairs(section.rows)
     rows, ops = insight.profile_rows(m.profile)
     if rows:
         lines += ["", "## Profiler window", "", "| | |", "|---|---|"] + _pairs(rows)

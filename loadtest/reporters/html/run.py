@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.core import atomic
-from loadtest.reporters import cost, insight, plots
+from loadtest.reporters import insight, plots
 from loadtest.reporters.html.page import card, esc, num, page, pairs, svg, table
-from loadtest.reporters.placement import placement_rows
+from loadtest.reporters.sections import Part, RowSection, row_sections
 from loadtest.results.model import RunMetrics, Validity, Verdict
 
 LAT_COLS = ("count", "mean", "p50", "p90", "p95", "p99", "p999", "max")
@@ -101,26 +101,17 @@ def run_html(m: RunMetrics) -> str:
 def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
     """The run report's sections: (id, title, html)."""
     has_time = bool(m.timeseries and m.timeseries.points) or bool(m.gpu and m.gpu.available)
-    traffic = [
-        f"<h3>{esc(title)}</h3>" + pairs(rows)
-        for title, rows in (
-            ("Steps", insight.steps_rows(m.steps)),
-            ("Traffic", insight.traffic_rows(m)),
-            ("API", insight.api_rows(m.api, m.throughput)),
-            ("Goodput", insight.goodput_rows(m.goodput)),
-            ("Cost (estimate)", cost.cost_rows(m.cost)),
-            ("Sessions", insight.sessions_rows(m.sessions)),
-            ("Server", insight.server_rows(m.server)),
-            ("Client workers", insight.workers_rows(m.workers, m.backend)),
-        )
-        if rows
-    ]
+    sections = row_sections(m)
     return [
-        ("summary", "Summary", _summary(m)),
+        ("summary", "Summary", _summary(m, sections)),
         ("latency", "Latency", _latency(m)),
         ("time", "Over time", _over_time(m) if has_time else ""),
-        ("engine", "GPU & roofline", _engine(m)),
-        ("traffic", "Steps, API, goodput, cost, sessions, server, workers", "".join(traffic)),
+        ("engine", "GPU & roofline", _engine(m, sections)),
+        (
+            "traffic",
+            "Steps, API, goodput, cost, sessions, server, workers",
+            _part(sections, "traffic"),
+        ),
         (
             "env",
             "Environment",
@@ -129,7 +120,12 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
     ]
 
 
-def _summary(m: RunMetrics) -> str:
+def _part(sections: list[RowSection], part: Part) -> str:
+    """The row sections of one part of the report, each titled."""
+    return "".join(f"<h3>{esc(s.title)}</h3>" + pairs(s.rows) for s in sections if s.part == part)
+
+
+def _summary(m: RunMetrics, sections: list[RowSection]) -> str:
     """The SLA, validity, stability and headline figures with their definitions."""
     out = []
     if m.sla:
@@ -141,9 +137,7 @@ def _summary(m: RunMetrics) -> str:
         f"{'valid' if v.valid else 'invalid'}</span></h3>"
         + (f"<ul>{''.join(items)}</ul>" if items else "")
     )
-    rows = insight.stability_rows(m.stability)
-    if rows:
-        out.append("<h3>Stability</h3>" + pairs(rows))
+    out.append(_part(sections, "summary"))
     if m.latency_ms and m.throughput and m.definitions:
         t, d = m.throughput, m.definitions
         out.append(
@@ -199,19 +193,13 @@ def _over_time(m: RunMetrics) -> str:
     )
 
 
-def _engine(m: RunMetrics) -> str:
-    """The roofline, GPU telemetry and the profiler window with its top operators."""
+def _engine(m: RunMetrics, sections: list[RowSection]) -> str:
+    """The roofline (its plot first), placement, GPU telemetry and the profiler window with its
+    top operators."""
     out = []
-    roof = insight.roofline_rows(m.roofline)
-    if roof:
+    if any(s.title == "Roofline" for s in sections):
         out.append(plots.roofline_plot(m.roofline) or "")
-        out.append("<h3>Roofline</h3>" + pairs(roof))
-    rows = placement_rows(m.backend, m.roofline)
-    if rows:
-        out.append("<h3>Placement</h3>" + pairs(rows))
-    rows = insight.gpu_rows(m.gpu)
-    if rows:
-        out.append("<h3>GPU telemetry</h3>" + pairs(rows))
+    out.append(_part(sections, "engine"))
     rows, ops = insight.profile_rows(m.profile)
     if rows:
         out.append("<h3>Profiler window</h3>" + pairs(rows))
