@@ -19,12 +19,18 @@ import time
 from typing import TYPE_CHECKING
 
 from loadtest.core._version import __version__
+from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.live import LiveTotals
 from loadtest.reporters.live_metrics import BOUNDS_US, BUCKETS_S, PERCENTS, QUANTILES
 from loadtest.reporters.live_points import LivePoint, LivePoints
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import MetricExporter, MetricsData, NumberDataPoint
+    from opentelemetry.sdk.metrics.export import (
+        HistogramDataPoint,
+        MetricExporter,
+        MetricsData,
+        NumberDataPoint,
+    )
     from opentelemetry.sdk.resources import Resource
 
 DEFAULT_INTERVAL_S = 5.0
@@ -125,7 +131,6 @@ def metrics_data(points: list[LivePoint], resource: Resource, now_unix_ns: int) 
         AggregationTemporality,
         Gauge,
         Histogram,
-        HistogramDataPoint,
         Metric,
         MetricsData,
         ResourceMetrics,
@@ -134,24 +139,41 @@ def metrics_data(points: list[LivePoint], resource: Resource, now_unix_ns: int) 
     )
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    cumulative = AggregationTemporality.CUMULATIVE
-    sums: dict[str, list[NumberDataPoint]] = {}
-    gauges: dict[str, list[NumberDataPoint]] = {}
-    histograms: dict[str, list[HistogramDataPoint]] = {}
+    series = _Series(now_unix_ns)
     for point in points:
+        series.add(point)
+    cumulative = AggregationTemporality.CUMULATIVE
+    metrics = [
+        *(Metric(n, None, "1", Sum(p, cumulative, True)) for n, p in series.sums.items()),
+        *(Metric(n, None, _unit(n), Gauge(p)) for n, p in series.gauges.items()),
+        *(Metric(n, None, "s", Histogram(p, cumulative)) for n, p in series.histograms.items()),
+    ]
+    scope = InstrumentationScope("loadtest", __version__)
+    return MetricsData([ResourceMetrics(resource, [ScopeMetrics(scope, metrics, "")], "")])
+
+
+class _Series:
+    """An export's data points by metric name, as each point adds its own."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+        self.sums: dict[str, list[NumberDataPoint]] = {}
+        self.gauges: dict[str, list[NumberDataPoint]] = {}
+        self.histograms: dict[str, list[HistogramDataPoint]] = {}
+
+    def add(self, point: LivePoint) -> None:
         scenario, run, name, model = point.labels
         base = {"loadtest.scenario": scenario, "loadtest.run": run, "loadtest.point": name}
         if model:
             base["gen_ai.request.model"] = model
-        start = point.started_unix_ns
-        number = _Numbers(base, start, now_unix_ns)
-
+        number = _Numbers(base, point.started_unix_ns, self.now)
+        sums, gauges = self.sums, self.gauges
         number.add(gauges, "loadtest.point.running", 1 if point.source is not None else 0)
         for verdict, value in point.verdicts.items():
             number.add(gauges, f"loadtest.point.{verdict}", 1 if value else 0)
         s = point.last
         if s is None:
-            continue
+            return
         totals = s.totals or LiveTotals()
         number.add(sums, "loadtest.requests.sent", s.sent)
         number.add(sums, "loadtest.requests.completed", totals.completed)
@@ -167,30 +189,26 @@ def metrics_data(points: list[LivePoint], resource: Resource, now_unix_ns: int) 
                 if rate is not None:
                     number.add(gauges, f"loadtest.rate.{metric}", rate)
         for metric, h in totals.histograms.items():
-            if not h.count:
-                continue
-            under, sum_us, values = h.digest(BOUNDS_US, (0.0, *PERCENTS, 100.0))
-            low_ms, *quantiles_ms, high_ms = values
-            for q, v in zip(QUANTILES, quantiles_ms):
-                number.add(gauges, "loadtest.latency", v / 1000.0, **{
-                    "loadtest.metric": metric, "loadtest.quantile": f"{q:g}",
-                })  # fmt: skip
-            histogram = HISTOGRAM_NAMES.get(metric)
-            if histogram is None:
-                continue
-            counts = [b - a for a, b in zip([0, *under], [*under, h.count])]
-            histograms.setdefault(histogram, []).append(
-                HistogramDataPoint(base, start, now_unix_ns, h.count, sum_us / 1e6, counts,
-                                   BUCKETS_S, low_ms / 1000.0, high_ms / 1000.0)
-            )  # fmt: skip
+            if h.count:
+                self._latency(number, metric, h)
 
-    metrics = [
-        *(Metric(n, None, "1", Sum(p, cumulative, True)) for n, p in sums.items()),
-        *(Metric(n, None, _unit(n), Gauge(p)) for n, p in gauges.items()),
-        *(Metric(n, None, "s", Histogram(p, cumulative)) for n, p in histograms.items()),
-    ]
-    scope = InstrumentationScope("loadtest", __version__)
-    return MetricsData([ResourceMetrics(resource, [ScopeMetrics(scope, metrics, "")], "")])
+    def _latency(self, number: _Numbers, metric: str, h: LatencyHistogram) -> None:
+        """A latency's HDR quantiles as gauges, and (where it has a name) its histogram."""
+        from opentelemetry.sdk.metrics.export import HistogramDataPoint
+
+        under, sum_us, values = h.digest(BOUNDS_US, (0.0, *PERCENTS, 100.0))
+        low_ms, *quantiles_ms, high_ms = values
+        for q, v in zip(QUANTILES, quantiles_ms):
+            number.add(self.gauges, "loadtest.latency", v / 1000.0, **{
+                "loadtest.metric": metric, "loadtest.quantile": f"{q:g}",
+            })  # fmt: skip
+        histogram = HISTOGRAM_NAMES.get(metric)
+        if histogram is not None:
+            counts = [b - a for a, b in zip([0, *under], [*under, h.count])]
+            self.histograms.setdefault(histogram, []).append(
+                HistogramDataPoint(number.attrs, number.start, self.now, h.count, sum_us / 1e6,
+                                   counts, BUCKETS_S, low_ms / 1000.0, high_ms / 1000.0)
+            )  # fmt: skip
 
 
 class _Numbers:
