@@ -15,10 +15,13 @@ import io
 import math
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.results.model import GpuDevice, IntervalPoint, Peaks, RooflineSection, Window
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 TAIL_PERCENTILES = [0, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99, 99.999, 100]
 SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
@@ -45,6 +48,7 @@ class Plot:
 
         self.plt, self.name = plt, name
         self.tips: dict[str, list[str]] = {}  # a marker series' gid -> each marker's tooltip
+        # Any: matplotlib types rc keys as one Literal of every setting's name
         self.rc: Any = {"svg.fonttype": "none", "svg.hashsalt": name, "font.size": 9}
         with matplotlib.rc_context(self.rc):
             self.fig, axes = plt.subplots(
@@ -61,7 +65,7 @@ class Plot:
 
     def series(
         self,
-        ax: Any,
+        ax: Axes,
         xs: Sequence[float | None],
         ys: Sequence[float | None],
         tips: Sequence[str],
@@ -128,7 +132,7 @@ def _percentile_x(p: float) -> float:
     return 1 / (1 - p / 100) if p < 100 else 1e6
 
 
-def _percentile_axis(ax: Any) -> None:
+def _percentile_axis(ax: Axes) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks([1, 2, 10, 100, 1000, 10000, 100000, 1e6])
@@ -220,7 +224,7 @@ def timeseries_plot(
     return plot.svg()
 
 
-def _throughput_row(plot: Plot, ax: Any, points: list[IntervalPoint], interval_s: float) -> None:
+def _throughput_row(plot: Plot, ax: Axes, points: list[IntervalPoint], interval_s: float) -> None:
     plot.series(
         ax,
         [p.t_s for p in points],
@@ -236,7 +240,7 @@ def _throughput_row(plot: Plot, ax: Any, points: list[IntervalPoint], interval_s
     ax.set_title(f"The run over time ({interval_s:g} s intervals, latencies by completion time)")
 
 
-def _latency_row(plot: Plot, ax: Any, points: list[IntervalPoint]) -> None:
+def _latency_row(plot: Plot, ax: Axes, points: list[IntervalPoint]) -> None:
     t = [p.t_s for p in points]
     for key, color, style in (
         ("ttft_p50_ms", COLORS["ttft"], ":"),
@@ -261,7 +265,7 @@ def _latency_row(plot: Plot, ax: Any, points: list[IntervalPoint]) -> None:
     ax.set_ylabel("ms")
 
 
-def _gpu_row(plot: Plot, ax: Any, gpus: list[GpuDevice]) -> None:
+def _gpu_row(plot: Plot, ax: Axes, gpus: list[GpuDevice]) -> None:
     for d in gpus:
         s = d.series
         if s is None:
@@ -277,7 +281,7 @@ def _gpu_row(plot: Plot, ax: Any, gpus: list[GpuDevice]) -> None:
 
 def _gauge(
     plot: Plot,
-    ax: Any,
+    ax: Axes,
     t: Sequence[float | None],
     ys: Sequence[float | None],
     name: str,
@@ -341,7 +345,7 @@ def roofline_plot(roofline: RooflineSection | None) -> str | None:
     return plot.svg()
 
 
-def _roof(ax: Any, peaks: Peaks, xs: list[float]) -> None:
+def _roof(ax: Axes, peaks: Peaks, xs: list[float]) -> None:
     """The device's roof: the bandwidth slope up to the ridge, then the compute ceiling."""
     lo, hi = min(xs + [1.0]) / 4, max(xs + [1000.0]) * 4
     bw, top = peaks.bw_gb_s * 1e9, peaks.tflops * 1e12

@@ -4,10 +4,13 @@ throughput-latency frontier; each point marked steady, unsteady (overloaded) or 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest.reporters.plots import COLORS, Plot, finite
 from loadtest.results.model import Cheapest, CurvePoint
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 STATUS_STYLE = {  # sweep points: marker, colour, label
     "steady": ("o", "#1a73e8", "steady"),
@@ -25,7 +28,7 @@ def point_kind(c: CurvePoint) -> str:
 
 def _sweep_series(
     plot: Plot,
-    ax: Any,
+    ax: Axes,
     curve: list[CurvePoint],
     xkey: str,
     ykey: str,
