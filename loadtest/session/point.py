@@ -246,7 +246,8 @@ class Session(StopOnSignals):
             if sampler:
                 await asyncio.to_thread(sampler.stop)
             if server:
-                await asyncio.to_thread(server.stop)
+                # a signal's stop writes the result now: no last scrape of the server
+                await asyncio.to_thread(server.stop, self.interrupted_by is None)
         if plan is not None:
             assert self.backend is not None
             try:

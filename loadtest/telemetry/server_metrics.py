@@ -139,6 +139,7 @@ UNITS = {
 # the columns server.csv holds per sample: gauges, then per-interval ratios and means
 CSV_COLUMNS = ["t_s", *GAUGES, *RATIOS, *(f"{h}_mean" for h in HISTOGRAMS)]
 MAX_BODY = 8 << 20  # a metrics page larger than this is not read whole
+STOPPING_JOIN_S = 0.5  # a run stopped by a signal waits this long for the sampler's thread
 # the names a sample keeps: a line of any other metric is skipped unread (pages of tens of
 # MB exist; read line by line, no single step holds the interpreter long enough to delay the
 # dispatching loop)
@@ -288,9 +289,14 @@ class ServerSampler:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop polling and take one last sample (bounded by ``timeout_s``)."""
+    def stop(self, final: bool = True) -> None:
+        """Stop polling and take one last sample (bounded by ``timeout_s``); not ``final`` (a
+        signal stopped the run: the result is to be written now), no last sample and no wait
+        for a scrape under way, up to ``timeout_s`` more: the series ends where it was."""
         self._stop.set()
+        if not final:
+            self._thread.join(STOPPING_JOIN_S)
+            return
         self._thread.join(self.timeout_s + self.interval_s + 1)
         if not self._thread.is_alive():
             self._sample()
@@ -435,9 +441,9 @@ class EndpointSamplers:
         for s in self.samplers.values():
             s.start()
 
-    def stop(self) -> None:
+    def stop(self, final: bool = True) -> None:
         for s in self.samplers.values():
-            s.stop()
+            s.stop(final)
 
     def summary(self, t0_ns: int, span: tuple[int, int] | None) -> ServerSection:
         out = self.first.summary(t0_ns, span)

@@ -308,6 +308,7 @@ def test_a_profiler_stop_that_hangs_costs_nothing_and_a_sigterm_keeps_the_result
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 128 + signal.SIGTERM, err
+        assert (tmp_path / "run" / "metrics.json").exists(), err
         m = metrics(tmp_path / "run")
         assert m["status"] == "interrupted"
         p = m["profile"]

@@ -265,3 +265,29 @@ vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
     assert engines["1"]["kv_cache_usage"]["last"] == 0.7
     assert engines["1"]["requests_waiting"]["mean"] == 5.0
     assert out["metrics"]["kv_cache_usage"]["last"] == pytest.approx(0.65)
+
+
+def test_a_stop_for_a_signal_does_not_wait_on_a_server_whose_metrics_hang():
+    """A /metrics that never answers (a stalled server): a signal's stop (not final) leaves at
+    once, with no last scrape, so the result is written within the grace period; the final
+    stop waits for the scrape under way to time out (2 s), then tries one more."""
+    import socket
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepted by the kernel, never answered
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}/metrics"
+    try:
+        took = {}
+        for final in (False, True):
+            s = ServerSampler(url, 1.0, timeout_s=2.0)
+            s.start()
+            time.sleep(0.2)  # its first scrape is under way
+            t = time.monotonic()
+            s.stop(final)
+            took[final] = time.monotonic() - t
+    finally:
+        silent.close()
+    assert took[False] < 1.5  # STOPPING_JOIN_S, with room for a busy machine
+    assert took[True] >= 1.5  # the scrape's 2 s timeout, less the 0.2 s it had run
