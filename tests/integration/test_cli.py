@@ -314,6 +314,7 @@ def test_one_command_from_a_url_discovers_the_model_and_saves_a_reproducible_sce
             # the subject is the command, not the client's timing on a shared machine
             "--set", "load.validity.max_dispatch_lag_p99=2s",
             "--set", "load.validity.max_loop_lag_p99=2s",
+            "--set", "load.validity.max_stamp_delay_share=1000",
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "model: stub-model" in r.stderr

@@ -56,7 +56,11 @@ def test_url_credentials_and_a_key_run_and_are_never_shown_or_stored(
             "--set", f"backend.proxy={proxy}",
             "--requests", "3", "--json", "-o", str(tmp_path / "run"),
             "--save-scenario", str(saved),
+            # the subject is the secrets, not the client's timing on a shared machine (the
+            # stub's tokens come microseconds apart: a loop lag of 1 ms is 80x its TPOT)
             "--set", "load.validity.max_dispatch_lag_p99=2s",
+            "--set", "load.validity.max_loop_lag_p99=2s",
+            "--set", "load.validity.max_stamp_delay_share=1000",
             "--set", f"backend.headers={{X-Api-Key: {HEADER}, X-Trace: hello}}",
         ],
         capture_output=True, text=True, env=env, timeout=120,
@@ -190,6 +194,8 @@ def test_one_server_given_twice_is_two_rows_by_place(fast_server, tmp_path):
             "--url", f"http://a:{PASSWORD}@{url}", "--url", f"http://b:{OTHER_PW}@{url}",
             "--requests", "4", "-q", "-o", str(tmp_path / "run"),
             "--set", "load.validity.max_dispatch_lag_p99=2s",
+            "--set", "load.validity.max_loop_lag_p99=2s",
+            "--set", "load.validity.max_stamp_delay_share=1000",
         ],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -206,7 +212,7 @@ def test_one_of_two_endpoints_dying_ends_the_run_naming_it(tmp_path):
     are counted apart, and the run ends as for a lone server, naming it, with what it
     measured before kept."""
     import json as _json
-    import time
+    import threading
 
     from tests.real_servers import start_fast_server
 
@@ -215,15 +221,31 @@ def test_one_of_two_endpoints_dying_ends_the_run_naming_it(tmp_path):
         run = subprocess.Popen(
             [
                 sys.executable, "-m", "loadtest", "run", "--url", alive.url, "--url", dying.url,
-                "--rate", "20", "--duration", "60s", "-q", "-o", str(tmp_path / "run"),
+                "--rate", "20", "--duration", "60s", "-o", str(tmp_path / "run"),
                 "--set", "load.validity.max_dispatch_lag_p99=2s", "--set", "load.warmup=0s",
             ],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "HF_HUB_OFFLINE": "1"},  # no hub lookup for the stub's name
         )  # fmt: skip
-        time.sleep(8)  # discovery, the probes, then seconds of measured traffic
+        # killed once the run has measured traffic: its first progress line (5 s after t0),
+        # however long discovery and the probes took on a busy machine
+        lines: list[str] = []
+        measuring = threading.Event()
+
+        def read_stderr() -> None:
+            assert run.stderr is not None
+            for line in run.stderr:
+                lines.append(line)
+                if line.startswith("progress:"):
+                    measuring.set()
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        assert measuring.wait(90), "".join(lines)[-2000:]
         dying.kill()
-        _, err = run.communicate(timeout=120)
+        run.wait(timeout=120)
+        reader.join(10)
+        err = "".join(lines)
     finally:
         alive.kill()
         dying.kill()
