@@ -122,8 +122,8 @@ def scenario_differences(base: RunMetrics, cand: RunMetrics) -> list[str]:
 
 
 def _gpu_name(metrics: RunMetrics) -> str | None:
-    gpus = metrics.environment.get("gpus") or []
-    return gpus[0].get("name") if gpus else None
+    gpus = metrics.environment.gpus or []
+    return gpus[0].name if gpus else None
 
 
 class GateCheck(NamedTuple):

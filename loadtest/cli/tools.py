@@ -38,22 +38,22 @@ def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest a
     manifest = environment.collect()
     problems = environment.warnings(manifest)
     if as_json:
-        typer.echo(json.dumps({**manifest, "warnings": problems}, indent=2))
+        typer.echo(json.dumps({**manifest.view(), "warnings": problems}, indent=2))
         raise typer.Exit(exit_codes.OK)
     console = make_console()
     table = Table(title="environment", title_justify="left", show_header=False)
-    for key, value in manifest.items():
+    for key, value in manifest.view().items():
         if key != "gpus":
             table.add_row(key, "-" if value in (None, {}, []) else str(value))
     console.print(table)
-    for g in manifest.get("gpus") or []:
-        gt = Table(title=f"GPU {g['index']}: {g['name']}", title_justify="left", show_header=False)
-        for key, value in g.items():
+    for g in manifest.gpus or []:
+        gt = Table(title=f"GPU {g.index}: {g.name}", title_justify="left", show_header=False)
+        for key, value in g.view().items():
             if key not in ("index", "name"):
                 gt.add_row(key, str(value))
         console.print(gt)
-    if not manifest.get("gpus"):
-        console.print(f"GPUs: none ({manifest.get('gpu_reason')})")
+    if not manifest.gpus:
+        console.print(f"GPUs: none ({manifest.gpu_reason})")
     for w in problems:
         console.print(f"warning: {w}", style="yellow")
     raise typer.Exit(exit_codes.OK)

@@ -59,7 +59,9 @@ def render(metrics: RunMetrics) -> str:
             f"| {_esc(o.name)} | {o.calls} | {o.self_cuda_time_us} | {o.self_cpu_time_us} |"
             for o in ops
         ]
-    lines += ["", "## Environment", ""] + [f"- {k}: {_esc(v)}" for k, v in m.environment.items()]
+    lines += ["", "## Environment", ""] + [
+        f"- {k}: {_esc(v)}" for k, v in m.environment.view().items()
+    ]
     return "\n".join(lines) + "\n"
 
 

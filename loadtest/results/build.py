@@ -25,16 +25,14 @@ from loadtest.results.model import (
     Harness,
     IntervalPoint,
     LatencySummary,
-    MediaSent,
     ModelResult,
+    OutputChecks,
     Requests,
     RunMetrics,
     SessionsResult,
     StepsResult,
-    StructuredChecks,
     Throughput,
     Timeseries,
-    ToolCallChecks,
     TraceResult,
     TrafficResult,
     TurnStats,
@@ -44,6 +42,7 @@ from loadtest.results.model import (
 )
 from loadtest.results.steps import judge_steps
 from loadtest.results.validity import judge_run, window_seconds
+from loadtest.telemetry.environment_section import Environment
 
 DEFINITIONS = {
     "ttft": "time to first token: first token on the host - intended send time",
@@ -68,7 +67,7 @@ def build_result(
     scenario_path: str,
     outcome: RunOutcome | None,
     backend: dict[str, Any],
-    environment: dict[str, Any],
+    environment: Environment,
     planned: int | None,
     started_at: str,
     interrupted_by: str | None = None,
@@ -91,7 +90,7 @@ def build_result(
         environment=environment,
         backend=facts,
         interrupted_by=interrupted_by,
-        commit=environment.get("commit"),
+        commit=environment.commit,
     )
     if outcome is None:
         reason = start_failure or "the run did not start"
@@ -259,11 +258,12 @@ def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | 
     """The API's own section: set for every API but plain chat and completions with nothing
     checked (their figures are the token stream's, already in the result)."""
     name = api_of(scenario.backend)
-    checks = facts.checks or {}
+    checks = facts.checks or OutputChecks()
     w = scenario.workload
     reasoning = rec.reasoning_tokens_measured
     streamed = getattr(scenario.backend, "stream", True)  # False: one JSON answer a request
-    plain = name in ("chat", "completions", "generate") and not checks and not reasoning
+    checked = checks.tool_calls or checks.structured or checks.media
+    plain = name in ("chat", "completions", "generate") and not checked and not reasoning
     if plain and streamed:
         return None
     pooled = name in POOLING_APIS
@@ -274,9 +274,9 @@ def _api(scenario: Scenario, rec: Recorder, facts: BackendFacts) -> ApiResult | 
         inputs_per_request=inputs if pooled else None,
         reasoning_tokens=reasoning if reasoning else None,
         answer_tokens=rec.output_tokens_measured - reasoning if reasoning else None,
-        tool_calls=ToolCallChecks(**checks["tool_calls"]) if "tool_calls" in checks else None,
-        structured=StructuredChecks(**checks["structured"]) if "structured" in checks else None,
-        media=MediaSent(**checks["media"]) if "media" in checks else None,
+        tool_calls=checks.tool_calls,
+        structured=checks.structured,
+        media=checks.media,
     )
 
 

@@ -9,17 +9,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import ValidationError
 
 from loadtest.config.scenario import Scenario
+from loadtest.core.json_types import JsonObject
 from loadtest.core.step_accounting import StepAccounting
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results.model import BackendFacts, RunMetrics, Stability, Verdict
 from loadtest.telemetry import environment
-from loadtest.telemetry.environment import Manifest
+from loadtest.telemetry.environment_section import Environment
 from loadtest.telemetry.gpu_section import GpuSection, GpuSource
 from loadtest.telemetry.profile_window import ProfileWindow
 from loadtest.telemetry.roofline_section import RooflineSection
@@ -31,12 +31,12 @@ class Observed:
     """What was seen around the requests: each sampler that ran (None where none did), the
     files beside metrics.json that could not be written, and notes from the run's set-up."""
 
-    environment: dict[str, Any]
+    environment: Environment
     gpu: GpuSource | None = None  # stopped
     gpu_off_reason: str = "not sampled"
     gpu_scope: str | None = None  # whose GPUs these are
     profile: ProfileWindow | None = None  # the window that ran
-    profile_export: dict[str, Any] = field(default_factory=dict)
+    profile_export: JsonObject = field(default_factory=dict)
     server: ServerSource | None = None  # stopped
     file_problems: dict[str, str] = field(default_factory=dict)  # side file -> why not written
     notes: list[str] = field(default_factory=list)  # set-up warnings (a dataset cut short)
@@ -179,7 +179,7 @@ def _judged_outside(
     return judged or None
 
 
-def _roofline(metrics: RunMetrics, env: Manifest) -> RooflineSection | None:
+def _roofline(metrics: RunMetrics, env: Environment) -> RooflineSection | None:
     """MBU/MFU and a diagnosis, for in-process models (transformers)."""
     backend = metrics.backend
     acct = backend.roofline_acct
@@ -193,7 +193,8 @@ def _roofline(metrics: RunMetrics, env: Manifest) -> RooflineSection | None:
         acct, estimated = _estimated(metrics), roofline.ESTIMATED_NOTE
     shape = roofline.model_shape(config, weights, width)
     name = backend.device_name
-    uuid = next((g.get("uuid") for g in env.get("gpus") or [] if g.get("name") == name), None)
+    gpu = env.gpu_named(name)
+    uuid = gpu.uuid if gpu is not None else None
     result = roofline.analyse(shape, acct, roofline.peaks_for(name, uuid))
     if estimated:
         result.estimated = estimated
@@ -262,7 +263,7 @@ def null_non_finite(result: RunMetrics) -> RunMetrics:
     ``validity.warnings``: one bad figure must not cost the whole result."""
     found: list[str] = []
 
-    def walk(node: Any, path: str) -> Any:
+    def walk(node: object, path: str) -> object:
         if isinstance(node, float) and not math.isfinite(node):
             found.append(path)
             return None
@@ -274,7 +275,8 @@ def null_non_finite(result: RunMetrics) -> RunMetrics:
                 node[i] = walk(v, f"{path}[{i}]")
         return node
 
-    doc = walk(result.model_dump(by_alias=True), "")
+    doc = result.model_dump(by_alias=True)
+    walk(doc, "")  # in place: the top is a dict
     if not found:
         return result
     doc["validity"]["warnings"].append(

@@ -37,6 +37,7 @@ from loadtest.session.traces import SessionTraces
 from loadtest.session.worker_points import WorkerPoints
 from loadtest.session.writing import RunResult, write_exports, write_result, write_side_files
 from loadtest.telemetry import environment
+from loadtest.telemetry.environment_section import Environment
 from loadtest.telemetry.profile_window import ProfileWindow
 from loadtest.workload.datasets import DatasetRows
 from loadtest.workload.plan import Plan, build_plan
@@ -56,7 +57,7 @@ class _Started:
     plan: Plan | None
     planned: int | None
     details: dict
-    environment: dict
+    environment: Environment
 
 
 class Session(StopOnSignals):
@@ -340,7 +341,7 @@ def _run_dir(scenario, out_dir, overwrite: bool, claimed: bool) -> Path:
     return rundir.claim(Path(out_dir if out_dir is not None else scenario.outputs.dir), overwrite)
 
 
-def _environment(loaded: LoadedScenario) -> dict:
+def _environment(loaded: LoadedScenario) -> Environment:
     return environment.collect(loaded.scenario.seeds.model_dump(), loaded.sha256)
 
 

@@ -229,7 +229,7 @@ class _Search:
                 "no_rate_meets_sla": "no_rate_meets_sla",
             }
             status = endings.get(self.ending, "no_verdict")
-        rows = sorted(self.rows, key=lambda r: r.params["load.arrival.rate"])
+        rows = sorted(self.rows, key=_rate_of)
         evidence = (
             "the highest rate tried whose run met every SLA check (PASS), and the lowest that did "
             "not; the true limit lies between them"
@@ -249,3 +249,10 @@ class _Search:
                 evidence=evidence,
             ),
         )
+
+
+def _rate_of(point: SweepPoint) -> float:
+    """The arrival rate a point of the search ran at (always a number: the search sets it)."""
+    rate = point.params["load.arrival.rate"]
+    assert isinstance(rate, (int, float))
+    return rate

@@ -13,16 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from loadtest.core import loop
 from loadtest.core._version import __version__
+from loadtest.core.json_types import JsonObject
+from loadtest.telemetry.environment_section import Environment, GpuAtStart, GpuProcess
 from loadtest.telemetry.gpu_sampler import Nvml
 from loadtest.telemetry.gpu_section import GpuSection
-
-# The environment manifest: the outside world in its own terms (versions, hosts, drivers), kept
-# as the JSON object it is written as.
-Manifest = dict[str, Any]
 
 
 def git_commit(path: Path) -> tuple[str | None, bool | None]:
@@ -58,42 +55,48 @@ DEBUG_ENV = (
 
 
 def collect(
-    seeds: dict[str, Any] | None = None, scenario_sha256: str | None = None, gpus: bool = True
-) -> Manifest:
+    seeds: JsonObject | None = None, scenario_sha256: str | None = None, gpus: bool = True
+) -> Environment:
     """The environment manifest a run records: versions, commit, CPU, GPUs, seeds, scenario hash."""
     commit, dirty = git_commit(Path(__file__).resolve().parent)
-    env = {
-        "tool": "loadtest",
-        "tool_version": __version__,
-        "commit": commit,
-        "dirty": dirty,
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "hostname": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "seeds": seeds,
-        "scenario_sha256": scenario_sha256,
-        "container_image": os.getenv("LOADTEST_CONTAINER_IMAGE"),
-        "python_debug_build": hasattr(sys, "gettotalrefcount"),
-        "event_loop": loop.running(),
-        "cpu_model": _cpu_model(),
-        "cpu_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
-        "debug_flags": {
-            k: os.environ[k] for k in DEBUG_ENV if os.environ.get(k) not in (None, "", "0")
-        }
-        | ({"python -X dev": True} if sys.flags.dev_mode else {}),
+    debug_flags: dict[str, str | bool] = {
+        k: os.environ[k] for k in DEBUG_ENV if os.environ.get(k) not in (None, "", "0")
     }
+    if sys.flags.dev_mode:
+        debug_flags["python -X dev"] = True
+    env = Environment(
+        tool="loadtest",
+        tool_version=__version__,
+        commit=commit,
+        dirty=dirty,
+        python=platform.python_version(),
+        implementation=platform.python_implementation(),
+        platform=platform.platform(),
+        machine=platform.machine(),
+        hostname=socket.gethostname(),
+        cpu_count=os.cpu_count(),
+        seeds=seeds,
+        scenario_sha256=scenario_sha256,
+        container_image=os.getenv("LOADTEST_CONTAINER_IMAGE"),
+        python_debug_build=hasattr(sys, "gettotalrefcount"),
+        event_loop=loop.running(),
+        cpu_model=_cpu_model(),
+        cpu_governor=_read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        debug_flags=debug_flags,
+    )
+    versions: dict[str, str | None] = {}
     for name in ("torch", "transformers"):
         module = _imported(name)
         if module is not None:
-            env[name] = getattr(module, "__version__", None)
+            versions[name] = getattr(module, "__version__", None)
     torch = _imported("torch")
     if torch is not None:
-        env["torch_cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+        versions["torch_cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+    env = env.model_copy(update=versions)
+    for key in versions:  # set: written, a missing version as null
+        env.model_fields_set.add(key)
     if gpus:
-        env.update(gpu_manifest())
+        env = gpu_manifest(env=env)
     return env
 
 
@@ -107,8 +110,10 @@ def _imported(name: str) -> ModuleType | None:
     return module
 
 
-def gpu_manifest(nvml: Nvml = None) -> Manifest:
-    """``{"gpu_driver", "cuda_driver", "gpus": [...]}`` from NVML, or ``gpus: []`` with the reason."""
+def gpu_manifest(nvml: Nvml = None, env: Environment | None = None) -> Environment:
+    """``env`` with ``gpu_driver``, ``cuda_driver`` and ``gpus`` from NVML, or ``gpus: []`` and
+    the reason."""
+    env = env or Environment()
     from loadtest.telemetry.gpu_sampler import load_nvml
     from loadtest.telemetry.gpu_sampler import nvml_text as _s
     from loadtest.telemetry.gpu_sampler import try_nvml as _try
@@ -117,14 +122,11 @@ def gpu_manifest(nvml: Nvml = None) -> Manifest:
     if owned:
         nvml, reason = load_nvml()
         if nvml is None:
-            return {"gpus": [], "gpu_reason": reason}
+            return _with(env, gpus=[], gpu_reason=reason)
     try:
-        gpus: list[dict[str, Any]] = []
-        out: Manifest = {
-            "gpu_driver": _s(_try(nvml.nvmlSystemGetDriverVersion)),
-            "cuda_driver": _cuda_version(_try(nvml.nvmlSystemGetCudaDriverVersion)),
-            "gpus": gpus,
-        }
+        gpus: list[GpuAtStart] = []
+        driver = _s(_try(nvml.nvmlSystemGetDriverVersion))
+        cuda = _cuda_version(_try(nvml.nvmlSystemGetCudaDriverVersion))
         ours = _our_pids()
         for i in range(nvml.nvmlDeviceGetCount()):
             h = nvml.nvmlDeviceGetHandleByIndex(i)
@@ -132,12 +134,12 @@ def gpu_manifest(nvml: Nvml = None) -> Manifest:
             ecc = _try(nvml.nvmlDeviceGetEccMode, h)
             procs = _try(nvml.nvmlDeviceGetComputeRunningProcesses, h) or []
             gpus.append(
-                {
-                    "index": i,
-                    "name": _s(_try(nvml.nvmlDeviceGetName, h)),
-                    "uuid": _s(_try(nvml.nvmlDeviceGetUUID, h)),
-                    "memory_total_mib": None if mem is None else round(mem.total / 2**20),
-                    "clocks_mhz": {
+                GpuAtStart(
+                    index=i,
+                    name=_s(_try(nvml.nvmlDeviceGetName, h)),
+                    uuid=_s(_try(nvml.nvmlDeviceGetUUID, h)),
+                    memory_total_mib=None if mem is None else round(mem.total / 2**20),
+                    clocks_mhz={
                         k: _try(fn, h, clock)
                         for k, fn, clock in (
                             ("sm", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM),
@@ -146,56 +148,61 @@ def gpu_manifest(nvml: Nvml = None) -> Manifest:
                             ("mem_max", nvml.nvmlDeviceGetMaxClockInfo, nvml.NVML_CLOCK_MEM),
                         )
                     },
-                    "power_limit_w": _div(_try(nvml.nvmlDeviceGetEnforcedPowerLimit, h), 1000),
-                    "persistence_mode": _try(nvml.nvmlDeviceGetPersistenceMode, h),
-                    "ecc": None if ecc is None else {"current": ecc[0], "pending": ecc[1]},
-                    "processes_at_start": [
-                        {
-                            "pid": p.pid,
-                            "used_mib": _div(getattr(p, "usedGpuMemory", None), 2**20),
-                            "ours": p.pid in ours,
-                        }
+                    power_limit_w=_div(_try(nvml.nvmlDeviceGetEnforcedPowerLimit, h), 1000),
+                    persistence_mode=_try(nvml.nvmlDeviceGetPersistenceMode, h),
+                    ecc=None if ecc is None else {"current": ecc[0], "pending": ecc[1]},
+                    processes_at_start=[
+                        GpuProcess(
+                            pid=p.pid,
+                            used_mib=_div(getattr(p, "usedGpuMemory", None), 2**20),
+                            ours=p.pid in ours,
+                        )
                         for p in procs
                     ],
-                }
+                )
             )
-        return out
+        return _with(env, gpu_driver=driver, cuda_driver=cuda, gpus=gpus)
     except Exception as exc:
-        return {"gpus": [], "gpu_reason": f"NVML: {exc}"}
+        return _with(env, gpus=[], gpu_reason=f"NVML: {exc}")
     finally:
         if owned:
             _try(nvml.nvmlShutdown)
 
 
-def warnings(env: Manifest, gpu: GpuSection | None = None) -> list[str]:
+def _with(env: Environment, **fields: object) -> Environment:
+    """``env`` with these fields set (written, a None as null)."""
+    out = env.model_copy(update=fields)
+    out.model_fields_set.update(fields)
+    return out
+
+
+def warnings(env: Environment, gpu: GpuSection | None = None) -> list[str]:
     """What makes this measurement suspect: debug settings, foreign GPU processes, throttling,
     clocks far under their maximum while the GPU was busy, persistence mode off."""
     out = [
         f"debug setting on: {k}={v} (timings are not representative)"
-        for k, v in (env.get("debug_flags") or {}).items()
+        for k, v in (env.debug_flags or {}).items()
     ]
-    if env.get("python_debug_build"):
+    if env.python_debug_build:
         out.append("a debug build of Python")
-    for g in env.get("gpus") or []:
-        foreign = [p for p in g.get("processes_at_start") or [] if not p["ours"]]
+    for g in env.gpus or []:
+        foreign = [p for p in g.processes_at_start if not p.ours]
         if foreign:
             out.append(
-                f"GPU {g['index']}: other processes at start: "
-                + ", ".join(f"pid {p['pid']} ({p['used_mib']} MiB)" for p in foreign)
+                f"GPU {g.index}: other processes at start: "
+                + ", ".join(f"pid {p.pid} ({p.used_mib} MiB)" for p in foreign)
             )
-        if g.get("persistence_mode") == 0:
+        if g.persistence_mode == 0:
             out.append(
-                f"GPU {g['index']}: persistence mode off (the driver may re-initialise between runs)"
+                f"GPU {g.index}: persistence mode off (the driver may re-initialise between runs)"
             )
     for d in (gpu.devices if gpu is not None else None) or []:
         if d.throttle_reasons_seen:
             out.append(
                 f"GPU {d.index}: clocks throttled during the window: {', '.join(d.throttle_reasons_seen)}"
             )
-        match: dict[str, Any] = next(
-            (g for g in env.get("gpus") or [] if g["index"] == d.index), {}
-        )
-        sm_max = (match.get("clocks_mhz") or {}).get("sm_max")
+        match = env.gpu_at(d.index)
+        sm_max = ((match and match.clocks_mhz) or {}).get("sm_max")
         sm, util = d.clocks_sm_mhz, d.utilization_gpu_pct
         if sm_max and sm and util and util.mean > 30 and sm.mean < 0.7 * sm_max:
             out.append(

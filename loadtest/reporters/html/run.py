@@ -115,7 +115,7 @@ def run_sections(m: RunMetrics) -> list[tuple[str, str, str]]:
         (
             "env",
             "Environment",
-            table(("key", "value"), [(esc(k), esc(v)) for k, v in m.environment.items()]),
+            table(("key", "value"), [(esc(k), esc(v)) for k, v in m.environment.view().items()]),
         ),
     ]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import (
     ConfigDict,
@@ -14,9 +14,11 @@ from pydantic import (
     model_validator,
 )
 
-from loadtest.core.document import OpenSection
+from loadtest.core.document import OpenSection, Section
+from loadtest.core.json_types import JsonObject
 from loadtest.core.step_accounting import StepAccounting
 from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, RunStatus, VerdictName, _Doc
+from loadtest.telemetry.environment_section import Environment
 from loadtest.telemetry.gpu_section import GpuSection
 from loadtest.telemetry.profile_section import ProfileSection
 from loadtest.telemetry.roofline_section import RooflineSection
@@ -434,6 +436,14 @@ class TensorParallelFacts(OpenSection):
     all_reduce: str | None = None
 
 
+class OutputChecks(Section):
+    """What the backend checked of the outputs, and the media it sent."""
+
+    tool_calls: ToolCallChecks | None = None
+    structured: StructuredChecks | None = None
+    media: MediaSent | None = None
+
+
 class BackendFacts(_Doc):
     """What the backend said about itself: its kind and name, the facts generic code reads
     (typed here), and every fact of its own kind (kept as given: each kind has its own). Written
@@ -453,9 +463,9 @@ class BackendFacts(_Doc):
     device_name: str | None = None
     parameter_bytes: int | None = None
     dtype_bytes: int | None = None
-    shape_config: dict[str, Any] | None = None  # the model's shape, for the roofline
+    shape_config: JsonObject | None = None  # the model's shape, for the roofline
     roofline_acct: StepAccounting | None = None  # the engine's step accounting
-    ray: dict[str, Any] | None = None  # the Ray cluster the workers ran on
+    ray: JsonObject | None = None  # the Ray cluster the workers ran on
     # where a local engine ran: its device and CPUs, its replicas and how requests were routed
     # to them, its tensor-parallel split, and the loop its decode steps ran in
     device: str | None = None
@@ -465,20 +475,20 @@ class BackendFacts(_Doc):
     tensor_parallel: TensorParallelFacts | None = None
     decode_loop: str | None = None
     decode_loop_off: str | None = None  # why not pipelined
-    checks: dict[str, Any] | None = None  # outputs checked: tool calls, structured answers, media
+    checks: OutputChecks | None = None  # outputs checked: tool calls, structured answers, media
 
     _order: list[str] = PrivateAttr(default_factory=list)  # the keys as given, in order
 
     @model_validator(mode="wrap")
     @classmethod
-    def _keep_order(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> BackendFacts:
+    def _keep_order(cls, data: object, handler: ValidatorFunctionWrapHandler) -> BackendFacts:
         facts: BackendFacts = handler(data)
         if isinstance(data, dict):
             facts._order = list(data)
         return facts
 
     @model_serializer(mode="wrap")
-    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         dumped = handler(self)
         given = self.model_fields_set | set(self.model_extra or {})
         order = [k for k in self._order if k in dumped] + [
@@ -498,8 +508,8 @@ class RunMetrics(_Doc):
     name: str
     started_at: str
     scenario_file: str
-    scenario: dict[str, Any]
-    environment: dict[str, Any]
+    scenario: JsonObject
+    environment: Environment
     backend: BackendFacts
     requests: Requests
     window: Window | None = None

@@ -3,10 +3,9 @@ and a gate's judgement (SLA and regression checks)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
+from loadtest.core.json_types import JsonObject, JsonValue
 from loadtest.results.model.base import (
     REPEAT_SCHEMA,
     SWEEP_SCHEMA,
@@ -47,7 +46,7 @@ class RepeatDoc(_Doc):
 class CurvePoint(_Doc):
     """A sweep point's headline figures, for curves and the knee."""
 
-    x: Any
+    x: JsonValue
     status: str
     steady: bool | None = None
     output_tokens_per_s: float | None = None
@@ -65,7 +64,7 @@ class CurvePoint(_Doc):
 class SweepPoint(_Doc):
     """One point of a sweep: its parameters, status and run."""
 
-    params: dict[str, Any]
+    params: JsonObject
     status: str  # a run status, or "oom" / "error"
     reason: str | None
     run_dir: str
@@ -88,12 +87,12 @@ class SweepDoc(_Doc):
     schema_: str = Field(SWEEP_SCHEMA, alias="schema")
     status: SweepStatus
     scenario_file: str
-    axes: dict[str, list[Any]]
+    axes: dict[str, list[JsonValue]]
     points: list[SweepPoint]
     axis: str
     curve: list[CurvePoint]
-    frontier: list[Any]
-    knee: Any = None
+    frontier: list[JsonValue]
+    knee: JsonValue = None
     knee_caveats: list[str] = Field(default_factory=list)
     max_rate: MaxRate | None = None
     point_sizing: str | None = None  # how offline points were sized, when not by the scenario
@@ -104,7 +103,7 @@ class Cheapest(_Doc):
     """The priced point of lowest cost per million output tokens among those that meet the SLA
     (valid, steady, its verdict PASS), or among the valid steady ones where no SLA is set."""
 
-    x: Any
+    x: JsonValue
     usd_per_million_output_tokens: float
     among: str  # which points were compared
 

@@ -20,7 +20,7 @@ async def _which() -> str:
 
 
 async def _manifest() -> dict:
-    return environment.collect(gpus=False)
+    return environment.collect(gpus=False).view()
 
 
 def test_asyncio_on_request(monkeypatch):

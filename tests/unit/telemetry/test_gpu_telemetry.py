@@ -163,7 +163,7 @@ def test_energy_agrees_with_integrated_power():
 
 
 def test_environment_manifest_from_nvml():
-    env = environment.gpu_manifest(FakeNVML(processes=[1]))
+    env = environment.gpu_manifest(FakeNVML(processes=[1])).view()
     assert env["gpu_driver"] == "580.00" and env["cuda_driver"] == "13.0"
     g = env["gpus"][0]
     assert g["clocks_mhz"] == {"sm": 1980, "mem": 2619, "sm_max": 1980, "mem_max": 2619}
@@ -177,7 +177,7 @@ def test_environment_manifest_from_nvml():
 def test_debug_flags_are_warned(monkeypatch):
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     env = environment.collect(gpus=False)
-    assert env["debug_flags"] == {"CUDA_LAUNCH_BLOCKING": "1"}
+    assert env.debug_flags == {"CUDA_LAUNCH_BLOCKING": "1"}
     assert any("CUDA_LAUNCH_BLOCKING=1" in w for w in environment.warnings(env))
 
 
