@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from loadtest.backends.base import Backend, BackendContext, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts
 from loadtest.config.backend_specs import BackendSpec
 from loadtest.core.clock import Clock
 
@@ -32,9 +32,7 @@ def create_backend(
     return _kind(spec).create(spec, clock, context or BackendContext())
 
 
-def combine_facts(
-    spec: BackendSpec, details: dict[str, Any], parts: list[dict[str, Any]]
-) -> dict[str, Any]:
+def combine_facts(spec: BackendSpec, details: Facts, parts: list[Facts]) -> Facts:
     """Worker processes' point facts as one run's, the way the spec's backend kind sums them."""
     return _kind(spec).combine_facts(spec, details, parts)
 

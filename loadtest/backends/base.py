@@ -11,15 +11,24 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeGuard, TypeVar
 
 from loadtest.config.spec import Spec
 from loadtest.core.clock import Clock
 from loadtest.core.events import BackendEvent, Cancelled
+from loadtest.core.json_types import JsonObject
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
 SpecT = TypeVar("SpecT", bound=Spec)
+
+# What a backend says of itself and of a point (its kind, name, counters, warnings): JSON, as
+# metrics.json's ``backend`` section keeps it; the fields generic code reads are typed there
+# (``results.model.BackendFacts``).
+Facts = JsonObject
+
+if TYPE_CHECKING:
+    from loadtest.config.scenario import Profile
 
 
 @dataclass(frozen=True)
@@ -40,15 +49,15 @@ class BackendInfo:
 
     name: str
     tokenizer: Tokenizer
-    details: dict = field(default_factory=dict)
+    details: Facts = field(default_factory=dict)
     # said before the run starts (stderr), not after: what a user must know to read the numbers
     notices: list[str] = field(default_factory=list)
 
 
-def combine_parts(parts: list[dict]) -> dict:
+def combine_parts(parts: list[Facts]) -> Facts:
     """Several parts' facts as one: numbers summed, dicts merged alike, lists joined (each
     item once), anything else as the first part said it."""
-    out: dict = {}
+    out: Facts = {}
     for part in parts:
         for key, value in part.items():
             have = out.get(key)
@@ -63,7 +72,7 @@ def combine_parts(parts: list[dict]) -> dict:
     return out
 
 
-def _number(v: object) -> bool:
+def _number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
@@ -101,11 +110,11 @@ class Backend(Generic[SpecT]):
         """The backend for ``spec`` (a kind may return another class's, a router say)."""
         return cls(spec, clock, context)
 
-    async def stop(self) -> dict:
+    async def stop(self) -> Facts:
         """Release everything; return end-of-run facts (``peak_mem_mb``, ...). Bounded."""
         return {}
 
-    async def prepare(self, plan: Plan) -> dict:
+    async def prepare(self, plan: Plan) -> Facts:
         """Before t0, with the plan known: warm up; facts for the result."""
         return {}
 
@@ -113,14 +122,12 @@ class Backend(Generic[SpecT]):
         """Take a changed spec live (a sweep's next point); False: reload the backend."""
         return False
 
-    async def point_facts(self) -> dict:
+    async def point_facts(self) -> Facts:
         """Facts about the point just run (batches, stamps, HTTP counters, warnings)."""
         return {}
 
     @classmethod
-    def combine_facts(
-        cls, spec: SpecT, details: dict[str, Any], parts: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+    def combine_facts(cls, spec: SpecT, details: Facts, parts: list[Facts]) -> Facts:
         """Several worker processes' ``point_facts`` as one run's: numbers summed, warnings
         kept once each, anything else as the first worker said it."""
         return combine_parts(parts)
@@ -131,11 +138,11 @@ class Backend(Generic[SpecT]):
     def window_started(self) -> None:
         """The measurement window opened (a backend's own accounting starts over)."""
 
-    async def profile_start(self, options: dict) -> str | None:
+    async def profile_start(self, options: Profile) -> str | None:
         """Turn the profiler on (``supports_profiling`` backends): None when it is on, else why
         it is not (the window then flags no request)."""
         return "this backend has no profiler"
 
-    async def profile_stop(self, out_dir: str) -> dict:
+    async def profile_stop(self, out_dir: str) -> Facts:
         """Close the profiler window; what it exported."""
         return {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 
-from loadtest.backends.base import Backend, BackendInfo
+from loadtest.backends.base import Backend, BackendInfo, Facts
 from loadtest.config.backend_specs import NoopSpec
 from loadtest.core.events import Admitted, BackendEvent, Cancelled, Finished, Tokens
 from loadtest.workload.plan import PlannedRequest
@@ -27,5 +27,5 @@ class NoopBackend(Backend[NoopSpec]):
         yield Tokens((now,) * req.output_tokens)
         yield Finished(now, req.output_tokens, req.input_tokens)
 
-    async def stop(self) -> dict:
+    async def stop(self) -> Facts:
         return {}

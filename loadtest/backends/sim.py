@@ -12,13 +12,17 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
 
-from loadtest.backends.base import Backend, BackendContext, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts
 from loadtest.config.backend_specs import SimSpec
 from loadtest.core.clock import Clock
 from loadtest.core.events import Admitted, BackendEvent, Cancelled, Failed, Finished, Tokens
 from loadtest.workload.plan import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    from loadtest.config.scenario import Profile
 
 
 class WorkClock:
@@ -73,17 +77,17 @@ class SimBackend(Backend[SimSpec]):
             "sim", ByteTokenizer(), {"spec": self.spec.model_dump(mode="json", by_alias=True)}
         )
 
-    async def stop(self) -> dict:
+    async def stop(self) -> Facts:
         return {}
 
     supports_profiling = True  # a simulated one: records nothing, or fails as the spec says
 
-    async def profile_start(self, options: dict) -> str | None:
+    async def profile_start(self, options: Profile) -> str | None:
         if self.spec.profiler == "absent":
             return "POST /start_profile: HTTP 404 (simulated: no profiler)"
         return None
 
-    async def profile_stop(self, out_dir: str) -> dict:
+    async def profile_stop(self, out_dir: str) -> Facts:
         if self.spec.profiler == "hangs":
             await asyncio.Event().wait()  # never answers: the window's call_timeout bounds it
         return {"profiler": "the simulated server's (records nothing)"}

@@ -10,3 +10,23 @@ from pydantic import JsonValue
 JsonObject = dict[str, JsonValue]
 
 __all__ = ["JsonObject", "JsonValue"]
+
+
+def number_in(obj: JsonObject, key: str, default: float = 0.0) -> float:
+    """``obj[key]`` where it is a number (a bool is not), else ``default``."""
+    value = obj.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return default
+
+
+def text_in(obj: JsonObject, key: str) -> str | None:
+    """``obj[key]`` where it is a string, else None."""
+    value = obj.get(key)
+    return value if isinstance(value, str) else None
+
+
+def object_in(obj: JsonObject, key: str) -> JsonObject:
+    """``obj[key]`` where it is an object, else an empty one."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}

@@ -4,7 +4,12 @@ rows attended to, time). The engine worker adds to it as its steps end; the resu
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 
 @dataclass
@@ -24,6 +29,18 @@ class StepAccounting:
             **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
         )
 
+    @classmethod
+    def from_json(cls, value: object) -> StepAccounting:
+        """From its JSON form (``asdict``), as a worker's facts carry it; validated."""
+        return _adapter().validate_python(value)
+
     @property
     def decode_step_ms(self) -> float | None:
         return round(1e3 * self.decode_s / self.decode_steps, 3) if self.decode_steps else None
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[StepAccounting]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(StepAccounting)

@@ -106,7 +106,7 @@ class ProfileWindow:
         if not self.supported:
             return
         self.backlog_at_open = self.backlog_peak = self._in_flight
-        why = await self._bounded("start", self.backend.profile_start(self.spec.model_dump()))
+        why = await self._bounded("start", self.backend.profile_start(self.spec))
         if why is None:
             self.ran = True
             return

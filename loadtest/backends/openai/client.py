@@ -21,9 +21,9 @@ import json
 import os
 from collections import Counter
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import TYPE_CHECKING
 
-from loadtest.backends.base import Backend, BackendContext, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts
 from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, RequestBodies
 from loadtest.backends.openai.cancel_at import until_stop
@@ -47,6 +47,7 @@ from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished, Tokens
+from loadtest.core.json_types import object_in, text_in
 from loadtest.core.loop import in_daemon_thread
 from loadtest.core.request_ids import RequestIds
 from loadtest.transport.calls import error_text
@@ -57,6 +58,9 @@ from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    from loadtest.config.scenario import Profile
 
 
 class OpenAIBackend(Backend[OpenAISpec]):
@@ -133,7 +137,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
         notices = [] if count else [no_tokenizer_notice(spec.model, tokenizer)]
         return BackendInfo(f"{spec.model} @ {spec.base_url}", tokenizer, details, notices)
 
-    async def prepare(self, plan: Plan) -> dict:
+    async def prepare(self, plan: Plan) -> Facts:
         """Keep the plan (dataset rows are sent as their text or chat messages, with its tools
         and answer format), and render its media before t0."""
         self._bodies.plan = plan
@@ -163,24 +167,27 @@ class OpenAIBackend(Backend[OpenAISpec]):
                 f"server does not serve (it lists {', '.join(map(repr, listed or []))[:300]})"
             )
 
-    async def point_facts(self) -> dict:
+    async def point_facts(self) -> Facts:
         """What the client saw this point: HTTP statuses, pool waits, bad responses, usage checks."""
         facts, self.facts = self.facts, Counter()
         return report(facts, self.spec.max_connections, self._bodies.fixed_via, self._described)
 
     @classmethod
-    def combine_facts(
-        cls, spec: OpenAISpec, details: dict[str, Any], parts: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+    def combine_facts(cls, spec: OpenAISpec, details: Facts, parts: list[Facts]) -> Facts:
         """Worker processes' facts as one client's: the counters summed, then described."""
         total: Counter[str] = Counter()
         for part in parts:
-            total.update(part.get("http", {}))
+            for name, count in object_in(part, "http").items():
+                if isinstance(count, int):
+                    total[name] += count
         return report(
-            total, spec.max_connections, details.get("fixed_output_via"), details.get("content")
+            total,
+            spec.max_connections,
+            text_in(details, "fixed_output_via"),
+            object_in(details, "content"),
         )
 
-    async def stop(self) -> dict:
+    async def stop(self) -> Facts:
         if self._router is not None:
             for route in self._router.routes:
                 await route.pool.close()
@@ -317,7 +324,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
 
     # -- the server's profiler -------------------------------------------------------------
 
-    async def profile_start(self, options: dict) -> str | None:
+    async def profile_start(self, options: Profile) -> str | None:
         """The server's own profiler on (vLLM's ``POST /start_profile``, which it serves when
         started with ``--profiler-config``): None when it answered, else why not."""
         return await connection.profilers_call(self._every_route(), "start_profile")
@@ -325,7 +332,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
     def _every_route(self) -> list[Route]:
         return [] if self._router is None else self._router.routes
 
-    async def profile_stop(self, out_dir: str) -> dict:
+    async def profile_stop(self, out_dir: str) -> Facts:
         """The server's profiler off (the profile window bounds the wait: a server writes its
         traces before it answers); where its traces are is the server's business."""
         stopped = await connection.profilers_call(self._every_route(), "stop_profile")

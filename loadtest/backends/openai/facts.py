@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from loadtest.backends.base import Facts
 from loadtest.backends.openai.outputs import summary
 from loadtest.backends.openai.stream import MAX_REPLY_CHARS
 from loadtest.config.backend_specs import OpenAISpec
@@ -56,7 +57,7 @@ def described(
     proxy: str,
     sizing: str,
     streamed: bool,
-) -> dict[str, object]:
+) -> Facts:
     """The client as the result describes it: where it sends, how it counts tokens and sizes
     prompts, its TLS, proxy and connection settings (the API key's source, never its value)."""
     return {

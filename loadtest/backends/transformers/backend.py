@@ -18,9 +18,9 @@ import asyncio
 import threading
 from collections.abc import AsyncGenerator, Callable
 from multiprocessing.context import SpawnProcess
-from typing import Any
+from typing import TYPE_CHECKING
 
-from loadtest.backends.base import Backend, BackendContext, BackendInfo
+from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.compiling import batching_details
 from loadtest.backends.transformers.followers import Followers
@@ -29,12 +29,16 @@ from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished
+from loadtest.core.json_types import text_in
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
 # how long a killed engine process may take to be gone (a busy machine reaps slowly)
 KILLED_EXIT_S = 30.0
 REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
+
+if TYPE_CHECKING:
+    from loadtest.config.scenario import Profile
 
 
 class TransformersBackend(Backend[TransformersSpec]):
@@ -73,7 +77,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         self._proc: SpawnProcess | None = None
         self._pipe = WorkerPipe()
         self._ready = False
-        self._info: dict = {}  # what the worker reported when ready
+        self._info: Facts = {}  # what the worker reported when ready
         self._plan: Plan | None = (
             None  # kept at prepare(): an embeddings request's texts come from it
         )
@@ -120,7 +124,7 @@ class TransformersBackend(Backend[TransformersSpec]):
             detail = self._pipe.dead if msg is DEATH else msg[1]
             await self.stop()
             raise BackendError(f"engine worker could not load {self.spec.model!r}: {detail}")
-        info = msg[1]
+        info: Facts = msg[1]
         self._info = info
         self._ready = True
         self.tokenizer = tokenizer
@@ -136,9 +140,9 @@ class TransformersBackend(Backend[TransformersSpec]):
     @property
     def cpus(self) -> str | None:
         """The CPUs this engine's (rank 0's) process runs on, as the worker reported them."""
-        return self._info.get("cpus")
+        return text_in(self._info, "cpus")
 
-    async def prepare(self, plan: Plan) -> dict:
+    async def prepare(self, plan: Plan) -> Facts:
         """Warm up every batch shape the run will use, before t0; returns how long it took."""
         self._plan = plan
         sizes, longest, new_tokens = warmup_shapes(self.spec, self._info, plan)
@@ -215,14 +219,11 @@ class TransformersBackend(Backend[TransformersSpec]):
         changed = {k for k in type(spec).model_fields if getattr(spec, k) != getattr(self.spec, k)}
         if self._pipe.dead or self.spec.mode == "continuous" or not changed <= self.HOT_FIELDS:
             return False
-        configure: messages.Configure = (
-            "configure",
-            {k: getattr(spec, k) for k in self.HOT_FIELDS},
-        )
+        configure: messages.Configure = ("configure", spec.max_batch_size, spec.max_wait_ms)
         self._pipe.send(configure)
         self.spec = spec
         # the worker's, computed alike
-        self._info.update(batching_details(spec, self._info["pad_decode"]))
+        self._info.update(batching_details(spec, self._info.get("pad_decode") is True))
         return True
 
     def window_started(self) -> None:
@@ -230,7 +231,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         if not self._pipe.dead:
             self._pipe.send(messages.WINDOW_START)
 
-    async def profile_start(self, options: dict) -> str | None:
+    async def profile_start(self, options: Profile) -> str | None:
         """torch.profiler on in the worker, at its next decode step (or at once when idle)."""
         if self._pipe.dead:
             return "the engine worker died"
@@ -239,7 +240,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         msg = await self._pipe.reply_within("profile start", REPLY_TIMEOUT_S)
         return "the engine worker died" if msg is DEATH else None
 
-    async def profile_stop(self, out_dir: str) -> dict:
+    async def profile_stop(self, out_dir: str) -> Facts:
         """Profiler off (at the next decode step); the worker exports trace.json.gz there and the
         top operators with its end-of-point facts (``profile_export``), after the run."""
         if self._pipe.dead:
@@ -249,7 +250,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         msg = await self._pipe.reply_within("profile stop", REPLY_TIMEOUT_S)
         return {"profiler": "engine worker died during the window"} if msg is DEATH else {}
 
-    async def point_facts(self) -> dict:
+    async def point_facts(self) -> Facts:
         """Peak memory and batches since the last call (the worker resets its peak counter)."""
         if self._pipe.dead:
             return {}
@@ -257,7 +258,7 @@ class TransformersBackend(Backend[TransformersSpec]):
         msg = await self._pipe.reply_within("facts", REPLY_TIMEOUT_S)
         return {} if msg is DEATH else msg[1]
 
-    async def stop(self) -> dict:
+    async def stop(self) -> Facts:
         facts: dict = {}
         self._stopping = True
         if self._proc is None:
@@ -289,9 +290,7 @@ class TransformersBackend(Backend[TransformersSpec]):
             self._proc.kill()
 
 
-def warmup_shapes(
-    spec: TransformersSpec, info: dict[str, Any], plan: Plan
-) -> tuple[list[int], int, int]:
+def warmup_shapes(spec: TransformersSpec, info: Facts, plan: Plan) -> tuple[list[int], int, int]:
     """The batch sizes a warm-up runs, at the plan's longest prompt, for how many new tokens."""
     longest = plan.longest_prompt()
     # The static batcher can form any size up to max_batch_size: each is a new shape (a
@@ -302,8 +301,9 @@ def warmup_shapes(
         "static": list(range(1, spec.max_batch_size + 1)),
         "continuous": [spec.max_batch_size],
     }[spec.mode]
-    if info.get("batch_buckets"):
-        sizes = info["batch_buckets"]  # static batches run at these sizes only
+    buckets = info.get("batch_buckets")
+    if isinstance(buckets, list) and buckets:
+        sizes = [b for b in buckets if isinstance(b, int)]  # static batches run at these only
     new_tokens = 4
     if spec.compile:
         # A static cache is compiled for its length (prompt + new tokens): warm up with the

@@ -120,7 +120,7 @@ def _step(
     """One decode step at every row: the next token of each, written over its last (``token``),
     and every row's position one on. All state is in these buffers (static addresses), so a
     CUDA graph of this call replays with no input copied."""
-    kwargs: dict[str, Any] = {cache_arg: cache}
+    kwargs: dict[str, object] = {cache_arg: cache}
     if cache_position is not None:
         kwargs["cache_position"] = cache_position
     logits = model(
@@ -233,7 +233,7 @@ class PipelinedDecode:
         torch = self.torch
         position = mask.long().cumsum(-1) - 1
         position = position.masked_fill(mask == 0, 0)
-        kwargs: dict[str, Any] = {self.padded.cache_arg: self.padded.cache, "use_cache": True}
+        kwargs: dict[str, object] = {self.padded.cache_arg: self.padded.cache, "use_cache": True}
         if self._cache_position:
             kwargs["cache_position"] = torch.arange(ids.shape[1], device=ids.device)
         if self._keep:

@@ -159,7 +159,8 @@ class Engine:
         if msg[0] == "warmup":
             self._warmup(msg[1])
         elif msg[0] == "configure":
-            self.spec = self.spec.model_copy(update=msg[1])
+            wanted = {"max_batch_size": msg[1], "max_wait_ms": msg[2]}
+            self.spec = self.spec.model_copy(update=wanted)
             self.info.update(batching_details(self.spec, self.padded is not None))
         elif msg[0] == "facts":
             self.out.send(("facts", engine_facts(self, reset=True)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Protocol
 
+from loadtest.backends.base import Facts
 from loadtest.backends.transformers.compiling import (
     compile_cache_counts,
     compiled_graphs,
@@ -45,13 +46,13 @@ class Counted(Protocol):
     pending_export: tuple[WorkerProfiler, str] | None  # a closed window, exported at the end
 
 
-def engine_facts(engine: Counted, reset: bool = False) -> dict[str, object]:
+def engine_facts(engine: Counted, reset: bool = False) -> Facts:
     """What the engine did since the last reset: batches, step accounting for the roofline,
     stamp mismatches, collector pauses, graphs compiled in the window, peak memory; with
     ``reset``, a closed profiler window's export too, and the counts start again."""
     torch = engine.torch
     engine.out.flush()  # the accounting is updated on the outbox's thread
-    facts: dict[str, object] = {
+    facts: Facts = {
         "batches": engine.batches - engine._batches_reported,
         "roofline_acct": asdict(engine.acct),
         "stamp_mismatches": engine.stamp_mismatches,
@@ -63,7 +64,7 @@ def engine_facts(engine: Counted, reset: bool = False) -> dict[str, object]:
         facts["recompiles_in_window"] = graphs - engine.graphs_at_window
     cache = compile_cache_counts()
     if cache is not None:
-        facts["compile_cache"] = cache
+        facts["compile_cache"] = {k: v for k, v in cache.items()}  # as JSON
     skips = cudagraph_skips()
     if skips and engine.device.type == "cuda":
         facts["cudagraph_skips"] = skips

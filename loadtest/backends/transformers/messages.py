@@ -9,25 +9,30 @@ unpacks by position, with the kind as a Literal.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+from loadtest.backends.base import Facts
+
+if TYPE_CHECKING:
+    from loadtest.config.scenario import Profile
 
 # --- harness -> worker -------------------------------------------------------------------------
 
 Req = tuple[Literal["req"], int, list[int], int, bool, "int | None"]
 Cancel = tuple[Literal["cancel"], int]
 Warmup = tuple[Literal["warmup"], list[tuple[int, int, int]]]  # (batch size, prompt, new tokens)
-Configure = tuple[Literal["configure"], dict[str, Any]]  # settings the batcher takes live
+Configure = tuple[Literal["configure"], int, float]  # the batcher's max size and wait (ms), live
 FactsRequest = tuple[Literal["facts"]]
 Call = tuple[Literal["call"], str, tuple]  # an engine hook: "module:function", its arguments
 WindowStart = tuple[Literal["window_start"]]
-ProfileStart = tuple[Literal["profile_start"], dict[str, Any]]
+ProfileStart = tuple[Literal["profile_start"], "Profile"]
 ProfileStop = tuple[Literal["profile_stop"], str]  # where the trace is exported
 Urgent = tuple[Literal["urgent"]]  # wakes an idle engine to read its urgent queue
 Stop = tuple[Literal["stop"]]
 
 # --- worker -> harness -------------------------------------------------------------------------
 
-Ready = tuple[Literal["ready"], dict[str, Any]]
+Ready = tuple[Literal["ready"], Facts]
 LoadFailed = tuple[Literal["load_failed"], str, str]  # the error, a short traceback
 Admitted = tuple[Literal["admitted"], int, list[int]]  # t_ns, rids now in a running batch
 TokensRun = tuple[
@@ -38,9 +43,9 @@ Done = tuple[Literal["done"], int, int, int]  # t_ns, rid, tokens generated
 Failed = tuple[Literal["failed"], int, list[int], str, str]  # t_ns, rids, error type, message
 Warmed = tuple[Literal["warmed"], float, dict[str, float]]  # seconds; compile_s, gc_s of them
 Crashed = tuple[Literal["crashed"], str, str]  # the uncaught error, its traceback
-FactsReply = tuple[Literal["facts"], dict[str, Any]]
-Stopped = tuple[Literal["stopped"], dict[str, Any]]
-Called = tuple[Literal["called"], Any]
+FactsReply = tuple[Literal["facts"], Facts]
+Stopped = tuple[Literal["stopped"], Facts]
+Called = tuple[Literal["called"], object]  # what the hook returned
 CallFailed = tuple[Literal["call_failed"], str]
 Profiling = tuple[Literal["profiling"], int]
 ProfileStopped = tuple[Literal["profile_stopped"], int]

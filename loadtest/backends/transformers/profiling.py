@@ -29,11 +29,13 @@ if TYPE_CHECKING:
     from torch import device as TorchDevice
     from torch._C._autograd import DeviceType, _KinetoEvent
 
+    from loadtest.config.scenario import Profile
+
 
 class WorkerProfiler:
     """A torch profiler capture inside the worker, bounded by a window."""
 
-    def __init__(self, torch: ModuleType, device: TorchDevice, options: dict) -> None:
+    def __init__(self, torch: ModuleType, device: TorchDevice, options: Profile) -> None:
         self.torch, self.device, self.options = torch, device, options
         self.cuda = device.type == "cuda"
         activities = [torch.profiler.ProfilerActivity.CPU]
@@ -41,9 +43,9 @@ class WorkerProfiler:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.prof = torch.profiler.profile(
             activities=activities,
-            record_shapes=options.get("record_shapes", False),
-            profile_memory=options.get("profile_memory", False),
-            with_stack=options.get("with_stack", False),
+            record_shapes=options.record_shapes,
+            profile_memory=options.profile_memory,
+            with_stack=options.with_stack,
         )
 
     _steps = 0
@@ -114,7 +116,7 @@ class WorkerProfiler:
             "trace": "trace.json.gz",
             "captured_s": round(captured_s, 3),
         }
-        if self.options.get("tensorboard"):
+        if self.options.tensorboard:
             torch.profiler.tensorboard_trace_handler(str(out / "tb"))(self.prof)
             rundir.record(out / "tb")
             result["tensorboard"] = "tb/"
@@ -125,9 +127,7 @@ class WorkerProfiler:
         )
         result["tables_s"] = round(time.monotonic() - t, 3)
         key = "self_cuda_time_us" if self.cuda else "self_cpu_time_us"
-        result["top_ops"] = sorted(ops, key=lambda r: r[key], reverse=True)[
-            : self.options.get("top_ops", 20)
-        ]
+        result["top_ops"] = sorted(ops, key=lambda r: r[key], reverse=True)[: self.options.top_ops]
         if self.cuda:
             # Operators whose host time dwarfs their kernels': what a host-bound step is made of
             # (they may launch too little to rank by CUDA time at all).

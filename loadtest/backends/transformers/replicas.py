@@ -16,19 +16,23 @@ import asyncio
 import functools
 from collections.abc import AsyncGenerator
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING
 
-from loadtest.backends.base import Backend, BackendContext, BackendInfo, combine_parts
+from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts, combine_parts
 from loadtest.backends.transformers.backend import TransformersBackend
 from loadtest.backends.transformers.compiling import batching_details
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled
+from loadtest.core.json_types import number_in
 from loadtest.core.step_accounting import StepAccounting
 from loadtest.workload.plan import Plan, PlannedRequest
 
 ROUTING = "least outstanding requests (ties in turn)"
+
+if TYPE_CHECKING:
+    from loadtest.config.scenario import Profile
 
 
 class ReplicaRouter(Backend[TransformersSpec]):
@@ -50,9 +54,7 @@ class ReplicaRouter(Backend[TransformersSpec]):
         return cls(spec, clock, context, groups)
 
     @classmethod
-    def combine_facts(
-        cls, spec: TransformersSpec, details: dict[str, Any], parts: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+    def combine_facts(cls, spec: TransformersSpec, details: Facts, parts: list[Facts]) -> Facts:
         return TransformersBackend.combine_facts(spec, details, parts)
 
     def __init__(
@@ -109,10 +111,10 @@ class ReplicaRouter(Backend[TransformersSpec]):
         name = f"transformers:{self.spec.model} ({self.spec.mode}, {layout}, {details['dtype']})"
         return BackendInfo(name, first.tokenizer, details, first.notices)
 
-    async def prepare(self, plan: Plan) -> dict:
+    async def prepare(self, plan: Plan) -> Facts:
         warmed = await asyncio.gather(*(r.prepare(plan) for r in self.replicas))
         # the slowest replica's warm-up (with its compile and gc shares) is the run's
-        return max(warmed, key=lambda w: w.get("warmup_s", 0.0))
+        return max(warmed, key=lambda w: number_in(w, "warmup_s"))
 
     async def submit(
         self, req: PlannedRequest, prompt_ids: list[int] | None
@@ -147,16 +149,16 @@ class ReplicaRouter(Backend[TransformersSpec]):
         for r in self.replicas:
             r.window_started()
 
-    async def profile_start(self, options: dict) -> str | None:
+    async def profile_start(self, options: Profile) -> str | None:
         return await self.replicas[0].profile_start(options)
 
-    async def profile_stop(self, out_dir: str) -> dict:
+    async def profile_stop(self, out_dir: str) -> Facts:
         return {**await self.replicas[0].profile_stop(out_dir), "profiled": "replica 0"}
 
     async def call_in_engine(self, target: str, *args: object, timeout_s: float = 600.0) -> object:
         return await self.replicas[0].call_in_engine(target, *args, timeout_s=timeout_s)
 
-    async def point_facts(self) -> dict:
+    async def point_facts(self) -> Facts:
         parts = await asyncio.gather(*(r.point_facts() for r in self.replicas))
         facts = merge_facts(list(parts))
         facts["replicas"] = [
@@ -166,7 +168,7 @@ class ReplicaRouter(Backend[TransformersSpec]):
         self.routed = [0] * len(self.replicas)
         return facts
 
-    async def stop(self) -> dict:
+    async def stop(self) -> Facts:
         # every replica is stopped whatever another's stop does; then a failed one is told
         stopped = await asyncio.gather(*(r.stop() for r in self.replicas), return_exceptions=True)
         for outcome in stopped:
@@ -178,23 +180,25 @@ class ReplicaRouter(Backend[TransformersSpec]):
         return ",".join(self.replicas[i].group)
 
 
-def merge_facts(parts: list[dict]) -> dict:
+def merge_facts(parts: list[Facts]) -> Facts:
     """The replicas' facts as one engine's: counts and step accounting summed (so MBU is the
     time-weighted mean over the replicas' GPUs), peak memory the largest."""
     if not parts:
         return {}
     out = combine_parts([{k: v for k, v in p.items() if not k.startswith("peak_")} for p in parts])
-    accounts = [StepAccounting(**p["roofline_acct"]) for p in parts if p.get("roofline_acct")]
+    accounts = [
+        StepAccounting.from_json(p["roofline_acct"]) for p in parts if p.get("roofline_acct")
+    ]
     if accounts:
         out["roofline_acct"] = asdict(functools.reduce(StepAccounting.plus, accounts))
     for key in ("peak_mem_mb", "peak_rss_mb"):
-        peaks = [p[key] for p in parts if p.get(key) is not None]
+        peaks = [number_in(p, key) for p in parts if p.get(key) is not None]
         if peaks:
             out[key] = max(peaks)
     return out
 
 
-def _own(part: dict) -> dict[str, Any]:
+def _own(part: Facts) -> Facts:
     """What the result lists for one replica."""
     keep = (
         "batches",
@@ -204,8 +208,8 @@ def _own(part: dict) -> dict[str, Any]:
         "cudagraph_skips",
         "stamp_mismatches",
     )
-    out: dict[str, Any] = {k: part[k] for k in keep if k in part}
-    step_ms = StepAccounting(**(part.get("roofline_acct") or {})).decode_step_ms
+    out: Facts = {k: part[k] for k in keep if k in part}
+    step_ms = StepAccounting.from_json(part.get("roofline_acct") or {}).decode_step_ms
     if step_ms is not None:
         out["decode_step_ms"] = step_ms
     return out
