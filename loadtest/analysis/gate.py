@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 from xml.etree import ElementTree as ET
 
 import yaml
@@ -22,6 +22,7 @@ from loadtest.analysis import regression
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, evaluate, overall
 from loadtest.config.scenario import Sla
 from loadtest.core.errors import ScenarioError
+from loadtest.core.json_types import JsonObject
 from loadtest.results.model import GateResult, Regression, Replicates, RunMetrics
 from loadtest.results.runset import RunSet
 
@@ -93,8 +94,8 @@ def gate(
 def scenario_differences(base: RunMetrics, cand: RunMetrics) -> list[str]:
     """What differs between the scenarios that produced two runs (seeds and output settings aside)."""
 
-    def flat(d: dict[str, Any] | None, prefix: str = "") -> dict[str, Any]:
-        out = {}
+    def flat(d: JsonObject | None, prefix: str = "") -> JsonObject:
+        out: JsonObject = {}
         for k, v in (d or {}).items():
             if isinstance(v, dict):
                 out.update(flat(v, f"{prefix}{k}."))

@@ -76,17 +76,13 @@ def calibrate(
         raise typer.Exit(exit_codes.FAILED) from None
     path = cal.save(result)
     if as_json:
-        typer.echo(json.dumps(result, indent=2))
+        typer.echo(result.model_dump_json(indent=2))
     else:
-        sheet = result["datasheet"]
+        sheet = result.datasheet
         typer.echo(
-            f"{result['device_name']}: copy bandwidth {result['bw_gb_s']:g} GB/s, {result['dtype']} matmul "
-            f"{result['tflops']:g} TFLOP/s"
-            + (
-                f" (datasheet: {sheet['bw_gb_s']:g} GB/s, {sheet['tflops']:g} TFLOP/s)"
-                if sheet
-                else ""
-            )
+            f"{result.device_name}: copy bandwidth {result.bw_gb_s:g} GB/s, {result.dtype} matmul "
+            f"{result.tflops:g} TFLOP/s"
+            + (f" (datasheet: {sheet.bw_gb_s:g} GB/s, {sheet.tflops:g} TFLOP/s)" if sheet else "")
         )
         typer.echo(f"cached: {path}")
     raise typer.Exit(exit_codes.OK)

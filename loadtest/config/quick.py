@@ -7,12 +7,12 @@ scenario exactly (``--save-scenario``): a first try becomes a reproducible scena
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
 from loadtest.core.errors import ScenarioError
+from loadtest.core.json_types import JsonObject, JsonValue
 
 DEFAULT_INPUT_TOKENS = 256
 DEFAULT_OUTPUT_TOKENS = 128
@@ -32,7 +32,7 @@ def scenario_from_flags(
     input_tokens: str | None = None,
     output_tokens: str | None = None,
     dataset: str | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The scenario mapping the flags describe. Open loop (Poisson at ``rate``) or closed loop
     (``concurrency`` users, one by default); a window of ``duration`` (60 s by default) or
     ``requests``. Synthetic prompts go through the completions API (a chat template would add
@@ -41,18 +41,18 @@ def scenario_from_flags(
         raise ScenarioError(["give --rate (open loop) or --concurrency (closed loop), not both"])
     if duration is not None and requests is not None:
         raise ScenarioError(["give --duration or --requests, not both"])
-    arrival: dict[str, Any] = (
+    arrival: JsonObject = (
         {"kind": "poisson", "rate": rate}
         if rate is not None
         else {"kind": "concurrency", "users": concurrency or 1}
     )
-    load: dict[str, Any] = {"arrival": arrival}
+    load: JsonObject = {"arrival": arrival}
     if requests is not None:
         load["requests"] = requests
     else:
         load["duration"] = duration or DEFAULT_DURATION
         load["warmup"] = DEFAULT_WARMUP
-    workload: dict[str, Any] = {
+    workload: JsonObject = {
         "output_tokens": _length(output_tokens, DEFAULT_OUTPUT_TOKENS, "--output-tokens")
     }
     if dataset is not None:
@@ -76,12 +76,12 @@ def scenario_from_flags(
     }
 
 
-def _length(text: str | None, default: int, flag: str) -> Any:
+def _length(text: str | None, default: int, flag: str) -> JsonValue:
     """``256`` or a distribution in YAML flow style (``{dist: lognormal, mean: 256, sigma: 0.4}``)."""
     if text is None:
         return default
     try:
-        value = yaml.safe_load(text)
+        value: JsonValue = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError([f"{flag} {text!r}: {exc}"]) from None
     if not isinstance(value, (int, dict)) or isinstance(value, bool):
@@ -93,6 +93,6 @@ def _length(text: str | None, default: int, flag: str) -> Any:
     return value
 
 
-def to_yaml(scenario: dict[str, Any], command: str) -> str:
+def to_yaml(scenario: JsonObject, command: str) -> str:
     """The scenario as a file, headed by the command that made it."""
     return f"# Written by: {command}\n" + yaml.safe_dump(scenario, sort_keys=False)

@@ -4,9 +4,9 @@ written as given (a field never set is left out, not written as null)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+from loadtest.core.json_types import JsonObject
 
 
 class Document(BaseModel):
@@ -17,7 +17,7 @@ class Document(BaseModel):
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, indent=2)
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JsonObject:
         """The JSON-shaped mapping, as written: for JSON and CSV writers and the Python API
         (readers in the package take the typed document)."""
         return self.model_dump(mode="json", by_alias=True)
@@ -29,8 +29,8 @@ class Section(Document):
     without a counter reads as it did (a null is a value that was looked for and not found)."""
 
     @model_serializer(mode="wrap")
-    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        dumped: dict[str, object] = handler(self)
         given = (
             {
                 (f.alias or name) if name in self.model_fields_set else None

@@ -5,6 +5,8 @@ validates the same type where a document holds one."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import JsonValue
 
 JsonObject = dict[str, JsonValue]
@@ -30,3 +32,8 @@ def object_in(obj: JsonObject, key: str) -> JsonObject:
     """``obj[key]`` where it is an object, else an empty one."""
     value = obj.get(key)
     return value if isinstance(value, dict) else {}
+
+
+def json_list(items: Iterable[JsonValue]) -> list[JsonValue]:
+    """``items`` as a JSON array (a ``list[str]`` is one, but mypy's lists are invariant)."""
+    return list(items)

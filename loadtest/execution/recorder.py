@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.histogram import merge as merge_histograms
+from loadtest.core.json_types import JsonObject
 from loadtest.execution.live import LIVE_METRICS, TOTAL_METRICS, LiveTotals
 from loadtest.execution.request import (
     LATE_FLOOR_NS,
@@ -370,9 +370,9 @@ class Recorder:
         }
 
 
-def interval_summary(iv: Interval) -> dict[str, Any]:
+def interval_summary(iv: Interval) -> JsonObject:
     """A closed interval as the result keeps it: counts, p50/p99 and the encoded histograms."""
-    summary: dict[str, Any] = {"index": iv.index, "completed": iv.completed, "failed": iv.failed}
+    summary: JsonObject = {"index": iv.index, "completed": iv.completed, "failed": iv.failed}
     for m in INTERVAL_METRICS:
         h = iv.histograms[m]
         p50, p99 = h.percentiles_ms((50, 99)) if h.count else (None, None)

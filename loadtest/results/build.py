@@ -8,11 +8,14 @@ document leaves ``build_result`` complete.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from pydantic import BaseModel
+
+from loadtest.backends.base import Facts
 from loadtest.config.apis import POOLING_APIS, api_of
 from loadtest.config.scenario import Scenario
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.core.json_types import JsonValue
 from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, ModelTally, Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results import cost
@@ -66,7 +69,7 @@ def build_result(
     scenario: Scenario,
     scenario_path: str,
     outcome: RunOutcome | None,
-    backend: dict[str, Any],
+    backend: Facts,
     environment: Environment,
     planned: int | None,
     started_at: str,
@@ -191,15 +194,24 @@ def _steps(scenario: Scenario, outcome: RunOutcome) -> StepsResult | None:
     return judge_steps(steps, rec.timeline, outcome.t0_ns, rec.interval_ns)
 
 
+class PlannedTraffic(BaseModel):
+    """What the plan said of its traffic (``Plan.describe``), as the backend's facts carry it."""
+
+    text: str | None = None
+    trace: TraceResult | None = None
+    planned_cancel: int | None = None
+    planned_models: dict[str, int] = {}
+
+
 def _traffic(
-    scenario: Scenario, rec: Recorder, planned: dict[str, Any] | None, window_s: float | None
+    scenario: Scenario, rec: Recorder, described: JsonValue, window_s: float | None
 ) -> TrafficResult | None:
     """The traffic's own section: where it is more than synthetic text at a rate (a trace,
     cancellations, a model mix), or its text is not the default."""
-    planned = planned or {}
-    text = planned.get("text", scenario.workload.text)
+    planned = PlannedTraffic.model_validate(described or {})
+    text = planned.text or scenario.workload.text
     cancel = scenario.load.cancel
-    trace = planned.get("trace")
+    trace = planned.trace
     if (
         text == "natural"
         and trace is None
@@ -215,17 +227,17 @@ def _traffic(
             fraction=cancel.fraction,
             after_s=None if cancel.after is None else cancel.after / 1e9,
             after_tokens=cancel.after_tokens,
-            planned=planned.get("planned_cancel"),
+            planned=planned.planned_cancel,
             cancelled=rec.cancelled,
             tokens_received=rec.cancelled_tokens,
             ttft_ms=LatencySummary(**ttft.summary_ms()) if ttft.count else None,
             cancelled_at_ms=LatencySummary(**rec.whole["cancelled_at"].summary_ms()),
             delivered_tokens=sum(rec.window.token_bins.values()),
         )
-    models = _shares(rec.by_model, window_s, planned.get("planned_models") or {})
+    models = _shares(rec.by_model, window_s, planned.planned_models)
     return TrafficResult(
         text=text,
-        trace=None if trace is None else TraceResult(**trace),
+        trace=trace,
         cancel=cancel_result,
         models=models,
         endpoints=_shares(rec.by_endpoint, window_s, {}),

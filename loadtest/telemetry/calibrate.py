@@ -13,13 +13,31 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel
 
 from loadtest.core import atomic
 from loadtest.telemetry.roofline import DATASHEET_PEAKS, calibration_path
 
 
-def measure(device: str = "auto", repeats: int = 10) -> dict[str, Any]:
+class Peaks(BaseModel):
+    bw_gb_s: float
+    tflops: float
+
+
+class Calibration(BaseModel):
+    """A device's copy bandwidth and matmul rate as measured, beside its datasheet's."""
+
+    device_name: str
+    uuid: str | None
+    dtype: str
+    bw_gb_s: float
+    tflops: float
+    measured_at: str
+    datasheet: Peaks | None
+
+
+def measure(device: str = "auto", repeats: int = 10) -> Calibration:
     """This device's copy bandwidth and matmul rate, measured now."""
     import torch
 
@@ -55,28 +73,28 @@ def measure(device: str = "auto", repeats: int = 10) -> dict[str, Any]:
     if cuda:
         uuid = str(getattr(torch.cuda.get_device_properties(dev), "uuid", "") or "") or None
         uuid = uuid if uuid is None or uuid.startswith("GPU-") else f"GPU-{uuid}"
-    return {
-        "device_name": name,
-        "uuid": uuid,
-        "dtype": str(dtype).removeprefix("torch."),
-        "bw_gb_s": round(2 * size / copy_s / 1e9, 1),
-        "tflops": round(2 * n**3 / mm_s / 1e12, 2),
-        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "datasheet": next(
-            ({"bw_gb_s": bw, "tflops": tf} for frag, bw, tf in DATASHEET_PEAKS if frag in name),
+    return Calibration(
+        device_name=name,
+        uuid=uuid,
+        dtype=str(dtype).removeprefix("torch."),
+        bw_gb_s=round(2 * size / copy_s / 1e9, 1),
+        tflops=round(2 * n**3 / mm_s / 1e12, 2),
+        measured_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        datasheet=next(
+            (Peaks(bw_gb_s=bw, tflops=tf) for frag, bw, tf in DATASHEET_PEAKS if frag in name),
             None,
         ),
-    }
+    )
 
 
-def save(result: dict[str, Any]) -> Path:
+def save(result: Calibration) -> Path:
     """Cache a calibration where the roofline looks for this device's peaks; returns the path."""
     path = calibration_path()
     try:
         cache = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         cache = {}
-    for key in {result["uuid"], result["device_name"]} - {None}:
-        cache[key] = result
+    for key in {result.uuid, result.device_name} - {None}:
+        cache[key] = result.model_dump()
     atomic.write_json(path, cache)
     return path

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from loadtest.backends.base import Backend
 from loadtest.config.scenario import Profile
 from loadtest.core.clock import Clock
+from loadtest.core.json_types import JsonObject
 from loadtest.telemetry.profile_section import Perturbation, ProfileSection, Span
 
 T = TypeVar("T")
@@ -36,7 +37,7 @@ class ProfileWindow:
         self.spec, self.backend, self.clock, self.out_dir = spec, backend, clock, out_dir
         self.start_ns: int | None = None
         self.end_ns: int | None = None
-        self.result: dict[str, Any] = {}  # what the backend's profiler answered
+        self.result: JsonObject = {}  # what the backend's profiler answered
         self.warnings: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._closing = False  # the stop is sent once, whatever asks for it
@@ -173,13 +174,11 @@ class ProfileWindow:
             drain_s=_seconds(self.drained_ns, self.end_ns),
         )
 
-    def summary(
-        self, t0: int, flagged: int, export: dict[str, Any] | None = None
-    ) -> ProfileSection:
+    def summary(self, t0: int, flagged: int, export: JsonObject | None = None) -> ProfileSection:
         """When the window opened and closed (seconds from t0), how many requests it touched,
         what it cost, and what the profiler said and exported (``export``: an engine's trace
         and tables, written after the run)."""
-        out: dict[str, Any] = {
+        out: dict[str, object] = {  # sections and figures, validated below
             "window": Span(start_s=_seconds(self.start_ns, t0), end_s=_seconds(self.end_ns, t0)),
             "requests_flagged": flagged,
             "perturbation": self.perturbation(t0),

@@ -22,8 +22,10 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
+from loadtest.core.json_types import JsonObject
 from loadtest.core.step_accounting import StepAccounting
 from loadtest.telemetry.gpu_section import GpuSection
 from loadtest.telemetry.profile_section import Operator, ProfileSection
@@ -83,20 +85,37 @@ def peaks_for(device_name: str | None, uuid: str | None = None) -> Peaks | None:
     return None
 
 
-def model_shape(config: dict[str, Any], parameter_bytes: int, dtype_bytes: int) -> ModelCosts:
+class ShapeConfig(BaseModel):
+    """The fields of a model's config that its costs follow from (the rest ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int
+    vocab_size: int
+    hidden_act: str | None = "silu"
+    model_type: str | None = None
+
+
+def model_shape(config: JsonObject, parameter_bytes: int, dtype_bytes: int) -> ModelCosts:
     """The per-token and per-step costs of a decoder-only transformer, from its config."""
-    h = config["hidden_size"]
-    layers = config["num_hidden_layers"]
-    heads = config["num_attention_heads"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or h // heads
-    inter = config["intermediate_size"]
-    vocab = config["vocab_size"]
-    gated = config.get("hidden_act", "silu") in (
-        "silu",
-        "swiglu",
-        "gelu_pytorch_tanh",
-    ) or config.get("model_type") in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+    c = ShapeConfig.model_validate(config)
+    h, layers, heads = c.hidden_size, c.num_hidden_layers, c.num_attention_heads
+    kv_heads = c.num_key_value_heads or heads
+    head_dim = c.head_dim or h // heads
+    inter, vocab = c.intermediate_size, c.vocab_size
+    gated = c.hidden_act in ("silu", "swiglu", "gelu_pytorch_tanh") or c.model_type in (
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "gemma",
+        "gemma2",
+    )
     attn_params = h * heads * head_dim + 2 * h * kv_heads * head_dim + heads * head_dim * h
     mlp_params = (3 if gated else 2) * h * inter
     matmul_params = layers * (attn_params + mlp_params) + vocab * h  # + the LM head

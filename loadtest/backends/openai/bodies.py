@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from loadtest.backends.openai.tokens import fit_in_template
 from loadtest.config.apis import POOLING_APIS
+from loadtest.core.json_types import JsonObject, json_list
 from loadtest.workload.content import Content
 from loadtest.workload.plan import Plan, PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
@@ -56,7 +57,9 @@ class RequestBodies:
             body["model"] = req.model
         return body
 
-    def _body(self, req: PlannedRequest, prompt_ids: list[int] | None, facts: Counter[str]) -> dict:
+    def _body(
+        self, req: PlannedRequest, prompt_ids: list[int] | None, facts: Counter[str]
+    ) -> JsonObject:
         """A session turn's conversation, a dataset row, or the synthetic prompt's text; for
         embeddings and rerank, all of its texts."""
         if self.api in POOLING_APIS:
@@ -101,10 +104,10 @@ class RequestBodies:
         fixed_via: str | None,
         facts: Counter,
         media: tuple[dict, ...] = (),
-    ) -> dict:
+    ) -> JsonObject:
         """A streaming request for ``n`` tokens; ``fixed_via``: how to ask for exactly ``n``."""
         streamed = self.spec.stream
-        body: dict[str, Any] = {"model": self.spec.model, "stream": streamed}
+        body: JsonObject = {"model": self.spec.model, "stream": streamed}
         if self.api == "responses":
             body["max_output_tokens"] = n
             msgs = list(messages) if messages else [{"role": "user", "content": text}]
@@ -124,7 +127,7 @@ class RequestBodies:
         body.update(self.spec.extra_body)
         return body
 
-    def pooled(self, req: PlannedRequest, prompt_ids: list[int] | None) -> dict:
+    def pooled(self, req: PlannedRequest, prompt_ids: list[int] | None) -> JsonObject:
         """An embeddings request (its inputs) or a rerank request (a query, its documents)."""
         plan = self.plan
         if plan is not None and req.dataset_row is not None:
@@ -138,27 +141,27 @@ class RequestBodies:
             texts = [self.tokenizer.decode(prompt_ids)] * req.inputs
         return self.pooled_body(texts)
 
-    def pooled_body(self, texts: list[str]) -> dict:
-        body: dict[str, Any] = {"model": self.spec.model}
+    def pooled_body(self, texts: list[str]) -> JsonObject:
+        body: JsonObject = {"model": self.spec.model}
         if self.api == "embeddings":
-            body.update(input=texts, encoding_format="float")
+            body.update(input=json_list(texts), encoding_format="float")
         else:
-            body.update(query=texts[0], documents=texts[1:] or [texts[0]])
+            body.update(query=texts[0], documents=json_list(texts[1:] or [texts[0]]))
         body.update(self.spec.extra_body)
         return body
 
-    def _add_content(self, body: dict) -> None:
+    def _add_content(self, body: JsonObject) -> None:
         """Tools, tool_choice and the answer format, in the API's shape."""
         c = self.content
         if c.tools:
             if self.api == "responses":  # flat: {"type": "function", "name", "parameters"}
-                body["tools"] = [{"type": "function", **t["function"]} for t in c.tools]
+                body["tools"] = json_list({"type": "function", **t["function"]} for t in c.tools)
                 choice = c.tool_choice
                 if isinstance(choice, dict):
                     choice = {"type": "function", "name": choice["function"]["name"]}
                 body["tool_choice"] = choice
             else:
-                body["tools"] = c.tools
+                body["tools"] = json_list(c.tools)
                 body["tool_choice"] = c.tool_choice
         if c.response_format is not None:
             if self.api == "responses":
@@ -171,11 +174,11 @@ class RequestBodies:
             else:
                 body["response_format"] = c.response_format
 
-    def _ask_fixed(self, body: dict, n: int, via: str, facts: Counter) -> None:
+    def _ask_fixed(self, body: JsonObject, n: int, via: str, facts: Counter) -> None:
         if via == "ignore_eos":
             body.update(ignore_eos=True, min_tokens=n)
         elif via == "generation_config":  # transformers serve: its GenerationConfig, as JSON text
-            config: dict[str, Any] = {"max_new_tokens": n, "min_new_tokens": n}
+            config: JsonObject = {"max_new_tokens": n, "min_new_tokens": n}
             if getattr(self.tokenizer, "eos_token_id", None) is not None:
                 config["eos_token_id"] = self.tokenizer.eos_token_id
             body["generation_config"] = json.dumps(config)

@@ -7,10 +7,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
+from typing import Protocol
 
 from loadtest.backends.openai.stream import Stream
 from loadtest.workload.content import Content
+
+
+class _Validator(Protocol):
+    """A jsonschema validator, as these checks use it."""
+
+    def is_valid(self, instance: object) -> bool: ...
 
 
 class OutputChecks:
@@ -18,7 +24,7 @@ class OutputChecks:
 
     def __init__(self, content: Content) -> None:
         self.content = content
-        self._validators: dict[str, Any] = {}
+        self._validators: dict[str, _Validator | None] = {}
         self._schemas = content.tool_schemas
 
     @property
@@ -76,7 +82,7 @@ class OutputChecks:
         except RecursionError:  # a value too deep for the validator to walk holds no schema's
             return "schema_mismatch"
 
-    def _validator(self, key: str, schema: dict) -> Any:
+    def _validator(self, key: str, schema: dict) -> _Validator | None:
         if key not in self._validators:
             try:
                 from jsonschema import validators

@@ -10,8 +10,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from loadtest.backends.base import Facts
 from loadtest.backends.transformers import (
     attention,
     decode_loop,
@@ -84,7 +85,7 @@ def choose_sdpa_backends(
 
 def load_model(
     spec: TransformersSpec, base_dir: str, layout: Layout | None = None
-) -> tuple[PreTrainedModel, torch.device, dict[str, Any]]:
+) -> tuple[PreTrainedModel, torch.device, Facts]:
     """The model on its device (or a ``dummy:<arch>`` with random weights), and facts about it.
     With a tensor-parallel ``layout``, this rank's part of it, in its group."""
     import torch
@@ -199,7 +200,7 @@ def _model_facts(
     source: str,
     device: torch.device,
     dtype: torch.dtype,
-) -> dict:
+) -> Facts:
     import torch
 
     config = model.config
@@ -229,7 +230,7 @@ SHAPE_FIELDS = (
 )
 
 
-def _versions_and_shape(model: PreTrainedModel, device: torch.device, dtype: torch.dtype) -> dict:
+def _versions_and_shape(model: PreTrainedModel, device: torch.device, dtype: torch.dtype) -> Facts:
     """The pad token, the libraries' versions, and the shape the roofline counts from."""
     import torch
     import transformers

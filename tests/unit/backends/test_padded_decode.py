@@ -144,7 +144,7 @@ def test_padded_decode_steps_run_at_max_rows_through_one_graph_and_give_the_batc
     assert torch.equal(padded_tokens, outputs[-1])  # what it computes is the unpadded eager's
 
     # a sweep's next point (a live max_batch_size): its steps at its rows, in a cache of its own
-    eng.handle_control(("configure", {"max_batch_size": 4, "max_wait_ms": 0}))
+    eng.handle_control(("configure", 4, 0.0))  # max_batch_size 4, max_wait_ms 0
     assert eng.info["decode_batch_size"] == 4 and eng.info["batch_buckets"] == [1, 2, 4]
     step_rows.clear()
     eng._generate(batch[:1], set(), out, set())
