@@ -9,7 +9,11 @@ each, kept as arrays); a plan past that makes the rest as they are sent, and say
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from loadtest.workload.plan import Plan
+    from loadtest.workload.tokenizer import Tokenizer
 
 AHEAD_TOKENS = 16_000_000  # 64 MB of token ids, about 45 s of making on one core
 
@@ -17,7 +21,7 @@ AHEAD_TOKENS = 16_000_000  # 64 MB of token ids, about 45 s of making on one cor
 class PromptsAhead:
     """The plan's prompt tokens, made before t0, taken once each as the requests are sent."""
 
-    def __init__(self, plan: Any, tokenizer: Any, budget: int | None = None) -> None:
+    def __init__(self, plan: Plan, tokenizer: Tokenizer, budget: int | None = None) -> None:
         budget = AHEAD_TOKENS if budget is None else budget
         self._made: dict[int, array] = {}
         self.made = self.left = 0  # prompts made ahead, and the plan's left to make at send

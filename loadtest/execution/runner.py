@@ -13,7 +13,7 @@ import asyncio
 import gc
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loadtest.backends.base import Backend
 from loadtest.config.scenario import Load
@@ -32,6 +32,9 @@ from loadtest.execution.users import SessionCounts, Users
 from loadtest.telemetry.profile_window import ProfileWindow
 from loadtest.workload.plan import Plan
 from loadtest.workload.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from loadtest.execution.workers import WorkerPart
 
 T = TypeVar("T")
 
@@ -54,7 +57,7 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)
     sessions: SessionCounts | None = None
     stopped_ns: int | None = None  # when a stop was asked for (a signal, a failure)
-    workers: list[Any] | None = None  # worker processes' parts (``workers.WorkerPart``)
+    workers: list[WorkerPart] | None = None  # worker processes' parts
     # the event loop thread's CPU time over the run's real time (None on a virtual clock):
     # near 1 the loop is one core's limit, and every stamp and send waits on it
     loop_busy: float | None = None

@@ -4,8 +4,6 @@ roofline and its diagnosis, the profiler window, the server's own metrics)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from loadtest.config.apis import STREAM_METRICS
 from loadtest.execution.recorder import ALL_METRICS
 from loadtest.results.model import (
@@ -98,7 +96,7 @@ def api_rows(api: ApiResult | None, t: Throughput | None) -> list[tuple[str, str
     return rows
 
 
-def _f(x: Any, fmt: str = "{:.3g}") -> str:
+def _f(x: object, fmt: str = "{:.3g}") -> str:
     return "-" if x is None else fmt.format(x)
 
 

@@ -4,8 +4,9 @@ throughput-latency frontier; each point marked steady, unsteady (overloaded) or 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from loadtest.core.json_types import JsonValue
 from loadtest.reporters.plots import COLORS, Plot, finite
 from loadtest.results.model import Cheapest, CurvePoint
 
@@ -24,6 +25,9 @@ def point_kind(c: CurvePoint) -> str:
     if c.status not in ("ok", None):
         return "invalid"
     return "unsteady" if c.steady is False else "steady"
+
+
+Tip = Callable[[CurvePoint], str]  # a point's hover text
 
 
 def _sweep_series(
@@ -63,7 +67,7 @@ def _sweep_series(
 
 
 def sweep_plots(
-    curve: list[CurvePoint], axis: str, knee: Any, cheapest: Cheapest | None = None
+    curve: list[CurvePoint], axis: str, knee: JsonValue, cheapest: Cheapest | None = None
 ) -> list[tuple[str, str]]:
     """Throughput and p99 latencies against the swept axis, the cost where priced, and the
     throughput-latency frontier; points marked steady / unsteady / invalid, the knee drawn
@@ -96,7 +100,7 @@ def sweep_plots(
     return out
 
 
-def _throughput(curve: list[CurvePoint], axis: str, knee: Any, tip: Any) -> str:
+def _throughput(curve: list[CurvePoint], axis: str, knee: JsonValue, tip: Tip) -> str:
     plot = Plot("sw-tput")
     ax = plot.axes[0]
     _sweep_series(plot, ax, curve, "x", "output_tokens_per_s", "output tok/s", tip)
@@ -109,7 +113,7 @@ def _throughput(curve: list[CurvePoint], axis: str, knee: Any, tip: Any) -> str:
     return plot.svg()
 
 
-def _cost(curve: list[CurvePoint], axis: str, cheapest: Cheapest | None, tip: Any) -> str:
+def _cost(curve: list[CurvePoint], axis: str, cheapest: Cheapest | None, tip: Tip) -> str:
     """The cost curve: the estimated cost per million output tokens at each point, on the
     latency curve's axis; the points that fail their SLA ringed, the cheapest that meets it
     drawn."""
@@ -139,7 +143,7 @@ def _cost(curve: list[CurvePoint], axis: str, cheapest: Cheapest | None, tip: An
     return plot.svg()
 
 
-def _latencies(curve: list[CurvePoint], axis: str, knee: Any, tip: Any) -> str:
+def _latencies(curve: list[CurvePoint], axis: str, knee: JsonValue, tip: Tip) -> str:
     plot = Plot("sw-lat")
     ax = plot.axes[0]
     for key in ("ttft_p99_ms", "itl_p99_ms", "e2e_p99_ms"):

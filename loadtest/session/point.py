@@ -11,13 +11,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from loadtest.analysis.sla import evaluate
 from loadtest.backends import create_backend
 from loadtest.backends.base import Backend, BackendContext, BackendInfo
 from loadtest.config.loading import LoadedScenario, resolve_path
-from loadtest.config.scenario import Scenario
+from loadtest.config.scenario import Scenario, Sla
 from loadtest.core import rundir, secrets
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
@@ -28,7 +28,7 @@ from loadtest.execution.workers import WorkerGroup
 from loadtest.reporters.progress import Display
 from loadtest.results.build import build_result
 from loadtest.results.finish import Observed
-from loadtest.results.model import RunMetrics
+from loadtest.results.model import RunMetrics, Verdict
 from loadtest.results.runset import Evidence
 from loadtest.session.live_metrics import SessionMetrics
 from loadtest.session.signals import StopOnSignals
@@ -350,7 +350,7 @@ def _estimate(scenario) -> int | None:
     return None if planned is None else round(planned)
 
 
-def _sla_judge(sla) -> Callable[[RunMetrics], Any]:
+def _sla_judge(sla: Sla) -> Callable[[RunMetrics], Verdict | None]:
     return lambda result: evaluate(sla, Evidence.of_run(result))
 
 

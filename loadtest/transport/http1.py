@@ -24,11 +24,14 @@ import asyncio
 import re
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadtest.transport.head import read_head
 from loadtest.transport.tls import tls_failure
 from loadtest.transport.wire import Wire
+
+if TYPE_CHECKING:
+    from loadtest.transport.pool import ConnectionPool
 
 # a stream's coroutine wakes once this much of its body is unread, at its end, or on a failure
 BATCH_BYTES = 32 << 10
@@ -61,7 +64,7 @@ class Connection(asyncio.Protocol):
     (``pool.ConnectionPool``) gives the clock (``now``) and hears when it is done with
     (``released``) or lost (``lost``)."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
         self.now = pool.now
         self.transport: Any = None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from loadtest.config.transformers_spec import TransformersSpec
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel
 
 # The name it is registered under with transformers, and recorded as backend.attn_implementation.
@@ -27,16 +28,16 @@ PACKED_SDPA = "sdpa_packed_gqa"
 
 
 def packed_gqa_sdpa(
-    module: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attention_mask: Any,
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
     is_causal: bool | None = None,
-    **kwargs: Any,
-) -> tuple[Any, None]:
+    **kwargs: Any,  # transformers' own, passed on as given
+) -> tuple[torch.Tensor, None]:
     """An attention function for transformers' ``AttentionInterface``: [B, H, Q, D] queries,
     [B, H_kv, L, D] keys and values, a [B, 1, Q, L] mask; returns [B, Q, H, D]."""
     import torch

@@ -28,7 +28,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loadtest.config.transformers_spec import TransformersSpec
 
@@ -148,10 +148,10 @@ class PipelinedDecode:
         self._cache_position = "cache_position" in forward  # before transformers 5.2x
         self._keep = "logits_to_keep" in forward
         self._compiled: Callable | None = None
-        self._compiled_for: Any = None  # the compile config it was compiled with
-        self._for: Any = None  # the cache the buffers below were made for
+        self._compiled_for: object = None  # the compile config it was compiled with
+        self._for: object = None  # the cache the buffers below were made for
         self._bufs: tuple = ()
-        self._host: Any = None  # (RING, rows) host buffers, pinned on CUDA
+        self._host: Tensor | None = None  # (RING, rows) host buffers, pinned on CUDA
         self._events: list = []
 
     def _step_call(self) -> Callable:
@@ -247,6 +247,7 @@ class PipelinedDecode:
         """Step k's tokens on their way to the host (asynchronously on CUDA), its event after."""
         slot = k % RING
         event = self._events[slot]
+        assert self._host is not None  # made with the buffers, before the first step
         self._host[slot].copy_(token, non_blocking=event is not None)
         if event is not None:  # on the stream that runs the step and the copy, by name
             event.record(self.torch.cuda.current_stream(token.device))
@@ -257,6 +258,7 @@ class PipelinedDecode:
         event = self._events[slot]
         if event is not None:
             event.synchronize()
+        assert self._host is not None
         return self._host[slot]
 
     @staticmethod

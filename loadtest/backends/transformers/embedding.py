@@ -4,12 +4,16 @@ requests, each text's vector its hidden states' mean over its tokens."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from loadtest.backends.transformers import messages
 
+if TYPE_CHECKING:
+    from loadtest.backends.transformers.engine import Engine
+    from loadtest.backends.transformers.stamping import Out
 
-def embed_batch(engine: Any, batch: list, out: Any) -> None:
+
+def embed_batch(engine: Engine, batch: list, out: Out) -> None:
     """Embed ``batch`` (requests whose prompt ids are a list of texts' ids), right-padded, in
     one forward pass. A request is done when the vectors are on the host: they are copied
     there, which waits for the device."""

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from loadtest.backends.transformers import messages
 from loadtest.core.step_accounting import StepAccounting
@@ -99,9 +99,9 @@ class AfterSyncStamps:
     def __init__(self, torch: ModuleType, streamer: StepStreamer) -> None:
         self.torch, self.streamer = torch, streamer
         self.stamps = 0
-        self._buf: Any = None  # the pinned host buffer, made at the first copy
-        self._gu: Any = None
-        self._original: Any = None
+        self._buf: Tensor | None = None  # the pinned host buffer, made at the first copy
+        self._gu: ModuleType | None = None  # transformers' generation utilities, patched
+        self._original: object = None  # their own stop check
 
     def install(self) -> None:
         """Put the stamping stop check in place for one generate() call."""
@@ -113,7 +113,7 @@ class AfterSyncStamps:
     def remove(self) -> None:
         """Restore transformers' own stop check."""
         if self._gu is not None:
-            self._gu.StopCheck = self._original
+            setattr(self._gu, "StopCheck", self._original)  # noqa: B010 (a module's, untyped)
 
     def copy_tokens(self, tokens: Tensor) -> Tensor:
         """Queue the copy of this step's tokens to the host; the row of the buffer they land in."""
