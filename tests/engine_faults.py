@@ -47,4 +47,4 @@ def crash_in_warmup(engine) -> None:
     def broken(shapes) -> None:
         raise TypeError("injected by tests.engine_faults: a warm-up that cannot run")
 
-    engine._warmup = broken
+    engine.warmup.run = broken

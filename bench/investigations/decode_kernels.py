@@ -60,7 +60,8 @@ def child(name: str, arch: str) -> dict:
         batch_dynamic_while_warming,
         decode_compile_config,
     )
-    from loadtest.backends.transformers.engine import WARM_STEPS, StopAfterSteps
+    from loadtest.backends.transformers.engine import StopAfterSteps
+    from loadtest.backends.transformers.warmup import WARM_STEPS
     from loadtest.backends.transformers.padded_decode import PaddedDecode
 
     sizes, marked, extra, attn = VARIANTS[name]

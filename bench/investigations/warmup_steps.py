@@ -38,7 +38,8 @@ def child(name: str, arch: str) -> dict:
         compile_seconds,
         decode_compile_config,
     )
-    from loadtest.backends.transformers.engine import WARM_STEPS, StopAfterSteps
+    from loadtest.backends.transformers.engine import StopAfterSteps
+    from loadtest.backends.transformers.warmup import WARM_STEPS
     from loadtest.core.heap import GcPauses, settle_heap
 
     short = VARIANTS[name]

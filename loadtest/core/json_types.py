@@ -37,3 +37,11 @@ def object_in(obj: JsonObject, key: str) -> JsonObject:
 def json_list(items: Iterable[JsonValue]) -> list[JsonValue]:
     """``items`` as a JSON array (a ``list[str]`` is one, but mypy's lists are invariant)."""
     return list(items)
+
+
+def ints_in(obj: JsonObject, key: str) -> list[int] | None:
+    """``obj[key]`` where it is an array of integers, else None."""
+    value = obj.get(key)
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return [v for v in value if isinstance(v, int)]
+    return None

@@ -13,7 +13,7 @@ import asyncio
 import gc
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from loadtest.backends.base import Backend
 from loadtest.config.scenario import Load
@@ -29,12 +29,10 @@ from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.request import RequestState
 from loadtest.execution.users import SessionCounts, Users
+from loadtest.execution.worker_part import WorkerPart
 from loadtest.telemetry.profile_window import ProfileWindow
 from loadtest.workload.plan import Plan
 from loadtest.workload.tokenizer import Tokenizer
-
-if TYPE_CHECKING:
-    from loadtest.execution.workers import WorkerPart
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from loadtest.backends import combine_facts
@@ -39,6 +39,7 @@ from loadtest.execution.merge import merge
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.execution.users import SessionCounts
+from loadtest.execution.worker_part import WorkerPart
 from loadtest.execution.worker_side import HEARTBEAT_S, STOP_GRACE_S
 
 SILENT_AFTER_S = 15.0  # no word from a running worker for this long: it is stuck
@@ -74,24 +75,6 @@ class WorkerReady:
     details: dict
     notices: list[str]
     planned: int | None
-
-
-@dataclass
-class WorkerPart:
-    """One worker's share of a run, as the result lists it."""
-
-    index: int
-    pid: int | None
-    status: str  # ok | interrupted | failed | lost (died or fell silent: its measurements too)
-    sent: int = 0
-    completed: int = 0
-    failed: int = 0
-    dispatch_lag: LatencyHistogram = field(default_factory=LatencyHistogram)
-    loop_lag: LatencyHistogram = field(default_factory=LatencyHistogram)
-    failure: str | None = None
-    where: dict = field(default_factory=dict)
-    clock: ClockOffset | None = None  # at t0 (None on this host: one clock)
-    clock_after: ClockOffset | None = None  # measured again after the run: the drift
 
 
 class WorkerGroup:

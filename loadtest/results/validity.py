@@ -13,7 +13,7 @@ from loadtest.execution import prompts_ahead
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.request import Lateness
 from loadtest.execution.runner import RunOutcome
-from loadtest.execution.workers import WorkerPart
+from loadtest.execution.worker_part import WorkerPart
 from loadtest.results.model import (
     LatencySummary,
     Stability,

@@ -24,14 +24,12 @@ import asyncio
 import re
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from loadtest.transport.head import read_head
 from loadtest.transport.tls import tls_failure
 from loadtest.transport.wire import Wire
-
-if TYPE_CHECKING:
-    from loadtest.transport.pool import ConnectionPool
 
 # a stream's coroutine wakes once this much of its body is unread, at its end, or on a failure
 BATCH_BYTES = 32 << 10
@@ -59,12 +57,23 @@ class HttpFailure(Exception):
         self.kind, self.connecting = kind, connecting
 
 
+class Owner(Protocol):
+    """What a connection needs of its pool (``pool.ConnectionPool``): the clock, and to hear
+    when the connection is done with or lost."""
+
+    now: Callable[[], int]
+
+    def released(self, conn: Connection, keep: bool) -> None: ...
+
+    def lost(self, conn: Connection) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     """One kept-alive connection and the response it is reading now. Its ``pool``
     (``pool.ConnectionPool``) gives the clock (``now``) and hears when it is done with
     (``released``) or lost (``lost``)."""
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: Owner) -> None:
         self.pool = pool
         self.now = pool.now
         self.transport: Any = None

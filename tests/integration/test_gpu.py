@@ -133,7 +133,7 @@ def test_the_pipelined_loop_gives_generates_tokens_inside_a_cuda_graph():
         eng, out = make_engine("dummy:llama-3.2-1b", device="cuda:0", dtype="float32",
                                compile=True, decode_loop=loop)  # fmt: skip
         assert eng.info["decode_loop"] == ("pipelined" if loop == "pipelined" else "generate()")
-        eng._warmup([(4, 48, 36)])
+        eng.warmup.run([(4, 48, 36)])
         skips = counters["inductor"]["cudagraph_skips"]
         steps: list = []
         if loop == "pipelined":

@@ -183,7 +183,7 @@ class ContinuousEngine:
             self.live.pop(r.request_id)
 
     def _warmup(self, shapes: list) -> None:
-        with self.base.warming():
+        with self.base.warmup.timed():
             self._warm_requests(shapes)
 
     def _warm_requests(self, shapes: list) -> None:

@@ -4,16 +4,36 @@ requests, each text's vector its hidden states' mean over its tokens."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
+from loadtest.backends.base import Facts
 from loadtest.backends.transformers import messages
 
 if TYPE_CHECKING:
-    from loadtest.backends.transformers.engine import Engine
+    from torch import device as TorchDevice
+    from transformers import PreTrainedModel
+
     from loadtest.backends.transformers.stamping import Out
 
 
-def embed_batch(engine: Engine, batch: list, out: Out) -> None:
+class Loaded(Protocol):
+    """What an embedding batch needs of the engine: the model where it was loaded."""
+
+    @property
+    def torch(self) -> ModuleType: ...
+
+    @property
+    def info(self) -> Facts: ...
+
+    @property
+    def device(self) -> TorchDevice: ...
+
+    @property
+    def model(self) -> PreTrainedModel: ...
+
+
+def embed_batch(engine: Loaded, batch: list, out: Out) -> None:
     """Embed ``batch`` (requests whose prompt ids are a list of texts' ids), right-padded, in
     one forward pass. A request is done when the vectors are on the host: they are copied
     there, which waits for the device."""

@@ -8,21 +8,17 @@ garbage-collector pauses, compiled graphs, peak memory).
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.compiling import (
     batch_bucket,
-    batch_dynamic_while_warming,
     batching_details,
-    compile_seconds,
     compiled_graphs,
-    marks_batch_dynamic,
 )
 from loadtest.backends.transformers.decode_loop import PIPELINED, PipelinedDecode
 from loadtest.backends.transformers.embedding import embed_batch
@@ -30,7 +26,6 @@ from loadtest.backends.transformers.engine_facts import engine_facts
 from loadtest.backends.transformers.padded_decode import PaddedDecode
 from loadtest.backends.transformers.stamping import (
     AFTER_SYNC,
-    STREAMER,
     AfterSyncStamps,
     NullOut,
     Out,
@@ -38,8 +33,9 @@ from loadtest.backends.transformers.stamping import (
     choose_stamp_source,
     nothing,
 )
+from loadtest.backends.transformers.warmup import Warmup
 from loadtest.config.transformers_spec import TransformersSpec
-from loadtest.core.heap import collector_paused, process_gc_pauses, settle_heap
+from loadtest.core.heap import process_gc_pauses
 from loadtest.core.step_accounting import StepAccounting
 
 if TYPE_CHECKING:
@@ -47,14 +43,6 @@ if TYPE_CHECKING:
 
     from loadtest.backends.transformers.layout import Layout
     from loadtest.backends.transformers.profiling import WorkerProfiler
-
-# Steps a warm-up generate() runs, one token each (the prefill's, then decode steps). Its cache
-# is sized for the run's longest output (shorter outputs reuse a static cache; a longer one is a
-# new cache, and a new graph inside the window), but after the first few steps the rest only
-# repeat them: the first decode step compiles, CUDA graph trees warm it up and record it over
-# the next, and every later step replays the recording: running to the whole output costs the
-# warm-up time per batch size and builds nothing more (bench/investigations/warmup_steps.py).
-WARM_STEPS = 8
 
 
 class StopAfterSteps:
@@ -121,6 +109,7 @@ class Engine:
         # Called with (engine, batch number) before each batch runs (engine hooks install them).
         self.before_batch: list = []
         self.graphs_at_window: int | None = None  # compiled graphs when the window opened
+        self.warmup = Warmup(self)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -157,7 +146,7 @@ class Engine:
     def handle_control(self, msg: messages.Inbound) -> bool:
         """warmup / configure / facts / bare: True when ``msg`` was one of them."""
         if msg[0] == "warmup":
-            self._warmup(msg[1])
+            self.warmup.run(msg[1])
         elif msg[0] == "configure":
             wanted = {"max_batch_size": msg[1], "max_wait_ms": msg[2]}
             self.spec = self.spec.model_copy(update=wanted)
@@ -368,72 +357,6 @@ class Engine:
         elif self.spec.compile:
             kwargs["cache_implementation"] = "static"
         return kwargs
-
-    def _warmup(self, shapes: list) -> None:
-        dynamic = bool(
-            self.spec.compile
-            and self.spec.mode == "static"
-            and self.padded is None
-            and marks_batch_dynamic(self.spec, self.info.get("batch_buckets"))
-        )
-        self.warming_dynamic = dynamic  # a tensor-parallel group's followers mark alike
-        try:
-            with (
-                self.warming(),
-                batch_dynamic_while_warming(self.model) if dynamic else nothing(),
-            ):
-                self._warm_shapes(shapes)
-        finally:
-            self.warming_dynamic = False
-
-    @contextlib.contextmanager
-    def warming(self) -> Iterator[None]:
-        """The warm-up inside it: timed, and told to the harness with what of it went to
-        compiling graphs and to garbage collection (a cold compile is most of a compiled
-        warm-up). The heap is settled first (counted in the warm-up): the model load's objects
-        out of the collector's reach, and the load's collections not the warm-up's. Inside, the
-        collector is paused and the warm-up's garbage collected once at its end, which halves
-        the collector's share of a cold compile (bench/investigations/warmup_parts.py). Nothing
-        is told if the warm-up raises."""
-        t = time.monotonic()
-        self.settle()
-        compiled = compile_seconds()
-        with collector_paused():
-            yield
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize(self.device)
-            self.torch.cuda.reset_peak_memory_stats(self.device)
-        settle_heap()  # the one collection of the warm-up's garbage, counted in its gc_s
-        details = {
-            "compile_s": round(compile_seconds() - compiled, 3),
-            "gc_s": round(self.gc.summary(reset=True)["total_ms"] / 1e3, 3),
-        }
-        self.out.send(("warmed", round(time.monotonic() - t, 3), details))
-
-    def _warm_shapes(self, shapes: list) -> None:
-        if self.spec.api == "embeddings":  # a forward pass at each batch's size
-            for batch_size, prompt_len, _ in shapes:
-                fake: list = [("req", -1 - i, [[65] * prompt_len], 0) for i in range(batch_size)]
-                embed_batch(self, fake, NullOut())
-            return
-        for batch_size, prompt_len, new_tokens in shapes:
-            fake = [
-                messages.req(-1 - i, [65] * prompt_len, new_tokens, True, None)
-                for i in range(batch_size)
-            ]
-            if self._generate(fake, set(), NullOut(), set(), steps=WARM_STEPS):
-                # Not one stamp per token: this transformers' loop does not call its stop check
-                # the way AfterSyncStamps expects. Stamp from the streamer instead.
-                self.stamp_source = STREAMER
-                self.info["stamp_source"] = (
-                    f"{STREAMER} (the after-sync hook miscounted in warm-up)"
-                )
-
-    def settle(self) -> None:
-        """After warm-up: the heap frozen, and the collections so far (that one included) not
-        counted as the run's."""
-        settle_heap()
-        self.gc.summary(reset=True)
 
 
 def resolve_hook(target: str) -> Callable[..., object]:

@@ -105,12 +105,12 @@ def test_the_host_learns_of_an_end_of_sequence_a_step_late_and_runs_one_step_mor
 
 def test_one_compiled_graph_serves_every_batch_size(tiny_model_dir):
     from loadtest.backends.transformers.compiling import compiled_graphs
-    from loadtest.backends.transformers.engine import WARM_STEPS
+    from loadtest.backends.transformers.warmup import WARM_STEPS
 
     eng, out, steps = _pipelined(tiny_model_dir, compiled=True)
     torch._dynamo.reset()
     before = compiled_graphs() or 0
-    eng._warmup([(1, 8, 9), (2, 8, 9), (4, 8, 9), (8, 8, 9)])
+    eng.warmup.run([(1, 8, 9), (2, 8, 9), (4, 8, 9), (8, 8, 9)])
     assert compiled_graphs() - before == 1
     assert eng.padded.shape == (8, 17)  # the run's widest prompt and longest output
     eng._generate(BATCH, set(), out, set())  # 3 rows in a bucket of 4, decoded at 8

@@ -128,8 +128,8 @@ def test_a_compiled_warm_up_builds_one_graph_for_every_batch_size_from_two(tiny_
 
     eng, out = make_engine(tiny_model_dir, compile=True, pad_decode=False)
     compile_eagerly(eng.model)
-    assert graphs_built(eng._warm_shapes) == 2  # unmarked: static at 2, dynamic batch at 4
-    assert graphs_built(eng._warmup) == 1  # marked: dynamic from the first compile
+    assert graphs_built(eng.warmup.shapes) == 2  # unmarked: static at 2, dynamic batch at 4
+    assert graphs_built(eng.warmup.run) == 1  # marked: dynamic from the first compile
     kind, warmup_s, details = out.msgs[-1]  # the warm-up's compile and gc shares, of its time
     assert kind == "warmed" and 0 < details["compile_s"] <= warmup_s
     assert 0 <= details["gc_s"] <= warmup_s
@@ -177,7 +177,7 @@ def test_a_compiled_warm_up_of_one_batch_size_builds_one_static_graph(tiny_model
     compile_eagerly(eng.model)
     torch._dynamo.reset()
     before = compiled_graphs() or 0
-    eng._warmup([(4, 8, 4)])
+    eng.warmup.run([(4, 8, 4)])
     assert compiled_graphs() - before == 1
     eng._generate([("req", 1, [5] * 8, 4, True, None)] * 3, set(), out, set())  # runs as 4
     assert compiled_graphs() - before == 1
@@ -244,7 +244,7 @@ def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_
 
     from loadtest.backends.transformers.compiling import compiled_graphs
     from loadtest.backends.transformers.decode_loop import PIPELINED
-    from loadtest.backends.transformers.engine import WARM_STEPS
+    from loadtest.backends.transformers.warmup import WARM_STEPS
     from loadtest.backends.transformers.stamping import AFTER_SYNC
 
     eng, out = make_engine(tiny_model_dir, compile=True, decode_loop=loop)
@@ -253,7 +253,7 @@ def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_
     calls = _spy_on_decodes(eng)
     new_tokens = WARM_STEPS + 12
     torch._dynamo.reset()
-    eng._warmup([(2, 8, new_tokens), (4, 8, new_tokens)])
+    eng.warmup.run([(2, 8, new_tokens), (4, 8, new_tokens)])
     # a static cache for 8 + 20 tokens, generated to 8 of them, one stamp per token still
     assert calls == [(new_tokens, WARM_STEPS)] * 2
     assert eng.padded.shape == (8, 8 + new_tokens)

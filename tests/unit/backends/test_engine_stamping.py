@@ -128,7 +128,7 @@ def test_stamp_source_falls_back_to_the_streamer_when_the_hook_cannot_be_trusted
     eng, out = make_engine(tiny_model_dir)
     original = gu.StopCheck
     monkeypatch.setattr(ew.AfterSyncStamps, "stamp", lambda self, row: None)  # miscounts: no stamps
-    eng._warmup([(2, 4, 3)])
+    eng.warmup.run([(2, 4, 3)])
     assert eng.stamp_source == ew.STREAMER and "miscounted" in eng.info["stamp_source"]
     assert out.msgs[-1][0] == "warmed"
     assert gu.StopCheck is original  # the stamping subclass is in place for one generate() only

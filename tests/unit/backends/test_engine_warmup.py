@@ -79,8 +79,8 @@ def test_the_warm_up_runs_with_the_collector_paused_and_counts_its_one_collectio
             n.me = n
             garbage.append(weakref.ref(n))
 
-    monkeypatch.setattr(eng, "_warm_shapes", warm)
-    eng._warmup([(2, 4, 3)])
+    monkeypatch.setattr(eng.warmup, "shapes", warm)
+    eng.warmup.run([(2, 4, 3)])
     assert seen == [False] and gc.isenabled()
     assert all(r() is None for r in garbage)  # collected at the warm-up's end
     kind, warmup_s, details = out.msgs[-1]
@@ -90,8 +90,8 @@ def test_the_warm_up_runs_with_the_collector_paused_and_counts_its_one_collectio
     def fail(shapes):
         raise RuntimeError("CUDA out of memory")
 
-    monkeypatch.setattr(eng, "_warm_shapes", fail)
+    monkeypatch.setattr(eng.warmup, "shapes", fail)
     sent = len(out.msgs)
     with pytest.raises(RuntimeError):
-        eng._warmup([(2, 4, 3)])
+        eng.warmup.run([(2, 4, 3)])
     assert gc.isenabled() and len(out.msgs) == sent  # on again; no warm-up told

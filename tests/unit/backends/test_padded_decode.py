@@ -120,7 +120,7 @@ def test_padded_decode_steps_run_at_max_rows_through_one_graph_and_give_the_batc
     compile_eagerly(eng.model)
     torch._dynamo.reset()
     before = compiled_graphs() or 0
-    eng._warmup([(1, 8, 4), (2, 8, 4), (4, 8, 4), (8, 8, 4)])
+    eng.warmup.run([(1, 8, 4), (2, 8, 4), (4, 8, 4), (8, 8, 4)])
     assert compiled_graphs() - before == 1  # one static graph for every batch size
     assert step_rows == [8] * 12  # 4 tokens: the prefill's and 3 decode steps, each at 8 rows
     cache = eng.padded._cache
