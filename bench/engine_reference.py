@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from loadtest.backends.transformers.batch_inputs import generate_kwargs
+
 
 def bare_generate(engine, batch_size: int, prompt_len: int, new_tokens: int, reps: int) -> list:
     """``reps`` generate() calls as a user's own loop makes them on a batch of this shape
@@ -14,7 +16,9 @@ def bare_generate(engine, batch_size: int, prompt_len: int, new_tokens: int, rep
     torch = engine.torch
     ids = torch.full((batch_size, prompt_len), 65, dtype=torch.long).to(engine.device)
     mask = torch.ones_like(ids)
-    kwargs = engine._generate_kwargs(prompt_len, new_tokens, True, None)
+    kwargs = generate_kwargs(
+        engine.spec, engine.info, engine.padded, prompt_len, new_tokens, True, None
+    )
     cuda = engine.device.type == "cuda"
     seconds = []
     with torch.inference_mode():

@@ -61,8 +61,8 @@ def child(name: str, arch: str) -> dict:
         decode_compile_config,
     )
     from loadtest.backends.transformers.engine import StopAfterSteps
-    from loadtest.backends.transformers.warmup import WARM_STEPS
     from loadtest.backends.transformers.padded_decode import PaddedDecode
+    from loadtest.backends.transformers.warmup import WARM_STEPS
 
     sizes, marked, extra, attn = VARIANTS[name]
     torch.manual_seed(0)

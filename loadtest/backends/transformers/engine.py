@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loadtest.backends.transformers import messages
+from loadtest.backends.transformers.batch_inputs import generate_kwargs, left_padded
 from loadtest.backends.transformers.compiling import (
-    batch_bucket,
     batching_details,
     compiled_graphs,
 )
@@ -93,9 +93,8 @@ class Engine:
         self.info["load_s"] = round(time.monotonic() - t, 3)
         self.stamp_source = PIPELINED if self.loop else choose_stamp_source(self.device)
         self.info["stamp_source"] = self.stamp_source
-        self.stamp_mismatches = (
-            0  # batches since the last facts whose stamp count differed from their tokens
-        )
+        # batches since the last facts whose stamp count differed from their tokens
+        self.stamp_mismatches = 0
         self.batches = 0
         self._batches_reported = 0
         self.acct = StepAccounting()
@@ -103,9 +102,7 @@ class Engine:
         self.profiler: WorkerProfiler | None = None  # while a capture window is open
         # (profiler, out_dir): a closed window, exported at the end of the run
         self.pending_export: tuple[WorkerProfiler, str] | None = None
-        self.urgent: deque = (
-            deque()
-        )  # checked every decode step: a deque's emptiness test takes no lock
+        self.urgent: deque = deque()  # checked every decode step: emptiness takes no lock
         # Called with (engine, batch number) before each batch runs (engine hooks install them).
         self.before_batch: list = []
         self.graphs_at_window: int | None = None  # compiled graphs when the window opened
@@ -246,22 +243,7 @@ class Engine:
         the same); returns 1 if generate()'s step stamps differed in number from the tokens it
         returned, else 0 (the pipelined loop stamps every step it reads: always 0)."""
         torch = self.torch
-        bucket = self.info.get("prompt_bucket") or 1
-        width = -(-max(len(r[2]) for r in batch) // bucket) * bucket  # up to the bucket
-        pad = self.info.get("pad_token_id", 0)
-        buckets = self.info.get("batch_buckets")
-        rows = batch_bucket(len(batch), buckets) if buckets else len(batch)
-        ids = torch.full((rows, width), pad, dtype=torch.long)
-        mask = torch.zeros((rows, width), dtype=torch.long)
-        for i, r in enumerate(
-            batch
-        ):  # left padding: every row's next token lands in the last column
-            ids[i, width - len(r[2]) :] = torch.tensor(r[2], dtype=torch.long)
-            mask[i, width - len(r[2]) :] = 1
-        # Throw-away rows up to the warmed size: copies of the first row, which under greedy
-        # decoding emit its tokens and so stop with it (at its EOS or its length): they add no
-        # steps, and nothing reads their tokens.
-        ids[len(batch) :], mask[len(batch) :] = ids[0], mask[0]
+        ids, mask, width = left_padded(torch, batch, self.info)
         real = not isinstance(out, NullOut)
         # A step counts for the roofline in the accounting current when it is handed over (the
         # window's, once it opened), and not while a profiler is on: its overhead is not the model's.
@@ -278,8 +260,14 @@ class Engine:
         if self.loop is not None:
             self._decode_pipelined(self.loop, batch, ids, mask, streamer, steps, label)
             return 0
-        kwargs = self._generate_kwargs(
-            width, max(r[3] for r in batch), all(r[4] for r in batch), batch[0][5]
+        kwargs = generate_kwargs(
+            self.spec,
+            self.info,
+            self.padded,
+            width,
+            max(r[3] for r in batch),
+            all(r[4] for r in batch),
+            batch[0][5],
         )
         if steps is not None:
             from transformers import StoppingCriteriaList
@@ -338,25 +326,6 @@ class Engine:
         if self.profiler is not None:
             self.profiler.end_steps()
         streamer.close_rest()
-
-    def _generate_kwargs(
-        self, width: int, max_new: int, ignore_eos: bool, eos: int | list[int] | None
-    ) -> dict[str, object]:
-        """generate()'s settings for a batch of prompts ``width`` tokens wide."""
-        kwargs = dict(
-            max_new_tokens=max_new,
-            do_sample=False,
-            pad_token_id=self.info.get("pad_token_id", 0),
-            eos_token_id=None if ignore_eos else eos,
-        )
-        if ignore_eos:
-            kwargs["min_new_tokens"] = max_new
-        if self.padded is not None:  # its own cache, at the decode steps' rows
-            rows = self.info["decode_batch_size"]
-            kwargs.update(self.padded.generate_kwargs(rows, width + max_new))
-        elif self.spec.compile:
-            kwargs["cache_implementation"] = "static"
-        return kwargs
 
 
 def resolve_hook(target: str) -> Callable[..., object]:

@@ -244,8 +244,8 @@ def test_a_compiled_warm_up_sizes_the_cache_for_the_whole_output_and_runs_a_few_
 
     from loadtest.backends.transformers.compiling import compiled_graphs
     from loadtest.backends.transformers.decode_loop import PIPELINED
-    from loadtest.backends.transformers.warmup import WARM_STEPS
     from loadtest.backends.transformers.stamping import AFTER_SYNC
+    from loadtest.backends.transformers.warmup import WARM_STEPS
 
     eng, out = make_engine(tiny_model_dir, compile=True, decode_loop=loop)
     assert eng.info["decode_loop"] == ("pipelined" if loop == "pipelined" else "generate()")
