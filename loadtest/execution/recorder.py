@@ -89,6 +89,21 @@ class ModelTally:
         for name in ("completed", "failed", "cancelled", "window_tokens", "window_completions"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    def record(self, st: RequestState) -> None:
+        """A completed request's latencies into this share's histograms."""
+        stamps, h = st.stamps, self.histograms
+        self.completed += 1
+        h["e2e"].record_ns(st.done - st.intended_ns)
+        if stamps:
+            h["ttft"].record_ns(stamps[0] - st.intended_ns)
+            h["itl"].record_gaps_ns(stamps)
+            if len(stamps) >= 2:
+                h["tpot"].record_ns((stamps[-1] - stamps[0]) // (len(stamps) - 1))
+
+
+# goodput objectives in ns (ttft, tpot, e2e; None: not set)
+Goodput = tuple[int | None, int | None, int | None]
+
 
 class Recorder:
     """Latency histograms (whole run and per interval), window counts and token bins, from finished requests."""
@@ -128,7 +143,7 @@ class Recorder:
         self.first_tokens: list[tuple[int, int]] = []
         self.late_sends: list[Lateness] = []  # measured sends LATE_FLOOR_NS or more late
         # goodput objectives in ns (ttft, tpot, e2e; None = not set), or None: not judged
-        self.goodput: tuple[int | None, int | None, int | None] | None = None
+        self.goodput: Goodput | None = None
         # requests overlapping the profiler's window are flagged (and maybe excluded)
         self.profile: ProfileWindow | None = None
         self.profiled = 0
@@ -149,7 +164,9 @@ class Recorder:
         if st.stamps:
             self.first_tokens.append((st.stamps[0], st.stamps[0] - st.sent_ns))
         if self.goodput is not None and not st.req.warmup and not st.cancelled:
-            st.good = self._is_good(st)  # once: the timeline and the exported record share it
+            st.good = meets_goodput(
+                self.goodput, st
+            )  # once: the timeline and the exported record share it
         self.timeline.add(
             st.intended_ns,
             st.stamps[0] if st.stamps else None,
@@ -195,21 +212,15 @@ class Recorder:
                 return
         self._record_latencies(st)
         for tally in tallies:
-            self._record_model(st, tally)
+            tally.record(st)
         self._keep_record(st)
         self.window.measured_done(st)
 
     def tally(self, model: str) -> ModelTally:
-        tally = self.by_model.get(model)
-        if tally is None:
-            tally = self.by_model[model] = ModelTally()
-        return tally
+        return self.by_model.get(model) or self.by_model.setdefault(model, ModelTally())
 
     def endpoint_tally(self, endpoint: str) -> ModelTally:
-        tally = self.by_endpoint.get(endpoint)
-        if tally is None:
-            tally = self.by_endpoint[endpoint] = ModelTally()
-        return tally
+        return self.by_endpoint.get(endpoint) or self.by_endpoint.setdefault(endpoint, ModelTally())
 
     def tallies(self, st: RequestState) -> list[ModelTally]:
         """The shares ``st`` counts in: its model's (a model mix), its endpoint's (several)."""
@@ -217,41 +228,6 @@ class Recorder:
         if st.endpoint is not None:
             out.append(self.endpoint_tally(st.endpoint))
         return out
-
-    @staticmethod
-    def _record_model(st: RequestState, tally: ModelTally) -> None:
-        """A completed request's latencies into its share's histograms."""
-        stamps, h = st.stamps, tally.histograms
-        tally.completed += 1
-        h["e2e"].record_ns(st.done - st.intended_ns)
-        if stamps:
-            h["ttft"].record_ns(stamps[0] - st.intended_ns)
-            h["itl"].record_gaps_ns(stamps)
-            if len(stamps) >= 2:
-                h["tpot"].record_ns((stamps[-1] - stamps[0]) // (len(stamps) - 1))
-
-    def _is_good(self, st: RequestState) -> int:
-        """1 when a finished request met every goodput objective, else 0 (a failure never does)."""
-        assert self.goodput is not None
-        ttft, tpot, e2e = self.goodput
-        stamps = st.stamps
-        if st.error is not None:
-            return 0
-        if not stamps:  # no token stream (embeddings, rerank): only e2e can be set
-            return int(
-                ttft is None
-                and tpot is None
-                and e2e is not None
-                and st.done - st.intended_ns <= e2e
-            )
-        if ttft is not None and stamps[0] - st.intended_ns > ttft:
-            return 0
-        if e2e is not None and st.done - st.intended_ns > e2e:
-            return 0
-        if tpot is not None and len(stamps) > 1:
-            if (stamps[-1] - stamps[0]) // (len(stamps) - 1) > tpot:
-                return 0
-        return 1
 
     def _record_latencies(self, st: RequestState) -> None:
         stamps, intended, sent = st.stamps, st.intended_ns, st.sent_ns
@@ -379,3 +355,23 @@ def interval_summary(iv: Interval) -> JsonObject:
         summary[f"{m}_p50_ms"], summary[f"{m}_p99_ms"] = p50, p99
     summary["histograms"] = {m: h.encode() for m, h in iv.histograms.items() if h.count}
     return summary
+
+
+def meets_goodput(goodput: Goodput, st: RequestState) -> int:
+    """1 when a finished request met every goodput objective, else 0 (a failure never does)."""
+    ttft, tpot, e2e = goodput
+    stamps = st.stamps
+    if st.error is not None:
+        return 0
+    if not stamps:  # no token stream (embeddings, rerank): only e2e can be set
+        return int(
+            ttft is None and tpot is None and e2e is not None and st.done - st.intended_ns <= e2e
+        )
+    if ttft is not None and stamps[0] - st.intended_ns > ttft:
+        return 0
+    if e2e is not None and st.done - st.intended_ns > e2e:
+        return 0
+    if tpot is not None and len(stamps) > 1:
+        if (stamps[-1] - stamps[0]) // (len(stamps) - 1) > tpot:
+            return 0
+    return 1
