@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from loadtest.backends.base import Backend
 from loadtest.config.scenario import Load
@@ -28,6 +28,7 @@ from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.request import RequestState
+from loadtest.execution.sends import Sends
 from loadtest.execution.users import SessionCounts, Users
 from loadtest.execution.worker_part import WorkerPart
 from loadtest.telemetry.profile_window import ProfileWindow
@@ -97,7 +98,6 @@ class Runner:
             clock.now_ns, real=not isinstance(clock, VirtualClock)
         )  # the loop's lag, and its thread's CPU waits
         self.t0: int | None = None
-        self._tasks: set[asyncio.Task] = set()
         self.requests = RequestDriver(
             plan,
             backend,
@@ -110,16 +110,14 @@ class Runner:
             cancel_reason=lambda: self._cancel_reason,
         )
         self.requests.prompts = prompts
-        self.drive = self.requests.drive  # what users send through (``users.Sender``)
-        self.users = Users(plan, clock, backend, tokenizer, self)
-        self._next_due_ns: int | None = None  # the open-loop dispatcher's next deadline
+        ceiling = None if load.max_rate is None else RateCeiling(load.max_rate, clock)
+        self.sends = Sends(self.requests, ceiling)
+        self.users = Users(plan, clock, backend, tokenizer, self.sends)
         self._loop_lag = LatencyHistogram()  # the run's, once it runs
         self._due = OpenLoopDue(plan)  # an open loop's requests due (the live backlog)
         self._cancel_reason: str | None = None
         self._failure: str | None = None
         self._stop = asyncio.Event()
-        # A ceiling on top of the schedule, not the schedule.
-        self._ceiling = None if load.max_rate is None else RateCeiling(load.max_rate, clock)
         self.stopped_ns: int | None = None  # when a stop was asked for: the measured span ends
 
     # -- public -------------------------------------------------------------------------------
@@ -160,9 +158,10 @@ class Runner:
         # others may open it earlier, so the requests that straddle this one's opening are kept
         rec.window.keep_before_start = self.plan.window_start_ns is None and self.plan.stride[1] > 1
         rec.goodput = self.goodput
-        requests = self.requests
+        requests, sends = self.requests, self.sends
+        sends.start(self.t0, rec)
         backlog = requests.backlog = RecordingBacklog(
-            rec, self.clock.now_ns, lambda: self._next_due_ns, lambda: requests.unstarted > 0
+            rec, self.clock.now_ns, lambda: sends.next_due_ns, lambda: requests.unstarted > 0
         )
         if self.keep_records:
             rec.records = []
@@ -181,7 +180,9 @@ class Runner:
             )
         closed = self.plan.closed_loop is not None
         dispatch = asyncio.create_task(
-            self.users.dispatch_closed() if closed else self._dispatch_open()
+            self.users.dispatch_closed()
+            if closed
+            else sends.open_loop(self.plan, self.clock, self.users)
         )
         window_end = None if self.plan.window_end_ns is None else self.t0 + self.plan.window_end_ns
         # Closed loop: users hold their in-flight request, so the dispatcher only ends when they
@@ -217,7 +218,7 @@ class Runner:
             requests.sent,
             requests.interrupted,
             self._failure,
-            0 if self._ceiling is None else self._ceiling.held,
+            sends.held,
             sessions=self.users.sessions,
             stopped_ns=self.stopped_ns,
             loop_busy=busy_share_since(busy_from),
@@ -251,45 +252,9 @@ class Runner:
 
     # -- dispatch -------------------------------------------------------------------------------
 
-    def origin(self) -> tuple[int, Recorder]:
-        """t0 and the recorder: run() sets both before anything is dispatched."""
-        assert self.t0 is not None and self.recorder is not None
-        return self.t0, self.recorder
-
-    async def _dispatch_open(self) -> None:
-        t0, _ = self.origin()
-        if self.plan.multi_turn:
-            for turns in self.plan.sessions():
-                assert turns[0].offset_ns is not None  # a session starts at its arrival
-                intended = t0 + turns[0].offset_ns
-                await self.clock.sleep_until(intended)
-                self.spawn(self.users.session(turns, intended, None), request=False)
-            return
-        try:
-            for req in self.plan.requests:
-                assert req.offset_ns is not None  # an open-loop plan places every request
-                intended = self._next_due_ns = t0 + req.offset_ns
-                await self.clock.sleep_until(intended)
-                held_until = await self.throttle()
-                self.spawn(self.drive(req, intended, held_until))
-        finally:
-            self._next_due_ns = None
-
     async def _tell_window_start(self, at_ns: int) -> None:
         await self.clock.sleep_until(at_ns)
         self.backend.window_started()
-
-    async def throttle(self) -> int:
-        """Wait for the max_rate ceiling; returns the last time any send was held by it."""
-        return 0 if self._ceiling is None else await self._ceiling.throttle()
-
-    def spawn(self, coro: Coroutine[Any, Any, T], request: bool = True) -> asyncio.Task[T]:
-        """Start a request (``drive``: unstarted until its first step runs) or a session."""
-        self.requests.unstarted += request
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # -- drain and stop -------------------------------------------------------------------------
 
@@ -305,10 +270,10 @@ class Runner:
         )
         try:
             while not self._stop.is_set() and not (sleeper and sleeper.done()):
-                if dispatch.done() and (not until_idle or not self._tasks):
+                if dispatch.done() and (not until_idle or not self.sends.tasks):
                     return
                 waiting = {stopper} | ({sleeper} if sleeper else set())
-                waiting |= set(self._tasks) if dispatch.done() else {dispatch}
+                waiting |= set(self.sends.tasks) if dispatch.done() else {dispatch}
                 await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopper.cancel()
@@ -318,11 +283,7 @@ class Runner:
     async def _cancel_all(self, reason: str) -> None:
         if self._cancel_reason is None:
             self._cancel_reason = reason
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.sends.cancel_all()
 
     async def _watch_for_silence(self) -> None:
         """End the run when the system under test stops answering: requests in flight and no
