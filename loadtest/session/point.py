@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from loadtest.analysis.sla import evaluate
-from loadtest.backends import create_backend
-from loadtest.backends.base import Backend, BackendContext, BackendInfo
+from loadtest.backends.base import Backend
 from loadtest.config.loading import LoadedScenario, resolve_path
 from loadtest.config.scenario import Scenario, Sla
 from loadtest.core import rundir, secrets
@@ -31,6 +30,7 @@ from loadtest.results.finish import Observed
 from loadtest.results.model import RunMetrics, Verdict
 from loadtest.results.runset import Evidence
 from loadtest.session.live_metrics import SessionMetrics
+from loadtest.session.loaded_backend import LoadedBackend
 from loadtest.session.signals import StopOnSignals
 from loadtest.session.telemetry import gpu_off_reason, gpu_sampler, gpu_scope, server_sampler
 from loadtest.session.traces import SessionTraces
@@ -43,7 +43,6 @@ from loadtest.workload.datasets import DatasetRows
 from loadtest.workload.plan import Plan, build_plan
 
 if TYPE_CHECKING:
-    from loadtest.config.backend_specs import BackendSpec
     from loadtest.telemetry.gpu_section import GpuSource
 
 _T = TypeVar("_T")
@@ -84,9 +83,7 @@ class Session(StopOnSignals):
     ) -> None:
         self.clock, self.progress, self.handle_signals = clock, progress, handle_signals
         self.grace_s = grace_s
-        self.backend: Backend | None = None
-        self.info: BackendInfo | None = None
-        self.spec: BackendSpec | None = None
+        self.loaded = LoadedBackend(clock)  # the in-process backend, between points
         self.interrupted_by: str | None = None
         self._runner: Runner | WorkerGroup | None = None
         self._workers = WorkerPoints(clock)  # points in worker processes or Ray actors
@@ -110,48 +107,30 @@ class Session(StopOnSignals):
             self._restore_signals()
             self._restore_signals = None
         await self._workers.close()
-        return await self._close_backend()
+        return await self.loaded.close()
 
-    async def _close_backend(self) -> dict:
-        if self.backend is None:
-            return {}
-        backend, self.backend, self.info, self.spec = self.backend, None, None, None
-        return await backend.stop()
+    @property
+    def backend(self) -> Backend | None:
+        return self.loaded.backend
 
     # -- one point ----------------------------------------------------------------------------
-
-    async def _ensure_backend(self, loaded: LoadedScenario) -> None:
-        spec = loaded.scenario.backend
-        if self.backend is not None and spec != self.spec:
-            if not await self.backend.reconfigure(spec):
-                await self._close_backend()  # not close(): the signal handlers stay
-            else:
-                self.spec = spec
-        if self.backend is None:
-            otel = loaded.scenario.outputs.otel
-            context = BackendContext(Path(loaded.base_dir), otel, self.traces.ratio)
-            self.backend = create_backend(spec, self.clock, context)
-            self.info = await self.backend.start()  # BackendError propagates: nothing loaded
-            self.spec = spec
-            for notice in self.info.notices:  # before t0: the user reads it before the numbers
-                sys.stderr.write(f"loadtest: {visible(secrets.scrub(notice))}\n")
 
     async def _start(self, loaded: LoadedScenario) -> tuple[Plan | None, int | None, dict]:
         """Backend loaded and warmed, plan built: everything before t0. Returns the plan (None
         where worker processes hold it), how many requests it plans, and the backend's facts."""
         scenario = loaded.scenario
         if scenario.load.workers > 1 or scenario.load.ray is not None:
-            await self._close_backend()  # an in-process one from an earlier point is not used
+            await self.loaded.close()  # an in-process one from an earlier point is not used
             ready, details = await self._workers.start(loaded)
             self._name = ready.name
             for notice in ready.notices:
                 sys.stderr.write(f"loadtest: {visible(secrets.scrub(notice))}\n")
             return None, ready.planned, {**ready.details, **details}
-        await self._ensure_backend(loaded)
-        assert self.backend is not None and self.info is not None
-        self._name = self.info.name
-        plan = build_plan(scenario, self.info.tokenizer, lambda name: resolve_path(loaded, name))
-        details = {**self.info.details, "traffic": plan.describe()}
+        info = await self.loaded.ensure(loaded, self.traces.ratio)
+        assert self.backend is not None
+        self._name = info.name
+        plan = build_plan(scenario, info.tokenizer, lambda name: resolve_path(loaded, name))
+        details = {**info.details, "traffic": plan.describe()}
         if isinstance(plan.dataset, DatasetRows) and plan.dataset.cut:
             details["dataset_rows"] = len(plan.dataset)
             details["dataset_rows_cut"] = plan.dataset.cut
@@ -286,12 +265,13 @@ class Session(StopOnSignals):
         window: ProfileWindow | None,
         sampler: GpuSource | None,
     ) -> RunOutcome:
-        assert self.backend is not None and self.info is not None  # started: _ensure_backend
+        info = self.loaded.info
+        assert self.backend is not None and info is not None  # started: _start
         goodput = scenario.goodput
         runner = Runner(
             plan,
             self.backend,
-            self.info.tokenizer,
+            info.tokenizer,
             self.clock,
             scenario.load,
             scenario.outputs.interval,
