@@ -1,4 +1,4 @@
-"""Workers' recorders merged into one, losslessly: histograms added, counts summed, intervals
+"""Workers' outcomes merged into one run's, and their recorders into one, losslessly: histograms added, counts summed, intervals
 merged by index, timelines and records joined, and the window recounted where the workers'
 openings differ."""
 
@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.recorder import INTERVAL_METRICS, Interval, Recorder, interval_summary
+from loadtest.execution.runner import RunOutcome
+from loadtest.execution.users import SessionCounts
+from loadtest.execution.worker_part import WorkerPart
 
 
 def merge(parts: list[Recorder]) -> Recorder:
@@ -72,3 +75,69 @@ _SUMMED = (
     "cancelled",
     "cancelled_tokens",
 )
+
+
+def merge_outcomes(
+    outcomes: list[RunOutcome],
+    *,
+    t0: int,
+    interval_ns: int,
+    stop: tuple[str, int] | None,
+    end_ns: int,
+    failure: str | None,
+    lost: bool,
+    workers: list[WorkerPart],
+) -> RunOutcome:
+    """The workers' outcomes (those that reported) as one run's: recorders merged, the window
+    settled at the earliest stop (the coordinator's ``stop`` among them), counts summed; failed
+    where any worker failed or was ``lost``, interrupted where any was."""
+    if outcomes:
+        rec = merge([o.recorder for o in outcomes])
+    else:
+        rec = Recorder(t0, interval_ns, None, None)
+    stops = [o.stopped_ns for o in outcomes if o.stopped_ns is not None]
+    if stop is not None:
+        stops.append(stop[1])
+    stopped = min(stops) if stops else None
+    rec.window.settle(stopped)
+    loop_lag = LatencyHistogram()
+    for o in outcomes:
+        loop_lag.add(o.loop_lag)
+    statuses = {o.status for o in outcomes}
+    status = (
+        "failed"
+        if failure or lost or "failed" in statuses
+        else "interrupted"
+        if "interrupted" in statuses or (stop and stop[0] == "interrupted")
+        else "ok"
+    )
+    return RunOutcome(
+        rec,
+        t0,
+        max([o.end_ns for o in outcomes], default=end_ns),
+        status,
+        loop_lag,
+        sum(o.sent for o in outcomes),
+        sum(o.interrupted for o in outcomes),
+        failure,
+        sum(o.throttled for o in outcomes),
+        sessions=_sum_sessions([o.sessions for o in outcomes]),
+        stopped_ns=stopped,
+        workers=workers,
+        loop_busy=max(  # the busiest worker's loop: the first to hold its core's limit
+            (o.loop_busy for o in outcomes if o.loop_busy is not None), default=None
+        ),
+        prompts_at_send=sum(o.prompts_at_send for o in outcomes),
+        internal_error=next((o.internal_error for o in outcomes if o.internal_error), None),
+    )
+
+
+def _sum_sessions(parts: list[SessionCounts | None]) -> SessionCounts | None:
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    total = SessionCounts()
+    for p in present:
+        for name in vars(total):
+            setattr(total, name, getattr(total, name) + getattr(p, name))
+    return total

@@ -35,10 +35,8 @@ from loadtest.execution.live import (
     LiveTotals,
     LiveWants,
 )
-from loadtest.execution.merge import merge
-from loadtest.execution.recorder import Recorder
+from loadtest.execution.merge import merge_outcomes
 from loadtest.execution.runner import RunOutcome
-from loadtest.execution.users import SessionCounts
 from loadtest.execution.worker_part import WorkerPart
 from loadtest.execution.worker_side import HEARTBEAT_S, STOP_GRACE_S
 
@@ -192,10 +190,19 @@ class WorkerGroup:
             *(self._clock_after(i, i in parts) for i in range(self.count)),
             return_exceptions=True,
         )
-        facts = [parts[i][1] for i in sorted(parts)]
-        return self._merge(parts, lost, failure, after), combine_facts(
-            self.loaded.scenario.backend, self._details, facts
+        assert self.t0 is not None
+        outcome = merge_outcomes(
+            [parts[i][0] for i in sorted(parts)],
+            t0=self.t0,
+            interval_ns=self.loaded.scenario.outputs.interval,
+            stop=self._stop,
+            end_ns=self.clock.now_ns(),
+            failure=failure,
+            lost=bool(lost),
+            workers=[self._part(i, parts, lost, after[i]) for i in range(self.count)],
         )
+        facts = [parts[i][1] for i in sorted(parts)]
+        return outcome, combine_facts(self.loaded.scenario.backend, self._details, facts)
 
     def _lost_failure(self, lost: dict[int, str]) -> str:
         i = min(lost)
@@ -207,55 +214,6 @@ class WorkerGroup:
         if self._clocks[i] is SAME_CLOCK or not answered:
             return None
         return await self.channels[i].sync_clock()
-
-    def _merge(
-        self,
-        parts: dict[int, tuple[RunOutcome, dict]],
-        lost: dict[int, str],
-        failure: str | None,
-        after: list,
-    ) -> RunOutcome:
-        assert self.t0 is not None
-        outcomes = [parts[i][0] for i in sorted(parts)]
-        if outcomes:
-            rec = merge([o.recorder for o in outcomes])
-        else:
-            rec = Recorder(self.t0, self.loaded.scenario.outputs.interval, None, None)
-        stops = [o.stopped_ns for o in outcomes if o.stopped_ns is not None]
-        if self._stop is not None:
-            stops.append(self._stop[1])
-        stopped = min(stops) if stops else None
-        rec.window.settle(stopped)
-        loop_lag = LatencyHistogram()
-        for o in outcomes:
-            loop_lag.add(o.loop_lag)
-        statuses = {o.status for o in outcomes}
-        status = (
-            "failed"
-            if failure or lost or "failed" in statuses
-            else "interrupted"
-            if "interrupted" in statuses or (self._stop and self._stop[0] == "interrupted")
-            else "ok"
-        )
-        return RunOutcome(
-            rec,
-            self.t0,
-            max([o.end_ns for o in outcomes], default=self.clock.now_ns()),
-            status,
-            loop_lag,
-            sum(o.sent for o in outcomes),
-            sum(o.interrupted for o in outcomes),
-            failure,
-            sum(o.throttled for o in outcomes),
-            sessions=_sum_sessions([o.sessions for o in outcomes]),
-            stopped_ns=stopped,
-            workers=[self._part(i, parts, lost, after[i]) for i in range(self.count)],
-            loop_busy=max(  # the busiest worker's loop: the first to hold its core's limit
-                (o.loop_busy for o in outcomes if o.loop_busy is not None), default=None
-            ),
-            prompts_at_send=sum(o.prompts_at_send for o in outcomes),
-            internal_error=next((o.internal_error for o in outcomes if o.internal_error), None),
-        )
 
     def _part(self, i: int, parts: dict, lost: dict, after) -> WorkerPart:
         where = self.channels[i].where
@@ -350,14 +308,3 @@ def _same_plans(ready: dict[int, dict]) -> None:
                 f"{ready[i]['fingerprint']} against {first}): its data files or tokenizer "
                 "differ; every worker must read the same ones"
             )
-
-
-def _sum_sessions(parts: list[SessionCounts | None]) -> SessionCounts | None:
-    present = [p for p in parts if p is not None]
-    if not present:
-        return None
-    total = SessionCounts()
-    for p in present:
-        for name in vars(total):
-            setattr(total, name, getattr(total, name) + getattr(p, name))
-    return total
