@@ -141,7 +141,8 @@ class OpenAIBackend(Backend[OpenAISpec]):
         """Keep the plan (dataset rows are sent as their text or chat messages, with its tools
         and answer format), and render its media before t0."""
         self._bodies.plan = plan
-        await self._check_models(plan)
+        assert self._pool is not None  # started
+        await connection.check_serves(self._pool, self._base, self.url, set(plan.models))
         self._checks = OutputChecks(plan.content)
         self._described = self._checks.describe()
         if plan.media is not None:
@@ -151,21 +152,6 @@ class OpenAIBackend(Backend[OpenAISpec]):
             self._described["media"] = plan.media.describe()
             self._described["media"]["distinct_sets"] = len(plan.media.sets)
         return {"content": self._described} if self._described else {}
-
-    async def _check_models(self, plan: Plan) -> None:
-        """A model mix's names are each served (where the server lists its models): a name it
-        does not serve would fail every one of its requests, so the run does not start."""
-        mix = set(plan.models)
-        if not mix:
-            return
-        assert self._pool is not None  # started
-        listed = await connection.served_models(self._pool, self._base)
-        missing = sorted(mix - set(listed or mix))
-        if missing:
-            raise BackendError(
-                f"{self.url}: workload.models names {', '.join(map(repr, missing))}, which the "
-                f"server does not serve (it lists {', '.join(map(repr, listed or []))[:300]})"
-            )
 
     async def point_facts(self) -> Facts:
         """What the client saw this point: HTTP statuses, pool waits, bad responses, usage checks."""
@@ -262,7 +248,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
             finally:
                 resp.release()
         except Exception as exc:
-            failed = self._failed(exc, facts, route)
+            failed = _request_failure(exc, facts, route, self.clock.now_ns(), self.spec)
             if failed is None:
                 raise
             failure, partial = failed
@@ -294,29 +280,6 @@ class OpenAIBackend(Backend[OpenAISpec]):
         for event in end(req, stream, facts, self._tokens, self._bodies.fixed_via, now):
             yield event
 
-    def _failed(self, exc: Exception, facts: Counter, route: Route) -> tuple[Failed, bool] | None:
-        """The failure a request ended in, classified, and whether the tokens it streamed are
-        kept (not when it never connected); None for an exception that is not a request's."""
-        t = self.clock.now_ns()
-        if isinstance(exc, BadResponse):
-            facts["bad_response"] += 1
-            return Failed(t, "bad_response", str(exc)[:300]), True
-        if not isinstance(exc, HttpFailure):
-            return None
-        if exc.connecting:
-            self._connect_failed(exc, route)
-        return Failed(t, exc.kind, str(exc)[:300]), not exc.connecting
-
-    def _connect_failed(self, exc: Exception, route: Route) -> None:
-        """Counted per endpoint: one of several that stops accepting connections is down as a
-        lone server is, whatever the others answer."""
-        route.connect_errors += 1
-        if route.connect_errors >= self.spec.fail_after_connect_errors:
-            raise BackendError(
-                f"{route.label}: the server is down ({route.connect_errors} "
-                f"connection attempts in a row failed; last: {exc})"
-            )
-
     # -- set-up -------------------------------------------------------------------------------
 
     def _api_key(self) -> str | None:
@@ -343,3 +306,19 @@ class OpenAIBackend(Backend[OpenAISpec]):
             "written on the server's host (vLLM: where --profiler-config's torch_profiler_dir "
             "says)"
         }
+
+
+def _request_failure(
+    exc: Exception, facts: Counter, route: Route, t: int, spec: OpenAISpec
+) -> tuple[Failed, bool] | None:
+    """The failure a request ended in, classified, and whether the tokens it streamed are
+    kept (not when it never connected); None for an exception that is not a request's. A
+    failed connection counts against its endpoint (``Route.connect_failed``)."""
+    if isinstance(exc, BadResponse):
+        facts["bad_response"] += 1
+        return Failed(t, "bad_response", str(exc)[:300]), True
+    if not isinstance(exc, HttpFailure):
+        return None
+    if exc.connecting:
+        route.connect_failed(exc, spec.fail_after_connect_errors)
+    return Failed(t, exc.kind, str(exc)[:300]), not exc.connecting

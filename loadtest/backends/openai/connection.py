@@ -14,6 +14,7 @@ from loadtest.backends.openai.discovery import authorization, server_root, witho
 from loadtest.backends.openai.routes import Route
 from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core import outside
+from loadtest.core.errors import BackendError
 from loadtest.transport.calls import fetch
 from loadtest.transport.endpoint import Endpoint
 from loadtest.transport.http1 import HttpFailure
@@ -120,6 +121,20 @@ async def server_token_count(pool: ConnectionPool, root: str, model: str, text: 
     if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
         return None
     return count
+
+
+async def check_serves(pool: ConnectionPool, base: str, url: str, models: set[str]) -> None:
+    """A model mix's names are each served (where the server lists its models): a name it
+    does not serve would fail every one of its requests, so the run does not start."""
+    if not models:
+        return
+    listed = await served_models(pool, base)
+    missing = sorted(models - set(listed or models))
+    if missing:
+        raise BackendError(
+            f"{url}: workload.models names {', '.join(map(repr, missing))}, which the "
+            f"server does not serve (it lists {', '.join(map(repr, listed or []))[:300]})"
+        )
 
 
 async def served_models(pool: ConnectionPool, base: str) -> list[str] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadtest.core.errors import BackendError
 from loadtest.transport.pool import ConnectionPool
 
 
@@ -24,6 +25,16 @@ class Route:
 
     def __post_init__(self) -> None:
         self.label = self.label or self.base
+
+    def connect_failed(self, exc: Exception, limit: int) -> None:
+        """Counted per endpoint: one of several that stops accepting connections is down as a
+        lone server is, whatever the others answer (``BackendError`` at ``limit`` in a row)."""
+        self.connect_errors += 1
+        if self.connect_errors >= limit:
+            raise BackendError(
+                f"{self.label}: the server is down ({self.connect_errors} "
+                f"connection attempts in a row failed; last: {exc})"
+            )
 
 
 class Router:
