@@ -27,11 +27,12 @@ from loadtest.core.clock import Clock, MonotonicClock
 from loadtest.core.errors import BackendError
 from loadtest.core.heap import settle_heap
 from loadtest.core.loop import read_pipe_on_loop
+from loadtest.core.otlp import sample_ratio
 from loadtest.execution.live import LiveStats, LiveWants
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.request import RequestState
 from loadtest.execution.runner import Runner, RunOutcome
-from loadtest.execution.traces import SpanExport, point_attributes, sample_ratio
+from loadtest.execution.traces import SpanExport, point_attributes
 from loadtest.workload.plan import Plan, build_plan
 
 HEARTBEAT_S = 0.5

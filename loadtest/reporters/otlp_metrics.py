@@ -55,8 +55,8 @@ def interval_s() -> float:
 
 
 def metric_exporter() -> MetricExporter:
-    """The OTLP metric exporter the environment configures (as ``traces.span_exporter``)."""
-    from loadtest.execution.traces import EXTRA_HINT, protocol
+    """The OTLP metric exporter the environment configures (as ``core.otlp.span_exporter``)."""
+    from loadtest.core.otlp import EXTRA_HINT, protocol
 
     kind = protocol()
     try:
@@ -83,7 +83,7 @@ class MetricsPush:
         exporter: MetricExporter | None = None,
         interval: float | None = None,
     ) -> None:
-        from loadtest.execution.traces import resource
+        from loadtest.core.otlp import resource
 
         self.points = points
         self._exporter = exporter if exporter is not None else metric_exporter()

@@ -12,9 +12,10 @@ from loadtest.config.scenario import Scenario
 from loadtest.core import secrets
 from loadtest.core.clock import Clock
 from loadtest.core.errors import OutputError
+from loadtest.core.otlp import traces_url
 from loadtest.core.text import visible
 from loadtest.execution.request import RequestState
-from loadtest.execution.traces import SpanExport, point_attributes, traces_url
+from loadtest.execution.traces import SpanExport, point_attributes
 
 
 class SessionTraces:

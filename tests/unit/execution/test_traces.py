@@ -118,7 +118,7 @@ def test_spans_the_collector_refuses_are_counted_not_lost_silently():
 
 def test_a_protocol_the_sdk_lacks_is_refused_by_name(monkeypatch):
     pytest.importorskip("opentelemetry.sdk")
-    from loadtest.execution.traces import span_exporter, traces_url
+    from loadtest.core.otlp import span_exporter, traces_url
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
     with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL='http/json'"):
@@ -136,8 +136,9 @@ def test_a_sampled_share_of_requests_is_traced_by_opentelemetrys_ratio_rule(monk
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
+    from loadtest.core.otlp import sample_ratio
     from loadtest.core.request_ids import sampled
-    from loadtest.execution.traces import SpanExport, sample_ratio
+    from loadtest.execution.traces import SpanExport
 
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
@@ -171,7 +172,7 @@ def test_a_sampled_share_of_requests_is_traced_by_opentelemetrys_ratio_rule(monk
      ("traceidratio", "half", "OTEL_TRACES_SAMPLER_ARG='half'")],
 )  # fmt: skip
 def test_a_sampler_this_client_cannot_apply_is_refused_by_name(monkeypatch, sampler, arg, said):
-    from loadtest.execution.traces import sample_ratio
+    from loadtest.core.otlp import sample_ratio
 
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
     if arg is not None:
