@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from loadtest.core.text import visible
 from loadtest.transport.endpoint import Endpoint
-from loadtest.transport.head import read_head
-from loadtest.transport.http1 import HEAD_END, MAX_HEAD_BYTES, Connection, HttpFailure
+from loadtest.transport.head import HEAD_END, MAX_HEAD_BYTES, read_head
+from loadtest.transport.http1 import Connection, HttpFailure
 from loadtest.transport.settings import ClientSettings
 from loadtest.transport.tls import tls_failure
 from loadtest.transport.wire import Wire

@@ -5,7 +5,13 @@ connection may carry another request, and how the body that follows is framed (R
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+MAX_HEAD_BYTES = 64 << 10  # a response head past this is no server's answer
+MAX_INTERIM = 100  # interim answers (100 Continue, 103) before a response's head: more is no server
+# a head ends at a blank line; lines may end in a bare LF (RFC 9112 2.2 lets a client accept it)
+HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +75,43 @@ def read_head(raw: bytes) -> Head:
             return Head(code, headers, keep_alive, refused="a Content-Length that is no length")
         return Head(code, headers, keep_alive, "length" if length else "none", length)
     return Head(code, headers, False, "to_close")
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What a connection's unread head bytes held: the response's ``head`` where it is whole
+    (and ``rest``, the body's bytes after it), or the ``pending`` bytes of one still coming;
+    the ``interim`` answers passed over so far; or why they are no HTTP response (``error``)."""
+
+    head: Head | None = None
+    rest: bytes = b""
+    pending: bytes = b""
+    interim: int = 0
+    error: str | None = None
+
+
+def take_head(data: bytes, interim: int) -> Taken:
+    """The response head at the start of ``data``, interim answers (100 Continue) before it
+    passed over, however many (a loop: no recursion); ``interim``: those passed over already."""
+    while True:
+        if data[:5] != b"HTTP/"[: len(data)]:  # judged at once, not at a blank line to come
+            line = data.split(b"\n", 1)[0][:80]
+            return Taken(interim=interim, error=f"not an HTTP status line: {line!r}")
+        found = HEAD_END.search(data)
+        if found is None:
+            if len(data) > MAX_HEAD_BYTES:
+                return Taken(interim=interim, error="a response head past 64 KiB")
+            return Taken(pending=data, interim=interim)
+        rest = data[found.end() :]
+        try:
+            got = read_head(data[: found.start()])
+        except ValueError as exc:
+            return Taken(interim=interim, error=str(exc))
+        if got.status >= 200:
+            return Taken(got, rest, interim=interim)
+        interim += 1  # an interim answer (100 Continue): the real head comes after it
+        if interim > MAX_INTERIM:
+            return Taken(interim=interim, error=f"more than {MAX_INTERIM} interim answers")
+        data = rest
+        if not data:
+            return Taken(interim=interim)

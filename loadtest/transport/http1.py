@@ -21,13 +21,12 @@ status, with its Location in the message.
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from loadtest.transport.head import read_head
+from loadtest.transport.head import take_head
 from loadtest.transport.tls import tls_failure
 from loadtest.transport.wire import Wire
 
@@ -36,11 +35,7 @@ BATCH_BYTES = 32 << 10
 # past this much unread, the socket is not read until the stream takes some (memory stays
 # bounded; the kernel holds the rest, and its stamps are the later reads')
 PAUSE_BYTES = 4 << 20
-MAX_HEAD_BYTES = 64 << 10  # a response head past this is no server's answer
 MAX_LINE_BYTES = 4 << 10  # of a chunk's size line or a trailer
-MAX_INTERIM = 100  # interim answers (100 Continue, 103) before a response's head: more is no server
-# a head ends at a blank line; lines may end in a bare LF (RFC 9112 2.2 lets a client accept it)
-HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 
 # where a connection's current response is
@@ -295,37 +290,16 @@ class Connection(asyncio.Protocol):
         return got
 
     def _head_in(self, t: int, data: bytes) -> bytes:
-        """The response head, taken from ``data`` (read at ``t``); what of ``data`` is body.
-        Interim answers (100 Continue) before it are passed over, however many (a loop: no
-        recursion)."""
+        """The response head, taken from ``data`` (read at ``t``); what of ``data`` is body."""
         self.heard_ns = self.heard_ns or t
-        head = self.head + data
-        while True:
-            if head[:5] != b"HTTP/"[: len(head)]:  # judged at once, not at a blank line to come
-                line = head.split(b"\n", 1)[0][:80]
-                self._fail(HttpFailure("bad_http", f"not an HTTP status line: {line!r}"))
-                return b""
-            found = HEAD_END.search(head)
-            if found is None:
-                self.head = head
-                if len(head) > MAX_HEAD_BYTES:
-                    self._fail(HttpFailure("bad_http", "a response head past 64 KiB"))
-                return b""
-            self.head, rest = b"", head[found.end() :]
-            try:
-                got = read_head(head[: found.start()])
-            except ValueError as exc:
-                self._fail(HttpFailure("bad_http", str(exc)))
-                return b""
-            if got.status >= 200:
-                break
-            self.interim += 1  # an interim answer (100 Continue): the real head comes after it
-            if self.interim > MAX_INTERIM:
-                self._fail(HttpFailure("bad_http", f"more than {MAX_INTERIM} interim answers"))
-                return b""
-            head = rest
-            if not head:
-                return b""
+        taken = take_head(self.head + data, self.interim)
+        self.head, self.interim = taken.pending, taken.interim
+        if taken.error is not None:
+            self._fail(HttpFailure("bad_http", taken.error))
+            return b""
+        got, rest = taken.head, taken.rest
+        if got is None:
+            return b""
         self.status, self.headers = got.status, got.headers
         if not got.keep_alive:
             self.reusable = False

@@ -56,3 +56,29 @@ def test_a_body_that_cannot_be_read_is_refused_with_its_head_kept(raw, refused):
 def test_a_status_line_that_is_no_http_1_responses_is_an_error(raw):
     with pytest.raises(ValueError, match="status line"):
         read_head(raw)
+
+
+def test_take_head_passes_over_interim_answers_and_keeps_an_unfinished_head():
+    from loadtest.transport.head import MAX_INTERIM, take_head
+
+    two_interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\n\r\n"
+    final = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"
+    taken = take_head(two_interim + final, 0)
+    assert (taken.head.status, taken.rest, taken.interim, taken.error) == (200, b"hi", 2, None)
+    # the head split over reads: the first keeps its bytes, the interims counted so far
+    first = take_head(two_interim + b"HTTP/1.1 200 O", 0)
+    assert (first.head, first.pending, first.interim) == (None, b"HTTP/1.1 200 O", 2)
+    second = take_head(first.pending + b"K\r\n\r\n", first.interim)
+    assert (second.head.status, second.rest, second.interim) == (200, b"", 2)
+    # only interims so far: nothing pending, their count kept
+    assert take_head(b"HTTP/1.1 100 Continue\r\n\r\n", 5) == type(taken)(interim=6)
+    assert (
+        take_head(b"SSH-2.0-OpenSSH\r\n", 0).error
+        == "not an HTTP status line: b'SSH-2.0-OpenSSH\\r'"
+    )
+    assert take_head(b"HTTP/1.1 100 Continue\r\n\r\n", MAX_INTERIM).error == (
+        f"more than {MAX_INTERIM} interim answers"
+    )
+    assert take_head(b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 20000, 0).error == (
+        "a response head past 64 KiB"
+    )
