@@ -77,6 +77,7 @@ class Connection(asyncio.Protocol):
         self.reusable = True  # may carry another request once this response is read
         self.state = _IDLE
         self.unsolicited = b""  # bytes the server sent with no request out (a banner): closed
+        self.read_timeout = ReadTimeout(self)
         self._reset(1)
 
     def _reset(self, wake_bytes: int) -> None:
@@ -104,8 +105,6 @@ class Connection(asyncio.Protocol):
         # ns the read timeout counts from: the latest read that kept no body bytes (the head,
         # a chunk's framing), a resume; the latest that kept some is ``read_ns``'s last
         self.silent_from = 0
-        self.timer: asyncio.TimerHandle | None = None
-        self.read_timeout_ns = 0  # this request's (0: none)
 
     async def exchange(
         self, request: bytes, eager: bool, read_timeout_ns: int, wire: Wire | None = None
@@ -114,7 +113,6 @@ class Connection(asyncio.Protocol):
         ``eager``: the body's batches come read by read. ``wire`` gets the send's stamp."""
         self._reset(1 if eager else BATCH_BYTES)
         self.state = _HEAD
-        self.read_timeout_ns = read_timeout_ns
         try:
             if self.unsolicited:  # it spoke first: an SSH or FTP server, say, not HTTP
                 raise HttpFailure(
@@ -127,7 +125,7 @@ class Connection(asyncio.Protocol):
             if wire is not None:
                 wire.sent_ns, wire.cpu_sent_ns = self.now(), time.thread_time_ns()
             self.transport.write(request)
-            self._arm(self.now())
+            self.read_timeout.arm(self.now(), read_timeout_ns)
             if self.status == 0 and self.error is None:
                 self.waiter = waiter = asyncio.get_running_loop().create_future()
                 await waiter
@@ -324,14 +322,14 @@ class Connection(asyncio.Protocol):
         self.state, self.at_chunk = _DONE, False
         if extra:
             self.reusable = False
-        self._stop_timer()
+        self.read_timeout.stop()
         self._wake()
 
     def _fail(self, failure: HttpFailure) -> None:
         if self.error is None:
             self.error = failure
         self.state, self.reusable, self.at_chunk = _DONE, False, False
-        self._stop_timer()
+        self.read_timeout.stop()
         if not self.lost and self.transport is not None:
             self.transport.abort()
         self._wake()
@@ -341,29 +339,38 @@ class Connection(asyncio.Protocol):
         if w is not None and not w.done():
             w.set_result(None)
 
-    # -- the read timeout: one timer a response, which looks at the latest read when it fires
 
-    def _arm(self, sent_ns: int) -> None:
-        self.silent_from = sent_ns
-        if self.read_timeout_ns:
-            self.timer = asyncio.get_running_loop().call_later(
-                self.read_timeout_ns / 1e9, self._timer_fired
-            )
+class ReadTimeout:
+    """A response's read timeout: one timer a response, which looks at the connection's
+    latest read (``silent_from``, the last read's stamp) when it fires, and fails the response
+    only where nothing came for the whole timeout."""
 
-    def _timer_fired(self) -> None:
-        now = self.now()
-        if self.paused:  # the client stopped reading, not the server sending
-            self.silent_from = now
-        latest = max(self.silent_from, self.read_ns[-1]) if self.read_ns else self.silent_from
-        due = latest + self.read_timeout_ns
+    __slots__ = ("conn", "ns", "timer")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.ns = 0  # this request's (0: none)
+        self.timer: asyncio.TimerHandle | None = None
+
+    def arm(self, sent_ns: int, ns: int) -> None:
+        self.conn.silent_from, self.ns = sent_ns, ns
+        if ns:
+            self.timer = asyncio.get_running_loop().call_later(ns / 1e9, self._fired)
+
+    def _fired(self) -> None:
+        c = self.conn
+        now = c.now()
+        if c.paused:  # the client stopped reading, not the server sending
+            c.silent_from = now
+        latest = max(c.silent_from, c.read_ns[-1]) if c.read_ns else c.silent_from
+        due = latest + self.ns
         if now >= due:
             self.timer = None
-            timeout = self.read_timeout_ns / 1e9
-            self._fail(HttpFailure("read_timeout", f"nothing came for {timeout:g} s"))
+            c._fail(HttpFailure("read_timeout", f"nothing came for {self.ns / 1e9:g} s"))
         else:  # a read came meanwhile
-            self.timer = asyncio.get_running_loop().call_later((due - now) / 1e9, self._timer_fired)
+            self.timer = asyncio.get_running_loop().call_later((due - now) / 1e9, self._fired)
 
-    def _stop_timer(self) -> None:
+    def stop(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -445,7 +452,7 @@ class Response:
             return
         self._done = True
         c = self._conn
-        c._stop_timer()
+        c.read_timeout.stop()
         c._wake()
         keep = c.state == _DONE and c.error is None and c.reusable and not c.lost
         c.state, c.at_chunk = _IDLE, False
