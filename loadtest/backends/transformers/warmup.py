@@ -7,26 +7,21 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
-from loadtest.backends.base import Facts
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.compiling import (
     batch_dynamic_while_warming,
     compile_seconds,
     marks_batch_dynamic,
 )
-from loadtest.backends.transformers.embedding import embed_batch
+from loadtest.backends.transformers.embedding import Loaded, embed_batch
 from loadtest.backends.transformers.stamping import STREAMER, NullOut, nothing
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.heap import GcPauses, collector_paused, settle_heap
 from loadtest.core.json_types import ints_in
 
 if TYPE_CHECKING:
-    from torch import device as TorchDevice
-    from transformers import PreTrainedModel
-
     from loadtest.backends.transformers.padded_decode import PaddedDecode
     from loadtest.backends.transformers.stamping import Out
 
@@ -39,23 +34,12 @@ if TYPE_CHECKING:
 WARM_STEPS = 8
 
 
-class Warmed(Protocol):
-    """What a warm-up needs of its engine (``engine.Engine``)."""
+class Warmed(Loaded, Protocol):
+    """What a warm-up needs of its engine (``engine.Engine``): the model where it was loaded,
+    and more."""
 
     @property
     def spec(self) -> TransformersSpec: ...
-
-    @property
-    def torch(self) -> ModuleType: ...
-
-    @property
-    def model(self) -> PreTrainedModel: ...
-
-    @property
-    def device(self) -> TorchDevice: ...
-
-    @property
-    def info(self) -> Facts: ...
 
     @property
     def padded(self) -> PaddedDecode | None: ...
