@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.batch_inputs import generate_kwargs, left_padded
+from loadtest.backends.transformers.batcher import next_batch
 from loadtest.backends.transformers.compiling import (
     batching_details,
     compiled_graphs,
@@ -111,28 +112,8 @@ class Engine:
     # -- the loop -----------------------------------------------------------------------------
 
     def serve(self, inbox: queue.Queue, cancelled: set) -> None:
-        """Form batches from the inbox (up to max_batch_size, waiting at most max_wait_ms) and run them until stopped."""
-        while True:
-            max_bs = 1 if self.spec.mode == "single" else self.spec.max_batch_size
-            max_wait = 0.0 if self.spec.mode == "single" else self.spec.max_wait_ms / 1000
-            msg = inbox.get()
-            if msg[0] == "stop":
-                break
-            if self.handle_control(msg):
-                continue
-            batch = [msg]
-            deadline = time.monotonic() + max_wait
-            while len(batch) < max_bs:
-                try:
-                    nxt = inbox.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if nxt[0] != "req":
-                    if nxt[0] != "stop" and self.handle_control(nxt):
-                        continue  # control first: behind a stream of requests it would wait forever
-                    inbox.put(nxt)  # stop: after this batch
-                    break
-                batch.append(nxt)
+        """Run the batches the inbox forms (``batcher.next_batch``) until stopped."""
+        while (batch := next_batch(inbox, self.spec, self.handle_control)) is not None:
             batch = [r for r in batch if r[1] not in cancelled]
             if batch:
                 self._run_batch(batch, cancelled)
