@@ -13,6 +13,15 @@ written as given: a figure that was not measured is left out.
 runs, ``reading`` the readers; this package is their one import.
 """
 
+from loadtest.results.model.backend_facts import (
+    BackendFacts,
+    MediaSent,
+    OutputChecks,
+    ReplicaFacts,
+    StructuredChecks,
+    TensorParallelFacts,
+    ToolCallChecks,
+)
 from loadtest.results.model.base import (
     HEADLINE,
     REPEAT_SCHEMA,
@@ -25,7 +34,6 @@ from loadtest.results.model.base import (
 from loadtest.results.model.reading import ResultReadError, read_repeat, read_run, read_sweep
 from loadtest.results.model.run import (
     ApiResult,
-    BackendFacts,
     CancelResult,
     Check,
     Cost,
@@ -34,21 +42,15 @@ from loadtest.results.model.run import (
     IntervalPoint,
     Knee,
     LatencySummary,
-    MediaSent,
     ModelResult,
-    OutputChecks,
-    ReplicaFacts,
     Requests,
     RunMetrics,
     SessionsResult,
     Stability,
     StepResult,
     StepsResult,
-    StructuredChecks,
-    TensorParallelFacts,
     Throughput,
     Timeseries,
-    ToolCallChecks,
     TraceResult,
     TrafficResult,
     Trend,
