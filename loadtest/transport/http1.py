@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from loadtest.transport.chunked import Chunks
 from loadtest.transport.head import take_head
 from loadtest.transport.tls import tls_failure
 from loadtest.transport.wire import Wire
@@ -35,7 +36,6 @@ BATCH_BYTES = 32 << 10
 # past this much unread, the socket is not read until the stream takes some (memory stays
 # bounded; the kernel holds the rest, and its stamps are the later reads')
 PAUSE_BYTES = 4 << 20
-MAX_LINE_BYTES = 4 << 10  # of a chunk's size line or a trailer
 
 
 # where a connection's current response is
@@ -95,10 +95,8 @@ class Connection(asyncio.Protocol):
         self.head = b""
         self.heard_ns = 0  # when the answer's first byte came (an interim head's counts)
         self.interim = 0  # interim answers (1xx) so far
-        self.need = 0  # of the current chunk's data (chunked), or of the body (a length)
-        self.crlf = 0  # bytes of the CRLF after a chunk's data still to pass over
-        self.line = b""  # a chunk-size or trailer line, begun in an earlier read
-        self.trailers = False  # past the last chunk: trailer lines to their blank one
+        self.need = 0  # of the body (a length)
+        self.chunks = Chunks()  # a chunked body's framing
         self.paused = False
         # chunked, between chunks: ``data_received``'s one-step path may take a read
         self.at_chunk = False
@@ -183,7 +181,14 @@ class Connection(asyncio.Protocol):
                 return
         state = self.state
         if state == _CHUNKED:
-            got = self._dechunk(data)
+            chunks = self.chunks
+            got = chunks.take(data, self.buf)
+            if chunks.failure is not None:
+                self._fail(HttpFailure("bad_http", chunks.failure))
+            elif chunks.ended:
+                self._end(extra=chunks.extra)
+            else:
+                self.at_chunk = chunks.between
         elif state == _LENGTH:
             got = min(self.need, len(data))
             self.buf += data if got == len(data) else data[:got]
@@ -222,70 +227,13 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        state = self.state
-        if state == _TO_CLOSE and exc is None:
+        if self.state == _TO_CLOSE and exc is None:
             self._end()
-        elif state == _HEAD:
-            tls = tls_failure(exc) if exc is not None else None
-            self._fail(
-                HttpFailure("tls_error", tls)  # under TLS 1.3, a client certificate refused
-                if tls is not None
-                else HttpFailure("connection_reset", f"the connection was reset: {exc}")
-                if isinstance(exc, OSError)
-                else HttpFailure("server_disconnected", "the server closed the connection")
-            )
-        elif state in (_CHUNKED, _LENGTH, _TO_CLOSE):
-            self._fail(HttpFailure("stream_cut", "the connection closed mid-body" + _why(exc)))
+        elif self.state in (_HEAD, _CHUNKED, _LENGTH, _TO_CLOSE):
+            self._fail(_lost_failure(self.state == _HEAD, exc))
         self.pool.lost(self)
 
     # -- the body's framing ----------------------------------------------------------------
-
-    def _dechunk(self, data: bytes) -> int:
-        """The chunked framing taken off ``data``; the body's bytes kept (their count)."""
-        buf, pos, n, got, need = self.buf, 0, len(data), 0, self.need
-        while pos < n:
-            if need:
-                take = need if need <= n - pos else n - pos
-                buf += data[pos : pos + take] if take < n else data
-                pos += take
-                need -= take
-                got += take
-                if not need:
-                    self.crlf = 2
-            elif self.crlf:
-                step = min(self.crlf, n - pos)
-                pos += step
-                self.crlf -= step
-            else:
-                end = data.find(b"\n", pos)
-                line = self.line + data[pos : n if end < 0 else end]
-                if end < 0:
-                    self.line = line
-                    if len(line) > MAX_LINE_BYTES:
-                        self._fail(HttpFailure("bad_http", "a chunk line past 4 KiB"))
-                    break
-                self.line, pos = b"", end + 1
-                if self.trailers:
-                    if not line.strip():
-                        self._end(extra=pos < n)
-                        break
-                    continue
-                try:
-                    need = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    self._fail(
-                        HttpFailure("bad_http", f"a chunk size that is no number: {line[:40]!r}")
-                    )
-                    break
-                if need < 0:
-                    self._fail(HttpFailure("bad_http", "a negative chunk size"))
-                    break
-                self.trailers = need == 0
-        self.need = need
-        self.at_chunk = self.state == _CHUNKED and not (
-            need or self.crlf or self.line or self.trailers
-        )
-        return got
 
     def _head_in(self, t: int, data: bytes) -> bytes:
         """The response head, taken from ``data`` (read at ``t``); what of ``data`` is body."""
@@ -376,8 +324,19 @@ class ReadTimeout:
             self.timer = None
 
 
-def _why(exc: BaseException | None) -> str:
-    return f" ({exc})" if exc else ""
+def _lost_failure(heading: bool, exc: Exception | None) -> HttpFailure:
+    """What a connection lost with a request out failed as: before the response's head
+    (``heading``: the server may never have taken the request), or in its body."""
+    if not heading:
+        return HttpFailure(
+            "stream_cut", "the connection closed mid-body" + (f" ({exc})" if exc else "")
+        )
+    tls = tls_failure(exc) if exc is not None else None
+    if tls is not None:  # under TLS 1.3, a client certificate refused
+        return HttpFailure("tls_error", tls)
+    if isinstance(exc, OSError):
+        return HttpFailure("connection_reset", f"the connection was reset: {exc}")
+    return HttpFailure("server_disconnected", "the server closed the connection")
 
 
 class Response:
