@@ -50,7 +50,68 @@ def _lowest_values(hdr: HdrHistogram) -> np.ndarray:
     return table
 
 
-_lowest_values(HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES))
+def _add_gaps(hdr: HdrHistogram, counts: np.ndarray, us: np.ndarray) -> None:
+    """Values (µs, each in range) recorded as hdrh's ``record_value`` would, one numpy pass:
+    each one's bucket found by bisection in a table of each bucket's lowest value (hdrh's own
+    index), and the counts added straight into ``counts``, a view of hdrh's ``counts``."""
+    index = _lowest_values(hdr).searchsorted(us, side="right") - 1
+    first = int(index.min())  # values cluster: a count per index over their span only
+    per = np.bincount(index - first)
+    hit = np.flatnonzero(per)
+    counts[hit + first] += per[hit].astype(counts.dtype)
+    hdr.total_count += len(us)
+    hdr.min_value = min(hdr.min_value, int(us.min()))
+    hdr.max_value = max(hdr.max_value, int(us.max()))
+
+
+def _counts_view(hdr: HdrHistogram) -> np.ndarray:
+    return np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len]
+
+
+def _buckets_at_once(hdr: HdrHistogram, counts: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each non-empty bucket's lowest and highest equivalent value and its count, from a view
+    of hdrh's counts: ``get_value_from_index`` and ``get_highest_equivalent_value`` vectorised."""
+    index = np.flatnonzero(counts).astype(np.int64)
+    lowest, width = _bucket_values(hdr, index)
+    return lowest, lowest + width - 1, counts[index].astype(np.int64)
+
+
+def _buckets_by_hdrh(hdr: HdrHistogram) -> tuple[np.ndarray, ...]:
+    """The same through hdrh's public iterator: a Python call or two per bucket."""
+    steps = [
+        (s.value_iterated_to, s.count_at_value_iterated_to) for s in hdr.get_recorded_iterator()
+    ]
+    highest = np.array([v for v, _ in steps], dtype=np.int64)
+    lowest = np.array([hdr.get_lowest_equivalent_value(v) for v, _ in steps], dtype=np.int64)
+    return lowest, highest, np.array([c for _, c in steps], dtype=np.int64)
+
+
+def _layout_as_read() -> bool:
+    """Whether the installed hdrh lays out its counts as ``_add_gaps`` and
+    ``_buckets_at_once`` read and write them (its fields ``counts``, ``counts_len``,
+    ``total_count``, ``min_value``, ``max_value`` and its bucket arithmetic are not its
+    documented API): checked once, at import, against its own ``record_value`` and iterator.
+    Where it is not, every value and bucket goes through hdrh's public API (``FAST``)."""
+    values = [0, 1, 5, 5, 2047, 2048, 2049, 65_535, 1_000_003, 123_456_789, HIGHEST_US]
+    try:
+        public = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
+        for v in values:
+            public.record_value(v)
+        direct = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES)
+        _add_gaps(direct, _counts_view(direct), np.array(values, dtype=np.int64))
+        mine, hdrhs = _buckets_at_once(direct, _counts_view(direct)), _buckets_by_hdrh(public)
+        return (
+            direct.encode() == public.encode()
+            and direct.get_total_count() == public.get_total_count() == len(values)
+            and direct.get_min_value() == public.get_min_value()
+            and direct.get_max_value() == public.get_max_value()
+            and all(np.array_equal(a, b) for a, b in zip(mine, hdrhs))
+        )
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return False
+
+
+FAST = _layout_as_read()  # made at import for loadtest's own layout (never mid-run)
 
 
 class LatencyHistogram:
@@ -78,8 +139,9 @@ class LatencyHistogram:
         """Each gap between successive ``stamps`` (ns), as ``record_ns`` would record them one
         by one, in one pass: a stream's inter-token gaps, recorded as its request finishes.
         Done in Python that cost 1.3 µs a gap on the event loop (a 256-token stream held it
-        0.33 ms, long enough to make other streams' reads late); numpy finds every gap's
-        bucket at once, by bisection in a table of each bucket's lowest value."""
+        0.33 ms, long enough to make other streams' reads late); ``_add_gaps`` records them in
+        one numpy pass (hdrh's ``record_value`` once per bucket instead took 4-7 times as
+        long: ``bench/histogram_writes.py``)."""
         if len(stamps) < GAPS_AT_ONCE:
             prev = stamps[0] if stamps else 0
             for t in stamps[1:]:
@@ -92,24 +154,19 @@ class LatencyHistogram:
             raise ValueError(f"negative latency {low} µs: timestamps out of order")
         if high > HIGHEST_US:
             self.over_range += int(np.count_nonzero(us > HIGHEST_US))
-            us, high = np.minimum(us, HIGHEST_US), HIGHEST_US
-        hdr = self.hdr
-        # each gap's bucket: the last whose lowest value is at or under it (hdrh's own index)
-        index = _lowest_values(hdr).searchsorted(us, side="right") - 1
-        first = int(index.min())  # gaps cluster: a count per index over their span only
-        per = np.bincount(index - first)
-        hit = np.flatnonzero(per)
-        counts = self._counts()
-        counts[hit + first] += per[hit].astype(counts.dtype)
-        hdr.total_count += len(us)
-        hdr.min_value = min(hdr.min_value, low)
-        hdr.max_value = max(hdr.max_value, high)
+            us = np.minimum(us, HIGHEST_US)
+        if FAST:
+            _add_gaps(self.hdr, self._counts(), us)
+        else:
+            record = self.hdr.record_value
+            for v in us.tolist():
+                record(v)
 
     def _counts(self) -> np.ndarray:
         """The hdr's counts as a numpy view, made once (a view costs µs; hdrh makes its counts
         array once, with the histogram)."""
         if self._view is None:
-            self._view = np.ctypeslib.as_array(self.hdr.counts)[: self.hdr.counts_len]
+            self._view = _counts_view(self.hdr)
         return self._view
 
     @property
@@ -192,14 +249,10 @@ class LatencyHistogram:
         _, highest, counts = self._buckets()
         return highest, counts
 
-    def _buckets(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each non-empty bucket's lowest and highest equivalent value and its count: hdrh's
-        ``get_value_from_index`` and ``get_highest_equivalent_value``, vectorised (a Python call
-        per bucket took milliseconds on a wide histogram, on the event loop)."""
-        all_counts = self._counts()
-        index = np.flatnonzero(all_counts).astype(np.int64)
-        lowest, width = _bucket_values(self.hdr, index)
-        return lowest, lowest + width - 1, all_counts[index].astype(np.int64)
+    def _buckets(self) -> tuple[np.ndarray, ...]:
+        """Each non-empty bucket's lowest and highest equivalent value and its count (at once:
+        a Python call per bucket took milliseconds on a wide histogram, on the event loop)."""
+        return _buckets_at_once(self.hdr, self._counts()) if FAST else _buckets_by_hdrh(self.hdr)
 
     def summary_ms(self) -> dict:
         """``{count, mean, stddev, min, p50, p90, p95, p99, p999, max, over_range}`` in ms."""

@@ -1,3 +1,4 @@
+import contextlib
 import itertools
 
 import numpy as np
@@ -5,7 +6,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadtest.core import histogram
 from loadtest.core.histogram import HIGHEST_US, LatencyHistogram, merge
+
+# the fast paths (hdrh's counts read and written at once) and hdrh's public API give one answer
+PATHS = pytest.mark.parametrize("fast", [True, False], ids=["at-once", "hdrh-api"])
+
+
+@contextlib.contextmanager
+def _path(fast: bool):
+    before, histogram.FAST = histogram.FAST, fast
+    try:
+        yield
+    finally:
+        histogram.FAST = before
 
 
 def test_over_range_is_counted_and_clamped_not_dropped():
@@ -50,13 +64,17 @@ def test_count_above_is_exact_at_bucket_edges():
     assert h.count_above_us(99) == 4
 
 
-def test_fast_statistics_equal_hdrh_own():
+@PATHS
+def test_fast_statistics_equal_hdrh_own(fast):
     """percentile_ms / mean / stddev are numpy re-implementations: they must equal hdrh's exactly."""
     import random
 
-    import pytest
-
     rng = random.Random(7)
+    with _path(fast):
+        _statistics_equal_hdrh_own(rng)
+
+
+def _statistics_equal_hdrh_own(rng):
     for spread in (10, 5_000, 2_000_000):
         h = LatencyHistogram()
         for _ in range(5000):
@@ -71,7 +89,8 @@ def test_fast_statistics_equal_hdrh_own():
     assert empty.percentile_ms(99) == empty.hdr.get_value_at_percentile(99) / 1000.0 == 0.0
 
 
-def test_bucket_bounds_are_hdrhs_own_at_every_index():
+@PATHS
+def test_bucket_bounds_are_hdrhs_own_at_every_index(fast):
     """The vectorised bucket walk gives, for every one of the counts array's indexes, exactly
     hdrh's ``get_value_from_index`` and ``get_highest_equivalent_value``."""
     import numpy as np
@@ -79,7 +98,9 @@ def test_bucket_bounds_are_hdrhs_own_at_every_index():
     h = LatencyHistogram()
     hdr = h.hdr
     np.ctypeslib.as_array(hdr.counts)[: hdr.counts_len] = 1  # every bucket non-empty
-    lowest, highest, counts = h._buckets()
+    hdr.total_count, hdr.max_value = hdr.counts_len, HIGHEST_US  # as hdrh's iterator needs
+    with _path(fast):
+        lowest, highest, counts = h._buckets()
     expected_lowest = [hdr.get_value_from_index(i) for i in range(hdr.counts_len)]
     assert lowest.tolist() == expected_lowest
     assert highest.tolist() == [hdr.get_highest_equivalent_value(v) for v in expected_lowest]
@@ -116,12 +137,14 @@ def _same(a: LatencyHistogram, b: LatencyHistogram) -> bool:
         max_size=80,
     )
 )
-def test_a_streams_gaps_at_once_equal_them_one_by_one(steps):
+@PATHS
+def test_a_streams_gaps_at_once_equal_them_one_by_one(fast, steps):
     """Stamps (ns) from the gaps drawn, short streams and long: the numpy pass records each gap
     in the same bucket as ``record_ns``, with the same count, minimum, maximum and clamps."""
     stamps = list(itertools.accumulate([10**9, *steps]))
     at_once = LatencyHistogram()
-    at_once.record_gaps_ns(stamps)
+    with _path(fast):
+        at_once.record_gaps_ns(stamps)
     assert _same(at_once, _one_by_one(stamps))
 
 
@@ -135,7 +158,8 @@ def test_gaps_out_of_order_are_refused_either_way():
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=10_000_000), min_size=1, max_size=300))
-def test_a_digest_is_the_percentiles_the_mean_and_the_bucket_counts_in_one_pass(values):
+@PATHS
+def test_a_digest_is_the_percentiles_the_mean_and_the_bucket_counts_in_one_pass(fast, values):
     """``digest`` (a metrics endpoint's one pass) gives hdrh's own percentiles, the mean's sum,
     and at each bound the count of values whose bucket's highest equivalent value is under it."""
     h = LatencyHistogram()
@@ -143,8 +167,29 @@ def test_a_digest_is_the_percentiles_the_mean_and_the_bucket_counts_in_one_pass(
         h.record_us(v)
     bounds = [500, 1_000, 20_000, 1_000_000, 9_000_000]
     ps = [50, 90, 99, 99.9]
-    under, sum_us, quantiles = h.digest(bounds, ps)
+    with _path(fast):
+        under, sum_us, quantiles = h.digest(bounds, ps)
     assert quantiles == [h.hdr.get_value_at_percentile(p) / 1000.0 for p in ps]
     assert sum_us == pytest.approx(h.hdr.get_mean_value() * len(values), rel=1e-12)
     highest = [h.hdr.get_highest_equivalent_value(v) for v in values]
     assert under == [sum(1 for x in highest if x <= b) for b in bounds]
+
+
+def test_the_installed_hdrh_is_laid_out_as_the_fast_paths_read_it():
+    """Where this fails, hdrh changed: loadtest's figures stay right (through hdrh's API), but
+    recording a stream costs 4-7 times as much (bench/histogram_writes.py)."""
+    assert histogram.FAST
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        # bucket arithmetic that is not hdrh's: a value's bucket read back one too low
+        ("_bucket_values", lambda hdr, index: (np.maximum(index - 1, 0), np.ones_like(index))),
+        ("_counts_view", lambda hdr: hdr.no_such_field),  # fields hdrh no longer has
+    ],
+    ids=["arithmetic", "fields"],
+)
+def test_an_hdrh_laid_out_otherwise_is_found_at_import_and_its_api_used(monkeypatch, broken):
+    monkeypatch.setattr(histogram, *broken)
+    assert histogram._layout_as_read() is False
