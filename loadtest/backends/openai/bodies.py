@@ -43,10 +43,12 @@ class RequestBodies:
         self.fit = fit
         self.plan: Plan | None = None  # dataset rows are sent as their text (or chat messages)
         self.fixed_via: str | None = None  # how the server takes a fixed length (the probe's)
+        self._content: JsonObject = {}  # the plan's tools and answer format, in the API's shape
 
-    @property
-    def content(self) -> Content:
-        return self.plan.content if self.plan is not None else Content()
+    def use_plan(self, plan: Plan) -> None:
+        """The plan whose requests the bodies are for (its datasets, media, tools)."""
+        self.plan = plan
+        self._content = content_fields(plan.content, self.api)
 
     def for_request(
         self, req: PlannedRequest, prompt_ids: list[int] | None, facts: Counter[str]
@@ -121,7 +123,7 @@ class RequestBodies:
                 body["messages"] = _with_media(msgs, media, responses=False)
             else:
                 body["prompt"] = text
-        self._add_content(body)
+        body.update(self._content)
         if fixed_via is not None:
             self._ask_fixed(body, n, fixed_via, facts)
         body.update(self.spec.extra_body)
@@ -150,30 +152,6 @@ class RequestBodies:
         body.update(self.spec.extra_body)
         return body
 
-    def _add_content(self, body: JsonObject) -> None:
-        """Tools, tool_choice and the answer format, in the API's shape."""
-        c = self.content
-        if c.tools:
-            if self.api == "responses":  # flat: {"type": "function", "name", "parameters"}
-                body["tools"] = json_list({"type": "function", **t["function"]} for t in c.tools)
-                choice = c.tool_choice
-                if isinstance(choice, dict):
-                    choice = {"type": "function", "name": choice["function"]["name"]}
-                body["tool_choice"] = choice
-            else:
-                body["tools"] = json_list(c.tools)
-                body["tool_choice"] = c.tool_choice
-        if c.response_format is not None:
-            if self.api == "responses":
-                fmt = c.response_format
-                body["text"] = {
-                    "format": {"type": "json_schema", **fmt["json_schema"]}
-                    if fmt["type"] == "json_schema"
-                    else {"type": "json_object"}
-                }
-            else:
-                body["response_format"] = c.response_format
-
     def _ask_fixed(self, body: JsonObject, n: int, via: str, facts: Counter) -> None:
         if via == "ignore_eos":
             body.update(ignore_eos=True, min_tokens=n)
@@ -184,6 +162,33 @@ class RequestBodies:
             body["generation_config"] = json.dumps(config)
         else:
             facts["fixed_unsupported"] += 1
+
+
+def content_fields(c: Content, api: str) -> JsonObject:
+    """Tools, tool_choice and the answer format in ``api``'s shape: made once a plan, and the
+    same objects sent in every request's body."""
+    out: JsonObject = {}
+    if c.tools:
+        if api == "responses":  # flat: {"type": "function", "name", "parameters"}
+            out["tools"] = json_list({"type": "function", **t["function"]} for t in c.tools)
+            choice = c.tool_choice
+            if isinstance(choice, dict):
+                choice = {"type": "function", "name": choice["function"]["name"]}
+            out["tool_choice"] = choice
+        else:
+            out["tools"] = json_list(c.tools)
+            out["tool_choice"] = c.tool_choice
+    if c.response_format is not None:
+        if api == "responses":
+            fmt = c.response_format
+            out["text"] = {
+                "format": {"type": "json_schema", **fmt["json_schema"]}
+                if fmt["type"] == "json_schema"
+                else {"type": "json_object"}
+            }
+        else:
+            out["response_format"] = c.response_format
+    return out
 
 
 def _with_media(messages: list, parts: tuple[dict, ...], responses: bool) -> list:

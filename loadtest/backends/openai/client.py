@@ -140,7 +140,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
     async def prepare(self, plan: Plan) -> Facts:
         """Keep the plan (dataset rows are sent as their text or chat messages, with its tools
         and answer format), and render its media before t0."""
-        self._bodies.plan = plan
+        self._bodies.use_plan(plan)
         assert self._pool is not None  # started
         await connection.check_serves(self._pool, self._base, self.url, set(plan.models))
         self._checks = OutputChecks(plan.content)
