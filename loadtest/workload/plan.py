@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from loadtest.config.arrivals import TraceArrival
 from loadtest.config.scenario import Scenario
@@ -24,10 +23,9 @@ from loadtest.workload.arrivals import ClosedLoop, ThinkTime, make_arrival
 from loadtest.workload.content import Content, load_content
 from loadtest.workload.datasets import DatasetPrompt, DatasetRows, read_dataset
 from loadtest.workload.media import MediaSet, require_pillow
+from loadtest.workload.prompt_text import PromptText
 from loadtest.workload.tokenizer import ByteTokenizer, Tokenizer
 from loadtest.workload.traces import Trace, prefix_reuse
-
-BLOCK_CACHE = 4096  # trace blocks kept tokenized (2 MB of ids at 512 tokens a block)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +208,6 @@ class Plan:
     warmup_requests: int | None = None
     measured_requests: int | None = None
     dataset: list[DatasetPrompt] | None = None
-    prefix: tuple[int, int] | None = None  # shared_prefix: (tokens, seed of group 0's prefix)
     # multi_turn: the think time between a reply and the session's next turn, and its stream
     turn_think: ThinkTime | None = None
     turn_think_rng: random.Random | None = None
@@ -218,16 +215,7 @@ class Plan:
     stride: tuple[int, int] = (0, 1)
     content: Content = field(default_factory=Content)  # tools and the answer's format
     media: MediaSet | None = None  # images and audio each request carries
-    natural: bool = True  # synthetic text: passages of the corpus (else random token ids)
-    block_tokens: int = 512  # a trace's prompt blocks: tokens a hash id names
-    block_seed: int = 0  # seeds each block's text (with its hash id)
-    # hash id -> its block's ids, for ``_blocks_of``'s tokenizer; not sent to workers
-    _blocks: OrderedDict = field(default_factory=OrderedDict, repr=False, compare=False)
-    _blocks_of: object = field(default=None, repr=False, compare=False)
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_blocks": OrderedDict(), "_blocks_of": None}
-
+    text: PromptText = field(default_factory=PromptText)  # how synthetic prompts are made
     trace: dict | None = None  # a replayed trace: its format and where lengths come from
     models: tuple[str, ...] = ()  # a model mix's names
 
@@ -235,13 +223,13 @@ class Plan:
         """What the run's traffic is, as the result keeps it: the text, a trace's requests and
         prefix reuse, and (open loop) the measured requests each model and the cancellation
         were given."""
-        out: dict = {"text": "natural" if self.natural else "random"}
+        out: dict = {"text": "natural" if self.text.natural else "random"}
         measured = [r for r in self.requests if not r.warmup]
         if self.trace is not None:
             out["trace"] = {
                 **self.trace,
                 "requests": len(self.requests),
-                "prefix_reuse": prefix_reuse(self.requests, self.block_tokens),
+                "prefix_reuse": prefix_reuse(self.requests, self.text.block_tokens),
             }
         if self.closed_loop is None:
             out["planned_cancel"] = sum(r.cancel for r in measured)
@@ -305,53 +293,7 @@ class Plan:
         n = req.input_tokens
         if whole_prompt:
             n = max(1, n - getattr(tokenizer, "prompt_overhead", 0))
-        rng = random.Random(req.prompt_seed)
-        natural = self.natural
-        if req.blocks:
-            return self._block_prompt(req, tokenizer, n, rng)
-        if req.prefix_group is not None and self.prefix is not None:
-            tokens, seed = self.prefix
-            shared = tokenizer.sample_ids(
-                random.Random(seed + req.prefix_group), tokens, natural=natural
-            )
-            return tokenizer.sample_ids(rng, max(n, tokens), keep=shared, natural=natural)
-        return tokenizer.sample_ids(rng, n, natural=natural)
-
-    def _block_prompt(
-        self, req: PlannedRequest, tokenizer: Tokenizer, n: int, rng: random.Random
-    ) -> list[int]:
-        """A trace request's prompt: its blocks' tokens in order, cut to ``n`` (a prompt longer
-        than its blocks goes on with text of its own). Each block's text is seeded by its hash id
-        alone, so prompts whose blocks start alike share exactly that prefix. The blocks are
-        each a fixed point of the tokenizer and start on a space, so joined they tokenize as
-        apart; where a tokenizer merges them anyway, the prompt is its re-tokenized text."""
-        assert req.blocks is not None
-        ids: list[int] = []
-        for h in req.blocks:
-            if len(ids) >= n:
-                break
-            ids.extend(self._block(h, tokenizer))
-        if len(ids) < n:
-            ids.extend(tokenizer.sample_ids(rng, n - len(ids), natural=self.natural))
-        ids = ids[:n]
-        again = tokenizer.encode(tokenizer.decode(ids))
-        return ids if again == ids else again
-
-    def _block(self, h: int, tokenizer: Tokenizer) -> list[int]:
-        """A hash id's block of tokens (the last few thousand kept: a trace reuses its blocks)."""
-        if self._blocks_of is not tokenizer:
-            self._blocks.clear()
-            self._blocks_of = tokenizer
-        ids = self._blocks.get(h)
-        if ids is None:
-            seed = random.Random(f"{self.block_seed}/{h}")
-            ids = tokenizer.sample_ids(seed, self.block_tokens, natural=self.natural)
-            self._blocks[h] = ids
-            if len(self._blocks) > BLOCK_CACHE:
-                self._blocks.popitem(last=False)
-        else:
-            self._blocks.move_to_end(h)
-        return ids
+        return self.text.ids(tokenizer, n, req.prompt_seed, req.blocks, req.prefix_group)
 
     def input_ids(self, req: PlannedRequest, tokenizer: Tokenizer) -> list[list[int]]:
         """Each text a multi-input request carries (embeddings' inputs; rerank's query, then
@@ -366,7 +308,7 @@ class Plan:
                 out.append(list(row.token_ids))
             else:
                 rng = random.Random(req.prompt_seed + k)
-                out.append(tokenizer.sample_ids(rng, len(first), natural=self.natural))
+                out.append(tokenizer.sample_ids(rng, len(first), natural=self.text.natural))
         return out
 
     def share(self, worker: int, workers: int) -> Plan:
@@ -440,15 +382,18 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
             require_pillow()
         media = MediaSet(w.images, w.audio, scenario.seeds.prompts)
     schedule_rng = random.Random(scenario.seeds.schedule)
-    text: dict[str, Any] = {
-        "trace": None
-        if not isinstance(spec, TraceArrival)
-        else {"format": spec.format, "lengths": "trace" if traced else "workload"},
-        "natural": w.text == "natural",
-        "models": tuple(w.models or ()),
-        "block_tokens": getattr(load.arrival, "block_tokens", 512),
-        "block_seed": scenario.seeds.prompts,
-    }
+    text = PromptText(
+        natural=w.text == "natural",
+        prefix=prefix,
+        block_tokens=getattr(load.arrival, "block_tokens", 512),
+        block_seed=scenario.seeds.prompts,
+    )
+    trace_described = (
+        {"format": spec.format, "lengths": "trace" if traced else "workload"}
+        if isinstance(spec, TraceArrival)
+        else None
+    )
+    models = tuple(w.models or ())
     if isinstance(arrival, ClosedLoop):
         return Plan(
             [],
@@ -461,12 +406,13 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
             load.warmup_requests,
             load.requests,
             dataset,
-            prefix=prefix,
             turn_think=turn_think,
             turn_think_rng=turn_think_rng,
             content=content,
             media=media,
-            **text,
+            text=text,
+            trace=trace_described,
+            models=models,
         )
     requests = list(
         _open_loop(load, arrival.offsets_ns(schedule_rng), source, multi_turn=mt is not None)
@@ -487,12 +433,13 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
         warmup_requests=load.warmup_requests,
         measured_requests=len(measured),
         dataset=dataset,
-        prefix=prefix,
         turn_think=turn_think,
         turn_think_rng=turn_think_rng,
         content=content,
         media=media,
-        **text,
+        text=text,
+        trace=trace_described,
+        models=models,
     )
 
 

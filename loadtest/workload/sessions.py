@@ -37,7 +37,7 @@ class Conversation:
         ``tokens`` tokens (seeded by the turn, so a replicate sends the same history)."""
         if text is None:
             ids = self._tok.sample_ids(
-                random.Random(req.prompt_seed ^ 0x5EED), tokens, natural=self._plan.natural
+                random.Random(req.prompt_seed ^ 0x5EED), tokens, natural=self._plan.text.natural
             )
             text = self._tok.decode(ids)
         self.messages.append({"role": "assistant", "content": text})

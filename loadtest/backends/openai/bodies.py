@@ -89,7 +89,10 @@ class RequestBodies:
             text = self.tokenizer.decode(prompt_ids)
         if row is None and self.api in TEMPLATED_APIS and self.fit:
             text = fit_in_template(
-                self.tokenizer, text, req.input_tokens, self.plan is not None and self.plan.natural
+                self.tokenizer,
+                text,
+                req.input_tokens,
+                self.plan is not None and self.plan.text.natural,
             )
         messages = row.messages if row else None
         if row is not None and row.images:  # the row's own images, after any synthetic ones
