@@ -19,7 +19,7 @@ from loadtest.core.clock import MonotonicClock
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.request import RequestState
 from loadtest.session import run_scenario_async
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 
 
 def run_rate(rate: float, seconds: float, tmp: str) -> dict:

@@ -17,7 +17,8 @@ from loadtest.config.spec import Spec
 from loadtest.core.clock import Clock
 from loadtest.core.events import BackendEvent, Cancelled
 from loadtest.core.json_types import JsonObject
-from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.plan import Plan
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
 SpecT = TypeVar("SpecT", bound=Spec)

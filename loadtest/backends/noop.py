@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 from loadtest.backends.base import Backend, BackendInfo, Facts
 from loadtest.config.backend_specs import NoopSpec
 from loadtest.core.events import Admitted, BackendEvent, Cancelled, Finished, Tokens
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
 
 

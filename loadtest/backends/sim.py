@@ -18,7 +18,7 @@ from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts
 from loadtest.config.backend_specs import SimSpec
 from loadtest.core.clock import Clock
 from loadtest.core.events import Admitted, BackendEvent, Cancelled, Failed, Finished, Tokens
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:

@@ -31,7 +31,8 @@ from loadtest.execution.loop_watch import LoopWatch
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.request import LATE_FLOOR_NS, RequestState
 from loadtest.telemetry.profile_window import ProfileWindow
-from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.plan import Plan
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
 # a backend that stops a cancelled request itself has this long before the runner cancels it

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from loadtest.core.events import Sent
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 
 LATE_FLOOR_NS = 1_000_000  # sends this late or later keep where their lateness went
 LATE_KEPT = 100_000  # at most this many

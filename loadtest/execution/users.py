@@ -12,7 +12,7 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.sessions import Conversation
 
 if TYPE_CHECKING:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.plan import Plan
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
 
 

@@ -16,7 +16,8 @@ from loadtest.backends.openai.tokens import fit_in_template
 from loadtest.config.apis import POOLING_APIS
 from loadtest.core.json_types import JsonObject, json_list
 from loadtest.workload.content import Content
-from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.plan import Plan
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer, render_messages_plainly
 
 if TYPE_CHECKING:

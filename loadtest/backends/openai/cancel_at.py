@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from loadtest.core.clock import Clock
 from loadtest.core.events import Cancelled
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 
 T = TypeVar("T")
 

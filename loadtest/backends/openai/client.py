@@ -56,7 +56,8 @@ from loadtest.transport.pool import ConnectionPool
 from loadtest.transport.wire import Wire
 from loadtest.workload.content import Content
 from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
-from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.plan import Plan
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:

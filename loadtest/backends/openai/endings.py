@@ -11,7 +11,7 @@ from collections.abc import Callable
 from loadtest.backends.openai.stream import Stream
 from loadtest.backends.openai.tokens import TokenCounter, usage_count
 from loadtest.core.events import Finished, Tokens
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 
 
 def streamed_end(

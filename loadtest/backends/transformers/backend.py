@@ -30,7 +30,8 @@ from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished
 from loadtest.core.json_types import text_in
-from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.plan import Plan
+from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import Tokenizer
 
 # how long a killed engine process may take to be gone (a busy machine reaps slowly)

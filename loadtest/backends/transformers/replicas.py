@@ -27,7 +27,8 @@ from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled
 from loadtest.core.json_types import number_in
 from loadtest.core.step_accounting import StepAccounting
-from loadtest.workload.plan import Plan, PlannedRequest
+from loadtest.workload.plan import Plan
+from loadtest.workload.requests import PlannedRequest
 
 ROUTING = "least outstanding requests (ties in turn)"
 

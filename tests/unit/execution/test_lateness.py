@@ -6,7 +6,7 @@ from __future__ import annotations
 from loadtest.core.events import Sent
 from loadtest.execution.request import Lateness, RequestState, split_lateness
 from loadtest.results.validity import describe_lateness
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 
 MS = 1_000_000
 

@@ -6,7 +6,7 @@ import pytest
 
 from loadtest.execution.recorder import Recorder
 from loadtest.execution.request import RequestState
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 
 MS = 1_000_000
 S = 1_000_000_000

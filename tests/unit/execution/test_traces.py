@@ -11,7 +11,7 @@ from loadtest.config.scenario import Scenario
 from loadtest.core.events import Sent
 from loadtest.core.request_ids import RequestIds, span_id
 from loadtest.execution.request import RequestState
-from loadtest.workload.plan import PlannedRequest
+from loadtest.workload.requests import PlannedRequest
 
 MS = 1_000_000
 
