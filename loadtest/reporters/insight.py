@@ -1,24 +1,20 @@
-"""Parts of a report as label/value rows every format renders (terminal, Markdown, HTML): goodput,
-sessions, stability, client workers, and what was seen inside the run (GPU telemetry, the
-roofline and its diagnosis, the profiler window, the server's own metrics)."""
+"""Parts of a report as label/value rows every format renders (terminal, Markdown, HTML): the
+latencies, the API's and traffic's figures, goodput, sessions, stability, client workers and
+steps (what was seen inside the run, the GPU, roofline, profile and server: ``inside``)."""
 
 from __future__ import annotations
 
 from loadtest.config.apis import STREAM_METRICS
 from loadtest.execution.recorder import ALL_METRICS
+from loadtest.reporters.figures import text4, text_of
 from loadtest.results.model import (
     ApiResult,
     BackendFacts,
     Check,
     GoodputResult,
-    GpuSection,
-    Operator,
-    ProfileSection,
     Requests,
-    RooflineSection,
     RunMetrics,
     ServerMetrics,
-    ServerSection,
     SessionsResult,
     Stability,
     StepsResult,
@@ -46,8 +42,8 @@ def api_rows(api: ApiResult | None, t: Throughput | None) -> list[tuple[str, str
     if api.inputs_per_request is not None:
         rows.append((f"{unit} per request", str(api.inputs_per_request)))
         if t is not None:
-            rows.append((f"{unit}/s", _f(t.inputs_per_s, "{:.4g}")))
-            rows.append(("input tokens/s", _f(t.input_tokens_per_s, "{:.4g}")))
+            rows.append((f"{unit}/s", text_of(t.inputs_per_s, "{:.4g}")))
+            rows.append(("input tokens/s", text_of(t.input_tokens_per_s, "{:.4g}")))
     if api.reasoning_tokens is not None:
         rows.append(("reasoning / answer tokens", f"{api.reasoning_tokens} / {api.answer_tokens}"))
     tc = api.tool_calls
@@ -82,7 +78,7 @@ def api_rows(api: ApiResult | None, t: Throughput | None) -> list[tuple[str, str
             (
                 "images per request",
                 f"{media.images_per_request} x {media.image_size}, "
-                f"{_f(media.image_bytes_mean, '{:.4g}')} bytes each (mean, encoded)",
+                f"{text_of(media.image_bytes_mean, '{:.4g}')} bytes each (mean, encoded)",
             )
         )
     if media is not None and media.audio_per_request:
@@ -90,49 +86,7 @@ def api_rows(api: ApiResult | None, t: Throughput | None) -> list[tuple[str, str
             (
                 "audio per request",
                 f"{media.audio_per_request} x {media.audio_seconds:g} s WAV, "
-                f"{_f(media.audio_bytes_mean, '{:.4g}')} bytes each (mean)",
-            )
-        )
-    return rows
-
-
-def _f(x: object, fmt: str = "{:.3g}") -> str:
-    return "-" if x is None else fmt.format(x)
-
-
-def _g(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
-def server_rows(server: ServerSection | None) -> list[tuple[str, str]]:
-    """Label/value rows of the server's own /metrics over the window, each with its unit."""
-    if not server:
-        return []
-    if not server.available:
-        return [("server /metrics", f"unavailable: {server.reason}")]
-    rows = [("source", f"{server.source} ({server.samples} samples)")]
-    units, names = server.units or {}, server.server_names or {}
-    for name, m in (server.metrics or {}).items():
-        unit = units.get(name, "")
-        if m.kind == "histogram":
-            shown = (
-                f"mean {_f(m.window_mean and m.window_mean * 1e3, '{:.4g}')} ms over "
-                f"{_f(m.window_count, '{:.0f}')} requests in the window"
-            )
-        elif m.kind == "counter":
-            shown = f"{_f(m.run_change, '{:.0f}')} {unit} over the run"
-        elif m.kind == "ratio":
-            shown = f"{_f(m.window, '{:.4g}')} over the window ({unit})"
-        else:
-            shown = f"mean {_f(m.mean, '{:.4g}')}, max {_f(m.max, '{:.4g}')} ({unit})"
-        rows.append((f"{name} ({names.get(name, '?')})", shown))
-    cmp = server.ttft_compared
-    if cmp:
-        rows.append(
-            (
-                "TTFT, the same requests: client (from its send) vs server",
-                f"{cmp.client_service_mean_ms:.4g} vs {cmp.server_mean_ms:.4g} ms mean "
-                f"({cmp.client_requests} and {cmp.server_requests} requests)",
+                f"{text_of(media.audio_bytes_mean, '{:.4g}')} bytes each (mean)",
             )
         )
     return rows
@@ -160,7 +114,7 @@ def sessions_rows(sessions: SessionsResult | None) -> list[tuple[str, str]]:
     TTFT and prompt length by turn."""
     if not sessions:
         return []
-    g = _g
+    g = text4
     s = sessions
     first, later = s.ttft_first_turn_ms, s.ttft_later_turns_ms
     rows = [
@@ -192,7 +146,7 @@ def stability_rows(stability: Stability | None) -> list[tuple[str, str]]:
     """Label/value rows of the stability judgement: the verdict, rates, backlog, trends."""
     if not stability:
         return []
-    g = _g
+    g = text4
     rows = [
         ("verdict", "steady" if stability.steady else "OVERLOADED"),
         ("offered req/s", g(stability.offered_rps) if stability.open_loop else "closed loop"),
@@ -215,153 +169,6 @@ def stability_rows(stability: Stability | None) -> list[tuple[str, str]]:
     return rows
 
 
-def gpu_rows(gpu: GpuSection | None) -> list[tuple[str, str]]:
-    """Label/value rows summarising GPU telemetry for the reports."""
-    if not gpu:
-        return []
-    if not gpu.available:
-        return [("GPU telemetry", f"unavailable: {gpu.reason}")]
-    rows = []
-    for d in gpu.devices or []:
-        g = f"GPU {d.index} {d.name}"
-        util, sm, power = d.utilization_gpu_pct, d.gpm_sm_activity_pct, d.power_w
-        rows += [
-            (
-                f"{g}: kernel-active (NVML utilization)",
-                f"mean {_f(util and util.mean)}%, p95 {_f(util and util.p95)}%, "
-                f"max {_f(util and util.max)}%",
-            ),
-            (f"{g}: SM activity (GPM)", f"mean {_f(sm.mean)}%" if sm else "unavailable"),
-            (f"{g}: memory", f"peak {_f(d.peak_memory_mib, '{:.0f}')} MiB"),
-            (
-                f"{g}: power",
-                f"mean {_f(power and power.mean)} W, max {_f(power and power.max)} W",
-            ),
-            (
-                f"{g}: energy over the window",
-                f"{_f(d.energy_j, '{:.1f}')} J (power integrated over the same "
-                f"{_f(d.energy_span_s)} s: {_f(d.energy_integrated_j, '{:.1f}')} J), "
-                f"{_f(d.joules_per_output_token)} J per output token",
-            ),
-            (
-                f"{g}: SM clock",
-                f"mean {_f(d.clocks_sm_mhz and d.clocks_sm_mhz.mean, '{:.0f}')} MHz",
-            ),
-            (f"{g}: throttle reasons seen", ", ".join(d.throttle_reasons_seen) or "none"),
-        ]
-        if d.unavailable:
-            rows.append(
-                (
-                    f"{g}: unavailable metrics",
-                    "; ".join(f"{k}: {v}" for k, v in d.unavailable.items()),
-                )
-            )
-    s = gpu.sampler
-    if s is not None:
-        # NVML is sampled in this process (its CPU cost is measured); a DCGM exporter elsewhere
-        # (its source says so) has no cost here to show
-        cost = s.cpu_pct_of_one_core
-        rows.append(
-            (
-                "sampler",
-                f"{s.samples} samples every {gpu.interval_s:g} s, {s.errors} read errors"
-                + (f", {_f(cost)}% of one CPU core" if cost is not None else "")
-                + (f" ({gpu.source})" if gpu.source else ""),
-            )
-        )
-    return rows
-
-
-def gpu_lines(gpu: GpuSection | None) -> list[str]:
-    """One line a GPU for the terminal: kernel-active share, peak memory, power, SM clock and
-    the throttle reasons seen over the window."""
-    if not gpu or not gpu.available:
-        return []
-    lines = []
-    for d in gpu.devices or []:
-        util, power, clock = d.utilization_gpu_pct, d.power_w, d.clocks_sm_mhz
-        throttled = ", ".join(d.throttle_reasons_seen) or "none"
-        lines.append(
-            f"GPU {d.index} {d.name}: kernel-active {_f(util and util.mean, '{:.0f}%')}, "
-            f"peak {_f(d.peak_memory_mib, '{:,.0f} MiB')}, "
-            f"power {_f(power and power.mean, '{:.0f} W')}, "
-            f"SM {_f(clock and clock.mean, '{:.0f} MHz')}, throttled: {throttled}"
-        )
-    return lines
-
-
-def roofline_rows(r: RooflineSection | None) -> list[tuple[str, str]]:
-    """Label/value rows of the roofline (MBU, MFU, floor, diagnosis) for the reports."""
-    if not r:
-        return []
-    rows = []
-    peaks = r.peaks
-    rows.append(
-        (
-            "peaks",
-            f"{peaks.bw_gb_s:g} GB/s, {peaks.tflops:g} TFLOP/s ({peaks.source})"
-            if peaks
-            else "unknown for this device (run `loadtest calibrate`)",
-        )
-    )
-    if r.estimated:
-        rows.append(("estimated", r.estimated))
-    d = r.decode
-    if d:
-        rows.append(
-            (
-                "decode",
-                f"step {d.step_ms} ms at batch {d.batch_mean} (floor {_f(d.floor_ms)} ms); "
-                f"{d.achieved_gb_s:g} GB/s, MBU {_f(d.mbu, '{:.1%}')}, MFU {_f(d.mfu, '{:.2%}')}",
-            )
-        )
-    p = r.prefill
-    if p:
-        rows.append(
-            (
-                "prefill",
-                f"{p.tokens_per_s:g} tokens/s, {p.achieved_tflops:g} TFLOP/s, MFU {_f(p.mfu, '{:.1%}')}",
-            )
-        )
-    diag = r.diagnosis
-    rows.append(("diagnosis", diag.verdict if diag else "-"))
-    if diag:
-        rows += [("evidence", e) for e in diag.evidence]
-        rows += [("remedy", x) for x in diag.remedies]
-    return rows
-
-
-def profile_rows(p: ProfileSection | None) -> tuple[list[tuple[str, str]], list[Operator]]:
-    """Rows of the profiler window and its top operators, for the reports."""
-    if not p:
-        return [], []
-    rows = [
-        ("window", f"{_f(p.window.start_s)} s .. {_f(p.window.end_s)} s from t0"),
-        (
-            "requests overlapping it",
-            f"{p.requests_flagged} ({'left out of' if p.excluded_from_stats else 'kept in'} "
-            "the latency statistics)",
-        ),
-        ("profiler", p.profiler or "-"),
-    ]
-    if p.trace:
-        rows.append(
-            (
-                "trace",
-                f"{p.trace} (Chrome trace format: open in https://ui.perfetto.dev or chrome://tracing)",
-            )
-        )
-    k = p.kernel_summary
-    if k:
-        rows.append(
-            (
-                "CUDA kernels",
-                f"{k.launches} launches of {k.distinct} kernels, {_f(k.under_10us_share, '{:.0%}')} under 10 µs",
-            )
-        )
-    return rows, p.top_ops or []
-
-
 def workers_rows(
     workers: list[WorkerStats] | None, backend: BackendFacts | None
 ) -> list[tuple[str, str]]:
@@ -382,7 +189,10 @@ def workers_rows(
         rows.append(("Ray cluster", f"{ray['address']} (Ray {ray['ray']}, {ray['cpus']} CPUs)"))
     worst = max(workers, key=lambda w: w.dispatch_lag_ms.p99 or 0.0)
     rows.append(
-        ("worst dispatch lag p99", f"{_f(worst.dispatch_lag_ms.p99)} ms (worker {worst.index})")
+        (
+            "worst dispatch lag p99",
+            f"{text_of(worst.dispatch_lag_ms.p99)} ms (worker {worst.index})",
+        )
     )
     for w in workers:
         parts = [w.status if w.valid else f"{w.status}, could not keep up"]
@@ -390,8 +200,8 @@ def workers_rows(
             parts.append(f"{w.host} {w.ip or ''} node {(w.node or '?')[:8]}")
         parts.append(f"sent {w.sent}, done {w.completed}, failed {w.failed}")
         parts.append(
-            f"dispatch lag p99 {_f(w.dispatch_lag_ms.p99)} ms, "
-            f"loop lag p99 {_f(w.loop_lag_ms.p99)} ms"
+            f"dispatch lag p99 {text_of(w.dispatch_lag_ms.p99)} ms, "
+            f"loop lag p99 {text_of(w.loop_lag_ms.p99)} ms"
         )
         c = w.clock
         if c:
@@ -415,9 +225,9 @@ def steps_rows(steps: StepsResult | None) -> list[tuple[str, str]]:
         rows.append(
             (
                 f"step {st.index}: {st.rate:g} req/s ({st.start_s:g}-{st.end_s:g} s)",
-                f"{verdict}; delivered {_f(st.delivered_rps, '{:.4g}')} req/s; "
-                f"TTFT p50 {_g(st.ttft_ms.p50)} p99 {_g(st.ttft_ms.p99)} ms; "
-                f"E2E p50 {_g(st.e2e_ms.p50)} p99 {_g(st.e2e_ms.p99)} ms; {st.requests} requests",
+                f"{verdict}; delivered {text_of(st.delivered_rps, '{:.4g}')} req/s; "
+                f"TTFT p50 {text4(st.ttft_ms.p50)} p99 {text4(st.ttft_ms.p99)} ms; "
+                f"E2E p50 {text4(st.e2e_ms.p50)} p99 {text4(st.e2e_ms.p99)} ms; {st.requests} requests",
             )
         )
     knee = steps.knee
@@ -485,8 +295,8 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
             (
                 "cancelled",
                 f"{c.cancelled}{planned} ({100 * c.fraction:g}% {when}); {c.tokens_received} "
-                f"tokens received before; cancelled at p50 {_g(c.cancelled_at_ms.p50)} ms"
-                + ("" if c.ttft_ms is None else f", their TTFT p50 {_g(c.ttft_ms.p50)} ms"),
+                f"tokens received before; cancelled at p50 {text4(c.cancelled_at_ms.p50)} ms"
+                + ("" if c.ttft_ms is None else f", their TTFT p50 {text4(c.ttft_ms.p50)} ms"),
             )
         )
         tokens = server.metric("generation_tokens") if server else None
@@ -518,10 +328,10 @@ def traffic_rows(m: RunMetrics) -> list[tuple[str, str]]:
                 f"{what} {name}",
                 f"{mr.completed} completed, {mr.failed} failed"
                 + (f", {mr.cancelled} cancelled" if mr.cancelled else "")
-                + f"; {_f(mr.requests_per_s, '{:.4g}')} req/s, "
-                f"{_f(mr.output_tokens_per_s, '{:.4g}')} tok/s; TTFT p50 {_g(lat['ttft'].p50)} "
-                f"p99 {_g(lat['ttft'].p99)} ms; ITL p99 {_g(lat['itl'].p99)} ms; "
-                f"E2E p99 {_g(lat['e2e'].p99)} ms" + _server_of_share(mr.server),
+                + f"; {text_of(mr.requests_per_s, '{:.4g}')} req/s, "
+                f"{text_of(mr.output_tokens_per_s, '{:.4g}')} tok/s; TTFT p50 {text4(lat['ttft'].p50)} "
+                f"p99 {text4(lat['ttft'].p99)} ms; ITL p99 {text4(lat['itl'].p99)} ms; "
+                f"E2E p99 {text4(lat['e2e'].p99)} ms" + _server_of_share(mr.server),
             )
         )
     return rows

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from loadtest.core import atomic
 from loadtest.core.text import visible_doc
-from loadtest.reporters import insight
+from loadtest.reporters import inside, insight
 from loadtest.reporters.sections import row_sections
 from loadtest.results.model import (
     LatencySummary,
@@ -50,7 +50,7 @@ def render(metrics: RunMetrics) -> str:
         lines += _sla(m.sla)
     for section in row_sections(m):
         lines += ["", f"## {section.title}", "", "| | |", "|---|---|"] + _pairs(section.rows)
-    rows, ops = insight.profile_rows(m.profile)
+    rows, ops = inside.profile_rows(m.profile)
     if rows:
         lines += ["", "## Profiler window", "", "| | |", "|---|---|"] + _pairs(rows)
     if ops:

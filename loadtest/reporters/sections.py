@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from loadtest.reporters import cost, insight
+from loadtest.reporters import cost, inside, insight
 from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import RunMetrics
 
@@ -32,10 +32,10 @@ def row_sections(m: RunMetrics) -> list[RowSection]:
         RowSection("Goodput", insight.goodput_rows(m.goodput), "traffic"),
         RowSection("Cost (estimate)", cost.cost_rows(m.cost), "traffic"),
         RowSection("Sessions", insight.sessions_rows(m.sessions), "traffic"),
-        RowSection("Server", insight.server_rows(m.server), "traffic"),
+        RowSection("Server", inside.server_rows(m.server), "traffic"),
         RowSection("Client workers", insight.workers_rows(m.workers, m.backend), "traffic"),
-        RowSection("Roofline", insight.roofline_rows(m.roofline), "engine"),
+        RowSection("Roofline", inside.roofline_rows(m.roofline), "engine"),
         RowSection("Placement", placement_rows(m.backend, m.roofline), "engine"),
-        RowSection("GPU", insight.gpu_rows(m.gpu), "engine"),
+        RowSection("GPU", inside.gpu_rows(m.gpu), "engine"),
     )
     return [s for s in sections if s.rows]

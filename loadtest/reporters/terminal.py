@@ -8,7 +8,7 @@ from rich.text import Text
 
 from loadtest.analysis.sla import overall
 from loadtest.core.text import visible_doc
-from loadtest.reporters import cost, insight
+from loadtest.reporters import cost, inside, insight
 from loadtest.reporters.console import make_console, styled
 from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import (
@@ -67,7 +67,7 @@ def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True
     _render_traffic(m, console)
     for label, value in placement_rows(m.backend, m.roofline):
         console.print(f"{label}: {value}")
-    for line in insight.gpu_lines(m.gpu):
+    for line in inside.gpu_lines(m.gpu):
         console.print(line)
     loop, lag = m.harness.loop_lag_ms, m.latency_ms["dispatch_lag"]
     busy = m.harness.loop_busy

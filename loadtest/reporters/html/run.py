@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.core import atomic
-from loadtest.reporters import insight, plots
+from loadtest.reporters import inside, insight, plots
 from loadtest.reporters.html.page import card, esc, num, page, pairs, svg, table
 from loadtest.reporters.sections import Part, RowSection, row_sections
 from loadtest.results.model import RunMetrics, Validity, Verdict
@@ -200,7 +200,7 @@ def _engine(m: RunMetrics, sections: list[RowSection]) -> str:
     if any(s.title == "Roofline" for s in sections):
         out.append(plots.roofline_plot(m.roofline) or "")
     out.append(_part(sections, "engine"))
-    rows, ops = insight.profile_rows(m.profile)
+    rows, ops = inside.profile_rows(m.profile)
     if rows:
         out.append("<h3>Profiler window</h3>" + pairs(rows))
     if ops:

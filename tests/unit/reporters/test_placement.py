@@ -4,7 +4,7 @@ in the terminal."""
 
 from __future__ import annotations
 
-from loadtest.reporters.insight import gpu_lines
+from loadtest.reporters.inside import gpu_lines
 from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import (
     BackendFacts,
