@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from loadtest.analysis import regression
 from loadtest.analysis.sla import FAIL, INCONCLUSIVE, evaluate, overall
-from loadtest.config.scenario import Sla
+from loadtest.config.objectives import Sla
 from loadtest.core.errors import ScenarioError
 from loadtest.core.json_types import JsonObject
 from loadtest.results.model import GateResult, Regression, Replicates, RunMetrics

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
-from loadtest.config.scenario import Sla
+from loadtest.config.objectives import Sla
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.results.model import Check, Verdict
 from loadtest.results.runset import Evidence

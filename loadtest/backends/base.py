@@ -29,7 +29,7 @@ SpecT = TypeVar("SpecT", bound=Spec)
 Facts = JsonObject
 
 if TYPE_CHECKING:
-    from loadtest.config.scenario import Profile
+    from loadtest.config.observing import Profile
 
 
 @dataclass(frozen=True)

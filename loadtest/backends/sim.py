@@ -22,7 +22,7 @@ from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:
-    from loadtest.config.scenario import Profile
+    from loadtest.config.observing import Profile
 
 
 class WorkClock:

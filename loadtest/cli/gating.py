@@ -16,11 +16,11 @@ from loadtest.reporters.console import make_console, styled
 
 if TYPE_CHECKING:
     from loadtest.config.loading import LoadedScenario
-    from loadtest.config.scenario import SlaObjectives
+    from loadtest.config.objectives import SlaObjectives
 
 
 def gate_spec(sla: Path | None, loaded: LoadedScenario | None = None) -> SlaObjectives | None:
-    """The SLA (``config.scenario.Sla``) from a file, else from the scenario, else None."""
+    """The SLA (``config.objectives.Sla``) from a file, else from the scenario, else None."""
     from loadtest.analysis import gate
     from loadtest.core.errors import ScenarioError
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from loadtest.config.loading import LoadedScenario
-    from loadtest.config.scenario import SlaObjectives
+    from loadtest.config.objectives import SlaObjectives
 
 
 def run(

@@ -8,7 +8,7 @@ the run's prices."""
 
 from __future__ import annotations
 
-from loadtest.config.scenario import Pricing
+from loadtest.config.objectives import Pricing
 from loadtest.results.model import Cost, GoodputResult, Requests, Throughput
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, TypeVar
 from loadtest.analysis.sla import evaluate
 from loadtest.backends.base import Backend
 from loadtest.config.loading import LoadedScenario, resolve_path
-from loadtest.config.scenario import Scenario, Sla
+from loadtest.config.objectives import Sla
+from loadtest.config.scenario import Scenario
 from loadtest.core import rundir, secrets
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError

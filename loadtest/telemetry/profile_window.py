@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from loadtest.backends.base import Backend
-from loadtest.config.scenario import Profile
+from loadtest.config.observing import Profile
 from loadtest.core.clock import Clock
 from loadtest.core.json_types import JsonObject
 from loadtest.telemetry.profile_section import Perturbation, ProfileSection, Span

@@ -39,7 +39,7 @@ KILLED_EXIT_S = 30.0
 REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
 
 if TYPE_CHECKING:
-    from loadtest.config.scenario import Profile
+    from loadtest.config.observing import Profile
 
 
 class TransformersBackend(Backend[TransformersSpec]):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from loadtest.backends.base import Facts
 
 if TYPE_CHECKING:
-    from loadtest.config.scenario import Profile
+    from loadtest.config.observing import Profile
 
 # --- harness -> worker -------------------------------------------------------------------------
 

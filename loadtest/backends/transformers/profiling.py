@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from torch import device as TorchDevice
     from torch._C._autograd import DeviceType, _KinetoEvent
 
-    from loadtest.config.scenario import Profile
+    from loadtest.config.observing import Profile
 
 
 class WorkerProfiler:

@@ -33,7 +33,7 @@ from loadtest.workload.requests import PlannedRequest
 ROUTING = "least outstanding requests (ties in turn)"
 
 if TYPE_CHECKING:
-    from loadtest.config.scenario import Profile
+    from loadtest.config.observing import Profile
 
 
 class ReplicaRouter(Backend[TransformersSpec]):

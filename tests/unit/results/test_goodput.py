@@ -53,7 +53,7 @@ def test_no_goodput_block_no_goodput_section(tmp_path):
 def test_an_empty_goodput_block_is_refused():
     from pydantic import ValidationError
 
-    from loadtest.config.scenario import Goodput
+    from loadtest.config.objectives import Goodput
 
     with pytest.raises(ValidationError, match="at least one"):
         Goodput()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.config.scenario import Sla
+from loadtest.config.objectives import Sla
 from loadtest.core.clock import run_virtual
 from loadtest.session import Session
 from loadtest.sweep import find_max_rate, run_sweep
