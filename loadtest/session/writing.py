@@ -73,7 +73,7 @@ def write_side_files(out: Path, t0_ns: int, gpu, server) -> dict[str, str]:
     if gpu is not None and gpu.rows:
         writes.append(("gpu.csv", lambda p: atomic.write_text(p, gpu.csv_text(t0_ns))))
     if server is not None and server.rows:
-        from loadtest.telemetry.server_metrics import CSV_COLUMNS
+        from loadtest.telemetry.server_names import CSV_COLUMNS
 
         rows = server.csv_rows(t0_ns)
         writes.append(("server.csv", lambda p: atomic.write_csv(p, rows, CSV_COLUMNS)))

@@ -19,7 +19,7 @@ from tests.conftest import KEEP_ALIVE_S, LENIENT, write_scenario
 
 pytest.importorskip("aiohttp")
 
-from loadtest.telemetry.server_metrics import (
+from loadtest.telemetry.server_names import (
     COUNTERS,
     GAUGES,
     HISTOGRAMS,

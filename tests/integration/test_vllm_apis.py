@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.telemetry.server_metrics import SPECULATIVE
+from loadtest.telemetry.server_names import SPECULATIVE
 from tests.conftest import LENIENT
 
 pytest.importorskip("aiohttp")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.telemetry.server_metrics import ServerSampler, metrics_url, parse
+from loadtest.telemetry.server_metrics import ServerSampler, metrics_url
+from loadtest.telemetry.server_names import parse
 
 SGLANG = """# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge
@@ -136,7 +137,7 @@ def test_older_servers_fall_back_to_their_own_hit_rate_gauge():
 def test_a_huge_page_is_read_line_by_line_keeping_only_mapped_names_up_to_a_limit():
     import io
 
-    from loadtest.telemetry.server_metrics import read_page
+    from loadtest.telemetry.server_names import read_page
 
     noise = b"".join(b'other_metric{i="%d"} 1\n' % i for i in range(50_000))
     page = b"vllm:num_requests_running 3\n" + noise + b"vllm:num_requests_waiting 2\n"
