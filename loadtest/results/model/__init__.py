@@ -9,8 +9,10 @@ loadtest computes or measures is typed, the telemetry sections (``gpu``, ``serve
 ``profile``, ``roofline``) by the samplers that make them (``loadtest.telemetry.*_section``),
 written as given: a figure that was not measured is left out.
 
-``base`` holds what they share, ``run`` one run's document, ``sets`` the documents about several
-runs, ``reading`` the readers; this package is their one import.
+``base`` holds what they share, ``run`` one run's document (its traffic's parts in
+``traffic``, its verdicts in ``judged``, the backend's own facts in ``backend_facts``),
+``sets`` the documents about several runs, ``reading`` the readers; this package is their one
+import.
 """
 
 from loadtest.results.model.backend_facts import (
@@ -27,36 +29,26 @@ from loadtest.results.model.base import (
     REPEAT_SCHEMA,
     RUN_SCHEMA,
     SWEEP_SCHEMA,
+    LatencySummary,
     RunStatus,
     SweepStatus,
     VerdictName,
 )
+from loadtest.results.model.judged import Check, Stability, Trend, Verdict
 from loadtest.results.model.reading import ResultReadError, read_repeat, read_run, read_sweep
 from loadtest.results.model.run import (
     ApiResult,
-    CancelResult,
-    Check,
     Cost,
     GoodputResult,
     Harness,
     IntervalPoint,
-    Knee,
-    LatencySummary,
-    ModelResult,
     Requests,
     RunMetrics,
     SessionsResult,
-    Stability,
-    StepResult,
-    StepsResult,
     Throughput,
     Timeseries,
-    TraceResult,
-    TrafficResult,
-    Trend,
     TurnStats,
     Validity,
-    Verdict,
     Window,
     WorkerClock,
     WorkerStats,
@@ -73,6 +65,15 @@ from loadtest.results.model.sets import (
     Replicates,
     SweepDoc,
     SweepPoint,
+)
+from loadtest.results.model.traffic import (
+    CancelResult,
+    Knee,
+    ModelResult,
+    StepResult,
+    StepsResult,
+    TraceResult,
+    TrafficResult,
 )
 from loadtest.telemetry.gpu_section import Dist, GpuDevice, GpuSection, GpuSeries, SamplerCost
 from loadtest.telemetry.profile_section import (

@@ -38,3 +38,19 @@ HEADLINE: dict[str, tuple[str, ...]] = {
 
 class _Doc(Document):
     """A result document or section: strict on read, every field written."""
+
+
+class LatencySummary(_Doc):
+    """One metric's distribution in milliseconds (percentiles from its HDR histogram)."""
+
+    count: int
+    mean: float | None = None
+    stddev: float | None = None
+    min: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    max: float | None = None
+    over_range: int = 0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import (
     ConfigDict,
     Field,
@@ -16,28 +14,14 @@ from loadtest.results.model.backend_facts import (
     StructuredChecks,
     ToolCallChecks,
 )
-from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, RunStatus, VerdictName, _Doc
+from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, LatencySummary, RunStatus, _Doc
+from loadtest.results.model.judged import Stability, Verdict
+from loadtest.results.model.traffic import StepsResult, TrafficResult
 from loadtest.telemetry.environment_section import Environment
 from loadtest.telemetry.gpu_section import GpuSection
 from loadtest.telemetry.profile_section import ProfileSection
 from loadtest.telemetry.roofline_section import RooflineSection
-from loadtest.telemetry.server_section import ServerMetrics, ServerSection
-
-
-class LatencySummary(_Doc):
-    """One metric's distribution in milliseconds (percentiles from its HDR histogram)."""
-
-    count: int
-    mean: float | None = None
-    stddev: float | None = None
-    min: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    p999: float | None = None
-    max: float | None = None
-    over_range: int = 0
+from loadtest.telemetry.server_section import ServerSection
 
 
 class Requests(_Doc):
@@ -99,39 +83,6 @@ class Harness(_Doc):
     loop_busy: float | None = None
 
 
-class StepResult(_Doc):
-    """One step of a staircase (``arrival: {kind: steps}``), judged on its own span: its
-    requests (by intended send time), their TTFT and E2E, and whether the step was carried."""
-
-    index: int  # 1 = the first step
-    rate: float  # offered, as planned (req/s)
-    start_s: float  # from t0
-    end_s: float
-    requests: int  # measured requests intended inside the step
-    delivered_rps: float | None
-    ttft_ms: LatencySummary
-    e2e_ms: LatencySummary
-    stability: Stability | None
-
-
-class Knee(_Doc):
-    """Where the staircase stopped being carried: the last steady step's rate and the first
-    unsteady one's (capacity lies between them), with why."""
-
-    last_steady_rate: float | None  # None: the first step was already not carried
-    first_unsteady_rate: float
-    step: int  # the first unsteady step (1-based)
-    reasons: list[str]
-
-
-class StepsResult(_Doc):
-    """A staircase's steps, each with its own percentiles and verdict, and its knee (None
-    when every step was carried)."""
-
-    steps: list[StepResult]
-    knee: Knee | None = None
-
-
 class ApiResult(_Doc):
     """What the API carried beyond a token stream: inputs a request (embeddings, rerank),
     reasoning, tool calls and structured answers checked, media sent."""
@@ -186,110 +137,6 @@ class Validity(_Doc):
     valid: bool
     reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
-
-
-class CancelResult(_Doc):
-    """Requests the plan cancelled mid-stream (``load.cancel``), apart from the others."""
-
-    fraction: float  # the share asked for
-    after_s: float | None = None
-    after_tokens: int | None = None
-    planned: int | None = None  # measured requests the plan marked (open loop)
-    cancelled: int  # measured requests cancelled mid-stream (the rest finished first)
-    tokens_received: int  # output tokens they had received
-    ttft_ms: LatencySummary | None = None  # of those that had a first token
-    cancelled_at_ms: LatencySummary  # when they were cancelled, from their intended send
-    # every output token the client received in the run (warm-up too): beside the server's
-    # own count of tokens generated, what it generated that nobody read
-    delivered_tokens: int
-
-
-class ModelResult(_Doc):
-    """One share of the traffic (a model of a model mix, an endpoint of several): its
-    requests, latencies and throughput."""
-
-    planned: int | None = None  # measured requests the plan sent to it (open loop)
-    completed: int
-    failed: int
-    cancelled: int = 0
-    requests_per_s: float | None = None
-    output_tokens_per_s: float | None = None
-    latency_ms: dict[str, LatencySummary]
-    histograms: dict[str, str]  # encoded, as the run's: SLA checks are judged on them
-    # the server's own metrics of this model, where its series name their model (server.by_model)
-    server: ServerMetrics | None = None
-
-
-class TraceResult(_Doc):
-    """A replayed trace: its format, and how much of its prompts it sends twice."""
-
-    format: str
-    requests: int  # the plan's (warm-up included)
-    lengths: str  # where lengths came from: the trace or the workload
-    # mooncake: the share of measured prompt tokens an earlier request sent as the same
-    # prefix (what a cache with room for everything would hit); None without hash ids
-    prefix_reuse: float | None = None
-
-
-class TrafficResult(_Doc):
-    """What the traffic was, beyond arrivals and lengths: its text, a replayed trace,
-    cancellations, a model mix."""
-
-    text: str  # synthetic prompts' text: natural or random
-    trace: TraceResult | None = None
-    cancel: CancelResult | None = None
-    models: dict[str, ModelResult] | None = None
-    # several endpoints of one model (backend.endpoints): each one's share, by its URL
-    endpoints: dict[str, ModelResult] | None = None
-
-
-class Check(_Doc):
-    """One SLA check: the observed value against its bound, and why this verdict."""
-
-    name: str
-    verdict: VerdictName
-    observed: float | None
-    bound: float
-    op: Literal["<=", ">="]
-    unit: str
-    reason: str
-    samples: int | None = None  # the evidence's size (samples or requests)
-    samples_needed: int | None = None  # for an INCONCLUSIVE check: how many would decide it
-
-
-class Verdict(_Doc):
-    """The SLA's overall verdict and every check behind it."""
-
-    verdict: VerdictName
-    checks: list[Check]
-
-
-class Trend(_Doc):
-    """A latency's slope against intended send time over the window, with its 99% interval."""
-
-    slope_ms_per_s: float
-    slope_lo: float
-    slope_hi: float
-    rise_ms: float  # the fitted rise over the whole window
-    median_ms: float  # the median of the per-interval medians
-    intervals: int
-    rising: bool  # significantly and materially rising
-
-
-class Stability(_Doc):
-    """Whether the offered load was carried (steady), and the evidence either way."""
-
-    steady: bool
-    reasons: list[str] = Field(default_factory=list)
-    open_loop: bool
-    offered_rps: float | None  # None for a closed loop: its users wait for their answers
-    delivered_rps: float
-    delivered_fraction: float | None
-    backlog_at_start: int
-    backlog_at_end: int
-    backlog_growth_per_s: float
-    ttft_trend: Trend | None = None
-    queue_trend: Trend | None = None
 
 
 class Cost(_Doc):

@@ -14,7 +14,8 @@ from loadtest.results.model.base import (
     VerdictName,
     _Doc,
 )
-from loadtest.results.model.run import Check, RunMetrics, Verdict
+from loadtest.results.model.judged import Check, Verdict
+from loadtest.results.model.run import RunMetrics
 
 
 class RepeatStat(_Doc):

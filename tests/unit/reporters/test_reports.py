@@ -284,7 +284,7 @@ def test_every_report_shows_an_sla_checks_observed_value_and_bound_with_their_un
 
     from loadtest.reporters import markdown, terminal
     from loadtest.reporters.html.run import sla_html
-    from loadtest.results.model.run import Check, Verdict
+    from loadtest.results.model.judged import Check, Verdict
 
     sla = Verdict(
         verdict="FAIL",
