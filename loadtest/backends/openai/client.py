@@ -28,7 +28,7 @@ from loadtest.backends.openai import connection
 from loadtest.backends.openai.bodies import PATHS, RequestBodies
 from loadtest.backends.openai.cancel_at import until_stop
 from loadtest.backends.openai.discovery import without_credentials
-from loadtest.backends.openai.endings import streamed_end, unstreamed_end
+from loadtest.backends.openai.endings import pooled_end, streamed_end, unstreamed_end
 from loadtest.backends.openai.events import BadResponse
 from loadtest.backends.openai.facts import described, report
 from loadtest.backends.openai.outputs import OutputChecks
@@ -46,12 +46,12 @@ from loadtest.config.apis import POOLING_APIS
 from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
-from loadtest.core.events import BackendEvent, Cancelled, Failed, Finished, Tokens
+from loadtest.core.events import BackendEvent, Cancelled, Failed, Tokens
 from loadtest.core.json_types import object_in, text_in
 from loadtest.core.loop import in_daemon_thread
 from loadtest.core.request_ids import RequestIds
 from loadtest.transport.calls import error_text
-from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.http1 import HttpFailure, Response
 from loadtest.transport.pool import ConnectionPool
 from loadtest.transport.wire import Wire
 from loadtest.workload.content import Content
@@ -224,26 +224,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
                     facts[f"http_{resp.status}"] += 1
                     yield Failed(now(), f"http_{resp.status}", await error_text(resp))
                     return
-                if self._pooled:
-                    answer = await until_stop(
-                        self.clock, req, read_answer(resp, self.spec.api, req.inputs)
-                    )
-                    if isinstance(answer, Cancelled):
-                        failure = answer
-                    else:
-                        pooled = answer
-                elif not self.spec.stream:  # one JSON answer, read whole
-                    failure = await until_stop(self.clock, req, read_unstreamed(resp, stream, now))
-                    partial = False
-                else:
-                    failure = await until_stop(
-                        self.clock,
-                        req,
-                        stream.read(resp.batch, now, req.stop_after_tokens, resp.reads),
-                    )
-                    partial = (
-                        not isinstance(failure, Failed) or failure.error_type != "server_error"
-                    )
+                failure, partial, pooled = await self._read(resp, req, stream)
                 if isinstance(failure, Cancelled):
                     resp.close()  # the connection goes: the server sees the client leave
             finally:
@@ -268,18 +249,39 @@ class OpenAIBackend(Backend[OpenAISpec]):
             yield failure
             return
         if pooled is not None:  # one JSON answer: no tokens, its end is the request's
-            prompt_tokens, response_id = pooled
-            planned = req.input_tokens * req.inputs  # each input as planned (not rerank's pairs)
-            if self._tokens.count and self.spec.api == "embeddings" and prompt_tokens != planned:
-                facts["prompt_token_mismatch"] += 1
-                facts["prompt_tokens_off"] += abs((prompt_tokens or 0) - planned)
-            yield Finished(now(), 0, prompt_tokens, response_id)
+            api, count = self.spec.api, self._tokens.count
+            yield pooled_end(req, pooled, facts, api == "embeddings" and bool(count), now())
             return
         if self._checks.active:
             self._checks.check(stream, facts)
         end = streamed_end if self.spec.stream else unstreamed_end
         for event in end(req, stream, facts, self._tokens, self._bodies.fixed_via, now):
             yield event
+
+    async def _read(
+        self, resp: Response, req: PlannedRequest, stream: Stream
+    ) -> tuple[Failed | Cancelled | None, bool, tuple[int | None, str | None] | None]:
+        """The answer read as the API gives it, until the plan's cancel: how it failed (None:
+        it did not), whether a failure keeps the tokens read before it, and a pooling API's
+        answer (its prompt tokens and response id)."""
+        now = self.clock.now_ns
+        if self._pooled:
+            answer = await until_stop(self.clock, req, read_answer(resp, self.spec.api, req.inputs))
+            if isinstance(answer, Cancelled):
+                return answer, True, None
+            return None, True, answer
+        if not self.spec.stream:  # one JSON answer, read whole
+            return (
+                await until_stop(self.clock, req, read_unstreamed(resp, stream, now)),
+                False,
+                None,
+            )
+        failure = await until_stop(
+            self.clock, req, stream.read(resp.batch, now, req.stop_after_tokens, resp.reads)
+        )
+        # a server's error event ends what it streamed: its tokens so far are not the answer's
+        partial = not isinstance(failure, Failed) or failure.error_type != "server_error"
+        return failure, partial, None
 
     # -- set-up -------------------------------------------------------------------------------
 

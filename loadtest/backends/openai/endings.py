@@ -1,6 +1,6 @@
 """A read answer's ending events: a complete stream's tokens (one stamp each, counted with the
 tokenizer or a chunk a token, reconciled to the server's usage) and its ``Finished``; an
-unstreamed answer's ``Finished``, its tokens unstamped. Each counts what it shows in ``facts``:
+unstreamed answer's ``Finished``, its tokens unstamped; a pooling API's ``Finished``. Each counts what it shows in ``facts``:
 short outputs, prompt-token mismatches, replies cut, answers without usage."""
 
 from __future__ import annotations
@@ -99,3 +99,21 @@ def unstreamed_end(
             streamed=False,
         )
     ]
+
+
+def pooled_end(
+    req: PlannedRequest,
+    answer: tuple[int | None, str | None],
+    facts: Counter[str],
+    check_prompt: bool,
+    now_ns: int,
+) -> Finished:
+    """A pooling API's one answer (its prompt tokens, its response id) ends its request, with
+    no tokens. ``check_prompt``: its prompt tokens are compared with the plan's (embeddings,
+    where the model's tokenizer made the prompts)."""
+    prompt_tokens, response_id = answer
+    planned = req.input_tokens * req.inputs  # each input as planned (not rerank's pairs)
+    if check_prompt and prompt_tokens != planned:
+        facts["prompt_token_mismatch"] += 1
+        facts["prompt_tokens_off"] += abs((prompt_tokens or 0) - planned)
+    return Finished(now_ns, 0, prompt_tokens, response_id)
