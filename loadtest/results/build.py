@@ -109,19 +109,7 @@ def build_result(
     status = outcome.status if outcome.status != "ok" else ("ok" if validity.valid else "invalid")
     window_s = window_seconds(rec)
     api = _api(scenario, rec, facts)
-    pooled = api is not None and api.inputs_per_request is not None  # embeddings, rerank
-    requests_per_s = _rate(rec.window.completions, window_s)
-    throughput = Throughput(
-        requests_per_s=requests_per_s,
-        output_tokens_per_s=_rate(rec.window.tokens, window_s),
-        total_tokens_per_s=_rate(rec.window.tokens + rec.window.input_tokens, window_s),
-        output_tokens_in_window=rec.window.tokens,
-        window_s=window_s,
-        input_tokens_per_s=_rate(rec.window.input_tokens, window_s) if pooled else None,
-        inputs_per_s=None
-        if not pooled or requests_per_s is None or api is None
-        else requests_per_s * (api.inputs_per_request or 1),
-    )
+    throughput = _throughput(rec, window_s, api)
     # a reasoning model's time to its answer: only where some stream carried reasoning
     shown = [m for m in ALL_METRICS if m != "ttft_answer" or rec.reasoning_tokens_measured]
     latency = {m: LatencySummary(**hists[m].summary_ms()) for m in shown}
@@ -133,13 +121,7 @@ def build_result(
         window=_window(outcome, window_s),
         latency_ms=latency,
         throughput=throughput,
-        harness=Harness(
-            loop_lag_ms=LatencySummary(**outcome.loop_lag.summary_ms()),
-            throttled_requests=outcome.throttled,
-            failure=outcome.failure,
-            internal_error=outcome.internal_error,
-            loop_busy=outcome.loop_busy,
-        ),
+        harness=_harness(outcome),
         validity=validity,
         stability=stability,
         goodput=goodput,
@@ -162,6 +144,34 @@ def build_result(
         **identity,
     )
     return finish(result, scenario, outcome, seen or Observed(environment), judge)
+
+
+def _throughput(rec: Recorder, window_s: float | None, api: ApiResult | None) -> Throughput:
+    """Rates over the measured window; a pooling API's (embeddings, rerank) in inputs too."""
+    pooled = api is not None and api.inputs_per_request is not None
+    requests_per_s = _rate(rec.window.completions, window_s)
+    return Throughput(
+        requests_per_s=requests_per_s,
+        output_tokens_per_s=_rate(rec.window.tokens, window_s),
+        total_tokens_per_s=_rate(rec.window.tokens + rec.window.input_tokens, window_s),
+        output_tokens_in_window=rec.window.tokens,
+        window_s=window_s,
+        input_tokens_per_s=_rate(rec.window.input_tokens, window_s) if pooled else None,
+        inputs_per_s=None
+        if not pooled or requests_per_s is None or api is None
+        else requests_per_s * (api.inputs_per_request or 1),
+    )
+
+
+def _harness(outcome: RunOutcome) -> Harness:
+    """How the harness itself did: its loop's lag, what held it back, how it failed."""
+    return Harness(
+        loop_lag_ms=LatencySummary(**outcome.loop_lag.summary_ms()),
+        throttled_requests=outcome.throttled,
+        failure=outcome.failure,
+        internal_error=outcome.internal_error,
+        loop_busy=outcome.loop_busy,
+    )
 
 
 def _requests(outcome: RunOutcome, planned: int | None) -> Requests:
