@@ -199,59 +199,41 @@ def _substream(rng: random.Random, label: str) -> random.Random:
 
 def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str], Path]) -> Plan:
     """Every request of the run, fixed before t0 from the scenario's seeds."""
-    load = scenario.load
-    w = scenario.workload
+    load, w, spec = scenario.load, scenario.workload, scenario.load.arrival
     dataset = _dataset(scenario, tokenizer, resolve)
-    arrival = make_arrival(load.arrival, resolve, load.max_planned_requests)
-    spec = load.arrival
+    arrival = make_arrival(spec, resolve, load.max_planned_requests)
     trace = arrival if isinstance(arrival, Trace) else None
     traced = trace is not None and isinstance(spec, TraceArrival) and spec.carries_lengths
     source = RequestSource(scenario, dataset, trace if traced else None)
     mt = w.multi_turn
-    turn_think = None if mt is None else ThinkTime(mt.think_time, mt.think == "exponential")
-    # a stream of its own: think times never shift the arrivals or the prompts
-    turn_think_rng = None if mt is None else random.Random(scenario.seeds.schedule * 7919 + 1)
-    sp = scenario.workload.shared_prefix
-    # each group's prefix is seeded from the prompts seed: the same prefixes in every replicate
-    prefix = None if sp is None else (sp.tokens, scenario.seeds.prompts * 1_000_003)
-    content = load_content(scenario, resolve)
-    media = None
-    if w.images is not None or w.audio is not None:
-        if w.images is not None:
-            require_pillow()
-        media = MediaSet(w.images, w.audio, scenario.seeds.prompts)
+    plan = Plan(
+        [],
+        None,
+        None,
+        warmup_ns=load.warmup,
+        warmup_requests=load.warmup_requests,
+        dataset=dataset,
+        turn_think=None if mt is None else ThinkTime(mt.think_time, mt.think == "exponential"),
+        # a stream of its own: think times never shift the arrivals or the prompts
+        turn_think_rng=None if mt is None else random.Random(scenario.seeds.schedule * 7919 + 1),
+        content=load_content(scenario, resolve),
+        media=_media(scenario),
+        text=_prompt_text(scenario),
+        trace=None
+        if not isinstance(spec, TraceArrival)
+        else {"format": spec.format, "lengths": "trace" if traced else "workload"},
+        models=tuple(w.models or ()),
+    )
     schedule_rng = random.Random(scenario.seeds.schedule)
-    text = PromptText(
-        natural=w.text == "natural",
-        prefix=prefix,
-        block_tokens=getattr(load.arrival, "block_tokens", 512),
-        block_seed=scenario.seeds.prompts,
-    )
-    trace_described = (
-        {"format": spec.format, "lengths": "trace" if traced else "workload"}
-        if isinstance(spec, TraceArrival)
-        else None
-    )
-    models = tuple(w.models or ())
     if isinstance(arrival, ClosedLoop):
-        return Plan(
-            [],
-            load.warmup or 0 if load.warmup_requests is None else None,
-            None if load.duration is None else (load.warmup or 0) + load.duration,
-            arrival,
-            source,
-            schedule_rng,
-            load.warmup,
-            load.warmup_requests,
-            load.requests,
-            dataset,
-            turn_think=turn_think,
-            turn_think_rng=turn_think_rng,
-            content=content,
-            media=media,
-            text=text,
-            trace=trace_described,
-            models=models,
+        return replace(
+            plan,
+            window_start_ns=load.warmup or 0 if load.warmup_requests is None else None,
+            window_end_ns=None if load.duration is None else (load.warmup or 0) + load.duration,
+            closed_loop=arrival,
+            source=source,
+            think_rng=schedule_rng,
+            measured_requests=load.requests,
         )
     requests = list(
         _open_loop(load, arrival.offsets_ns(schedule_rng), source, multi_turn=mt is not None)
@@ -264,22 +246,35 @@ def build_plan(scenario: Scenario, tokenizer: Tokenizer, resolve: Callable[[str]
     start = load.warmup if load.warmup is not None else measured[0].offset_ns
     assert start is not None  # a measured request has an offset
     end = start + load.duration if load.duration is not None else None
-    return Plan(
-        requests,
-        start,
-        end,
-        warmup_ns=load.warmup,
-        warmup_requests=load.warmup_requests,
+    return replace(
+        plan,
+        requests=requests,
+        window_start_ns=start,
+        window_end_ns=end,
         measured_requests=len(measured),
-        dataset=dataset,
-        turn_think=turn_think,
-        turn_think_rng=turn_think_rng,
-        content=content,
-        media=media,
-        text=text,
-        trace=trace_described,
-        models=models,
     )
+
+
+def _prompt_text(scenario: Scenario) -> PromptText:
+    w, seeds = scenario.workload, scenario.seeds
+    sp = w.shared_prefix
+    return PromptText(
+        natural=w.text == "natural",
+        # each group's prefix is seeded from the prompts seed: the same in every replicate
+        prefix=None if sp is None else (sp.tokens, seeds.prompts * 1_000_003),
+        block_tokens=getattr(scenario.load.arrival, "block_tokens", 512),
+        block_seed=seeds.prompts,
+    )
+
+
+def _media(scenario: Scenario) -> MediaSet | None:
+    """The images and audio each request carries, or None."""
+    w = scenario.workload
+    if w.images is None and w.audio is None:
+        return None
+    if w.images is not None:
+        require_pillow()
+    return MediaSet(w.images, w.audio, scenario.seeds.prompts)
 
 
 def _dataset(
