@@ -149,25 +149,15 @@ class Runner:
             return await self._run(t0_ns, settle)
 
     async def _run(self, t0_ns: int | None, settle: bool) -> RunOutcome:
-        self.t0 = self.clock.now_ns() + START_DELAY_NS if t0_ns is None else t0_ns
-        self.backend.set_origin(self.t0)
-        rec = self.recorder = Recorder(
-            self.t0, self.interval_ns, self.plan.window_start_ns, self.plan.window_end_ns
-        )
-        # one of several workers, with a window opened by its first measured request: the
-        # others may open it earlier, so the requests that straddle this one's opening are kept
-        rec.window.keep_before_start = self.plan.window_start_ns is None and self.plan.stride[1] > 1
-        rec.goodput = self.goodput
+        t0 = self.t0 = self.clock.now_ns() + START_DELAY_NS if t0_ns is None else t0_ns
+        self.backend.set_origin(t0)
+        rec = self.recorder = self._recorder(t0)
         requests, sends = self.requests, self.sends
         sends.start(self.t0, rec)
         backlog = requests.backlog = RecordingBacklog(
             rec, self.clock.now_ns, lambda: sends.next_due_ns, lambda: requests.unstarted > 0
         )
-        if self.keep_records:
-            rec.records = []
-        rec.trace = self.trace
         if self.profile is not None:
-            rec.profile = self.profile
             self.profile.arm(self.t0)
         loop_lag = self._loop_lag = LatencyHistogram()
         busy_from = busy_start(self.clock)
@@ -205,23 +195,43 @@ class Runner:
             rec.close(self.stopped_ns)
         else:
             rec.close_intervals()
+        gc.unfreeze()  # a sweep's next point settles its own heap
+        return self._outcome(rec, t0, loop_lag, busy_share_since(busy_from))
+
+    def _recorder(self, t0: int) -> Recorder:
+        """The run's recorder, from ``t0``, with what it hands each request to."""
+        plan = self.plan
+        rec = Recorder(t0, self.interval_ns, plan.window_start_ns, plan.window_end_ns)
+        # one of several workers, with a window opened by its first measured request: the
+        # others may open it earlier, so the requests that straddle this one's opening are kept
+        rec.window.keep_before_start = plan.window_start_ns is None and plan.stride[1] > 1
+        rec.goodput = self.goodput
+        if self.keep_records:
+            rec.records = []
+        rec.trace = self.trace
+        rec.profile = self.profile
+        return rec
+
+    def _outcome(
+        self, rec: Recorder, t0: int, loop_lag: LatencyHistogram, busy: float | None
+    ) -> RunOutcome:
         status = {"interrupted": "interrupted", "failed": "failed"}.get(
             self._cancel_reason or "", "ok"
         )
-        gc.unfreeze()  # a sweep's next point settles its own heap
+        requests = self.requests
         return RunOutcome(
             rec,
-            self.t0,
+            t0,
             self.clock.now_ns(),
             status,
             loop_lag,
             requests.sent,
             requests.interrupted,
             self._failure,
-            sends.held,
+            self.sends.held,
             sessions=self.users.sessions,
             stopped_ns=self.stopped_ns,
-            loop_busy=busy_share_since(busy_from),
+            loop_busy=busy,
             prompts_at_send=0 if requests.prompts is None else requests.prompts.left,
             internal_error=requests.internal_error,
         )
