@@ -140,7 +140,7 @@ class LatencyHistogram:
         by one, in one pass: a stream's inter-token gaps, recorded as its request finishes.
         Done in Python that cost 1.3 µs a gap on the event loop (a 256-token stream held it
         0.33 ms, long enough to make other streams' reads late); ``_add_gaps`` records them in
-        one numpy pass (hdrh's ``record_value`` once per bucket instead took 4-7 times as
+        one numpy pass (hdrh's ``record_value`` once per bucket instead took 2-10 times as
         long: ``bench/histogram_writes.py``)."""
         if len(stamps) < GAPS_AT_ONCE:
             prev = stamps[0] if stamps else 0
