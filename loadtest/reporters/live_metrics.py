@@ -27,6 +27,7 @@ from loadtest.execution.live import LiveStats, LiveTotals
 from loadtest.reporters.live_points import Labels, LivePoint, LivePoints, Polled
 
 if TYPE_CHECKING:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.metrics_core import Metric
 
 # Bucket bounds, seconds: from an ITL of half a millisecond to a two-minute answer. Few, as
@@ -124,81 +125,110 @@ class MetricsEndpoint:
 
 def families(points: list[LivePoint]) -> Iterator[Metric]:
     """Every metric family over the points' latest figures."""
-    from prometheus_client.core import (
-        CounterMetricFamily,
-        GaugeMetricFamily,
-        HistogramMetricFamily,
-    )
-
-    def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> CounterMetricFamily:
-        return CounterMetricFamily(name, doc, labels=[*LABELS, *extra])
-
-    def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
-        return GaugeMetricFamily(name, doc, labels=[*LABELS, *extra])
-
-    sent = counter("loadtest_requests_sent", "Requests sent, warm-up included.")
-    completed = counter("loadtest_requests_completed", "Measured requests answered in full.")
-    failed = counter("loadtest_requests_failed", "Measured requests that failed.", ("error_type",))
-    out_tokens = counter("loadtest_output_tokens", "Output tokens of measured requests.")
-    in_tokens = counter("loadtest_input_tokens", "Prompt tokens of measured requests.")
-    in_flight = gauge("loadtest_requests_in_flight", "Requests sent and not yet finished.")
-    backlog = gauge(
-        "loadtest_backlog_requests", "An open loop's requests intended by now and not done."
-    )
-    elapsed = gauge("loadtest_elapsed_seconds", "Seconds since the point's t0.")
-    offered = gauge("loadtest_offered_rate", "Requests sent a second, over the last 5 s.")
-    delivered = gauge("loadtest_delivered_rate", "Requests finished a second, over the last 5 s.")
-    running = gauge("loadtest_point_running", "1 while the point runs, 0 once it ended.")
-    valid = gauge(
-        "loadtest_point_valid", "The point's validity verdict, so far while it runs (1: valid)."
-    )
-    steady = gauge(
-        "loadtest_point_steady", "The point's stability verdict, so far while it runs (1: steady)."
-    )
-    quantiles = gauge(
-        "loadtest_latency_seconds",
-        "HDR percentiles of the measured requests so far, as metrics.json reports them.",
-        ("metric", "quantile"),
-    )
-    histograms = {
-        m: HistogramMetricFamily(
-            f"loadtest_{m}_seconds", f"{m} of the measured requests so far.", labels=list(LABELS)
-        )
-        for m in HISTOGRAMS
-    }
+    scrape = _Families()
     for point in points:
+        scrape.add(point)
+    yield from scrape.all()
+
+
+class _Families:
+    """A scrape's metric families, each point's figures added in turn."""
+
+    def __init__(self) -> None:
+        from prometheus_client.core import HistogramMetricFamily
+
+        self.sent = _counter("loadtest_requests_sent", "Requests sent, warm-up included.")
+        self.completed = _counter(
+            "loadtest_requests_completed", "Measured requests answered in full."
+        )
+        self.failed = _counter(
+            "loadtest_requests_failed", "Measured requests that failed.", ("error_type",)
+        )
+        self.out_tokens = _counter("loadtest_output_tokens", "Output tokens of measured requests.")
+        self.in_tokens = _counter("loadtest_input_tokens", "Prompt tokens of measured requests.")
+        self.in_flight = _gauge(
+            "loadtest_requests_in_flight", "Requests sent and not yet finished."
+        )
+        self.backlog = _gauge(
+            "loadtest_backlog_requests", "An open loop's requests intended by now and not done."
+        )
+        self.elapsed = _gauge("loadtest_elapsed_seconds", "Seconds since the point's t0.")
+        self.offered = _gauge("loadtest_offered_rate", "Requests sent a second, over the last 5 s.")
+        self.delivered = _gauge(
+            "loadtest_delivered_rate", "Requests finished a second, over the last 5 s."
+        )
+        self.running = _gauge("loadtest_point_running", "1 while the point runs, 0 once it ended.")
+        self.valid = _gauge(
+            "loadtest_point_valid", "The point's validity verdict, so far while it runs (1: valid)."
+        )
+        self.steady = _gauge(
+            "loadtest_point_steady",
+            "The point's stability verdict, so far while it runs (1: steady).",
+        )
+        self.quantiles = _gauge(
+            "loadtest_latency_seconds",
+            "HDR percentiles of the measured requests so far, as metrics.json reports them.",
+            ("metric", "quantile"),
+        )
+        self.histograms = {
+            m: HistogramMetricFamily(
+                f"loadtest_{m}_seconds",
+                f"{m} of the measured requests so far.",
+                labels=list(LABELS),
+            )
+            for m in HISTOGRAMS
+        }
+
+    def add(self, point: LivePoint) -> None:
         s, labels = point.last, list(point.labels)
-        running.add_metric(labels, 1.0 if point.source is not None else 0.0)
+        self.running.add_metric(labels, 1.0 if point.source is not None else 0.0)
         for name, verdict in point.verdicts.items():
-            (valid if name == "valid" else steady).add_metric(labels, 1.0 if verdict else 0.0)
+            family = self.valid if name == "valid" else self.steady
+            family.add_metric(labels, 1.0 if verdict else 0.0)
         if s is None:
-            continue
+            return
         totals = s.totals or LiveTotals()
-        sent.add_metric(labels, s.sent)
-        completed.add_metric(labels, totals.completed)
+        self.sent.add_metric(labels, s.sent)
+        self.completed.add_metric(labels, totals.completed)
         for kind, n in sorted(totals.failed_by_type.items()):
-            failed.add_metric([*labels, kind], n)
+            self.failed.add_metric([*labels, kind], n)
         if totals.failed and not totals.failed_by_type:
-            failed.add_metric([*labels, "unknown"], totals.failed)
-        out_tokens.add_metric(labels, totals.output_tokens)
-        in_tokens.add_metric(labels, totals.input_tokens)
-        in_flight.add_metric(labels, s.in_flight)
+            self.failed.add_metric([*labels, "unknown"], totals.failed)
+        self.out_tokens.add_metric(labels, totals.output_tokens)
+        self.in_tokens.add_metric(labels, totals.input_tokens)
+        self.in_flight.add_metric(labels, s.in_flight)
         if totals.backlog is not None:
-            backlog.add_metric(labels, totals.backlog)
-        elapsed.add_metric(labels, s.elapsed_s)
+            self.backlog.add_metric(labels, totals.backlog)
+        self.elapsed.add_metric(labels, s.elapsed_s)
         if point.source is not None:
-            for family, value in zip((offered, delivered), point.rate_now):
+            for family, value in zip((self.offered, self.delivered), point.rate_now):
                 if value is not None:
                     family.add_metric(labels, value)
         for metric, h in totals.histograms.items():
             under, sum_us, values = h.digest(BOUNDS_US, PERCENTS)
-            if metric in histograms:
-                histograms[metric].add_metric(labels, _le(under, h.count), sum_us / 1e6)
+            if metric in self.histograms:
+                self.histograms[metric].add_metric(labels, _le(under, h.count), sum_us / 1e6)
             if h.count:
                 for q, v in zip(QUANTILES, values):
-                    quantiles.add_metric([*labels, metric, f"{q:g}"], round(v / 1000.0, 9))
-    yield from (sent, completed, failed, out_tokens, in_tokens, in_flight, backlog, elapsed,
-                offered, delivered, running, valid, steady, quantiles, *histograms.values())  # fmt: skip
+                    self.quantiles.add_metric([*labels, metric, f"{q:g}"], round(v / 1000.0, 9))
+
+    def all(self) -> tuple[Metric, ...]:
+        return (self.sent, self.completed, self.failed, self.out_tokens, self.in_tokens,
+                self.in_flight, self.backlog, self.elapsed, self.offered, self.delivered,
+                self.running, self.valid, self.steady, self.quantiles,
+                *self.histograms.values())  # fmt: skip
+
+
+def _counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> CounterMetricFamily:
+    from prometheus_client.core import CounterMetricFamily
+
+    return CounterMetricFamily(name, doc, labels=[*LABELS, *extra])
+
+
+def _gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    from prometheus_client.core import GaugeMetricFamily
+
+    return GaugeMetricFamily(name, doc, labels=[*LABELS, *extra])
 
 
 def buckets(h: LatencyHistogram) -> list[tuple[str, float]]:
