@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeGuard, TypeVar
+from typing import Generic, TypeGuard, TypeVar
 
+from loadtest.config.observing import Profile
 from loadtest.config.spec import Spec
 from loadtest.core.clock import Clock
 from loadtest.core.events import BackendEvent, Cancelled
@@ -27,9 +28,6 @@ SpecT = TypeVar("SpecT", bound=Spec)
 # metrics.json's ``backend`` section keeps it; the fields generic code reads are typed there
 # (``results.model.BackendFacts``).
 Facts = JsonObject
-
-if TYPE_CHECKING:
-    from loadtest.config.observing import Profile
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts
 from loadtest.config.backend_specs import SimSpec
+from loadtest.config.observing import Profile
 from loadtest.core.clock import Clock
 from loadtest.core.events import Admitted, BackendEvent, Cancelled, Failed, Finished, Tokens
 from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
-
-if TYPE_CHECKING:
-    from loadtest.config.observing import Profile
 
 
 class WorkClock:

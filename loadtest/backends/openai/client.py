@@ -21,7 +21,6 @@ import json
 import os
 from collections import Counter
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts
 from loadtest.backends.openai import connection
@@ -44,6 +43,7 @@ from loadtest.backends.openai.tokens import (
 from loadtest.backends.openai.unstreamed import read_unstreamed
 from loadtest.config.apis import POOLING_APIS
 from loadtest.config.backend_specs import OpenAISpec
+from loadtest.config.observing import Profile
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import BackendEvent, Cancelled, Failed, Tokens
@@ -59,9 +59,6 @@ from loadtest.workload.media import MEDIA_SETS_OPEN_ENDED
 from loadtest.workload.plan import Plan
 from loadtest.workload.requests import PlannedRequest
 from loadtest.workload.tokenizer import ByteTokenizer
-
-if TYPE_CHECKING:
-    from loadtest.config.observing import Profile
 
 
 class OpenAIBackend(Backend[OpenAISpec]):

@@ -18,13 +18,13 @@ import asyncio
 import threading
 from collections.abc import AsyncGenerator, Callable
 from multiprocessing.context import SpawnProcess
-from typing import TYPE_CHECKING
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts
 from loadtest.backends.transformers import messages
 from loadtest.backends.transformers.compiling import batching_details
 from loadtest.backends.transformers.followers import Followers
 from loadtest.backends.transformers.pipe import DEATH, WorkerPipe
+from loadtest.config.observing import Profile
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
@@ -37,9 +37,6 @@ from loadtest.workload.tokenizer import Tokenizer
 # how long a killed engine process may take to be gone (a busy machine reaps slowly)
 KILLED_EXIT_S = 30.0
 REPLY_TIMEOUT_S = 10.0  # facts, profiler, stop: the worker answers these between decode steps
-
-if TYPE_CHECKING:
-    from loadtest.config.observing import Profile
 
 
 class TransformersBackend(Backend[TransformersSpec]):

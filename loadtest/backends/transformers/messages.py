@@ -9,12 +9,10 @@ unpacks by position, with the kind as a Literal.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from loadtest.backends.base import Facts
-
-if TYPE_CHECKING:
-    from loadtest.config.observing import Profile
+from loadtest.config.observing import Profile
 
 # --- harness -> worker -------------------------------------------------------------------------
 

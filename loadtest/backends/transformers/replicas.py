@@ -16,11 +16,11 @@ import asyncio
 import functools
 from collections.abc import AsyncGenerator
 from dataclasses import asdict
-from typing import TYPE_CHECKING
 
 from loadtest.backends.base import Backend, BackendContext, BackendInfo, Facts, combine_parts
 from loadtest.backends.transformers.backend import TransformersBackend
 from loadtest.backends.transformers.compiling import batching_details
+from loadtest.config.observing import Profile
 from loadtest.config.transformers_spec import TransformersSpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
@@ -31,9 +31,6 @@ from loadtest.workload.plan import Plan
 from loadtest.workload.requests import PlannedRequest
 
 ROUTING = "least outstanding requests (ties in turn)"
-
-if TYPE_CHECKING:
-    from loadtest.config.observing import Profile
 
 
 class ReplicaRouter(Backend[TransformersSpec]):
