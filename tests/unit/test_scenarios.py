@@ -34,7 +34,7 @@ def test_each_simulated_scenario_runs_and_writes_its_result(path, tmp_path):
     loaded = load_scenario(path, ["telemetry.gpu=false"])
     result = run_virtual(lambda clock: run_scenario_async(loaded, tmp_path / "run", clock=clock))
     r = result.result.requests
-    # sim-demo is over capacity on purpose (its measured requests time out in the drain)
+    # sim-demo is over capacity on purpose (its backlog times out in the drain)
     assert result.status in ("ok", "invalid") and r.sent == r.planned and r.completed + r.failed > 0
     assert (tmp_path / "run" / "metrics.json").exists()
     assert (result.sla_verdict is not None) == (loaded.scenario.sla is not None)
