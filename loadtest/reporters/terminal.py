@@ -10,6 +10,7 @@ from loadtest.analysis.sla import overall
 from loadtest.core.text import visible_doc
 from loadtest.reporters import cost, inside, insight
 from loadtest.reporters.console import make_console, styled
+from loadtest.reporters.figures import change_pct, text4
 from loadtest.reporters.placement import placement_rows
 from loadtest.results.model import (
     LatencySummary,
@@ -148,14 +149,6 @@ def render_sla(sla: Verdict | None, console: Console) -> None:
     console.print(table)
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.1f}%"
-
-
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
 def render_regression(reg: Regression | None, console: Console) -> None:
     """The regression checks against a baseline, when there are any."""
     if not reg:
@@ -179,10 +172,10 @@ def render_regression(reg: Regression | None, console: Console) -> None:
         table.add_row(
             c.name,
             Text(c.verdict, style=VERDICT_STYLE[c.verdict]),
-            _num(c.baseline),
-            f"{_num(c.candidate)} {c.unit}",
-            _pct(c.change_pct),
-            "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}",
+            text4(c.baseline),
+            f"{text4(c.candidate)} {c.unit}",
+            change_pct(c.change_pct),
+            "-" if iv is None else f"{change_pct(iv[0])} .. {change_pct(iv[1])}",
         )
     console.print(table)
 
@@ -201,9 +194,9 @@ def render_repeat(doc: RepeatDoc, console: Console, sla: bool = True) -> None:
         if s.n:
             table.add_row(
                 name,
-                _num(s.median),
-                _num(s.min),
-                _num(s.max),
+                text4(s.median),
+                text4(s.min),
+                text4(s.max),
                 "-" if s.spread_pct is None else f"{s.spread_pct:.1f}%",
             )
     console.print(table)
@@ -232,10 +225,10 @@ def render_compare(
         )
         table.add_row(
             f"{c.name} ({c.unit})",
-            _num(c.baseline),
-            _num(c.candidate),
-            _pct(c.change_pct),
-            "-" if iv is None else f"{_pct(iv[0])} .. {_pct(iv[1])}",
+            text4(c.baseline),
+            text4(c.candidate),
+            change_pct(c.change_pct),
+            "-" if iv is None else f"{change_pct(iv[0])} .. {change_pct(iv[1])}",
             sig,
         )
     console.print(table)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from loadtest.reporters import plots
+from loadtest.reporters.figures import change_pct
 from loadtest.reporters.html.page import card, esc, num, page, svg, table
 from loadtest.results.model import RegressionCheck
 
@@ -34,10 +35,12 @@ def compare_html(
             esc(f"{c.name} ({c.unit})"),
             esc(num(c.baseline)),
             esc(num(c.candidate)),
-            esc(_pct(c.change_pct)),
+            esc(change_pct(c.change_pct)),
             "-"
             if c.change_interval_pct is None
-            else esc(f"{_pct(c.change_interval_pct[0])} .. {_pct(c.change_interval_pct[1])}"),
+            else esc(
+                f"{change_pct(c.change_interval_pct[0])} .. {change_pct(c.change_interval_pct[1])}"
+            ),
             "<b>yes</b>" if c.significant else ("-" if c.significant is None else "no"),
         )
         for c in checks
@@ -59,7 +62,3 @@ def compare_html(
         strip,
         [("comparison", "Headline deltas and percentiles overlaid", deltas + overlay)],
     )
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.1f}%"
