@@ -10,7 +10,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loadtest.backends.base import Facts
 from loadtest.backends.transformers import (
@@ -111,7 +111,9 @@ def load_model(
     torch.manual_seed(spec.seed)  # every rank alike: their replicated weights agree
     sdpa = choose_sdpa_backends(torch, device, spec.sdpa_backends)
     attention.register()  # a scenario may name it
-    attn = {"attn_implementation": spec.attn_implementation} if spec.attn_implementation else {}
+    attn: dict[str, Any] = (
+        {"attn_implementation": spec.attn_implementation} if spec.attn_implementation else {}
+    )
     split_facts: dict | None  # what the split is: none without one
     if plan is not None:
         model, split_facts = _load_split(
@@ -154,7 +156,7 @@ def _built(
     base_dir: str,
     device: torch.device,
     dtype: torch.dtype,
-    attn: dict[str, str],
+    attn: dict[str, Any],  # Any: from_pretrained types each keyword its own way
 ) -> tuple[PreTrainedModel, str, None]:
     """(model, where its weights came from, None: no tensor-parallel split)."""
     import torch
@@ -291,7 +293,7 @@ def _load_split(
     plan: dict[str, str],
     device: torch.device,
     dtype: torch.dtype,
-    attn: dict[str, str],
+    attn: dict[str, Any],
     layout: Layout,
     all_reduce: str | None = None,
 ) -> tuple[PreTrainedModel, dict]:
