@@ -19,10 +19,11 @@ import yaml
 from pydantic import ValidationError
 
 from loadtest.analysis import regression
-from loadtest.analysis.sla import FAIL, INCONCLUSIVE, evaluate, overall
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, evaluate, overall, verdict_reasons
 from loadtest.config.objectives import Sla
 from loadtest.core.errors import ScenarioError
 from loadtest.core.json_types import JsonObject
+from loadtest.core.units import figure
 from loadtest.results.model import GateResult, Regression, Replicates, RunMetrics
 from loadtest.results.runset import RunSet
 
@@ -61,6 +62,8 @@ def gate(
     result = GateResult(status=pooled.status, reasons=pooled.reasons, checks=[])
     if sla is not None and pooled.histograms is not None:
         result.checks = evaluate(sla, pooled).checks
+    elif sla is not None:
+        result.warnings.append("SLA: nothing was measured in the run")
     if baselines:
         base_runs = [m for b in baselines for m in b.measured]
         if not run.measured or not base_runs:
@@ -85,9 +88,20 @@ def gate(
                 ),
             )
             result.warnings += scenario_differences(base_runs[0], run.measured[0])
-    verdicts = [c.verdict for c in all_checks(result)]
-    # nothing checked: no evidence
-    result.verdict = overall(verdicts, pooled.status) if verdicts else INCONCLUSIVE  # type: ignore[assignment]
+    checks = all_checks(result)
+    verdict = (  # nothing checked: no evidence
+        overall([c.verdict for c in checks], pooled.status, pooled.client_lateness_only)
+        if checks
+        else INCONCLUSIVE
+    )
+    result.verdict = verdict  # type: ignore[assignment]
+    result.verdict_reasons = verdict_reasons(
+        [(f"{c.kind} {c.name}", c.verdict, c.evidence) for c in checks],
+        verdict,
+        pooled.status,
+        pooled.reasons,
+        pooled.client_lateness_only,
+    )
     return result
 
 
@@ -138,25 +152,22 @@ class GateCheck(NamedTuple):
 
 def all_checks(result: GateResult) -> list[GateCheck]:
     """Every SLA check, then every regression check."""
-    out = [
-        GateCheck(
-            "sla",
-            c.name,
-            c.verdict,
-            f"observed {c.observed} {c.unit} {c.op} {c.bound} {c.unit}: {c.reason}",
-        )
-        for c in result.checks
-    ]
+    out = [GateCheck("sla", c.name, c.verdict, c.reason) for c in result.checks]
     for r in result.regression.checks if result.regression else []:
         out.append(
             GateCheck(
                 "regression",
                 r.name,
                 r.verdict,
-                f"{r.candidate} {r.unit} vs baseline {r.baseline} {r.unit}: {r.reason}",
+                f"{_figure(r.candidate, r.unit)} against the baseline's "
+                f"{_figure(r.baseline, r.unit)}: {r.reason}",
             )
         )
     return out
+
+
+def _figure(x: float | None, unit: str) -> str:
+    return "-" if x is None else figure(x, unit)
 
 
 def junit_xml(result: GateResult, name: str) -> str:
@@ -177,7 +188,14 @@ def junit_xml(result: GateResult, name: str) -> str:
             ET.SubElement(case, "skipped", message=c.evidence)
     if result.status != "ok":
         case = ET.SubElement(suite, "testcase", classname="loadtest.run", name="run_validity")
-        ET.SubElement(case, "skipped", message=f"run {result.status}: {'; '.join(result.reasons)}")
+        said = f"run {result.status}: {'; '.join(result.reasons)}"
+        if result.verdict == INCONCLUSIVE:
+            ET.SubElement(case, "skipped", message=said)
+        else:  # the checks took the client's lateness into account: said, not skipped
+            ET.SubElement(case, "system-out").text = said
+    ET.SubElement(suite, "system-out").text = "\n".join(
+        [f"verdict: {result.verdict}"] + result.verdict_reasons
+    )
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
@@ -207,6 +225,9 @@ def markdown(result: GateResult, name: str) -> str:
                 f"| {r.name} | {r.verdict} | {_fmt(r.baseline)} | {_fmt(r.candidate)} {r.unit} | "
                 f"{change} | {_cell(r.reason)} |"
             )
+        lines.append("")
+    if result.verdict_reasons:
+        lines += [f"Why {result.verdict}:", ""] + [f"- {_cell(r)}" for r in result.verdict_reasons]
         lines.append("")
     for w in result.warnings:
         lines.append(f"Warning: {_cell(w)}")

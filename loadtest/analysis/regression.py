@@ -17,7 +17,13 @@ The interval is normal on the log scale at a Bonferroni-corrected level: with m 
 one-sided test runs at (1 - confidence) / m, so an A/A comparison fails any check with chance
 under 1 - confidence. With the minimum effect ``d`` (say 5%): FAIL when the regression is real
 and material (lo > 1 and the ratio > 1 + d); PASS when any regression is smaller than d
-(hi <= 1 + d); otherwise INCONCLUSIVE (longer or more runs would tell).
+(hi <= 1 + d); otherwise INCONCLUSIVE, with the smallest change the runs resolve (the
+interval's half-width as a ratio: a PASS needs it under d).
+
+Each side's own client lateness is kept apart as in the SLA checks (``sla.ends``): FAIL needs
+the ratio to fail at its least (the candidate's figure with its client's share taken off, the
+baseline's as observed), PASS to pass at its most. A stamp delay both sides share moves both
+alike, so only one side's excess over the other's counts.
 
 The percentile of a resample is computed exactly as hdrh computes it on the merged histogram,
 so with every interval taken once the point estimate equals the run's reported figure.
@@ -27,14 +33,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
-from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS
+from loadtest.analysis.sla import FAIL, INCONCLUSIVE, PASS, ends
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.units import PERCENTILE_NAMES
 from loadtest.results.model import RegressionCheck, RunMetrics
+from loadtest.results.runset import Evidence, RunSet
 
 DEFAULT_METRICS = (
     "ttft_p50",
@@ -64,6 +72,11 @@ class Comparison:
     verdict: str
     reason: str
     lower_is_better: bool = True
+    detectable_pct: float | None = None
+    client_free_lo: float | None = None  # the ratio at its least and most, client lateness apart
+    client_free_hi: float | None = None
+    client_could_change: bool = False
+    undecided: str | None = None  # an INCONCLUSIVE one's cause: noise, client, not_measured
 
     @property
     def change_interval_pct(self) -> tuple[float, float] | None:
@@ -277,7 +290,49 @@ def compare(
     rng = np.random.default_rng(seed)
     wb, wc = base.resample(rng, resamples), cand.resample(rng, resamples)
     tail = (1 - confidence) / len(metrics)  # Bonferroni
-    return [_check(name, base, cand, wb, wc, min_effect, tail) for name in metrics]
+    sides = Sides(_evidence(baseline_runs), _evidence(candidate_runs))
+    return [_check(name, base, cand, wb, wc, min_effect, tail, sides) for name in metrics]
+
+
+@dataclass(frozen=True)
+class Sides:
+    """Both sides pooled as SLA evidence: what of each figure is its own client's."""
+
+    base: Evidence
+    cand: Evidence
+
+    def ratio_ends(self, name: str) -> tuple[float, float] | None:
+        """The ratio (> 1 worse) at its least and most once each side's own client lateness
+        may be taken off. A stamp delay both runs share moves both alike: only its excess
+        counts. None where a side has nothing to read."""
+        b, c = self.base, self.cand
+        metric, pct = parse_metric(name)
+        if pct is None:  # throughput: a late schedule only lowers it
+            lost_b, lost_c = (_lost(e) for e in (b, c))
+            b0, c0 = b.output_tokens_per_s, c.output_tokens_per_s
+            if not b0 or not c0:
+                return None
+            return b0 * (1 - lost_c) / c0, b0 / max(1e-9, 1 - lost_b) / c0
+        hb, hc = b.histograms or {}, c.histograms or {}
+        if not hb.get(metric) or not hc.get(metric) or not hb[metric].count or not hc[metric].count:
+            return None
+        d_b, d_c = b.client.stamp_delay_ms, c.client.stamp_delay_ms
+        eb = ends(metric, pct, hb, replace(b.client, stamp_delay_ms=max(0.0, d_b - d_c)))
+        ec = ends(metric, pct, hc, replace(c.client, stamp_delay_ms=max(0.0, d_c - d_b)))
+        if eb.lo <= 0 or eb.hi <= 0:
+            return None
+        return ec.lo / eb.hi, ec.hi / eb.lo
+
+
+def _evidence(runs: Sequence[RunMetrics]) -> Evidence:
+    return RunSet(Path("."), list(runs), [str(i) for i in range(len(runs))]).pooled()
+
+
+def _lost(e: Evidence) -> float:
+    """The window's share its latest send cost."""
+    if not e.window_s:
+        return 0.0
+    return min(0.999, e.client.dispatch_max_ms / 1e3 / e.window_s)
 
 
 def _check(
@@ -288,6 +343,7 @@ def _check(
     wc: np.ndarray,
     min_effect: float,
     tail: float,
+    sides: Sides | None = None,
 ) -> Comparison:
     lower_is_better = parse_metric(name)[1] is not None
     unit = "ms" if lower_is_better else "tok/s"
@@ -305,6 +361,7 @@ def _check(
             INCONCLUSIVE,
             "not measured in both runs",
             lower_is_better,
+            undecided="not_measured",
         )
     ratio = c0 / b0 if lower_is_better else b0 / c0
     vb, dof_b = base.log_variance(name, wb)
@@ -319,28 +376,81 @@ def _check(
             None,
             None,
             INCONCLUSIVE,
-            "too few intervals to resample",
+            "too few intervals to resample (longer runs)",
             lower_is_better,
+            undecided="noise",
         )
     # Student's t on the log scale: the spread is multiplicative, the variance is itself estimated
     # from a few dozen blocks (a normal quantile made A/A fail ~3x too often), and an extreme
     # quantile of a finite set of resamples would be unstable.
+    z = student_t_quantile(1 - tail, _welch_dof([(vb, dof_b), (vc, dof_c)]))
+    sd = math.sqrt(vb + vc)
+    spread = math.exp(z * sd)
+    lo, hi = ratio / spread, ratio * spread
+    ends_ = (sides.ratio_ends(name) if sides else None) or (ratio, ratio)
+    # the ratio the client's lateness may have moved: its least for FAIL, its most for PASS
+    least, most = min(ends_[0], ratio), max(ends_[1], ratio)
+    detectable = 100 * (spread - 1)
+    level = f"{1 - 2 * tail:.1%}"
+    span = (
+        f"worse by {100 * (ratio - 1):+.1f}% ({level} interval {100 * (lo - 1):+.1f}% .. "
+        f"{100 * (hi - 1):+.1f}%)"
+    )
+    plain_fail = lo > 1 and ratio > 1 + min_effect
+    plain_pass = hi <= 1 + min_effect
+    fail = least / spread > 1 and least > 1 + min_effect
+    ok = most * spread <= 1 + min_effect
+    could_change = plain_fail != fail or plain_pass != ok
+    undecided = None
+    if fail:
+        verdict, why = FAIL, f"{span}: a regression beyond the {min_effect:.0%} minimum effect"
+        if least < ratio:
+            why += f", still {100 * (least - 1):+.1f}% with the client's own lateness taken off"
+    elif ok:
+        verdict, why = PASS, f"{span}: any regression is under {min_effect:.0%}"
+    elif plain_fail or plain_pass:
+        verdict, undecided = INCONCLUSIVE, "client"
+        why = (
+            f"{span}: decided as observed, but with each run's own client lateness taken off "
+            f"the change lies anywhere in {100 * (least - 1):+.1f}% .. {100 * (most - 1):+.1f}%: "
+            "the clients' lateness spans the minimum effect"
+        )
+    else:
+        verdict, undecided = INCONCLUSIVE, "noise"
+        why = (
+            f"{span}: cannot rule out a {min_effect:.0%} regression: these runs resolve changes "
+            f"of {detectable:.1f}% at this confidence"
+            + (
+                ", more than the minimum effect (longer runs or more replicates: --repeat; "
+                "or a larger --min-effect)"
+                if detectable > 100 * min_effect
+                else " (the change itself is near the minimum effect)"
+            )
+        )
+    return Comparison(
+        name,
+        b0,
+        c0,
+        unit,
+        ratio,
+        lo,
+        hi,
+        verdict,
+        why,
+        lower_is_better,
+        detectable_pct=detectable,
+        client_free_lo=least,
+        client_free_hi=most,
+        client_could_change=could_change,
+        undecided=undecided,
+    )
+
+
+def student_t_quantile(p: float, dof: float) -> float:
+    """Student's t quantile (scipy, imported only when a comparison needs it)."""
     from scipy.stats import t as student_t  # lazy: only a gate with baselines needs it
 
-    z = float(student_t.ppf(1 - tail, _welch_dof([(vb, dof_b), (vc, dof_c)])))
-    sd = math.sqrt(vb + vc)
-    lo, hi = ratio * math.exp(-z * sd), ratio * math.exp(z * sd)
-    span = f"worse by {100 * (ratio - 1):+.1f}% ({1 - 2 * tail:.1%} interval {100 * (lo - 1):+.1f}% .. {100 * (hi - 1):+.1f}%)"
-    if lo > 1 and ratio > 1 + min_effect:
-        verdict, why = FAIL, f"{span}: a regression beyond the {min_effect:.0%} minimum effect"
-    elif hi <= 1 + min_effect:
-        verdict, why = PASS, f"{span}: any regression is under {min_effect:.0%}"
-    else:
-        verdict, why = (
-            INCONCLUSIVE,
-            f"{span}: cannot rule out a {min_effect:.0%} regression (more runs: --repeat)",
-        )
-    return Comparison(name, b0, c0, unit, ratio, lo, hi, verdict, why, lower_is_better)
+    return float(student_t.ppf(p, dof))
 
 
 def _num(x: float) -> float | None:

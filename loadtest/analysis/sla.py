@@ -1,24 +1,45 @@
 """SLA checks -> a three-valued verdict with reasons: PASS, FAIL or INCONCLUSIVE.
 
-A percentile bound ``metric_pX <= B`` is judged on the saved histogram. FAIL when the observed
-percentile is over B. PASS only with evidence: MLPerf's early-stopping rule, i.e. with ``k`` of
-``n`` samples over B, the chance of seeing at most ``k`` misses if the true tail fraction were
-``1 - X/100`` must be at most ``1 - confidence``. With no misses at 99% confidence a p99 bound
-needs 459 samples; fewer is INCONCLUSIVE, never PASS. Error-rate bounds use the same rule.
+A percentile bound ``metric_pX <= B`` is judged on the saved histograms, with the client's own
+measured share of each figure kept apart (``ClientShare``). The client's lateness can only make
+a latency from the intended send look worse: a late send, a stamp taken late by a busy loop. So
+the server's true figure lies between the figure with the client's share taken off (the
+service-time twin, less the stamp delay) and the observed one:
+
+- PASS when the observed figure passes, with evidence: MLPerf's early-stopping rule, i.e. with
+  ``k`` of ``n`` samples over B, the chance of seeing at most ``k`` misses if the true tail
+  fraction were ``1 - X/100`` must be at most ``1 - confidence``. With no misses at 99%
+  confidence a p99 bound needs 459 samples; fewer is INCONCLUSIVE, never PASS;
+- FAIL when the figure still fails with the client's share taken off;
+- INCONCLUSIVE in between, and for too few samples, each with its cause and reason.
+
+ITL and TPOT are differences of two stamps, so a late stamp can move them either way: their
+interval is the observed figure plus or minus the stamp delay. Error-rate bounds use the same
+evidence rule, with the client's own failures (it ran out of file descriptors) kept apart; a
+throughput floor counts the window the client's lateness cost.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
 from loadtest.config.objectives import Sla
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.core.units import figure
 from loadtest.results.model import Check, Verdict
-from loadtest.results.runset import Evidence
+from loadtest.results.model.judged import Undecided
+from loadtest.results.runset import ClientShare, Evidence
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+
+# A latency's service-time twin: the same figure from the actual send, not the intended one.
+SERVICE_TWIN = {"ttft": "ttft_service", "e2e": "e2e_service"}
+# Figures from the intended send that have no twin: the latest send's lateness may be in each.
+FROM_INTENDED = {"ttft", "e2e", "queue", "ttft_answer"}
+# Differences of two stamps: a late stamp moves them either way.
+GAPS = {"itl", "tpot"}
 
 
 def binom_cdf(k: int, n: int, p: float) -> float:
@@ -54,6 +75,11 @@ def samples_needed(misses: int, tail: float, confidence: float) -> int:
     return lo
 
 
+def enough(misses: int, n: int, tail: float, confidence: float) -> bool:
+    """The early-stopping rule: ``misses`` of ``n`` over the bound still claim the percentile."""
+    return binom_cdf(misses, n, tail) <= 1 - confidence
+
+
 def _check(
     name: str,
     verdict: str,
@@ -64,7 +90,14 @@ def _check(
     reason: str,
     samples: int | None = None,
     needed: int | None = None,
+    client_free: float | None = None,
+    undecided: Undecided | None = None,
 ) -> Check:
+    could_change = (
+        client_free is not None
+        and observed is not None
+        and ((observed <= bound) != (client_free <= bound) if op == "<=" else False)
+    )
     return Check(
         name=name,
         verdict=verdict,
@@ -75,76 +108,185 @@ def _check(
         reason=reason,
         samples=samples,
         samples_needed=needed,
+        client_free=client_free,
+        client_could_change=could_change or undecided == "client",
+        undecided=undecided if verdict == INCONCLUSIVE else None,
     )
+
+
+@dataclass(frozen=True)
+class Ends:
+    """Where the server's true percentile can lie, given the client's measured share: from
+    ``lo`` (that share taken off) to ``hi``; and how the misses over a bound count at each end."""
+
+    lo: float
+    hi: float
+    up_shift_ms: float  # the true figure may be this much above the observed one (gaps)
+    lower: LatencyHistogram  # the histogram the low end is read from
+    lower_shift_ms: float  # what of the client's is still in ``lower``'s samples
+
+
+def ends(metric: str, pct: float, hists: dict[str, LatencyHistogram], share: ClientShare) -> Ends:
+    """The interval of ``metric``'s ``pct`` percentile that the client's own lateness leaves."""
+    hist = hists[metric]
+    observed, stamp = hist.percentile_ms(pct), share.stamp_delay_ms
+    if metric in GAPS:
+        return Ends(max(0.0, observed - stamp), observed + stamp, stamp, hist, stamp)
+    twin = hists.get(SERVICE_TWIN.get(metric, ""))
+    if twin is not None and twin.count:
+        lower, shift = twin, stamp
+    elif metric in FROM_INTENDED:
+        lower, shift = hist, share.dispatch_max_ms + stamp
+    else:  # a service-time figure: only the stamp is the client's
+        lower, shift = hist, stamp
+    lo = min(observed, max(0.0, lower.percentile_ms(pct) - shift))
+    return Ends(lo, observed, 0.0, lower, shift)
 
 
 def percentile_check(
-    name: str, hist: LatencyHistogram, pct: float, bound_ms: float, confidence: float
+    name: str,
+    hist: LatencyHistogram,
+    pct: float,
+    bound_ms: float,
+    confidence: float,
+    hists: dict[str, LatencyHistogram] | None = None,
+    share: ClientShare | None = None,
+    metric: str | None = None,
 ) -> Check:
-    """``pct`` of ``hist`` at most ``bound_ms``: FAIL if over, PASS only with enough evidence."""
+    """``pct`` of ``hist`` at most ``bound_ms``: PASS when the observed figure passes with
+    evidence; FAIL when it fails with the client's share taken off; else INCONCLUSIVE."""
     n = hist.count
     if n == 0:
-        return _check(name, INCONCLUSIVE, None, bound_ms, "<=", "ms", "no samples", 0, None)
-    observed = hist.percentile_ms(pct)
-    misses = hist.count_above_us(int(bound_ms * 1000))
-    tail = 1 - pct / 100
-    if observed > bound_ms:
         return _check(
             name,
-            FAIL,
-            observed,
+            INCONCLUSIVE,
+            None,
             bound_ms,
             "<=",
             "ms",
-            f"observed {observed:g} ms > {bound_ms:g} ms ({misses} of {n} samples over)",
-            n,
+            "no samples",
+            0,
+            undecided="not_measured",
         )
-    if binom_cdf(misses, n, tail) <= 1 - confidence:
+    metric = metric or name
+    e = ends(metric, pct, {**(hists or {}), metric: hist}, share or ClientShare())
+    tail, p = 1 - pct / 100, f"p{pct:g}"
+    said = f"observed {figure(e.hi, 'ms')}, limit {figure(bound_ms, 'ms')}"
+    free = f"{figure(e.lo, 'ms')} with the client's own lateness taken off"
+    if e.lo > bound_ms:
+        over = e.lower.count_above_us(int((bound_ms + e.lower_shift_ms) * 1000))
+        return _check(
+            name,
+            FAIL,
+            e.hi,
+            bound_ms,
+            "<=",
+            "ms",
+            f"{said}: over the limit, and {free} ({over} of {n} samples over)",
+            samples=n,
+            client_free=e.lo,
+        )
+    if e.hi > bound_ms:
+        return _check(
+            name,
+            INCONCLUSIVE,
+            e.hi,
+            bound_ms,
+            "<=",
+            "ms",
+            f"{said}: over the limit as observed, under it at {free}: the client's lateness "
+            "spans the limit (give the client more room: a core of its own, more workers)",
+            undecided="client",
+            samples=n,
+            client_free=e.lo,
+        )
+    misses = hist.count_above_us(int((bound_ms - e.up_shift_ms) * 1000))
+    if enough(misses, n, tail, confidence):
         return _check(
             name,
             PASS,
-            observed,
+            e.hi,
             bound_ms,
             "<=",
             "ms",
-            f"{misses} of {n} samples over {bound_ms:g} ms: p{_fmt_pct(pct)} <= bound at {confidence:.0%} confidence",
-            n,
+            f"{said}: {misses} of {n} samples over, so {p} <= limit at {confidence:.0%} confidence",
+            samples=n,
+            client_free=e.lo,
         )
     need = samples_needed(misses, tail, confidence)
+    misses_free = e.lower.count_above_us(int((bound_ms + e.lower_shift_ms) * 1000))
+    if enough(misses_free, n, tail, confidence):
+        return _check(
+            name,
+            INCONCLUSIVE,
+            e.hi,
+            bound_ms,
+            "<=",
+            "ms",
+            f"{said}: {misses} of {n} samples over as observed, {misses_free} with the client's "
+            f"own lateness taken off: the client's lateness decides whether {n} samples are "
+            f"enough for {confidence:.0%} confidence",
+            needed=need,
+            undecided="client",
+            samples=n,
+            client_free=e.lo,
+        )
     return _check(
         name,
         INCONCLUSIVE,
-        observed,
+        e.hi,
         bound_ms,
         "<=",
         "ms",
-        f"observed {observed:g} ms is within the bound, but {n} samples with {misses} over are too few "
-        f"for {confidence:.0%} confidence (needs >= {need})",
-        n,
-        need,
+        f"{said}: within it, but {n} samples with {misses} over are too few to claim {p} at "
+        f"{confidence:.0%} confidence (needs >= {need} samples)",
+        needed=need,
+        undecided="samples",
+        samples=n,
+        client_free=e.lo,
     )
 
 
-def error_rate_check(failed: int, finished: int, bound: float, confidence: float) -> Check:
-    """Failed / finished at most ``bound``, with the same evidence rule."""
+def error_rate_check(
+    failed: int, finished: int, bound: float, confidence: float, client_failed: int = 0
+) -> Check:
+    """Failed / finished at most ``bound``, with the same evidence rule; the client's own
+    failures are the server's only at the observed end."""
     if finished == 0:
-        return _check("error_rate", INCONCLUSIVE, None, bound, "<=", "", "no finished requests", 0)
+        return _check(
+            "error_rate",
+            INCONCLUSIVE,
+            None,
+            bound,
+            "<=",
+            "",
+            "no finished requests",
+            0,
+            undecided="not_measured",
+        )
     rate = failed / finished
+    server = finished - client_failed
+    free = (failed - client_failed) / server if server else 0.0
+    said = f"{failed} of {finished} requests failed"
+    if client_failed:
+        said += f" ({client_failed} of them the client's own)"
+    if free > bound:
+        return _check("error_rate", FAIL, rate, bound, "<=", "", said, finished, client_free=free)
     if rate > bound:
         return _check(
             "error_rate",
-            FAIL,
+            INCONCLUSIVE,
             rate,
             bound,
             "<=",
             "",
-            f"{failed} of {finished} requests failed",
+            f"{said}: over {bound:g} only with the client's own failures counted",
             finished,
+            client_free=free,
+            undecided="client",
         )
-    if (bound == 0 and failed == 0) or binom_cdf(failed, finished, bound) <= 1 - confidence:
-        return _check(
-            "error_rate", PASS, rate, bound, "<=", "", f"{failed} of {finished} failed", finished
-        )
+    if (bound == 0 and failed == 0) or enough(failed, finished, bound, confidence):
+        return _check("error_rate", PASS, rate, bound, "<=", "", said, finished, client_free=free)
     need = samples_needed(failed, bound, confidence)
     return _check(
         "error_rate",
@@ -153,37 +295,75 @@ def error_rate_check(failed: int, finished: int, bound: float, confidence: float
         bound,
         "<=",
         "",
-        f"{failed} of {finished} failed: too few requests for {confidence:.0%} confidence (needs >= {need})",
+        f"{said}: too few requests to claim a rate <= {bound:g} at {confidence:.0%} confidence "
+        f"(needs >= {need})",
         finished,
         need,
+        client_free=free,
+        undecided="samples",
     )
 
 
-def floor_check(name: str, observed: float | None, bound: float, unit: str) -> Check:
-    """A throughput at least ``bound`` (a rate is measured, not sampled: no evidence rule)."""
+def floor_check(
+    name: str, observed: float | None, bound: float, unit: str, lost_share: float = 0.0
+) -> Check:
+    """A throughput at least ``bound`` (a rate is measured, not sampled: no evidence rule).
+    ``lost_share``: the window's share the client's latest send cost (the schedule ran that
+    much late), so the server's own rate may be up to ``observed / (1 - lost_share)``."""
     if observed is None:
-        return _check(name, INCONCLUSIVE, None, bound, ">=", unit, "not measured (no window)")
-    verdict = PASS if observed >= bound else FAIL
-    return _check(name, verdict, observed, bound, ">=", unit, f"observed {observed:.4g} {unit}")
+        return _check(
+            name,
+            INCONCLUSIVE,
+            None,
+            bound,
+            ">=",
+            unit,
+            "not measured (no window)",
+            undecided="not_measured",
+        )
+    free = observed / max(1e-9, 1 - min(lost_share, 0.999))
+    said = f"observed {figure(observed, unit)}, floor {figure(bound, unit)}"
+    if observed >= bound:
+        return _check(name, PASS, observed, bound, ">=", unit, said, client_free=free)
+    if free >= bound:
+        return _check(
+            name,
+            INCONCLUSIVE,
+            observed,
+            bound,
+            ">=",
+            unit,
+            f"{said}: under it, but the client sent up to {lost_share:.1%} of the window late, "
+            f"which could account for it ({figure(free, unit)} without)",
+            client_free=free,
+            undecided="client",
+        )
+    return _check(name, FAIL, observed, bound, ">=", unit, said, client_free=free)
 
 
 def evaluate(sla: Sla, evidence: Evidence) -> Verdict:
     """Every objective of ``sla`` as a check on ``evidence``, and the overall verdict."""
     confidence = sla.confidence
     checks = []
+    share = evidence.client
     if sla.error_rate is not None:
         checks.append(
             error_rate_check(
-                evidence.failed, evidence.failed + evidence.completed, sla.error_rate, confidence
+                evidence.failed,
+                evidence.failed + evidence.completed,
+                sla.error_rate,
+                confidence,
+                share.failed,
             )
         )
+    lost = share.dispatch_max_ms / 1e3 / evidence.window_s if evidence.window_s else 0.0
     for name, observed, unit in (
-        ("output_tokens_per_s", evidence.output_tokens_per_s, "output_tokens/s"),
-        ("requests_per_s", evidence.requests_per_s, "requests/s"),
+        ("output_tokens_per_s", evidence.output_tokens_per_s, "output tok/s"),
+        ("requests_per_s", evidence.requests_per_s, "req/s"),
     ):
         bound = getattr(sla, name)
         if bound is not None:
-            checks.append(floor_check(name, observed, bound, unit))
+            checks.append(floor_check(name, observed, bound, unit, lost))
     checks += _latency_checks(sla, evidence)
     # a model mix: each model's latencies and errors judged on their own too (a floor on the
     # run's throughput is the run's: the models share it)
@@ -193,39 +373,118 @@ def evaluate(sla: Sla, evidence: Evidence) -> Verdict:
             mine.append(
                 error_rate_check(own.failed, own.failed + own.completed, sla.error_rate, confidence)
             )
-        mine += _latency_checks(sla, replace(own, steady=evidence.steady, status=evidence.status))
+        mine += _latency_checks(
+            sla,
+            replace(
+                own,
+                steady=evidence.steady,
+                short_delivery=evidence.short_delivery,
+                status=evidence.status,
+                client=share,
+            ),
+        )
         checks += [c.model_copy(update={"name": f"{c.name} [{model}]"}) for c in mine]
-    return Verdict(verdict=overall(checks, evidence.status), checks=checks)
+    return decide(checks, evidence.status, evidence.reasons, evidence.client_lateness_only)
 
 
 def _latency_checks(sla: Sla, evidence: Evidence) -> list[Check]:
     """Each latency bound of ``sla`` judged on ``evidence``'s histograms."""
     confidence, checks = sla.confidence, []
+    hists = evidence.histograms or {}
+    maybe_overloaded = evidence.steady is False or (
+        evidence.steady is None and evidence.short_delivery
+    )
     for name, metric, pct, bound_ns in sla.latency_bounds():
-        hist = (evidence.histograms or {}).get(metric, LatencyHistogram())
-        check = percentile_check(name, hist, pct, bound_ns / 1e6, confidence)
-        if evidence.steady is False and check.verdict == PASS:
+        hist = hists.get(metric, LatencyHistogram())
+        check = percentile_check(
+            name, hist, pct, bound_ns / 1e6, confidence, hists, evidence.client, metric
+        )
+        if maybe_overloaded and check.verdict == PASS:
             # A backlog that grows for the whole run: a longer run would show higher latencies.
+            what = (
+                "the run was overloaded (not steady)"
+                if evidence.steady is False
+                else "the run delivered less than it was offered, and too few requests show "
+                "whether it kept up (stability unknown)"
+            )
             check = check.model_copy(
                 update={
                     "verdict": INCONCLUSIVE,
-                    "reason": "the run was overloaded (not steady): its latencies grow with the "
-                    f"run's length, so a pass now says nothing ({check.reason})",
+                    "undecided": "unsteady",
+                    "reason": f"{what}: its latencies may grow with the run's length, so a "
+                    f"pass now says nothing ({check.reason})",
                 }
             )
         checks.append(check)
     return checks
 
 
-def overall(checks: Iterable[Check | str], status: str = "ok") -> str:
-    """FAIL if any check failed; else INCONCLUSIVE if any was, or the run is not ok; else PASS.
-    ``checks``: Check objects or verdict strings."""
+def overall(
+    checks: Iterable[Check | str], status: str = "ok", client_lateness_only: bool = False
+) -> str:
+    """FAIL if any check failed; else INCONCLUSIVE if any was, or the run is not ok for a
+    reason the checks could not take into account; else PASS. ``checks``: Check objects or
+    verdict strings. An invalid run whose every reason is the client's own lateness can PASS:
+    each check has counted that lateness against the server already."""
     verdicts = {c if isinstance(c, str) else c.verdict for c in checks}
     if FAIL in verdicts:
         return FAIL
-    if INCONCLUSIVE in verdicts or status != "ok":
+    if INCONCLUSIVE in verdicts:
         return INCONCLUSIVE
-    return PASS
+    if status == "ok" or (status == "invalid" and client_lateness_only):
+        return PASS
+    return INCONCLUSIVE
+
+
+def decide(
+    checks: list[Check],
+    status: str,
+    run_reasons: Sequence[str] = (),
+    client_lateness_only: bool = False,
+) -> Verdict:
+    """The overall verdict of ``checks`` on a run of ``status``, with the reasons it rests on."""
+    verdict = overall(checks, status, client_lateness_only)
+    reasons = verdict_reasons(
+        [(c.name, c.verdict, c.reason) for c in checks],
+        verdict,
+        status,
+        run_reasons,
+        client_lateness_only,
+    )
+    return Verdict(verdict=verdict, checks=checks, reasons=reasons)
+
+
+def verdict_reasons(
+    checks: Iterable[tuple[str, str, str]],
+    verdict: str,
+    status: str,
+    run_reasons: Sequence[str] = (),
+    client_lateness_only: bool = False,
+) -> list[str]:
+    """What a verdict rests on: each failed and each undecided check (name, verdict, reason),
+    and the run's status where it is not ok (why a verdict that every check passed is still
+    INCONCLUSIVE, or why an invalid run's verdict stands)."""
+    checks = list(checks)
+    reasons = [f"{name} failed: {reason}" for name, v, reason in checks if v == FAIL]
+    reasons += [f"{name} undecided: {reason}" for name, v, reason in checks if v == INCONCLUSIVE]
+    why = "; ".join(run_reasons) or "no reason recorded"
+    if status == "ok":
+        pass
+    elif status == "invalid" and client_lateness_only:
+        reasons.append(
+            f"the run is invalid only for the client's own lateness ({why}); every check "
+            "counted that lateness against the server, so the checks' verdicts stand"
+        )
+    elif verdict == INCONCLUSIVE and not reasons:
+        reasons.append(
+            f"the run is {status} ({why}): every check passed, but no PASS can rest on a run "
+            f"that is {status} for a reason the checks cannot take into account"
+        )
+    else:
+        reasons.append(f"the run is {status}: {why}")
+    if not checks:
+        reasons.append("nothing was checked: no evidence either way")
+    return reasons
 
 
 def _fmt_pct(p: float) -> str:

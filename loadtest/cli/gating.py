@@ -85,6 +85,7 @@ def gate_and_report(
         console.print(f"warning: {warning}", style="yellow")
     style = terminal.VERDICT_STYLE[result.verdict]
     console.print(styled("gate: ", (result.verdict, style)))
+    terminal.render_reasons(f"gate {result.verdict}", result.verdict_reasons, console)
     name = run_dir.name
     if junit:
         atomic.write_text(junit, gate.junit_xml(result, name))
@@ -94,7 +95,7 @@ def gate_and_report(
             f.write(gate.markdown(result, name))
             if cost is not None:
                 f.write(f"\nBaseline -> run: {cost.line()}.\n")
-    return exit_codes.for_verdict(result.verdict)
+    return exit_codes.for_gate(result.status, result.verdict)
 
 
 def metric_names(metric: list[str] | None) -> tuple:

@@ -22,6 +22,10 @@ class Spec(StrictModel):
     # simulator): then the loop's busy share is partly the server's, and advice about the
     # client must not blame it for that load
     serves_in_client_loop: ClassVar[bool] = False
+    # whether tokens are stamped when this client's event loop reads them (served models, the
+    # simulator), so a busy loop makes stamps late; False where the process that makes them
+    # stamps them (the local engine)
+    stamps_in_client_loop: ClassVar[bool] = True
 
     def preflight(self, base_dir: Path) -> list[Problem]:
         """Cheap checks of referenced files (no imports of heavy modules): ``[(field_path, message)]``."""

@@ -33,6 +33,7 @@ class TransformersSpec(Spec):
     """A Hugging Face transformers model run in-process, in an engine worker process."""
 
     kind: Literal["transformers"] = "transformers"
+    stamps_in_client_loop: ClassVar[bool] = False  # the engine process stamps its tokens
     workers_refused: ClassVar[str | None] = (
         "the engine is one model in one process: each worker would load a copy of its own"
     )

@@ -46,11 +46,22 @@ def for_verdict(verdict: str | None) -> int:
 
 
 def for_result(status: str, verdict: str | None, interrupted_by: str | None = None) -> int:
-    """The exit code of a run, a replicate set or a sweep, from its status and SLA verdict."""
+    """The exit code of a run, a replicate set, a sweep point or a gate, by one precedence
+    (docs/outputs.md): interrupted (128 + N) > the system under test failed (4) > the verdict
+    (FAIL 1, INCONCLUSIVE 3, PASS 0) > an invalid run with no verdict (3) > ok (0).
+
+    A verdict already weighs the run's validity: it is PASS on an invalid run only where every
+    reason is the client's own lateness, which each check counted against the server."""
     if status == "interrupted":
         return SIGNALS.get(interrupted_by or "SIGINT", INTERRUPTED)
     if status == "failed":
         return FAILED
-    if status == "invalid":
-        return INVALID
-    return for_verdict(verdict)
+    if verdict is not None:
+        return for_verdict(verdict)
+    return INVALID if status == "invalid" else OK
+
+
+def for_gate(status: str, verdict: str) -> int:
+    """The exit code of ``gate`` on a saved run: the same precedence, except that the run's
+    own interruption is not this command's (its verdict is INCONCLUSIVE at best, or FAIL)."""
+    return for_result("ok" if status == "interrupted" else status, verdict)

@@ -95,6 +95,15 @@ def format_duration_ns(ns: int) -> str:
     return f"{ns}ns"
 
 
+def figure(x: float, unit: str = "") -> str:
+    """A measured figure as a verdict's reason writes it: 581.119 ms -> ``581 ms``, 4.731 ->
+    ``4.73``, 0.05 -> ``0.05``; whole numbers above 100, so a reader compares at a glance."""
+    if x != x:  # NaN
+        return "-"
+    text = f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
+    return f"{text} {unit}" if unit else text
+
+
 # The percentiles every summary reports, and their names: "p99" -> 99.0, "p999" -> 99.9.
 # Summaries, SLA fields and regression metrics all use these names.
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)

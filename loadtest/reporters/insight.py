@@ -142,13 +142,18 @@ def sessions_rows(sessions: SessionsResult | None) -> list[tuple[str, str]]:
     return rows
 
 
+def steadiness(stability: Stability) -> str:
+    """The stability verdict in a word: steady, OVERLOADED, or unknown (with too little to tell)."""
+    return {True: "steady", False: "OVERLOADED", None: "unknown"}[stability.steady]
+
+
 def stability_rows(stability: Stability | None) -> list[tuple[str, str]]:
     """Label/value rows of the stability judgement: the verdict, rates, backlog, trends."""
     if not stability:
         return []
     g = text4
     rows = [
-        ("verdict", "steady" if stability.steady else "OVERLOADED"),
+        ("verdict", steadiness(stability)),
         ("offered req/s", g(stability.offered_rps) if stability.open_loop else "closed loop"),
         ("delivered req/s", g(stability.delivered_rps)),
         (
@@ -220,7 +225,9 @@ def steps_rows(steps: StepsResult | None) -> list[tuple[str, str]]:
     rows = []
     for st in steps.steps:
         verdict = (
-            "-" if st.stability is None else ("steady" if st.stability.steady else "NOT carried")
+            "-"
+            if st.stability is None
+            else {True: "steady", False: "NOT carried", None: "unknown"}[st.stability.steady]
         )
         rows.append(
             (
@@ -351,9 +358,21 @@ def _server_of_share(server: ServerMetrics | None) -> str:
     return f"; the server's: {', '.join(parts)}" if parts else ""
 
 
-def sla_cells(check: Check) -> tuple[str, str]:
-    """An SLA check's observed value and bound, each with its unit: the one spelling the
-    terminal, Markdown and HTML reports share."""
+def sla_cells(check: Check) -> tuple[str, str, str]:
+    """An SLA check's observed value, the same with the client's own share taken off (marked
+    ``*`` where that share could change the verdict), and its bound, each with its unit: the
+    one spelling the terminal, Markdown and HTML reports share."""
     unit = f" {check.unit}" if check.unit else ""
     observed = "-" if check.observed is None else f"{check.observed:.4g}{unit}"
-    return observed, f"{check.op} {check.bound:g}{unit}"
+    free = "-" if check.client_free is None else f"{check.client_free:.4g}{unit}"
+    if check.client_could_change:
+        free += " *"
+    return observed, free, f"{check.op} {check.bound:g}{unit}"
+
+
+SLA_COLUMNS = ("check", "verdict", "observed", "client's share off", "bound", "evidence")
+CLIENT_NOTE = (
+    "client's share off: the figure with the client's own measured lateness taken off; the "
+    "server's true figure lies between it and the observed one (* where that could change "
+    "the verdict)"
+)

@@ -103,14 +103,15 @@ def _sla(sla: Verdict) -> list[str]:
         "",
         f"## SLA: {sla.verdict}",
         "",
-        "| check | verdict | observed | bound | evidence |",
-        "|---|---|---|---|---|",
+        "| " + " | ".join(insight.SLA_COLUMNS) + " |",
+        "|" + "---|" * len(insight.SLA_COLUMNS),
     ]
     for c in sla.checks:
-        observed, bound = insight.sla_cells(c)
-        lines.append(
-            f"| {c.name} | {c.verdict} | {_esc(observed)} | {_esc(bound)} | {_esc(c.reason)} |"
-        )
+        cells = (c.name, c.verdict, *insight.sla_cells(c), c.reason)
+        lines.append("| " + " | ".join(_esc(x) for x in cells) + " |")
+    lines += ["", _esc(insight.CLIENT_NOTE) + "."]
+    if sla.reasons:
+        lines += ["", f"Why {sla.verdict}:", ""] + [f"- {_esc(r)}" for r in sla.reasons]
     return lines
 
 

@@ -136,17 +136,22 @@ def render_sla(sla: Verdict | None, console: Console) -> None:
         title_style=VERDICT_STYLE[sla.verdict],
     )
     for col in ("check", "verdict", "observed", "bound", "evidence"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "verdict")
     for c in sla.checks:
-        obs, bound = insight.sla_cells(c)
+        observed, free, bound = insight.sla_cells(c)
+        if free not in (observed, "-"):  # 80 columns: the client-free figure under the observed
+            observed += f"\n({free} off)"
         table.add_row(
-            c.name,
-            Text(c.verdict, style=VERDICT_STYLE[c.verdict]),
-            obs,
-            bound,
-            c.reason,
+            c.name, Text(c.verdict, style=VERDICT_STYLE[c.verdict]), observed, bound, c.reason
         )
     console.print(table)
+    render_reasons(f"SLA {sla.verdict}", sla.reasons, console)
+
+
+def render_reasons(title: str, reasons: list[str], console: Console) -> None:
+    """What a verdict rests on, a line each, under its table."""
+    for reason in reasons:
+        console.print(f"{title}: {reason}", style="yellow", highlight=False)
 
 
 def render_regression(reg: Regression | None, console: Console) -> None:

@@ -44,7 +44,7 @@ from loadtest.results.model import (
     Window,
 )
 from loadtest.results.steps import judge_steps
-from loadtest.results.validity import judge_run, window_seconds
+from loadtest.results.validity import judge_run, stamp_delay_ms, window_seconds
 from loadtest.telemetry.environment_section import Environment
 
 DEFINITIONS = {
@@ -121,7 +121,7 @@ def build_result(
         window=_window(outcome, window_s),
         latency_ms=latency,
         throughput=throughput,
-        harness=_harness(outcome),
+        harness=_harness(outcome, stamp_delay_ms(scenario, outcome.loop_lag)),
         validity=validity,
         stability=stability,
         goodput=goodput,
@@ -163,9 +163,10 @@ def _throughput(rec: Recorder, window_s: float | None, api: ApiResult | None) ->
     )
 
 
-def _harness(outcome: RunOutcome) -> Harness:
+def _harness(outcome: RunOutcome, stamp_delay: float) -> Harness:
     """How the harness itself did: its loop's lag, what held it back, how it failed."""
     return Harness(
+        stamp_delay_ms=stamp_delay,
         loop_lag_ms=LatencySummary(**outcome.loop_lag.summary_ms()),
         throttled_requests=outcome.throttled,
         failure=outcome.failure,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.results.model import RepeatDoc, ResultReadError, RunMetrics, read_repeat, read_run
+from loadtest.results.stability import SHORTFALL
 
 REPEAT_FILE = "repeat.json"
 _STATUS_ORDER = ("failed", "interrupted", "invalid", "ok")  # the pooled status is the worst
@@ -23,6 +24,38 @@ class RunSetError(Exception):
     """A run or repeat directory that cannot be read (a usage error)."""
 
     pass
+
+
+@dataclass(frozen=True)
+class ClientShare:
+    """What of a run's figures may be the client's own (ms): the latest send's lateness (any
+    latency from the intended send may hold up to it), how late a token's stamp may be for the
+    client's own loop (0 where the engine stamps them), and its own failures (it ran out of
+    file descriptors). Replicates: the worst of each, the failures summed."""
+
+    dispatch_max_ms: float = 0.0
+    stamp_delay_ms: float = 0.0
+    failed: int = 0
+
+    @classmethod
+    def of_run(cls, result: RunMetrics) -> ClientShare:
+        lag = result.latency_ms.get("dispatch_lag") if result.latency_ms else None
+        harness = result.harness
+        stamp = 0.0
+        if harness is not None:  # older results said nothing of where stamps are taken
+            known = harness.stamp_delay_ms
+            stamp = known if known is not None else (harness.loop_lag_ms.p99 or 0.0)
+        failed = sum(
+            n for kind, n in result.requests.errors_by_type.items() if kind.startswith("client_")
+        )
+        return cls((lag.max or 0.0) if lag else 0.0, stamp, failed)
+
+    def worst(self, other: ClientShare) -> ClientShare:
+        return ClientShare(
+            max(self.dispatch_max_ms, other.dispatch_max_ms),
+            max(self.stamp_delay_ms, other.stamp_delay_ms),
+            self.failed + other.failed,
+        )
 
 
 @dataclass
@@ -37,7 +70,14 @@ class Evidence:
     failed: int = 0
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = None
-    steady: bool | None = None  # False when any run was overloaded; None when not judged
+    window_s: float | None = None
+    # False when any run was overloaded; None when any is unknown or none was judged
+    steady: bool | None = None
+    # some run delivered under 95% of its offered rate (overloaded, or too few to tell)
+    short_delivery: bool = False
+    client: ClientShare = field(default_factory=ClientShare)
+    # every invalid run is invalid only for the client's own lateness (the checks count it)
+    client_lateness_only: bool = False
     # a model mix: each model's own evidence (its histograms and counts)
     by_model: dict[str, Evidence] = field(default_factory=dict)
 
@@ -95,7 +135,12 @@ class RunSet:
             otps, rps = (t.output_tokens_per_s, t.requests_per_s) if t else (None, None)
         else:
             otps, rps = (tokens / window, done / window) if window else (None, None)
-        judged = [r.stability.steady for r in measured if r.stability is not None]
+        judged = [r.stability for r in measured if r.stability is not None]
+        steady = [j.steady for j in judged]
+        client = ClientShare()
+        for r in measured:
+            client = client.worst(ClientShare.of_run(r))
+        invalid = [r for r in self.results if r.status == "invalid"]
         by_model: dict[str, Evidence] = {}
         for r in measured:
             for model, m in ((r.traffic.models or {}) if r.traffic else {}).items():
@@ -109,7 +154,15 @@ class RunSet:
             status,
             reasons,
             hists,
-            steady=all(judged) if judged else None,
+            steady=False if False in steady else (None if None in steady or not steady else True),
+            short_delivery=any(
+                j.delivered_fraction is not None and j.delivered_fraction < 1 - SHORTFALL
+                for j in judged
+            ),
+            window_s=window or None,
+            client=client,
+            client_lateness_only=bool(invalid)
+            and all(r.validity.client_lateness_only for r in invalid),
             completed=sum(r.requests.completed for r in measured),
             failed=sum(r.requests.failed for r in measured),
             output_tokens_per_s=otps,

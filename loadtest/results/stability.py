@@ -13,10 +13,20 @@ evidence, all from the requests' own timestamps:
   heteroskedasticity- and autocorrelation-consistent (Newey-West) standard error, so that the
   slow wander of a busy but stable queue is not called a trend.
 
-Unsteady when the system fell behind materially (delivered < 95% of offered and the backlog grew
-by more than its noise), or when latency rose significantly and materially over the window (the
-fitted rise is more than half the window's median). Closed loops cannot build a backlog (each user
-waits for its answer), so only the trend is judged there.
+Three verdicts, each said with its evidence:
+
+- **overloaded** (``steady: false``) when the system fell behind materially (delivered < 95% of
+  offered and the backlog grew by more than its noise), or when latency rose significantly and
+  materially over the window (the fitted rise is more than half the window's median);
+- **steady** (``true``) only when shown: an open loop delivered at least 95% of what was offered
+  with its backlog within noise, and no material rise; a closed loop's trend was judged (enough
+  intervals) and did not rise;
+- **unknown** (``None``) in between: a shortfall the backlog's noise could explain (too few
+  requests to tell), or too few intervals to judge a closed loop's trend. An unknown run whose
+  delivered rate fell short is treated as possibly overloaded by the SLA checks.
+
+Closed loops cannot build a backlog (each user waits for its answer), so only the trend is
+judged there.
 """
 
 from __future__ import annotations
@@ -56,16 +66,26 @@ def judge(
     delivered_rps = delivered / span_s
     ttft = _trend(tl.intended, tl.first, window_start, window_end, interval_ns)
     queue = _trend(tl.intended, tl.admitted, window_start, window_end, interval_ns)
-    reasons = []
+    reasons, unknown = [], []
     if open_loop and arrived:
         # A stable queue's backlog wanders by about its square root; count growth beyond that.
         noise = 3 * math.sqrt(max(backlog_start, backlog_end) + 1)
-        if delivered < (1 - SHORTFALL) * arrived and growth > noise:
-            reasons.append(
-                f"delivered {delivered_rps:.3g} of {offered_rps:.3g} req/s offered "
-                f"({delivered / arrived:.0%}); the backlog grew from {backlog_start} to {backlog_end} "
-                f"requests in the {span_s:.3g} s window"
-            )
+        carried = (
+            f"delivered {delivered_rps:.3g} of {offered_rps:.3g} req/s offered "
+            f"({delivered / arrived:.0%}); the backlog grew from {backlog_start} to {backlog_end} "
+            f"requests in the {span_s:.3g} s window"
+        )
+        if delivered < (1 - SHORTFALL) * arrived:
+            if growth > noise:
+                reasons.append(carried)
+            else:
+                unknown.append(
+                    f"{carried}, within the {noise:.0f} that chance gives a stable queue of "
+                    f"this size: too few requests ({arrived} in the window) to tell a shortfall "
+                    "from noise; a longer window would"
+                )
+    elif open_loop:
+        unknown.append("no request was due inside the window")
     for name, trend in (("TTFT", ttft), ("queue time", queue)):
         if trend is not None and trend.rising:
             reasons.append(
@@ -73,9 +93,14 @@ def judge(
                 f"(slope {trend.slope_ms_per_s:.3g} ms/s, 99% interval "
                 f"[{trend.slope_lo:.3g}, {trend.slope_hi:.3g}]; median {trend.median_ms:.4g} ms)"
             )
+    if not open_loop and ttft is None and queue is None:
+        unknown.append(
+            f"fewer than {MIN_BINS} intervals with a first token: too few to judge the latency "
+            "trend of a closed loop"
+        )
     return Stability(
-        steady=not reasons,
-        reasons=reasons,
+        steady=False if reasons else (None if unknown else True),
+        reasons=reasons or unknown,
         open_loop=open_loop,
         offered_rps=offered_rps,
         delivered_rps=delivered_rps,

@@ -43,17 +43,23 @@ def judge_validity(
     v = scenario.load.validity
     reasons, warnings = [], list(backend_warnings)
     rec = outcome.recorder
+    stamps = (
+        judge_stamp_delay(
+            outcome.loop_lag, hists.get("tpot"), v.max_stamp_delay_share, client_remedy(scenario)
+        )
+        if scenario.backend.stamps_in_client_loop
+        else (None, None)  # the engine process stamps its tokens: this loop's lag is not in them
+    )
     for reason, warning in (
         _judge_dispatch(scenario, hists["dispatch_lag"], window_seconds(rec), rec.late_sends),
         _judge_lag("event-loop lag", outcome.loop_lag, v.max_loop_lag_p99),
-        judge_stamp_delay(
-            outcome.loop_lag, hists.get("tpot"), v.max_stamp_delay_share, client_remedy(scenario)
-        ),
+        stamps,
     ):
         if reason:
             reasons.append(reason)
         if warning:
             warnings.append(warning)
+    late = len(reasons)  # so far, every reason is the client's own lateness
     if rec.errors_by_type.get("client_out_of_files"):
         reasons.append(
             f"{rec.errors_by_type['client_out_of_files']} requests failed because this client ran "
@@ -96,7 +102,20 @@ def judge_validity(
         warnings.append(
             f"{outcome.throttled} requests held back by max_rate (latency counts from the plan)"
         )
-    return Validity(valid=not reasons, reasons=reasons, warnings=warnings)
+    return Validity(
+        valid=not reasons,
+        reasons=reasons,
+        warnings=warnings,
+        client_lateness_only=bool(reasons) and len(reasons) == late,
+    )
+
+
+def stamp_delay_ms(scenario: Scenario, loop_lag: LatencyHistogram) -> float:
+    """How late a token's stamp may be for this client's own loop: its lag p99 where tokens
+    are stamped when this loop reads them, 0 where the engine process stamps them."""
+    if not scenario.backend.stamps_in_client_loop or not loop_lag.count:
+        return 0.0
+    return loop_lag.percentile_ms(99)
 
 
 def client_remedy(scenario: Scenario) -> str:
@@ -274,7 +293,7 @@ def judge_run(
         rec.interval_ns,
         open_loop=scenario.load.arrival.kind != "concurrency",
     )
-    if stability is not None and not stability.steady:
+    if stability is not None and stability.steady is False:
         validity.warnings.insert(
             0,
             "overloaded: the system did not carry the offered load, so these latencies grow with "
@@ -293,6 +312,7 @@ def _workers(
     v, n = scenario.load.validity, len(outcome.workers)
     window_s = window_seconds(outcome.recorder)
     out = []
+    lateness_only = validity.client_lateness_only or validity.valid
     for w in outcome.workers:
         reasons = []
         for reason, _ in (
@@ -301,10 +321,12 @@ def _workers(
         ):
             if reason:
                 reasons.append(reason)
+        late = len(reasons)
         if w.status == "lost":
             reasons.append(w.failure or "lost")
         clock = _worker_clock(w)
         reasons += _clock_reasons(clock, v.max_dispatch_lag_p99)
+        lateness_only = lateness_only and len(reasons) == late
         for reason in reasons:
             validity.reasons.append(f"worker {w.index} of {n}: {reason}")
         out.append(
@@ -327,6 +349,7 @@ def _workers(
             )
         )
     validity.valid = not validity.reasons
+    validity.client_lateness_only = bool(validity.reasons) and lateness_only
     return out
 
 

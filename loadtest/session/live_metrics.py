@@ -85,8 +85,8 @@ class SessionMetrics:
             totals=None if rec is None else rec.totals(),
         )
         verdicts = {"valid": result.validity.valid}
-        if result.stability is not None:
-            verdicts["steady"] = result.stability.steady
+        if result.stability is not None and result.stability.steady is not None:
+            verdicts["steady"] = result.stability.steady  # unknown: no gauge, not a guess
         self.points.done(self.labels, final, verdicts)
         self.labels = None
 

@@ -47,7 +47,7 @@ def judge_point(
         return "interrupted", f"interrupted by {metrics.interrupted_by or 'a signal'}"
     if metrics.status == "failed":  # the system under test stopped answering at this rate
         return ABOVE, "; ".join(metrics.validity.reasons) or "the run failed"
-    if metrics.stability is not None and not metrics.stability.steady:
+    if metrics.stability is not None and metrics.stability.steady is False:
         return ABOVE, "overloaded: " + "; ".join(metrics.stability.reasons)
     if min_goodput is not None:
         g = metrics.goodput

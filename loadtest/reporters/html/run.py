@@ -26,8 +26,8 @@ def run_strip(m: RunMetrics) -> list[str]:
         cards.append(
             card(
                 "stability",
-                "steady" if st.steady else "overloaded",
-                "good" if st.steady else "bad",
+                {True: "steady", False: "overloaded", None: "unknown"}[st.steady],
+                {True: "good", False: "bad", None: "warn"}[st.steady],
                 sub,
             )
         )
@@ -70,12 +70,10 @@ def _sla_card(sla: Verdict | None) -> str:
     if not sla:
         return card("SLA", "none", "", "no sla: block in the scenario")
     failing = [c.name for c in sla.checks if c.verdict != "PASS"]
-    return card(
-        "SLA",
-        sla.verdict,
-        sla.verdict,
-        f"{len(sla.checks)} checks" + (f"; not passed: {', '.join(failing)}" if failing else ""),
-    )
+    sub = f"{len(sla.checks)} checks" + (f"; not passed: {', '.join(failing)}" if failing else "")
+    if not failing and sla.reasons:  # a verdict its checks alone do not explain
+        sub += f"; {sla.reasons[0]}"
+    return card("SLA", sla.verdict, sla.verdict, sub)
 
 
 def _validity_card(v: Validity) -> str:
@@ -236,8 +234,12 @@ def sla_html(sla: Verdict) -> str:
         )
         for c in sla.checks
     ]
-    return f"<h3>SLA: <span class='{esc(sla.verdict)}'>{esc(sla.verdict)}</span></h3>" + table(
-        ("check", "verdict", "observed", "bound", "evidence"), rows
+    why = "".join(f"<li>{esc(r)}</li>" for r in sla.reasons)
+    return (
+        f"<h3>SLA: <span class='{esc(sla.verdict)}'>{esc(sla.verdict)}</span></h3>"
+        + table(insight.SLA_COLUMNS, rows)
+        + f"<p class='note'>{esc(insight.CLIENT_NOTE)}.</p>"
+        + (f"<p>Why {esc(sla.verdict)}:</p><ul>{why}</ul>" if why else "")
     )
 
 

@@ -81,6 +81,10 @@ class Harness(_Doc):
     # the event loop thread's CPU time over the run's real time (the busiest worker's); None
     # on a virtual clock, and in results written before it was measured
     loop_busy: float | None = None
+    # how late a token's stamp may be for this client's own event loop (its lag p99): where
+    # tokens are stamped when this client reads them (served models, the simulator); 0 where
+    # the process that made them stamps them (the local engine). None: not recorded.
+    stamp_delay_ms: float | None = None
 
 
 class ApiResult(_Doc):
@@ -137,6 +141,9 @@ class Validity(_Doc):
     valid: bool
     reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    # every reason is the client's own lateness (dispatch, event-loop or stamp delay), which
+    # each SLA and gate check takes off before it fails: its verdicts can still decide
+    client_lateness_only: bool = False
 
 
 class Cost(_Doc):

@@ -3,6 +3,8 @@ and a gate's judgement (SLA and regression checks)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from loadtest.core.json_types import JsonObject, JsonValue
@@ -126,6 +128,14 @@ class RegressionCheck(_Doc):
     change_pct: float | None = None
     change_interval_pct: tuple[float, float] | None = None
     significant: bool | None = None
+    # the smallest change these runs resolve at the confidence (%): a regression under it
+    # cannot FAIL, and a PASS needs it under the minimum effect
+    detectable_pct: float | None = None
+    # the ratio's ends with each side's own client lateness taken off or left in (> 1 worse)
+    client_free_lo: float | None = None
+    client_free_hi: float | None = None
+    client_could_change: bool = False
+    undecided: Literal["noise", "client", "not_measured"] | None = None
 
 
 class Replicates(_Doc):
@@ -154,3 +164,4 @@ class GateResult(_Doc):
     regression: Regression | None = None
     warnings: list[str] = Field(default_factory=list)
     verdict: VerdictName = "INCONCLUSIVE"
+    verdict_reasons: list[str] = Field(default_factory=list)  # what the verdict rests on
