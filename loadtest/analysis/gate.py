@@ -19,7 +19,8 @@ import yaml
 from pydantic import ValidationError
 
 from loadtest.analysis import regression
-from loadtest.analysis.sla import FAIL, INCONCLUSIVE, evaluate, overall, verdict_reasons
+from loadtest.analysis.sla import evaluate
+from loadtest.analysis.verdicts import FAIL, INCONCLUSIVE, overall, verdict_reasons
 from loadtest.config.objectives import Sla
 from loadtest.core.errors import ScenarioError
 from loadtest.core.json_types import JsonObject

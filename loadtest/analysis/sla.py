@@ -21,10 +21,11 @@ throughput floor counts the window the client's lateness cost.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from loadtest.analysis.early_stopping import binom_cdf, enough, samples_needed
+from loadtest.analysis.figure_ends import ends
+from loadtest.analysis.verdicts import FAIL, INCONCLUSIVE, PASS, decide, overall
 from loadtest.config.objectives import Sla
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.units import figure
@@ -32,52 +33,17 @@ from loadtest.results.model import Check, Verdict
 from loadtest.results.model.judged import Undecided
 from loadtest.results.runset import ClientShare, Evidence
 
-PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-
-# A latency's service-time twin: the same figure from the actual send, not the intended one.
-SERVICE_TWIN = {"ttft": "ttft_service", "e2e": "e2e_service"}
-# Figures from the intended send that have no twin: the latest send's lateness may be in each.
-FROM_INTENDED = {"ttft", "e2e", "queue", "ttft_answer"}
-# Differences of two stamps: a late stamp moves them either way.
-GAPS = {"itl", "tpot"}
-
-
-def binom_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), summed in log space (exact enough for any n we see)."""
-    if p <= 0:
-        return 1.0
-    if p >= 1:
-        return 1.0 if k >= n else 0.0
-    lp, lq = math.log(p), math.log1p(-p)
-    log_n_fact = math.lgamma(n + 1)
-    total = 0.0
-    for i in range(0, min(k, n) + 1):
-        total += math.exp(
-            log_n_fact - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-        )
-    return min(1.0, total)
-
-
-def samples_needed(misses: int, tail: float, confidence: float) -> int:
-    """Fewest samples for which ``misses`` misses still pass the early-stopping test."""
-    n = max(misses + 1, 1)
-    step = 1
-    while binom_cdf(misses, n, tail) > 1 - confidence:  # gallop, then bisect
-        n += step
-        step *= 2
-    lo, hi = max(misses + 1, n - step // 2), n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if binom_cdf(misses, mid, tail) <= 1 - confidence:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-def enough(misses: int, n: int, tail: float, confidence: float) -> bool:
-    """The early-stopping rule: ``misses`` of ``n`` over the bound still claim the percentile."""
-    return binom_cdf(misses, n, tail) <= 1 - confidence
+__all__ = [
+    "FAIL",
+    "INCONCLUSIVE",
+    "PASS",
+    "binom_cdf",
+    "decide",
+    "enough",
+    "evaluate",
+    "overall",
+    "samples_needed",
+]
 
 
 def _check(
@@ -112,35 +78,6 @@ def _check(
         client_could_change=could_change or undecided == "client",
         undecided=undecided if verdict == INCONCLUSIVE else None,
     )
-
-
-@dataclass(frozen=True)
-class Ends:
-    """Where the server's true percentile can lie, given the client's measured share: from
-    ``lo`` (that share taken off) to ``hi``; and how the misses over a bound count at each end."""
-
-    lo: float
-    hi: float
-    up_shift_ms: float  # the true figure may be this much above the observed one (gaps)
-    lower: LatencyHistogram  # the histogram the low end is read from
-    lower_shift_ms: float  # what of the client's is still in ``lower``'s samples
-
-
-def ends(metric: str, pct: float, hists: dict[str, LatencyHistogram], share: ClientShare) -> Ends:
-    """The interval of ``metric``'s ``pct`` percentile that the client's own lateness leaves."""
-    hist = hists[metric]
-    observed, stamp = hist.percentile_ms(pct), share.stamp_delay_ms
-    if metric in GAPS:
-        return Ends(max(0.0, observed - stamp), observed + stamp, stamp, hist, stamp)
-    twin = hists.get(SERVICE_TWIN.get(metric, ""))
-    if twin is not None and twin.count:
-        lower, shift = twin, stamp
-    elif metric in FROM_INTENDED:
-        lower, shift = hist, share.dispatch_max_ms + stamp
-    else:  # a service-time figure: only the stamp is the client's
-        lower, shift = hist, stamp
-    lo = min(observed, max(0.0, lower.percentile_ms(pct) - shift))
-    return Ends(lo, observed, 0.0, lower, shift)
 
 
 def percentile_check(
@@ -417,74 +354,6 @@ def _latency_checks(sla: Sla, evidence: Evidence) -> list[Check]:
             )
         checks.append(check)
     return checks
-
-
-def overall(
-    checks: Iterable[Check | str], status: str = "ok", client_lateness_only: bool = False
-) -> str:
-    """FAIL if any check failed; else INCONCLUSIVE if any was, or the run is not ok for a
-    reason the checks could not take into account; else PASS. ``checks``: Check objects or
-    verdict strings. An invalid run whose every reason is the client's own lateness can PASS:
-    each check has counted that lateness against the server already."""
-    verdicts = {c if isinstance(c, str) else c.verdict for c in checks}
-    if FAIL in verdicts:
-        return FAIL
-    if INCONCLUSIVE in verdicts:
-        return INCONCLUSIVE
-    if status == "ok" or (status == "invalid" and client_lateness_only):
-        return PASS
-    return INCONCLUSIVE
-
-
-def decide(
-    checks: list[Check],
-    status: str,
-    run_reasons: Sequence[str] = (),
-    client_lateness_only: bool = False,
-) -> Verdict:
-    """The overall verdict of ``checks`` on a run of ``status``, with the reasons it rests on."""
-    verdict = overall(checks, status, client_lateness_only)
-    reasons = verdict_reasons(
-        [(c.name, c.verdict, c.reason) for c in checks],
-        verdict,
-        status,
-        run_reasons,
-        client_lateness_only,
-    )
-    return Verdict(verdict=verdict, checks=checks, reasons=reasons)
-
-
-def verdict_reasons(
-    checks: Iterable[tuple[str, str, str]],
-    verdict: str,
-    status: str,
-    run_reasons: Sequence[str] = (),
-    client_lateness_only: bool = False,
-) -> list[str]:
-    """What a verdict rests on: each failed and each undecided check (name, verdict, reason),
-    and the run's status where it is not ok (why a verdict that every check passed is still
-    INCONCLUSIVE, or why an invalid run's verdict stands)."""
-    checks = list(checks)
-    reasons = [f"{name} failed: {reason}" for name, v, reason in checks if v == FAIL]
-    reasons += [f"{name} undecided: {reason}" for name, v, reason in checks if v == INCONCLUSIVE]
-    why = "; ".join(run_reasons) or "no reason recorded"
-    if status == "ok":
-        pass
-    elif status == "invalid" and client_lateness_only:
-        reasons.append(
-            f"the run is invalid only for the client's own lateness ({why}); every check "
-            "counted that lateness against the server, so the checks' verdicts stand"
-        )
-    elif verdict == INCONCLUSIVE and not reasons:
-        reasons.append(
-            f"the run is {status} ({why}): every check passed, but no PASS can rest on a run "
-            f"that is {status} for a reason the checks cannot take into account"
-        )
-    else:
-        reasons.append(f"the run is {status}: {why}")
-    if not checks:
-        reasons.append("nothing was checked: no evidence either way")
-    return reasons
 
 
 def _fmt_pct(p: float) -> str:

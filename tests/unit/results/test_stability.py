@@ -119,3 +119,73 @@ def test_the_max_rate_search_treats_an_overloaded_point_as_over_the_limit(tmp_pa
     assert 80 <= doc.max_rate.rate < 100 <= doc.max_rate.first_failing_rate * 1.1
     overloaded = [p for p in doc.points if p.metrics and not p.metrics.stability.steady]
     assert overloaded and all(p.params["load.arrival.rate"] >= 95 for p in overloaded)
+
+
+# --- three values, from hand-built timelines (no run) -----------------------------------------
+
+S = 1_000_000_000
+
+
+def timeline(pre: int, arrived: int, delivered_of_arrived: int, window_s: int = 10):
+    """``pre`` requests intended before the window, all done in its first second; ``arrived``
+    due evenly in the window, the first ``delivered_of_arrived`` done in it, the rest after."""
+    from loadtest.execution.timeline import Timeline
+
+    tl = Timeline()
+    for i in range(pre):
+        tl.add(-S, None, None, S // 2 + i, True)
+    for i in range(arrived):
+        t = i * window_s * S // arrived
+        done = t + 1000 if i < delivered_of_arrived else (window_s + 1) * S
+        tl.add(t, None, None, done, True)
+    return tl
+
+
+def test_a_shortfall_within_the_backlogs_noise_is_unknown_not_steady():
+    from loadtest.results.stability import judge
+
+    # the issue's point: 17 arrivals, 9 delivered (53%), the backlog 3 -> 11. A stable queue
+    # of that size wanders by 3 * sqrt(12) = 10.4, so growth 8 proves nothing either way
+    s = judge(timeline(3, 17, 6), 0, 10 * S, S, open_loop=True)
+    assert (s.backlog_at_start, s.backlog_at_end) == (3, 11)
+    assert s.delivered_fraction == pytest.approx(9 / 17)
+    assert s.steady is None
+    assert "too few requests (17 in the window) to tell a shortfall from noise" in s.reasons[0]
+
+
+def test_a_shortfall_beyond_the_noise_is_overloaded_and_a_carried_load_steady():
+    from loadtest.results.stability import judge
+
+    over = judge(timeline(3, 170, 87), 0, 10 * S, S, open_loop=True)  # 90 of 170, 3 -> 83
+    assert over.steady is False and over.backlog_at_end == 83
+    carried = judge(timeline(0, 170, 170), 0, 10 * S, S, open_loop=True)
+    assert carried.steady is True and carried.reasons == []
+
+
+def test_a_closed_loop_with_too_few_intervals_is_unknown():
+    from loadtest.results.stability import judge
+
+    s = judge(timeline(0, 5, 5), 0, 10 * S, S, open_loop=False)  # no first tokens: no trend
+    assert s.steady is None and "too few to judge the latency trend" in s.reasons[0]
+
+
+def test_an_sla_pass_on_a_run_that_may_be_overloaded_is_inconclusive():
+    from loadtest.analysis.sla import evaluate
+    from loadtest.core.histogram import LatencyHistogram
+    from loadtest.results.runset import Evidence
+
+    ttft = LatencyHistogram()
+    for _ in range(600):
+        ttft.record_us(1000)
+    sla = Sla.model_validate({"ttft_p99": "2ms"})
+
+    def verdict(steady, short):
+        ev = Evidence("ok", [], {"ttft": ttft}, steady=steady, short_delivery=short)
+        return evaluate(sla, ev).checks[0]
+
+    assert verdict(True, False).verdict == "PASS"
+    assert verdict(None, False).verdict == "PASS"  # unknown for want of intervals only
+    unknown_short = verdict(None, True)
+    assert (unknown_short.verdict, unknown_short.undecided) == ("INCONCLUSIVE", "unsteady")
+    assert "stability unknown" in unknown_short.reason
+    assert verdict(False, True).undecided == "unsteady"
