@@ -5,7 +5,7 @@ Lists one model at /v1/models; answers /v1/completions and /v1/chat/completions 
 many SSE chunks of one token each as ``max_completion_tokens`` (else ``max_tokens``) asks, a
 final chunk with ``usage``, then ``[DONE]``, with an optional delay between tokens.
 
-    python tests/fast_openai_server.py --port 8123 [--itl-ms 0] [--processes 1]
+    python tests/fast_openai_server.py --port 8123 [--itl-ms 0] [--ttft-ms 0] [--processes 1]
     python tests/fast_openai_server.py --port 8123 --step-ms 1 --stats-dir DIR
 
 ``--step-ms`` streams as a batching engine does: every step, one token to every running stream
@@ -54,6 +54,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if request.app["engine"] is not None:
         return await request.app["engine"].stream(request, body, chat, n, arrived)
     itl = request.app["itl_s"]
+    if request.app["ttft_s"]:  # a set time to the first token: a known-truth server
+        await asyncio.sleep(request.app["ttft_s"])
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -163,6 +165,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--itl-ms", type=float, default=0.0)
+    ap.add_argument("--ttft-ms", type=float, default=0.0, help="a wait before the first token")
     ap.add_argument("--model", default="stub-model", help="the id /v1/models lists")
     ap.add_argument("--processes", type=int, default=1, help="serving processes on the port")
     ap.add_argument("--step-ms", type=float, help="a token to every stream each step")
@@ -174,6 +177,7 @@ def main() -> None:
             break
     app = web.Application()
     app["itl_s"] = args.itl_ms / 1000
+    app["ttft_s"] = args.ttft_ms / 1000
     app["engine"] = engine = (
         None if args.step_ms is None else Engine(args.step_ms / 1000, args.text)
     )

@@ -335,14 +335,16 @@ def start_transformers_serve(model_dir: Path, log: Path) -> Server:
     return Server(url + "/v1", proc, log, str(model_dir), model_dir)
 
 
-def start_fast_server() -> Server:
+def start_fast_server(*flags: str, cpu: int | None = None) -> Server:
     """``tests/fast_openai_server.py`` (an OpenAI-compatible stub that answers at once, with
-    vLLM-named /metrics) on loopback."""
+    vLLM-named /metrics) on loopback; ``flags`` its own (``--ttft-ms 20 --itl-ms 5``: a
+    known-truth server), ``cpu`` the one core it runs on (apart from a busy client's)."""
     port = free_port()
     root = Path(__file__).resolve().parents[1]
     log = Path(os.devnull)
+    pin = [] if cpu is None else ["taskset", "-c", str(cpu)]
     proc = subprocess.Popen(
-        [sys.executable, str(root / "tests" / "fast_openai_server.py"), "--port", str(port)],
+        [*pin, sys.executable, str(root / "tests" / "fast_openai_server.py"), "--port", str(port), *flags],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

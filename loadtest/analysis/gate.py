@@ -54,11 +54,12 @@ def gate(
     sla: Sla | None,
     baselines: Sequence[RunSet] = (),
     *,
-    metrics: Sequence[str] = regression.DEFAULT_METRICS,
+    metrics: Sequence[str] | None = None,
     min_effect: float = 0.05,
     confidence: float = 0.99,
 ) -> GateResult:
-    """SLA checks on the pooled run, regression checks against the pooled baselines; one verdict."""
+    """SLA checks on the pooled run, regression checks against the pooled baselines; one verdict.
+    ``metrics`` None: ``regression.default_metrics`` for these runs."""
     pooled = run.pooled()
     result = GateResult(status=pooled.status, reasons=pooled.reasons, checks=[])
     if sla is not None and pooled.histograms is not None:
@@ -73,6 +74,14 @@ def gate(
                 + ("in the run" if not run.measured else "in the baselines")
             )
         else:
+            if metrics is None:
+                metrics = regression.default_metrics([*base_runs, *run.measured])
+                if "output_tokens_per_s" not in metrics:
+                    result.warnings.append(
+                        "output_tokens_per_s not compared: an open loop's offered rate sets its "
+                        "throughput (whether it was carried is the stability verdict's); "
+                        "--metric output_tokens_per_s compares it all the same"
+                    )
             result.regression = Regression(
                 baselines=[str(b.path) for b in baselines],
                 min_effect=min_effect,

@@ -42,6 +42,7 @@ from loadtest.analysis.resample import (
     INTERVAL_METRICS,
     Sample,
     parse_metric,
+    student_t_quantile,
     welch_dof,
 )
 from loadtest.analysis.sides import Sides, evidence_of
@@ -99,6 +100,27 @@ class Comparison:
         if self.baseline in (None, 0) or self.candidate is None:
             return None
         return 100.0 * (self.candidate / self.baseline - 1)
+
+
+# arrival kinds whose throughput the server sets: users that wait for their answers, or every
+# request at once (offline); any other arrival sends at the rate it was given
+SERVER_PACED = ("concurrency", "burst")
+
+
+def default_metrics(runs: Sequence[RunMetrics]) -> tuple[str, ...]:
+    """The headline metrics a gate compares: throughput only where the server set it (a closed
+    loop, a burst), not where the offered rate did (an open loop carries what it is offered, or
+    is overloaded, which its stability and latencies say)."""
+    if all(_arrival_kind(r) in SERVER_PACED for r in runs):
+        return DEFAULT_METRICS
+    return tuple(m for m in DEFAULT_METRICS if m != "output_tokens_per_s")
+
+
+def _arrival_kind(run: RunMetrics) -> str | None:
+    load = run.scenario.get("load")
+    arrival = load.get("arrival") if isinstance(load, dict) else None
+    kind = arrival.get("kind") if isinstance(arrival, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def compare(
@@ -229,13 +251,6 @@ def _check(
         client_could_change=could_change,
         undecided=undecided,
     )
-
-
-def student_t_quantile(p: float, dof: float) -> float:
-    """Student's t quantile (scipy, imported only when a comparison needs it)."""
-    from scipy.stats import t as student_t  # lazy: only a gate with baselines needs it
-
-    return float(student_t.ppf(p, dof))
 
 
 def _num(x: float) -> float | None:

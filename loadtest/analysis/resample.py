@@ -199,3 +199,10 @@ def _block_indices(rng: np.random.Generator, k: int) -> np.ndarray:
     length = _block_length(k)
     starts = rng.integers(0, k - length + 1, math.ceil(k / length))
     return (starts[:, None] + np.arange(length)[None, :]).ravel()[:k]
+
+
+def student_t_quantile(p: float, dof: float) -> float:
+    """Student's t quantile (scipy, imported only when a comparison needs it)."""
+    from scipy.stats import t as student_t  # lazy: only a gate with baselines needs it
+
+    return float(student_t.ppf(p, dof))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from loadtest.cli import gating, help_style, reports, run, sweep, tools
+from loadtest.cli import gating, help_style, planning, reports, run, sweep, tools
 from loadtest.core import exit_codes
 
 HELP_NAMES = {"help_option_names": ["-h", "--help"]}
@@ -21,7 +21,7 @@ app = typer.Typer(
     context_settings=HELP_NAMES,
     help="LLM inference latency load tester.",
 )
-for command in (run.run, sweep.sweep, tools.validate, reports.report, gating.gate,
+for command in (run.run, sweep.sweep, tools.validate, planning.plan, reports.report, gating.gate,
                 gating.compare, tools.env, tools.calibrate, tools.schema, tools.version):  # fmt: skip
     app.command(cls=help_style.Command, context_settings=HELP_NAMES)(command)
 

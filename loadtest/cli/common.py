@@ -15,6 +15,7 @@ from loadtest.core import exit_codes
 
 if TYPE_CHECKING:
     from loadtest.config.loading import LoadedScenario
+    from loadtest.workload.plan import Plan
 
 T = TypeVar("T")
 
@@ -37,13 +38,19 @@ def usage_error(*lines: str) -> NoReturn:
 def load(path: Path, overrides: list[str]) -> LoadedScenario:
     """The scenario, with everything a run would refuse found now (datasets, traces, an empty
     window), before any model loads: exit 2 with ``file:line`` otherwise."""
+    return load_planned(path, overrides)[0]
+
+
+def load_planned(path: Path, overrides: list[str]) -> tuple[LoadedScenario, Plan]:
+    """``load``, and the plan it checked (built with a byte tokenizer: its schedule and counts
+    are the run's, its prompt lengths may not be)."""
     from loadtest.config.loading import load_scenario, resolve_path
     from loadtest.core.errors import ScenarioError
     from loadtest.workload.plan import check_plan
 
     try:
         loaded = load_scenario(path, overrides)
-        check_plan(loaded.scenario, lambda name: resolve_path(loaded, name))
+        plan = check_plan(loaded.scenario, lambda name: resolve_path(loaded, name))
     except ScenarioError as exc:
         usage_error(*exc.problems)
     load = loaded.scenario.load
@@ -54,7 +61,7 @@ def load(path: Path, overrides: list[str]) -> LoadedScenario:
             f"at most {cores} (each needs a core of its own to keep its schedule; load.ray "
             "spreads them over a cluster)"
         )
-    return loaded
+    return loaded, plan
 
 
 def claim(out: Path | None, loaded: LoadedScenario, overwrite: bool, suffix: str = "") -> Path:

@@ -50,7 +50,7 @@ def gate_and_report(
     """Judge, print the verdict tables, write JUnit/Markdown; the gate's exit code."""
     import os
 
-    from loadtest.analysis import gate, regression
+    from loadtest.analysis import gate
     from loadtest.analysis.cost import cost_change
     from loadtest.analysis.sla import overall as sla_overall
     from loadtest.core import atomic
@@ -65,7 +65,7 @@ def gate_and_report(
             run,
             spec,
             bases,
-            metrics=metrics or regression.DEFAULT_METRICS,
+            metrics=metrics,
             min_effect=min_effect,
             confidence=confidence,
         )
@@ -98,10 +98,13 @@ def gate_and_report(
     return exit_codes.for_gate(result.status, result.verdict)
 
 
-def metric_names(metric: list[str] | None) -> tuple:
+def metric_names(metric: list[str] | None) -> tuple[str, ...] | None:
+    """The --metric names, checked (exit 2 for one not comparable); None when none is given."""
     from loadtest.analysis import regression
 
-    names = tuple(metric or ()) or regression.DEFAULT_METRICS
+    if not metric:
+        return None
+    names = tuple(metric)
     for name in names:
         try:
             regression.parse_metric(name)
@@ -181,7 +184,7 @@ def compare(
     from loadtest.reporters import html, terminal
     from loadtest.results import runset
 
-    names = metric_names(metric)
+    names = metric_names(metric) or regression.DEFAULT_METRICS
     try:
         a, b = runset.load(run_a), runset.load(run_b)
     except runset.RunSetError as exc:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from loadtest.cli import options
-from loadtest.cli.common import error, load
+from loadtest.cli.common import error, load_planned
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console
 
@@ -22,11 +22,27 @@ def validate(
     bad = 0
     for f in files:
         try:
-            load(f, set_ or [])
-            typer.echo(f"ok: {f}")
+            loaded, planned = load_planned(f, set_ or [])
+            typer.echo(f"ok: {f}{_undecidable(loaded.scenario.sla, planned)}")
         except typer.Exit:
             bad += 1
     raise typer.Exit(exit_codes.USAGE if bad else exit_codes.OK)
+
+
+def _undecidable(sla, planned) -> str:
+    """The SLA checks this window holds too few samples to PASS, said where validation is."""
+    if sla is None:
+        return ""
+    from loadtest.analysis.planning import sla_needs
+
+    short = [n for n in sla_needs(sla, planned) if n.decides is False]
+    if not short:
+        return ""
+    named = ", ".join(f"{n.name} needs >= {n.clean:,} {n.samples}" for n in short)
+    return (
+        f" (this window plans too few to PASS {named}: INCONCLUSIVE at best; `loadtest plan` "
+        "says how long a window would do)"
+    )
 
 
 def env(as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON.")) -> None:

@@ -1,6 +1,12 @@
-"""The event loop watched from inside the run: how long a callback made ready waits before it
-runs (the loop lag, a validity check), and marks of how long the loop's thread has waited,
-runnable, for a CPU, so a late send can say whether the machine held the core."""
+"""The event loop watched from inside the run: how late it may take an event made ready (the
+loop lag, a validity check, and how late a token's stamp may be), and marks of how long the
+loop's thread has waited, runnable, for a CPU, so a late send can say whether the machine held
+the core.
+
+A probe's lag is how long a callback made ready waits before it runs (the loop busy with
+others), plus the time the thread waited for a CPU since the previous probe: a read that
+became ready while another process held the core waited that long too, and a callback's wait
+alone never sees it (the loop slept in its poll meanwhile)."""
 
 from __future__ import annotations
 
@@ -32,12 +38,16 @@ class LoopWatch:
         """Record the loop's lag into ``lag`` until cancelled, and mark the CPU wait."""
         loop = asyncio.get_running_loop()
         now = self._now
+        before = cpu_wait_ns() if self._cpu else None
         while True:
             await asyncio.sleep(self._period_s)
             wait = cpu_wait_ns() if self._cpu else None
+            off_cpu = 0
             if wait is not None:
                 self._cpu_wait_marks.append((now(), wait))
-            loop.call_soon(_record_since, lag, now, now())
+                off_cpu = 0 if before is None else max(0, wait - before)
+                before = wait
+            loop.call_soon(_record_since, lag, now, now() - off_cpu)
 
     def cpu_wait_since(self, t_ns: int) -> int:
         """How long the loop's thread waited, runnable, for a CPU since the last probe mark

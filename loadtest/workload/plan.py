@@ -323,8 +323,9 @@ def _open_loop(
         yield from turns
 
 
-def check_plan(scenario: Scenario, resolve: Callable[[str], Path]) -> None:
+def check_plan(scenario: Scenario, resolve: Callable[[str], Path]) -> Plan:
     """Everything ``build_plan`` would refuse, found without a model: datasets and traces are
     read (with a byte tokenizer: lengths differ, problems do not) and an open-loop plan is built
-    to see that its window holds a request. ``ScenarioError`` with ``file:line`` otherwise."""
-    build_plan(scenario, ByteTokenizer(), resolve)
+    to see that its window holds a request. ``ScenarioError`` with ``file:line`` otherwise.
+    Returns that plan: its schedule and counts are the run's (its prompt lengths may not be)."""
+    return build_plan(scenario, ByteTokenizer(), resolve)
