@@ -344,7 +344,14 @@ def start_fast_server(*flags: str, cpu: int | None = None) -> Server:
     log = Path(os.devnull)
     pin = [] if cpu is None else ["taskset", "-c", str(cpu)]
     proc = subprocess.Popen(
-        [*pin, sys.executable, str(root / "tests" / "fast_openai_server.py"), "--port", str(port), *flags],
+        [
+            *pin,
+            sys.executable,
+            str(root / "tests" / "fast_openai_server.py"),
+            "--port",
+            str(port),
+            *flags,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

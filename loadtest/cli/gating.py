@@ -12,7 +12,7 @@ import typer
 
 from loadtest.cli import options
 from loadtest.core import exit_codes
-from loadtest.reporters.console import make_console, styled
+from loadtest.reporters.console import make_console, styled, working
 
 if TYPE_CHECKING:
     from loadtest.config.loading import LoadedScenario
@@ -59,16 +59,26 @@ def gate_and_report(
     from loadtest.results.model import Verdict
 
     try:
-        run = runset.load(run_dir)
-        bases = [runset.load(b) for b in baselines]
-        result = gate.gate(
-            run,
-            spec,
-            bases,
-            metrics=metrics,
-            min_effect=min_effect,
-            confidence=confidence,
-        )
+        with working(f"reading {run_dir} and {len(baselines)} baseline(s)"):
+            run = runset.load(run_dir)
+            bases = [runset.load(b) for b in baselines]
+        with working(
+            f"judging {len(run.results)} run(s)"
+            + (
+                f" against {sum(len(b.results) for b in bases)} baseline run(s): a bootstrap of "
+                "their intervals"
+                if bases
+                else ""
+            )
+        ):
+            result = gate.gate(
+                run,
+                spec,
+                bases,
+                metrics=metrics,
+                min_effect=min_effect,
+                confidence=confidence,
+            )
     except runset.RunSetError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exit_codes.USAGE
@@ -193,9 +203,10 @@ def compare(
     if not a.measured or not b.measured:
         typer.echo(f"error: {run_a if not a.measured else run_b}: nothing measured", err=True)
         raise typer.Exit(exit_codes.USAGE)
-    checks = regression.as_checks(
-        regression.compare(a.measured, b.measured, names, confidence=confidence)
-    )
+    with working(f"comparing {len(b.measured)} run(s) with {len(a.measured)}: a bootstrap"):
+        checks = regression.as_checks(
+            regression.compare(a.measured, b.measured, names, confidence=confidence)
+        )
     cost = cost_change(a.measured, b.measured)
     if as_json:
         metrics = [c.view() for c in checks]

@@ -8,6 +8,8 @@ given as ``style=`` or ``Text`` spans. Everything printed passes through the sec
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
@@ -25,3 +27,15 @@ def make_console(stderr: bool = False, **kwargs: Any) -> Console:
 def styled(*parts: str | tuple[str, str]) -> Text:
     """``styled("gate: ", ("PASS", "green"))``: plain strings are never parsed for markup."""
     return Text.assemble(*parts)
+
+
+@contextmanager
+def working(what: str) -> Iterator[None]:
+    """A transient line on stderr while a long step works (reading many runs, resampling), where
+    stderr is a terminal; nothing in a pipe or a CI log."""
+    console = make_console(stderr=True)
+    if not console.is_terminal:
+        yield
+        return
+    with console.status(what):
+        yield
