@@ -180,32 +180,14 @@ class Stream:
 
     def _take_plain_run(self, datas: list[bytes], stamps: list[int], start: int) -> int:
         """How many events from ``start`` are each one token's text and nothing else
-        (``plain.PlainTokens``), taken as ``_take_text`` takes them one by one, in fewer
-        steps; the first that is anything else is left to the general rules."""
+        (``plain.PlainTokens``), handed to ``_took`` at once; the first that is anything else
+        is left to the general rules."""
         if self._plain is None:
             return 0
         texts = self._plain.texts(datas, start)
-        taken = len(texts)
-        if not taken:
-            return 0
-        at = stamps[start : start + taken]
-        chars = sum(map(len, texts))
-        if (
-            len(self.chunk_ns) + taken > self.max_chunks
-            or self.chars + chars > MAX_CHARS_PER_TOKEN * self.max_chunks
-            or (self.reply is not None and self.reply_chars + chars > MAX_REPLY_CHARS)
-            or self.first_answer_ns is None
-        ):  # a bound reached, or the answer's start among them: one by one, as ever
-            for t, text in zip(at, texts):
-                self._take_text(t, text)
-            return taken
-        self.chunk_ns += at
-        self.chunk_texts += texts
-        self.chars += chars
-        if self.reply is not None:
-            self.reply_chars += chars
-            self.reply.extend(filter(None, texts))
-        return taken
+        if texts:
+            self._took(stamps[start : start + len(texts)], texts)
+        return len(texts)
 
     def _plain_text(self, event: Any) -> str | None:
         """``plain.plain_text``'s judgement of ``event`` for this stream's API (None for the
@@ -214,19 +196,54 @@ class Stream:
 
     def _take_text(self, t: int, text: str) -> None:
         """A chunk of answer text (``_plain_text``'s), arrived at ``t``."""
-        stamps = self.chunk_ns
-        stamps.append(t)
-        self.chunk_texts.append(text)
-        self.chars += len(text)
-        if len(stamps) > self.max_chunks or self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks:
+        self._took([t], [text])
+
+    def _took(
+        self,
+        at: list[int],
+        texts: list[str],
+        answers: list[str] | None = None,
+        begins: list[bool] | None = None,
+        closing: bool = False,
+    ) -> None:
+        """Chunks of text that arrived at ``at``: the one place the stream's state takes them
+        (their stamps and texts, the bounds, where the answer began, the reply, whether the last
+        was a closing chunk). The fast paths only decide how many to hand it at once.
+        ``answers``: each chunk's answer text, for the reply (None: all of its text);
+        ``begins``: whether each may begin the answer (None: any text does); ``closing``: the
+        last is an empty chunk with the finish reason."""
+        n, chars = len(texts), sum(map(len, texts))
+        if n > 1 and (
+            len(self.chunk_ns) + n > self.max_chunks
+            or self.chars + chars > MAX_CHARS_PER_TOKEN * self.max_chunks
+        ):  # a bound passed among them: one at a time, so the stream stops where it passed
+            for i in range(n):
+                self._took([at[i]], [texts[i]], answers and answers[i : i + 1],
+                           begins and begins[i : i + 1], closing and i == n - 1)  # fmt: skip
+            return
+        self.chunk_ns += at
+        self.chunk_texts += texts
+        self.chars += chars
+        self.closing_empty = closing
+        if (
+            len(self.chunk_ns) > self.max_chunks
+            or self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks
+        ):
             self._ran_past()
-        if text:
-            if self.first_answer_ns is None:
-                self.first_answer_ns = t
-            if self.reply is not None:
-                self.reply_chars += len(text)
-                if self.reply_chars <= MAX_REPLY_CHARS:
-                    self.reply.append(text)
+        if self.first_answer_ns is None:
+            flags = begins if begins is not None else map(bool, texts)
+            self.first_answer_ns = next((t for t, b in zip(at, flags) if b), None)
+        if self.reply is not None:
+            parts = texts if answers is None else answers
+            total = chars if answers is None else sum(map(len, parts))
+            if self.reply_chars + total <= MAX_REPLY_CHARS:
+                self.reply_chars += total
+                self.reply.extend(filter(None, parts))
+            else:  # the history keeps the reply's start
+                for part in filter(None, parts):
+                    self.reply_chars += len(part)
+                    if self.reply_chars <= MAX_REPLY_CHARS:
+                        self.reply.append(part)
 
     def _ran_past(self) -> None:
         raise BadResponse(
@@ -252,27 +269,18 @@ class Stream:
     def _take(self, t: int, event: dict) -> None:
         d = responses_delta(event) if self.api == "responses" else tokens_in(event, self.api)
         if d.text is not None:
-            self.chunk_ns.append(t)
-            self.chunk_texts.append(d.text)
-            self.closing_empty = d.reason is not None and not d.text
-            self.chars += len(d.text)
-            if len(self.chunk_ns) > self.max_chunks or (
-                self.chars > MAX_CHARS_PER_TOKEN * self.max_chunks
-            ):
-                self._ran_past()
+            # a chunk may end the reasoning and start the answer; only its content is the reply
+            self._took(
+                [t], [d.text], [d.content or ""], [bool(d.content or d.tools)],
+                closing=d.reason is not None and not d.text,
+            )  # fmt: skip
             if d.reasoning:
                 self.reasoning.append((t, d.reasoning))
-            if self.first_answer_ns is None and (d.content or d.tools):
-                self.first_answer_ns = t  # a chunk may end the reasoning and start the answer
         for index, name, args in d.tools:
             call = self.tool_calls.setdefault(index, [None, []])
             call[0] = call[0] or name
             if args:
                 call[1].append(args)
-        if self.reply is not None and d.content:
-            self.reply_chars += len(d.content)
-            if self.reply_chars <= MAX_REPLY_CHARS:
-                self.reply.append(d.content)
         self.finish_reason = d.reason or self.finish_reason
         self.usage = d.usage or self.usage
         if self.response_id is None:

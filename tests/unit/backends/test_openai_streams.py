@@ -13,6 +13,7 @@ import pytest
 from loadtest.backends.openai.outputs import OutputChecks, summary
 from loadtest.backends.openai.stream import Stream
 from loadtest.workload.content import Content, synthetic_tools
+from loadtest.workload.requests import PlannedRequest
 
 
 class Recorded:
@@ -411,12 +412,47 @@ def test_the_fast_paths_leave_a_stream_as_the_general_rules_do(
                 SseParser.feed, stream_mod._fast_loads, stream_mod.tokens_in,
                 stream_mod.MAX_REPLY_CHARS, stream_mod.MAX_CHARS_PER_TOKEN, events_mod._fast_loads,
             ) = saved  # fmt: skip
-        return (
-            failure, s.chunks, s.chars, s.reply, s.reply_chars, s.first_answer_ns,
-            s.finish_reason, s.usage, s.response_id, s.model, s.reasoning, s.tool_calls,
-        )  # fmt: skip
+        return (failure, *whole_state(s))
 
     assert state(True) == state(False)
+
+
+def whole_state(s: Stream) -> tuple:
+    """Every field of a stream's state (a field added later is compared too, or this fails)."""
+    names = sorted(n for n in vars(s) if not n.startswith("_"))
+    assert names == [
+        "api", "chars", "chunk_ns", "chunk_texts", "closing_empty", "finish_reason",
+        "first_answer_ns", "max_chunks", "model", "output_tokens", "reasoning", "reply",
+        "reply_chars", "response_id", "tool_calls", "usage",
+    ], names  # fmt: skip
+    return tuple(getattr(s, n) for n in names)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_empty_chunk_with_a_finish_reason_mid_stream_is_a_token_on_every_path(fast):
+    """ "a", an empty chunk with a finish reason, then "b", no usage: the empty chunk closes
+    nothing (a token came after it), so it is a token, and the count is 3 on either path."""
+    from collections import Counter
+
+    from loadtest.backends.openai.endings import streamed_end
+    from loadtest.backends.openai.tokens import TokenCounter
+
+    def chunk(text: str, reason=None) -> bytes:
+        choice = {"index": 0, "delta": {"content": text}, "finish_reason": reason}
+        event = {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [choice]}
+        return f"data: {json.dumps(event)}\n\n".encode()
+
+    body = chunk("a") + chunk("", "stop") + chunk("b") + b"data: [DONE]\n\n"
+    s = Stream("chat", 8, keep_reply=False)
+    if not fast:
+        s._plain_text = lambda event: None  # type: ignore[method-assign]
+        s._take_plain_run = lambda *a: 0  # type: ignore[method-assign]
+    reads = [body[: len(chunk("a"))], body[len(chunk("a")) :]]  # the id and model known first
+    assert asyncio.run(s.read(Recorded(reads).batch, lambda: 5)) is None
+    assert s.chunk_texts == ["a", "", "b"] and s.closing_empty is False
+    req = PlannedRequest(0, 0, 4, 8, 0, None, False, False)
+    ends = streamed_end(req, s, Counter(), TokenCounter(None, lambda: 9), None, lambda: 9)
+    assert ends[1].output_tokens == 3
 
 
 def test_a_plain_events_shape_is_learned_once_and_a_shape_that_keeps_changing_is_let_go():
