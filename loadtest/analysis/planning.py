@@ -58,7 +58,7 @@ class CheckNeed:
             return f"{self.name}: {need}; a closed loop: set load.requests to at least that"
         plans = f"this window plans {self.planned:,}"
         longer = self.window_s(self.typical)
-        window = f": a window of >= {figure(longer, 's')}" if longer else ""
+        window = f": >= {figure(longer, 's')} of measured window" if longer else ""
         if not self.decides:
             return f"{self.name}: {need}; {plans}: too few, INCONCLUSIVE at best{window}"
         said = f"{self.name}: {need}; {plans}: decides with up to {self.most_over} {over}"
@@ -67,10 +67,12 @@ class CheckNeed:
         return said
 
 
-def sla_needs(sla: Sla, plan: Plan) -> list[CheckNeed]:
-    """Each check of ``sla`` against what ``plan``'s measured window holds."""
-    counts = planned_samples(plan)
+def sla_needs(sla: Sla, plan: Plan, replicates: int = 1) -> list[CheckNeed]:
+    """Each check of ``sla`` against what ``plan``'s measured window holds, pooled over
+    ``replicates`` runs (``run --repeat``: a gate judges them as one)."""
+    counts = {k: n * replicates for k, n in planned_samples(plan).items()}
     window_s = window_seconds(plan)
+    window_s = None if window_s is None else window_s * replicates
     needs = []
     for name, metric, pct, _ in sla.latency_bounds():
         kind = PER_REQUEST.get(metric, "requests")

@@ -21,6 +21,9 @@ def plan(
         help="A baseline run or repeat directory (repeatable): the smallest change a candidate "
         "of its length and replicates can resolve against it.",
     ),
+    repeat: int = typer.Option(
+        1, "--repeat", min=1, help="Replicates pooled (run --repeat N): their samples add up."
+    ),
     metric: options.Metric = None,
     min_effect: float = typer.Option(
         0.05, "--min-effect", help="The gate's smallest regression that fails, as a fraction."
@@ -40,8 +43,9 @@ def plan(
     if sla is None:
         typer.echo("no sla: block: nothing to decide")
     else:
-        typer.echo(f"SLA checks, at {sla.confidence:.0%} confidence:")
-        for need in sla_needs(sla, planned):
+        pooled = f", pooled over {repeat} replicates" if repeat > 1 else ""
+        typer.echo(f"SLA checks, at {sla.confidence:.0%} confidence{pooled}:")
+        for need in sla_needs(sla, planned, repeat):
             typer.echo(f"  {need.line()}")
     if not baseline:
         raise typer.Exit(exit_codes.OK)
