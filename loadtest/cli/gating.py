@@ -138,9 +138,7 @@ def gate(
         "replicates); checks each metric for a regression.",
     ),
     metric: options.Metric = None,
-    min_effect: float = typer.Option(
-        0.05, "--min-effect", help="Smallest regression that fails, as a fraction."
-    ),
+    min_effect: options.MinEffect = 0.05,
     confidence: options.Confidence = 0.99,
     junit: Path | None = typer.Option(
         None, "--junit", help="Write JUnit XML here (one test case per check)."

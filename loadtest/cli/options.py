@@ -69,8 +69,16 @@ Metric = Annotated[
     list[str] | None,
     typer.Option(
         "--metric",
-        help="A metric to compare (repeatable; default: ttft/itl/e2e p50 and p99, "
-        "output_tokens_per_s).",
+        help="A metric to compare (repeatable; default: ttft/itl/e2e p50 and p99, and "
+        "output_tokens_per_s where the server set it: a closed loop, a burst).",
+    ),
+]
+MinEffect = Annotated[
+    float,
+    typer.Option(
+        "--min-effect",
+        min=0.0,
+        help="The smallest regression that fails, as a fraction (0.05: 5%).",
     ),
 ]
 Confidence = Annotated[

@@ -25,9 +25,7 @@ def plan(
         1, "--repeat", min=1, help="Replicates pooled (run --repeat N): their samples add up."
     ),
     metric: options.Metric = None,
-    min_effect: float = typer.Option(
-        0.05, "--min-effect", help="The gate's smallest regression that fails, as a fraction."
-    ),
+    min_effect: options.MinEffect = 0.05,
     confidence: options.Confidence = 0.99,
 ) -> None:
     """How many requests and how long a window each SLA check needs to decide at its

@@ -96,6 +96,7 @@ def run(
     markdown_out: Path | None = typer.Option(
         None, "--markdown", help="--gate: write a Markdown summary here."
     ),
+    min_effect: options.MinEffect = 0.05,
     overwrite: options.Overwrite = False,
     quiet: options.Quiet = False,
     as_json: bool = typer.Option(
@@ -134,7 +135,9 @@ def run(
     _show(doc, out, repeat, console, as_json=as_json, gated=gate_, reports=not no_report)
     code = exit_code(doc)
     if gate_ and code not in (exit_codes.INTERRUPTED, exit_codes.FAILED):
-        code = gate_and_report(out, spec, baseline or [], junit, markdown_out, console)
+        code = gate_and_report(
+            out, spec, baseline or [], junit, markdown_out, console, min_effect=min_effect
+        )
     raise typer.Exit(code)
 
 
