@@ -205,7 +205,10 @@ LATE_PARTS = {  # a Lateness field: what it was, and what to change when it domi
     ),
     "off_cpu": (
         "this process waiting for a CPU (another process held the core: the machine)",
-        "run the server and the client on separate cores (taskset) or machines",
+        "give the client a core of its own (taskset; the server apart, where it runs here), "
+        "or let it be: each SLA and gate check counts this lateness against the server, so "
+        "verdicts still decide where they can (load.validity.max_dispatch_lag_p99 sets how "
+        "late is invalid)",
     ),
     "client_work": (
         "the HTTP client's own work on the event loop (other requests' streams)",

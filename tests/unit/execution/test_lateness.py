@@ -45,5 +45,6 @@ def test_the_verdict_names_where_the_time_went_and_what_to_change():
     text = describe_lateness(late, 5 * MS)
     assert text.startswith("; where the 30.0 ms of lateness went: this process waiting for a CPU")
     assert "20.0 ms (67%)" in text and "10.0 ms (33%)" in text
-    assert text.endswith("run the server and the client on separate cores (taskset) or machines")
+    assert text.endswith("(load.validity.max_dispatch_lag_p99 sets how late is invalid)")
+    assert "give the client a core of its own (taskset" in text
     assert describe_lateness(late[2:], 5 * MS) == ""
