@@ -31,17 +31,35 @@ class Ends:
 
 
 def ends(metric: str, pct: float, hists: dict[str, LatencyHistogram], share: ClientShare) -> Ends:
-    """The interval of ``metric``'s ``pct`` percentile that the client's own lateness leaves."""
+    """The interval of ``metric``'s ``pct`` percentile that the client's own lateness leaves.
+
+    Stamps are late by the loop's lag: where at most ``f`` per cent were later than ``x``, the
+    true ``pct`` percentile is at least the observed ``pct - f`` one less ``x`` (and, for a gap
+    between two stamps, each of which may be late, ``pct - 2f`` and at most ``pct + 2f`` plus
+    ``x``): each end is the tightest such bound over the loop's lag ranks."""
     hist = hists[metric]
-    observed, stamp = hist.percentile_ms(pct), share.stamp_delay_ms
+    observed, delays = hist.percentile_ms(pct), share.delays()
     if metric in GAPS:
-        return Ends(max(0.0, observed - stamp), observed + stamp, stamp, hist, stamp)
+        lo, shift = _tightest_low(hist, pct, delays, 2.0)
+        hi = min(hist.percentile_ms(min(100.0, pct + 2 * f)) + x for f, x in delays)
+        return Ends(min(observed, lo), max(observed, hi), max(observed, hi) - observed, hist, shift)
     twin = hists.get(SERVICE_TWIN.get(metric, ""))
     if twin is not None and twin.count:
-        lower, shift = twin, stamp
+        lower, sent = twin, 0.0
     elif metric in FROM_INTENDED:
-        lower, shift = hist, share.dispatch_max_ms + stamp
+        lower, sent = hist, share.dispatch_max_ms
     else:  # a service-time figure: only the stamp is the client's
-        lower, shift = hist, stamp
-    lo = min(observed, max(0.0, lower.percentile_ms(pct) - shift))
-    return Ends(lo, observed, 0.0, lower, shift)
+        lower, sent = hist, 0.0
+    lo, shift = _tightest_low(lower, pct, delays, 1.0)
+    return Ends(min(observed, max(0.0, lo - sent)), observed, 0.0, lower, shift + sent)
+
+
+def _tightest_low(
+    hist: LatencyHistogram, pct: float, delays: list[tuple[float, float]], stamps: float
+) -> tuple[float, float]:
+    """The highest lower bound of the true ``pct`` percentile over ``delays``, and its delay."""
+    best = max(
+        ((hist.percentile_ms(max(0.0, pct - stamps * f)) - x, x) for f, x in delays),
+        key=lambda bound: bound[0],
+    )
+    return max(0.0, best[0]), best[1]

@@ -33,9 +33,10 @@ class Sides:
         hb, hc = b.histograms or {}, c.histograms or {}
         if not hb.get(metric) or not hc.get(metric) or not hb[metric].count or not hc[metric].count:
             return None
-        d_b, d_c = b.client.stamp_delay_ms, c.client.stamp_delay_ms
-        eb = ends(metric, pct, hb, replace(b.client, stamp_delay_ms=max(0.0, d_b - d_c)))
-        ec = ends(metric, pct, hc, replace(c.client, stamp_delay_ms=max(0.0, d_c - d_b)))
+        # each side's stamp delay at the figure's own rank; what both share moves both alike
+        d_b, d_c = b.client.stamp_at(pct), c.client.stamp_at(pct)
+        eb = ends(metric, pct, hb, replace(b.client, stamp_delay_ms=max(0.0, d_b - d_c), lag=None))
+        ec = ends(metric, pct, hc, replace(c.client, stamp_delay_ms=max(0.0, d_c - d_b), lag=None))
         if eb.lo <= 0 or eb.hi <= 0:
             return None
         return ec.lo / eb.hi, ec.hi / eb.lo

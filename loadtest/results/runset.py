@@ -30,32 +30,62 @@ class RunSetError(Exception):
 class ClientShare:
     """What of a run's figures may be the client's own (ms): the latest send's lateness (any
     latency from the intended send may hold up to it), how late a token's stamp may be for the
-    client's own loop (0 where the engine stamps them), and its own failures (it ran out of
-    file descriptors). Replicates: the worst of each, the failures summed."""
+    client's own loop (its lag histogram, where this client stamps the tokens: None where the
+    engine stamps them; ``stamp_delay_ms`` its p99, or all that older results kept), and its
+    own failures (it ran out of file descriptors). Replicates: the worst of each, the lags
+    merged, the failures summed."""
 
     dispatch_max_ms: float = 0.0
     stamp_delay_ms: float = 0.0
     failed: int = 0
+    lag: LatencyHistogram | None = field(default=None, compare=False)
 
     @classmethod
     def of_run(cls, result: RunMetrics) -> ClientShare:
-        lag = result.latency_ms.get("dispatch_lag") if result.latency_ms else None
-        harness = result.harness
+        dispatch = result.latency_ms.get("dispatch_lag") if result.latency_ms else None
+        harness, lag = result.harness, None
         stamp = 0.0
         if harness is not None:  # older results said nothing of where stamps are taken
             known = harness.stamp_delay_ms
             stamp = known if known is not None else (harness.loop_lag_ms.p99 or 0.0)
+            if known and result.loop_lag_histogram:
+                lag = LatencyHistogram.decode(result.loop_lag_histogram)
         failed = sum(
             n for kind, n in result.requests.errors_by_type.items() if kind.startswith("client_")
         )
-        return cls((lag.max or 0.0) if lag else 0.0, stamp, failed)
+        return cls((dispatch.max or 0.0) if dispatch else 0.0, stamp, failed, lag)
 
     def worst(self, other: ClientShare) -> ClientShare:
+        lag = None
+        if self.lag is not None or other.lag is not None:
+            lag = LatencyHistogram()
+            for part in (self.lag, other.lag):
+                if part is not None:
+                    lag.add(part)
         return ClientShare(
             max(self.dispatch_max_ms, other.dispatch_max_ms),
             max(self.stamp_delay_ms, other.stamp_delay_ms),
             self.failed + other.failed,
+            lag,
         )
+
+    def stamp_at(self, pct: float) -> float:
+        """The stamp delay at ``pct`` of the loop's lag (the p99 figure where none is kept)."""
+        if self.lag is None or not self.lag.count:
+            return self.stamp_delay_ms
+        return self.lag.percentile_ms(pct)
+
+    def delays(self) -> list[tuple[float, float]]:
+        """``(share %, delay ms)`` pairs: at most ``share`` per cent of stamps were later than
+        ``delay`` (the loop's lag at a few ranks, then its maximum); one pair, (0, the p99
+        figure), where no lag histogram is kept."""
+        if self.lag is None or not self.lag.count:
+            return [(0.0, self.stamp_delay_ms)]
+        return [(100.0 - r, self.lag.percentile_ms(r)) for r in STAMP_RANKS]
+
+
+# ranks of the loop's lag each end of a figure is tried at (100: its maximum)
+STAMP_RANKS = (50.0, 90.0, 99.0, 99.9, 100.0)
 
 
 @dataclass

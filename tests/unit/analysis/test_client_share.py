@@ -157,3 +157,29 @@ def test_a_gate_on_an_interrupted_run_is_not_itself_interrupted():
     assert exit_codes.for_gate("interrupted", "INCONCLUSIVE") == exit_codes.INVALID
     assert exit_codes.for_gate("interrupted", "FAIL") == exit_codes.SLA_FAILED
     assert exit_codes.for_gate("failed", "FAIL") == exit_codes.FAILED
+
+
+def test_each_end_is_the_tightest_bound_over_the_loops_lag_ranks():
+    """Where 90% of stamps waited 10 µs, 9% 200 µs and 1% 1 ms, a gap's median moves by 10 µs
+    at most (2 x 10% of gaps may hold a later stamp: the 30th..70th percentiles, less or plus
+    10 µs), not by the largest delay; its p99 may be as high as the largest gap plus 10 µs."""
+    from loadtest.analysis.figure_ends import ends
+
+    itl = hist((594, 1000), (6, 1900))
+    lag = hist((540, 10), (54, 200), (6, 1000))
+    share = ClientShare(stamp_delay_ms=0.2, lag=lag)
+    assert share.delays() == [
+        (50.0, 0.01),
+        (10.0, 0.01),
+        (1.0, 0.2),
+        (pytest.approx(0.1), 1.0),
+        (0.0, 1.0),
+    ]
+    median = ends("itl", 50, {"itl": itl}, share)
+    assert (median.lo, median.hi) == (pytest.approx(0.99), pytest.approx(1.01))
+    tail = ends("itl", 99, {"itl": itl}, share)
+    assert (tail.lo, tail.hi) == (pytest.approx(0.99), pytest.approx(1.91))
+    # TTFT from its twin: one stamp, so f per cent of samples, not 2f
+    ttft = {"ttft": hist((600, 1500)), "ttft_service": hist((600, 1200))}
+    first = ends("ttft", 99, ttft, share)
+    assert (first.lo, first.hi) == (pytest.approx(1.19), 1.5)
