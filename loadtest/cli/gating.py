@@ -149,7 +149,7 @@ def gate(
         help="Write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set).",
     ),
 ) -> None:
-    """Judge a saved run against an SLA and/or baselines: exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE or invalid run."""
+    """Judge a saved run against an SLA and/or baselines: exit 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 4 the run failed."""
     if not sla and not baseline:
         typer.echo("error: give --sla FILE, --baseline DIR, or both", err=True)
         raise typer.Exit(exit_codes.USAGE)
