@@ -16,15 +16,24 @@ if TYPE_CHECKING:
 STATUS_STYLE = {  # sweep points: marker, colour, label
     "steady": ("o", "#1a73e8", "steady"),
     "unsteady": ("^", "#e37400", "unsteady (overloaded)"),
+    "unknown": ("s", "#80868b", "stability unknown"),
     "invalid": ("X", "#b3261e", "invalid"),
 }
 
 
 def point_kind(c: CurvePoint) -> str:
-    """A sweep point as the plots mark it: steady, unsteady (overloaded) or invalid."""
+    """A sweep point as the plots mark it: steady, unsteady (overloaded), unknown (too little
+    to tell either way) or invalid."""
     if c.status not in ("ok", None):
         return "invalid"
-    return "unsteady" if c.steady is False else "steady"
+    return {True: "steady", False: "unsteady", None: "unknown"}[c.steady]
+
+
+def cell(point: CurvePoint, col: str) -> object:
+    """A point's value for a column; stability unknown (too little to tell) said as such."""
+    if col == "steady" and point.steady is None and point.status in ("ok", "invalid"):
+        return "unknown"
+    return getattr(point, col)
 
 
 Tip = Callable[[CurvePoint], str]  # a point's hover text

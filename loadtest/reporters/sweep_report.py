@@ -11,7 +11,7 @@ from rich.table import Table
 
 from loadtest.core import atomic
 from loadtest.core.text import visible_doc
-from loadtest.reporters import cost, html
+from loadtest.reporters import cost, html, sweep_plots
 from loadtest.results.model import SweepDoc, SweepPoint
 
 COLS = (
@@ -91,7 +91,7 @@ def render_terminal(doc: SweepDoc, console: Console) -> None:
         # one-word headers never wrap; two-word ones may take two lines
         table.add_column(header, justify="right", min_width=max(len(w) for w in header.split()))
     for point in doc.curve:
-        table.add_row(*(_short(getattr(point, k)) for k in cols))
+        table.add_row(*(_short(sweep_plots.cell(point, k)) for k in cols))
     console.print(table)
     console.print(f"knee (steady points): {doc.knee}  frontier: {doc.frontier}")
     for caveat in doc.knee_caveats:
@@ -126,7 +126,9 @@ def markdown(doc: SweepDoc) -> str:
         "| " + " | ".join(cols) + " |",
         "|" + "---|" * len(cols),
     ]
-    lines += ["| " + " | ".join(_fmt(getattr(c, k)) for k in cols) + " |" for c in doc.curve]
+    lines += [
+        "| " + " | ".join(_fmt(sweep_plots.cell(c, k)) for k in cols) + " |" for c in doc.curve
+    ]
     lines += [
         "",
         f"Knee (highest output tok/s ÷ p99 E2E, steady points only): **{doc.knee}**; frontier: {doc.frontier}",

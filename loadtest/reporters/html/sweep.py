@@ -49,7 +49,8 @@ def _strip(doc: SweepDoc, kinds: list[str]) -> list[str]:
             "points",
             f"{kinds.count('steady')} steady",
             "",
-            f"{kinds.count('unsteady')} unsteady, {kinds.count('invalid')} invalid",
+            f"{kinds.count('unsteady')} unsteady, {kinds.count('unknown')} unknown, "
+            f"{kinds.count('invalid')} invalid",
         ),
         card(
             "knee",
@@ -108,7 +109,7 @@ def _points(doc: SweepDoc, kinds: list[str]) -> str:
         [
             f"<span class='{esc(k)}'>{esc(getattr(c, col))}</span>"
             if col == "status"
-            else esc(getattr(c, col))
+            else esc(sweep_plots.cell(c, col))
             for col in SWEEP_COLS
         ]
         for c, k in zip(doc.curve, kinds)

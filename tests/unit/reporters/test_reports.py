@@ -341,3 +341,14 @@ def test_a_run_whose_every_request_was_warm_up_still_gets_every_report(run_virtu
     page = html.run_html(doc)
     assert "output tok/s" in page and "over None" not in page
     assert "all-warm-up" in markdown.render(doc)
+
+
+def test_a_sweep_point_of_unknown_stability_is_never_shown_steady():
+    from loadtest.reporters.sweep_plots import cell, point_kind
+    from loadtest.results.model import CurvePoint
+
+    unknown = CurvePoint(x=20, status="ok", steady=None)
+    assert point_kind(unknown) == "unknown" and cell(unknown, "steady") == "unknown"
+    assert point_kind(CurvePoint(x=40, status="ok", steady=False)) == "unsteady"
+    assert point_kind(CurvePoint(x=10, status="ok", steady=True)) == "steady"
+    assert cell(CurvePoint(x=80, status="oom"), "steady") is None  # no run: nothing to say
