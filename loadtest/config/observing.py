@@ -44,7 +44,9 @@ class Outputs(_Model):
         "own span joins its trace; --otel. Needs the otel extra.",
     )
     metrics_address: str = Field(
-        "0.0.0.0", description="The address the metrics endpoint listens on (all, by default)."
+        "127.0.0.1",
+        description="The address the metrics endpoint listens on: loopback by default; "
+        "0.0.0.0 (every interface) or one address for a Prometheus on another host.",
     )
     metrics_linger: Duration = Field(
         as_written("15s"),

@@ -51,7 +51,7 @@ class MetricsEndpoint:
     def __init__(
         self,
         port: int,
-        address: str = "0.0.0.0",
+        address: str = "127.0.0.1",
         linger_s: float = 15.0,
         points: LivePoints | None = None,
     ) -> None:
@@ -77,8 +77,9 @@ class MetricsEndpoint:
         server, thread = start_http_server(self.port, self.address, registry=registry)
         self._server, self._thread = server, thread
         self.port = server.server_port
-        host = "127.0.0.1" if self.address in ("0.0.0.0", "") else self.address
-        return f"http://{host}:{self.port}/metrics"
+        if self.address in ("0.0.0.0", "::", ""):  # asked for: every interface, said so
+            return f"http://127.0.0.1:{self.port}/metrics (listening on every interface)"
+        return f"http://{self.address}:{self.port}/metrics"
 
     def watch(self, labels: Labels, source: Polled) -> None:
         """A point starts: its figures are read from ``source`` at each scrape."""

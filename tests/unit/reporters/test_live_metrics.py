@@ -185,3 +185,23 @@ def test_a_running_point_is_judged_valid_and_steady_so_far():
 
     assert judged(40, 1) == {"valid": True, "steady": False}  # one late sample: a hiccup
     assert judged(25, 2) == {"valid": False, "steady": True}  # 2 of 100 late: over 1%
+
+
+def test_the_endpoint_listens_on_loopback_unless_asked():
+    """No listener beyond loopback by default (the scenario's default too); every interface
+    only when asked, and then it says so where it prints the URL."""
+    from loadtest.config.observing import Outputs
+
+    assert Outputs().metrics_address == "127.0.0.1"
+    endpoint = MetricsEndpoint(0, linger_s=0.0)
+    url = endpoint.start()
+    try:
+        assert endpoint._server.server_address[0] == "127.0.0.1"  # type: ignore[attr-defined]
+        assert url == f"http://127.0.0.1:{endpoint.port}/metrics"
+    finally:
+        endpoint._server.shutdown()  # type: ignore[attr-defined]
+    every = MetricsEndpoint(0, "0.0.0.0", linger_s=0.0)
+    try:
+        assert every.start().endswith("/metrics (listening on every interface)")
+    finally:
+        every._server.shutdown()  # type: ignore[attr-defined]
