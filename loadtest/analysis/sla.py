@@ -110,77 +110,44 @@ def percentile_check(
     tail, p = 1 - pct / 100, f"p{pct:g}"
     said = f"observed {figure(e.hi, 'ms')}, limit {figure(bound_ms, 'ms')}"
     free = f"{figure(e.lo, 'ms')} with the client's own lateness taken off"
+
+    def judged(
+        verdict: str, reason: str, needed: int | None = None, why: Undecided | None = None
+    ) -> Check:
+        return _check(name, verdict, e.hi, bound_ms, "<=", "ms", f"{said}: {reason}", n,
+                      needed, e.lo, why)  # fmt: skip
+
+    over_free = e.lower.count_above_us(int((bound_ms + e.lower_shift_ms) * 1000))
     if e.lo > bound_ms:
-        over = e.lower.count_above_us(int((bound_ms + e.lower_shift_ms) * 1000))
-        return _check(
-            name,
-            FAIL,
-            e.hi,
-            bound_ms,
-            "<=",
-            "ms",
-            f"{said}: over the limit, and {free} ({over} of {n} samples over)",
-            samples=n,
-            client_free=e.lo,
-        )
+        return judged(FAIL, f"over the limit, and {free} ({over_free} of {n} samples over)")
     if e.hi > bound_ms:
-        return _check(
-            name,
+        return judged(
             INCONCLUSIVE,
-            e.hi,
-            bound_ms,
-            "<=",
-            "ms",
-            f"{said}: over the limit as observed, under it at {free}: the client's lateness "
-            "spans the limit (give the client more room: a core of its own, more workers)",
-            undecided="client",
-            samples=n,
-            client_free=e.lo,
+            f"over the limit as observed, under it at {free}: the client's lateness spans the "
+            "limit (give the client more room: a core of its own, more workers)",
+            why="client",
         )
     misses = hist.count_above_us(int((bound_ms - e.up_shift_ms) * 1000))
     if enough(misses, n, tail, confidence):
-        return _check(
-            name,
-            PASS,
-            e.hi,
-            bound_ms,
-            "<=",
-            "ms",
-            f"{said}: {misses} of {n} samples over, so {p} <= limit at {confidence:.0%} confidence",
-            samples=n,
-            client_free=e.lo,
+        return judged(
+            PASS, f"{misses} of {n} samples over, so {p} <= limit at {confidence:.0%} confidence"
         )
     need = samples_needed(misses, tail, confidence)
-    misses_free = e.lower.count_above_us(int((bound_ms + e.lower_shift_ms) * 1000))
-    if enough(misses_free, n, tail, confidence):
-        return _check(
-            name,
+    if enough(over_free, n, tail, confidence):
+        return judged(
             INCONCLUSIVE,
-            e.hi,
-            bound_ms,
-            "<=",
-            "ms",
-            f"{said}: {misses} of {n} samples over as observed, {misses_free} with the client's "
-            f"own lateness taken off: the client's lateness decides whether {n} samples are "
-            f"enough for {confidence:.0%} confidence",
-            needed=need,
-            undecided="client",
-            samples=n,
-            client_free=e.lo,
+            f"{misses} of {n} samples over as observed, {over_free} with the client's own "
+            f"lateness taken off: the client's lateness decides whether {n} samples are enough "
+            f"for {confidence:.0%} confidence",
+            need,
+            "client",
         )
-    return _check(
-        name,
+    return judged(
         INCONCLUSIVE,
-        e.hi,
-        bound_ms,
-        "<=",
-        "ms",
-        f"{said}: within it, but {n} samples with {misses} over are too few to claim {p} at "
+        f"within it, but {n} samples with {misses} over are too few to claim {p} at "
         f"{confidence:.0%} confidence (needs >= {need} samples)",
-        needed=need,
-        undecided="samples",
-        samples=n,
-        client_free=e.lo,
+        need,
+        "samples",
     )
 
 
