@@ -43,9 +43,35 @@ def scenario_source(
     for each in urls or []:
         if problem := url_problem(each):  # before any request: no other scheme is ever opened
             usage_error(f"--url {problem}")
+    url, named_api = _api_base(url, given, overrides)
+    if named_api in ("chat", "completions", "embeddings", "responses", "rerank"):
+        given.setdefault("api", named_api)  # the endpoint pasted whole named its API
     overrides = endpoints + overrides
     data = _flags_scenario(url, model or _first_model(url, given, overrides), given, overrides)
     return _written(data, url, save_to, overwrite)
+
+
+def _api_base(url: str, given: dict, overrides: list[str]) -> tuple[str, str | None]:
+    """``discovery.api_base`` of ``url``, asked the way the run will ask; said on stderr where
+    it differs from what was typed; exit 4 when the server answers neither way."""
+    from loadtest.backends.openai.connection import client_settings
+    from loadtest.backends.openai.discovery import api_base
+    from loadtest.config.backend_specs import OpenAISpec
+    from loadtest.core import secrets
+    from loadtest.core.errors import BackendError
+
+    backend = _flags_scenario(url, "?", given, overrides)["backend"]
+    try:
+        settings = client_settings(OpenAISpec.model_validate(backend), Path.cwd())
+        base, api = api_base(url, settings=settings)
+    except (ValueError, BackendError) as exc:
+        error(f"--url {secrets.redact_url(url)}: {exc}")
+        raise typer.Exit(exit_codes.FAILED) from None
+    if base != url:
+        typer.echo(
+            f"API: {secrets.redact_url(base)} (from --url {secrets.redact_url(url)})", err=True
+        )
+    return base, api
 
 
 def _first_model(url: str, given: dict, overrides: list[str]) -> str:

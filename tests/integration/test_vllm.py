@@ -92,6 +92,21 @@ def test_a_url_run_finds_the_tokenizer_sizes_prompts_exactly_and_saves_what_ran(
     assert len(records(tmp_path / "b")) == 28
 
 
+@pytest.mark.parametrize("typed, api", [("", "completions"), ("/v1/chat/completions", "chat")])
+def test_a_url_as_peers_take_it_finds_the_api(vllm, tmp_path, typed, api):
+    """``--url http://host:8000`` (vLLM's --base-url, AIPerf's --url) or a whole endpoint's URL:
+    the API is found under /v1, said on stderr, and a pasted endpoint names its API."""
+    r = cli(
+        "run", "--url", vllm.root + typed, "--rate", "4", "--requests", "4",
+        "--output-tokens", "4", "-o", tmp_path / "a", "-q", "--no-report",
+        *[a for s in vllm.client_sets() for a in ("--set", s)],
+    )  # fmt: skip
+    assert r.returncode in (0, 3), r.stderr
+    assert f"API: {vllm.url} (from --url {vllm.root + typed})" in r.stderr
+    backend = metrics(tmp_path / "a")["scenario"]["backend"]
+    assert (backend["base_url"], backend["api"]) == (vllm.url, api)
+
+
 def test_chat_prompts_count_the_chat_template(vllm, tmp_path):
     """In chat the server counts the template around the message: a planned 100-token prompt
     is 100 tokens to the server, the template's tokens included."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from urllib.parse import urlsplit, urlunsplit
 
 from loadtest.core import secrets
 from loadtest.core.errors import BackendError
@@ -55,6 +56,49 @@ def list_models(
     A server that does not answer within ``timeout_s``, answers with an error, or answers
     something that is not a model list raises BackendError with the reason."""
     return [str(m["id"]) for m in _model_list(base_url, api_key, timeout_s, settings)]
+
+
+# endpoint paths a user may paste whole: the API's base URL is what comes before them, and
+# the path names the API (None: the model list, no API of its own)
+ENDPOINT_PATHS = {
+    "/chat/completions": "chat",
+    "/completions": "completions",
+    "/embeddings": "embeddings",
+    "/responses": "responses",
+    "/rerank": "rerank",
+    "/models": None,
+}
+
+
+def api_base(
+    url: str, api_key: str | None = None, settings: ClientSettings | None = None
+) -> tuple[str, str | None]:
+    """The API's base URL from a URL a user typed, and the API its path named (or None): a
+    full endpoint's path is cut to its base (``.../v1/chat/completions`` -> ``.../v1``, chat);
+    a server's root (``http://host:8000``) is asked for its models there, then under ``/v1``,
+    the form vLLM, SGLang and TGI serve. BackendError saying what to give where neither
+    answers; any other URL is taken as the base it names."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return url, None
+    path = parts.path.rstrip("/")
+    for suffix, api in ENDPOINT_PATHS.items():
+        if path.endswith(suffix):
+            return urlunsplit(parts._replace(path=path[: -len(suffix)])), api
+    if path:
+        return url, None
+    root = urlunsplit(parts._replace(path=""))
+    tried = []
+    for base in (root, root + "/v1"):
+        try:
+            _model_list(base, api_key, 10.0, settings)
+            return base, None
+        except BackendError as exc:
+            tried.append(str(exc))
+    raise BackendError(
+        f"no OpenAI-compatible API at the server's root nor under /v1 ({'; '.join(tried)}): "
+        f"give the API's base URL, as {secrets.redact_url(root)}/v1 for vLLM, SGLang and TGI"
+    )
 
 
 def model_root(
