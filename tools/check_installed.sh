@@ -23,20 +23,23 @@ step "build the sdist and the wheel, check their metadata"
 "$python" -m twine check --strict "$work"/dist/*
 wheel="$(ls "$work"/dist/*.whl)"
 
-step "a clean virtual environment, the wheel alone (no extras)"
+step "a clean virtual environment, the wheel alone (no extras), installed by its name"
 "$python" -m venv "$work/venv"
-"$work/venv/bin/pip" install -q "$wheel"
+version="$(basename "$wheel" | cut -d- -f2)"
+# by its name, from the built wheel (a --find-links given replaces pip's configured ones: kept)
+by_name=(--find-links "$work/dist" ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"})
+"$work/venv/bin/pip" install -q "${by_name[@]}" "llm-loadtest==$version"
 lt="$work/venv/bin/loadtest"
 mkdir "$work/user" && cd "$work/user"  # outside the checkout
 "$work/venv/bin/python" -c "import loadtest, sys; assert '$repo' not in loadtest.__file__, loadtest.__file__"
 "$lt" --version
 "$lt" validate "$repo"/scenarios/*.yml >/dev/null 2>"$work/validate.err" || true
 # every scenario validates, except that a local model says which extra it needs
-if grep -v "pip install 'loadtest\[transformers\]'" "$work/validate.err" | grep -q .; then
+if grep -v "pip install 'llm-loadtest\[transformers\]'" "$work/validate.err" | grep -q .; then
     cat "$work/validate.err"; exit 1
 fi
 set +e; "$lt" run "$repo/scenarios/chat.yml" -q --out runs/no-extra 2>"$work/chat.err"; rc=$?; set -e
-[ "$rc" = 2 ] && grep -q "pip install 'loadtest\[transformers\]'" "$work/chat.err" \
+[ "$rc" = 2 ] && grep -q "pip install 'llm-loadtest\[transformers\]'" "$work/chat.err" \
     || { echo "a local model without the extra: exit $rc"; cat "$work/chat.err"; exit 1; }
 
 step "the simulator, a sweep, a served run, a report"
@@ -58,9 +61,9 @@ for f in runs/sim runs/sweep runs/served; do [ -s "$f/metrics.json" ] || [ -s "$
 
 step "the otel extra: refused without it, then a traced served run's spans reach a collector"
 set +e; "$lt" run --url "http://127.0.0.1:$port/v1" --requests 5 --otel -q --out runs/no-otel 2>"$work/otel.err"; rc=$?; set -e
-[ "$rc" = 2 ] && grep -q "pip install 'loadtest\[otel\]'" "$work/otel.err" \
+[ "$rc" = 2 ] && grep -q "pip install 'llm-loadtest\[otel\]'" "$work/otel.err" \
     || { echo "--otel without the extra: exit $rc"; cat "$work/otel.err"; exit 1; }
-"$work/venv/bin/pip" install -q "$wheel[otel]"
+"$work/venv/bin/pip" install -q "${by_name[@]}" "llm-loadtest[otel]==$version"
 otlp_port="$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 (cd "$repo" && exec "$python" -m tests.otlp_receiver --port "$otlp_port" --tally "$work/otlp.json") &
 receiver=$!
@@ -76,7 +79,7 @@ grep -q "OpenTelemetry: 5 request spans exported" "$work/traced.err" || { cat "$
     || { echo "the collector's counts: $(cat "$work/otlp.json")"; exit 1; }
 
 step "the transformers extra, and the README's main job"
-"$work/venv/bin/pip" install -q "torch==${TORCH_VERSION:-2.13.0}" "$wheel[transformers]"
+"$work/venv/bin/pip" install -q "${by_name[@]}" "torch==${TORCH_VERSION:-2.13.0}" "llm-loadtest[transformers]==$version"
 ok "$lt" run "$repo/scenarios/chat.yml" -q --out runs/chat
 [ -s runs/chat/metrics.json ] && [ -s runs/chat/report.html ]
 step "pipx and uv tool install, each running the README's main job"
@@ -88,7 +91,7 @@ PIPX_HOME="$work/pipx" PIPX_BIN_DIR="$work/pipx-bin" \
 ok "$work/pipx-bin/loadtest" run "$repo/scenarios/chat.yml" -q --out runs/pipx >/dev/null
 # uv reads no pip configuration: the local wheels pip finds (PIP_FIND_LINKS) are named to it
 UV_TOOL_DIR="$work/uv" UV_TOOL_BIN_DIR="$work/uv-bin" "$work/tools/bin/uv" tool install -q \
-    ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} --with "$torch" "loadtest[transformers] @ file://$wheel"
+    ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} --with "$torch" "llm-loadtest[transformers] @ file://$wheel"
 ok "$work/uv-bin/loadtest" run "$repo/scenarios/chat.yml" -q --out runs/uv >/dev/null
 for f in runs/pipx runs/uv; do [ -s "$f/metrics.json" ] || { echo "no result in $f"; exit 1; }; done
 echo "--- installed: every check passed"

@@ -125,7 +125,7 @@ class Load(_Model):
         min_length=1,
         description="Run the workers as actors on this Ray cluster (an address: auto, "
         "host:6379, ray://host:10001; or local: start Ray on this host), spread over its nodes, "
-        "with each node's clock offset measured (--ray; needs loadtest[distributed]).",
+        "with each node's clock offset measured (--ray; needs llm-loadtest[distributed]).",
     )
 
     @model_validator(mode="after")
@@ -222,7 +222,7 @@ class Scenario(_Model):
                 problems.append((where, "a profiler window needs one process (workers: 1, no ray)"))
             if self.load.ray is not None and importlib.util.find_spec("ray") is None:
                 problems.append(
-                    (where, "Ray is not installed: pip install 'loadtest[distributed]'")
+                    (where, "Ray is not installed: pip install 'llm-loadtest[distributed]'")
                 )
         problems += traffic_problems(
             self.backend, self.workload, self.load.arrival, self.load.cancel

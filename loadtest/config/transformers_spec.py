@@ -254,7 +254,7 @@ def preflight(spec: TransformersSpec, base_dir: Path) -> list[Problem]:
 
 
 def _extra_problems(spec: TransformersSpec) -> list[Problem]:
-    """An install without the transformers extra (``pip install loadtest``: served models
+    """An install without the transformers extra (``pip install llm-loadtest``: served models
     and the simulator only) is told which extra a local model needs, before anything
     starts."""
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
@@ -264,7 +264,7 @@ def _extra_problems(spec: TransformersSpec) -> list[Problem]:
         (
             ("backend", "kind"),
             f"kind: transformers needs {' and '.join(missing)}, which this install lacks: "
-            "pip install 'loadtest[transformers]' (on a GPU machine, torch for your CUDA "
+            "pip install 'llm-loadtest[transformers]' (on a GPU machine, torch for your CUDA "
             "first)",
         )
     ]

@@ -35,7 +35,7 @@ def _use_uvloop() -> bool:
     except ImportError:
         if choice == "uvloop":
             raise ScenarioError(
-                [f"{ENV}=uvloop, but uvloop is not installed (pip install 'loadtest[http]')"]
+                [f"{ENV}=uvloop, but uvloop is not installed (pip install 'llm-loadtest[http]')"]
             ) from None
         return False
     return True

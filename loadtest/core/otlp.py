@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import SpanExporter
 
-EXTRA_HINT = "pip install 'loadtest[otel]'"
+EXTRA_HINT = "pip install 'llm-loadtest[otel]'"
 
 SAMPLERS = ("always_on", "always_off", "traceidratio")  # and each parentbased_ (a root's own)
 

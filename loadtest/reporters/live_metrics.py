@@ -70,7 +70,7 @@ class MetricsEndpoint:
             from prometheus_client import CollectorRegistry, start_http_server
         except ImportError as exc:
             raise ImportError(
-                "outputs.metrics_port needs prometheus_client: pip install 'loadtest[prometheus]'"
+                "outputs.metrics_port needs prometheus_client: pip install 'llm-loadtest[prometheus]'"
             ) from exc
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)  # a custom collector: collect() and describe()

@@ -117,7 +117,7 @@ def _hf_rows(
         raise ScenarioError(
             [
                 f"workload.dataset: {name}: Hugging Face datasets need the `datasets` extra "
-                "(pip install 'loadtest[datasets]')"
+                "(pip install 'llm-loadtest[datasets]')"
             ]
         ) from None
     ref = name[len(HF_PREFIX) :]

@@ -42,7 +42,7 @@ def require_pillow() -> None:
 
     if importlib.util.find_spec("PIL") is None:
         raise ScenarioError(
-            ["workload.images: synthetic images need Pillow: pip install 'loadtest[media]'"]
+            ["workload.images: synthetic images need Pillow: pip install 'llm-loadtest[media]'"]
         )
 
 

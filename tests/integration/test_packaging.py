@@ -43,7 +43,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "build", "-q", "--outdir", str(out), str(ROOT)],
                    check=True, timeout=300, capture_output=True)  # fmt: skip
-    return zipfile.ZipFile(next(out.glob("loadtest-*.whl")))
+    return zipfile.ZipFile(next(out.glob("llm_loadtest-*.whl")))
 
 
 def test_the_code_names_its_resources_and_the_checkout_has_them():
