@@ -56,6 +56,12 @@ for _ in $(seq 100); do
 done
 ok "$lt" run --url "http://127.0.0.1:$port/v1" --rate 10 --duration 5s -q --out runs/served
 ok "$lt" report runs/served >/dev/null  # it exits with the run's own verdict (3: invalid)
+# a gate against a baseline in the light install: its t quantile is the project's own (no scipy)
+"$work/venv/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('scipy') is not None)" \
+    || { echo "scipy came with the light install"; exit 1; }
+ok "$lt" run --url "http://127.0.0.1:$port" --rate 10 --duration 5s -q --out runs/served-again
+"$lt" gate runs/served-again --baseline runs/served >/dev/null || [ $? -le 3 ]  # a verdict, not a crash
+ok "$lt" plan "$repo/scenarios/poisson-sla.yml" --baseline runs/served >/dev/null
 for f in runs/sim runs/sweep runs/served; do [ -s "$f/metrics.json" ] || [ -s "$f/sweep.json" ] || { echo "no result in $f"; exit 1; }; done
 [ -s runs/served/report.html ]
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from loadtest.analysis import student_t
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.units import PERCENTILE_NAMES
 from loadtest.results.model import RunMetrics
@@ -202,7 +203,5 @@ def _block_indices(rng: np.random.Generator, k: int) -> np.ndarray:
 
 
 def student_t_quantile(p: float, dof: float) -> float:
-    """Student's t quantile (scipy, imported only when a comparison needs it)."""
-    from scipy.stats import t as student_t  # lazy: only a gate with baselines needs it
-
-    return float(student_t.ppf(p, dof))
+    """Student's t quantile (the project's own: no scipy in the light install)."""
+    return student_t.quantile(p, dof)
