@@ -14,15 +14,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from loadtest.analysis.early_stopping import enough, samples_needed
-from loadtest.analysis.resample import Sample, student_t_quantile, welch_dof
 from loadtest.config.objectives import Sla
 from loadtest.core.units import figure
-from loadtest.results.model import RunMetrics
-from loadtest.workload.plan import Plan
+
+if TYPE_CHECKING:  # validate's hint needs neither: the detectable change (numpy) is lazy
+    from loadtest.results.model import RunMetrics
+    from loadtest.workload.plan import Plan
 
 # what one completed request gives each latency metric: a sample, or its gaps (ITL)
 PER_REQUEST = {"itl": "gaps"}
@@ -149,6 +149,10 @@ def detectable_pct(
 ) -> dict[str, float | None]:
     """For each metric, the smallest change (%) a candidate as long and as replicated as the
     baseline, and as noisy, could resolve against it at the gate's Bonferroni-corrected level."""
+    import numpy as np
+
+    from loadtest.analysis.resample import Sample, student_t_quantile, welch_dof
+
     sample = Sample(baseline)
     weights = sample.resample(np.random.default_rng(0), resamples)
     tail = (1 - confidence) / len(metrics)

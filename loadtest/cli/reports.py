@@ -4,17 +4,22 @@ reports every run writes beside its result (a report that fails is a warning, ne
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from loadtest.cli.common import error, usage_error
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console
-from loadtest.results.model import RepeatDoc, RunMetrics
+
+if TYPE_CHECKING:
+    from loadtest.results.model import RepeatDoc, RunMetrics
 
 
 def exit_code(doc: RunMetrics | RepeatDoc) -> int:
     """For a metrics.json or a repeat.json (its pooled status and SLA verdict)."""
+    from loadtest.results.model import RunMetrics  # lazy: --version needs none of it
+
     verdict = None if doc.sla is None else doc.sla.verdict
     if isinstance(doc, RunMetrics) and doc.harness is not None and doc.harness.internal_error:
         return exit_codes.INTERNAL  # a bug in loadtest stopped it: not the system's failure

@@ -16,13 +16,13 @@ from loadtest.cli.gating import gate_and_report, gate_spec
 from loadtest.cli.reports import exit_code, write_repeat_report, write_reports
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console
-from loadtest.results.model import RepeatDoc, RunMetrics
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from loadtest.config.loading import LoadedScenario
     from loadtest.config.objectives import SlaObjectives
+    from loadtest.results.model import RepeatDoc, RunMetrics
 
 
 def run(
@@ -192,6 +192,7 @@ def _show(
 ) -> None:
     """The result on the terminal (or as JSON), and its reports written beside it."""
     from loadtest.reporters import terminal
+    from loadtest.results.model import RepeatDoc
 
     if as_json:
         typer.echo(json.dumps(doc.view(), indent=2))

@@ -12,11 +12,11 @@ from loadtest.cli import options
 from loadtest.cli.common import claim, load, run_async, usage_error
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console, styled
-from loadtest.results.model import SweepDoc
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from loadtest.results.model import SweepDoc
     from loadtest.session import Session
 
 
