@@ -43,7 +43,10 @@ def run(
         None, "--api", help="--url: chat or completions (default: completions; chat for --dataset)."
     ),
     rate: float | None = typer.Option(
-        None, "--rate", help="--url: Poisson arrivals at this many requests/s (open loop)."
+        None,
+        "--rate",
+        help="--url: Poisson arrivals at this many requests/s (open loop); inf: every request "
+        "at once (a burst of --requests).",
     ),
     concurrency: int | None = typer.Option(
         None, "--concurrency", help="--url: this many users in closed loop (default 1)."
@@ -52,7 +55,16 @@ def run(
         None, "--duration", help="--url: the measured window (default 60s, after 5s of warm-up)."
     ),
     requests: int | None = typer.Option(
-        None, "--requests", help="--url: measure this many requests instead of a duration."
+        None,
+        "--requests",
+        help="--url: measure this many requests instead of a duration, with no warm-up (as "
+        "vllm bench serve's and AIPerf's counts); --warmup adds one.",
+    ),
+    warmup: str | None = typer.Option(
+        None,
+        "--warmup",
+        help="--url: warm-up before the window, unmeasured: a duration (5s, the default with "
+        "--duration) or a request count (10); 0 for none.",
     ),
     input_tokens: str | None = typer.Option(
         None,
@@ -118,6 +130,7 @@ def run(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         dataset=dataset,
+        warmup=warmup,
     )
     overrides = (set_ or []) + options.workers_override(workers, ray, metrics_port, otel)
     path, overrides = scenario_source(

@@ -32,17 +32,25 @@ def scenario_from_flags(
     input_tokens: str | None = None,
     output_tokens: str | None = None,
     dataset: str | None = None,
+    warmup: str | None = None,
 ) -> JsonObject:
-    """The scenario mapping the flags describe. Open loop (Poisson at ``rate``) or closed loop
-    (``concurrency`` users, one by default); a window of ``duration`` (60 s by default) or
-    ``requests``. Synthetic prompts go through the completions API (a chat template would add
-    tokens the plan did not count); a dataset of conversations through chat."""
+    """The scenario mapping the flags describe. Open loop (Poisson at ``rate``; ``inf``: every
+    request at once, a burst of ``requests``) or closed loop (``concurrency`` users, one by
+    default); a window of ``duration`` (60 s by default, after 5 s of warm-up) or ``requests``
+    (no warm-up, as vLLM's and AIPerf's request counts). ``warmup``: a duration or a request
+    count, 0 for none. Synthetic prompts go through the completions API (a chat template would
+    add tokens the plan did not count); a dataset of conversations through chat."""
     if rate is not None and concurrency is not None:
         raise ScenarioError(["give --rate (open loop) or --concurrency (closed loop), not both"])
     if duration is not None and requests is not None:
         raise ScenarioError(["give --duration or --requests, not both"])
+    burst = rate is not None and rate == float("inf")
+    if burst and requests is None:
+        raise ScenarioError(["--rate inf sends every request at once: give --requests N"])
     arrival: JsonObject = (
-        {"kind": "poisson", "rate": rate}
+        {"kind": "burst"}
+        if burst
+        else {"kind": "poisson", "rate": rate}
         if rate is not None
         else {"kind": "concurrency", "users": concurrency or 1}
     )
@@ -52,6 +60,7 @@ def scenario_from_flags(
     else:
         load["duration"] = duration or DEFAULT_DURATION
         load["warmup"] = DEFAULT_WARMUP
+    _warmup(load, warmup, by_count=burst or requests is not None)
     workload: JsonObject = {
         "output_tokens": _length(output_tokens, DEFAULT_OUTPUT_TOKENS, "--output-tokens")
     }
@@ -74,6 +83,22 @@ def scenario_from_flags(
         "workload": workload,
         "load": load,
     }
+
+
+def _warmup(load: JsonObject, text: str | None, by_count: bool) -> None:
+    """``--warmup`` into ``load``: a request count (``10``) or a duration (``5s``); 0 for none.
+    A burst or a request-count window warms up by count only."""
+    if text is None:
+        return
+    value = text.strip()
+    if value.isdigit():
+        load.pop("warmup", None)
+        if int(value):
+            load["warmup_requests"] = int(value)
+        return
+    if by_count:
+        raise ScenarioError([f"--warmup {text!r}: with --requests, a request count (10, or 0)"])
+    load["warmup"] = value
 
 
 def _length(text: str | None, default: int, flag: str) -> JsonValue:
