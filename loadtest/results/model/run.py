@@ -7,7 +7,7 @@ from pydantic import (
     Field,
 )
 
-from loadtest.core.json_types import JsonObject
+from loadtest.core.json_types import JsonObject, JsonValue
 from loadtest.results.model.backend_facts import (
     BackendFacts,
     MediaSent,
@@ -228,6 +228,9 @@ class Timeseries(_Doc):
     points: list[IntervalPoint]
 
 
+_DEPRECATED: dict[str, JsonValue] = {"deprecated": True}  # said in the schema; no warning on read
+
+
 class RunMetrics(_Doc):
     """``metrics.json``: one run, whatever its status. A run that never started has only the
     identity, the environment, ``requests`` and ``validity`` (with the reason); the measured
@@ -261,11 +264,26 @@ class RunMetrics(_Doc):
     histograms_over_range: dict[str, int] | None = None
     loop_lag_histogram: str | None = None
     definitions: dict[str, str] | None = None
-    # Flat headline keys for scripts (end-to-end percentiles).
+    # Flat headline keys for scripts, named for what they are.
     output_tokens_per_s: float | None = None
-    p50_ms: float | None = None
-    p95_ms: float | None = None
-    p99_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    # the same end-to-end figures under their old names, read as TTFT by many: kept this
+    # release, deprecated in the schema
+    p50_ms: float | None = Field(
+        None, description="Deprecated: e2e_p50_ms.", json_schema_extra=_DEPRECATED
+    )
+    p95_ms: float | None = Field(
+        None, description="Deprecated: e2e_p95_ms.", json_schema_extra=_DEPRECATED
+    )
+    p99_ms: float | None = Field(
+        None, description="Deprecated: e2e_p99_ms.", json_schema_extra=_DEPRECATED
+    )
     peak_mem_mb: float | None = None
     commit: str | None = None
     gpu: GpuSection | None = None

@@ -136,7 +136,7 @@ def test_an_endpoint_without_its_extra_or_its_port_stops_the_run_saying_which(
         with pytest.raises(OutputError, match=f"cannot serve on 127.0.0.1:{port}"):
             SessionMetrics().begin(scenario(port), "run", "")
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(OutputError, match=r"pip install 'loadtest\[prometheus\]'"):
+    with pytest.raises(OutputError, match=r"pip install 'llm-loadtest\[prometheus\]'"):
         SessionMetrics().begin(scenario(0), "run", "")
 
 

@@ -169,3 +169,28 @@ def test_result_files_round_trip_and_foreign_or_other_versions_are_refused(tmp_p
     path.write_text(result.to_json().replace('"sent": 0', '"sent": "many"'))
     with pytest.raises(ResultReadError, match="requests.sent"):
         read_run(path)
+
+
+def test_the_flat_headline_keys_say_what_they_are(run_virtual_fn):
+    """``p99_ms`` was end-to-end and read as TTFT: each flat key now names its metric, and the
+    old ones stay one release, marked deprecated in the schema."""
+    from loadtest.results.model import RunMetrics
+
+    m = run_virtual_fn(
+        {
+            "name": "flat",
+            "backend": {"kind": "sim", "max_concurrency": 4, "decode_ms_per_token": 2},
+            "workload": {"input_tokens": 10, "output_tokens": 5},
+            "load": {"arrival": {"kind": "constant", "rate": 20}, "duration": "5s"},
+        }
+    )
+    lat = m["latency_ms"]
+    for metric, pct in (("ttft", "p50"), ("ttft", "p99"), ("itl", "p50"), ("itl", "p99"),
+                        ("e2e", "p50"), ("e2e", "p95"), ("e2e", "p99")):  # fmt: skip
+        assert m[f"{metric}_{pct}_ms"] == lat[metric][pct]
+    assert (m["p50_ms"], m["p99_ms"]) == (m["e2e_p50_ms"], m["e2e_p99_ms"])
+    props = RunMetrics.model_json_schema(by_alias=True)["properties"]
+    assert (
+        props["p99_ms"].get("deprecated") is True and "e2e_p99_ms" in props["p99_ms"]["description"]
+    )
+    assert "deprecated" not in props["e2e_p99_ms"]
