@@ -196,6 +196,40 @@ def test_ctrl_c_writes_partial_result_and_exits_130(tmp_path):
     assert m["status"] == "interrupted" and m["requests"]["completed"] > 0
 
 
+def test_ctrl_c_at_a_terminal_says_one_line_not_the_engines_traceback(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group, the local model's engine process
+    too: the harness alone answers it (one line, the partial result, 130); the engine says
+    nothing. Signalled once the run's first progress line is out (the model loaded)."""
+    import os
+
+    path = write(
+        tmp_path,
+        {
+            "name": "ctrl-c",
+            "backend": {"kind": "transformers", "model": "dummy:tiny-llama", "device": "cpu"},
+            "workload": {"input_tokens": 16, "output_tokens": 16},
+            "load": {"arrival": {"kind": "poisson", "rate": 2}, "duration": "60s",
+                     "validity": LENIENT},
+        },
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadtest", "run", str(path), "-o", str(tmp_path / "run")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        while line := proc.stderr.readline():  # bounded: the run ends by itself within 2 min
+            if line.startswith("progress:"):
+                break
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "SIGINT: stopping and writing the partial result" in err
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "interrupted"
+
+
 def test_report_rerenders_from_metrics_json(tmp_path):
     out = tmp_path / "run"
     assert cli("run", write(tmp_path, SIM_DEMO), "-o", out, "-q").returncode == 0

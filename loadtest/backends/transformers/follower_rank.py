@@ -63,9 +63,13 @@ def follow(
 def follower_main(spec: TransformersSpec, base_dir: str, layout: Layout, says: Connection) -> None:
     """A follower rank's process (spawned beside rank 0 by the harness); ``says`` carries its
     last words to the harness if it fails."""
+    import signal
+
     import torch.distributed as dist
 
     from loadtest.backends.transformers.loading import load_model
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's: it stops the ranks
 
     try:
         model, device, info = load_model(spec, base_dir, layout)

@@ -41,8 +41,12 @@ def main(
 ) -> None:
     """The engine worker process's entry point (spawned by TransformersBackend); with a
     tensor-parallel ``layout``, rank 0 of its group (``parallel``)."""
+    import signal
     import sys
 
+    # Ctrl-C at a terminal reaches every process of its group: the harness handles it (the
+    # partial result, then stop), and stops this process itself; a traceback here says nothing
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The generate() loop holds the GIL; the pipe reader needs it for every message. At the
     # default 5 ms switch interval a burst of requests trickles in one per 5 ms and batches start
     # half empty; 0.5 ms lets the reader keep up.
