@@ -84,7 +84,8 @@ class Session(StopOnSignals):
     ) -> None:
         self.clock, self.progress, self.handle_signals = clock, progress, handle_signals
         self.grace_s = grace_s
-        self.loaded = LoadedBackend(clock)  # the in-process backend, between points
+        # the in-process backend, between points; its start said where progress is shown
+        self.loaded = LoadedBackend(clock, say=_stderr_line if progress is not None else None)
         self.interrupted_by: str | None = None
         self._runner: Runner | WorkerGroup | None = None
         self._workers = WorkerPoints(clock)  # points in worker processes or Ray actors
@@ -354,3 +355,7 @@ def _start_failure(exc: BaseException, interrupted_by: str | None, timeout_s: fl
             "the system under test did not answer"
         )
     return f"backend failed to start: {exc}"
+
+
+def _stderr_line(line: str) -> None:
+    sys.stderr.write(line + "\n")

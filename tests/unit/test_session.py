@@ -109,3 +109,37 @@ def test_a_full_disk_for_the_exports_keeps_metrics_json(run_virtual_fn, tmp_path
     saved = json.loads((run / "metrics.json").read_text())
     assert saved["validity"]["warnings"] == m["validity"]["warnings"]
     assert (run / "requests.csv").is_file() and not (run / "requests.jsonl").exists()
+
+
+def test_a_starting_backend_is_said_while_it_starts(tmp_path):
+    """What loads is said before it loads, every 10 s that it still does, and when it is ready;
+    nothing where progress is not wanted (-q)."""
+    import asyncio
+
+    from loadtest.config.loading import load_scenario
+    from loadtest.core.clock import MonotonicClock
+    from loadtest.session import loaded_backend
+    from tests.conftest import write_scenario
+
+    path = write_scenario(
+        tmp_path,
+        {"name": "s", "backend": {"kind": "sim"}, "workload": {"input_tokens": 1, "output_tokens": 1},
+         "load": {"arrival": {"kind": "constant", "rate": 1}, "duration": "1s"}},
+    )  # fmt: skip
+    said: list[str] = []
+
+    async def go(say):
+        lb = loaded_backend.LoadedBackend(MonotonicClock(), say=say)
+        await lb.ensure(load_scenario(path), 1.0)
+        await lb.close()
+
+    asyncio.run(go(said.append))
+    assert said[0] == "loadtest: starting the sim backend: loading and warming up"
+    assert said[-1].startswith("loadtest: the sim backend ready in ")
+    from loadtest.session import Session
+
+    async def nothing(runner) -> None:
+        return None
+
+    assert Session(MonotonicClock()).loaded.say is None  # -q: no progress, nothing said
+    assert Session(MonotonicClock(), progress=nothing).loaded.say is not None
