@@ -31,12 +31,20 @@ def report(
     run_dir: Path = typer.Argument(
         ..., help="A run (metrics.json), repeat (repeat.json) or sweep (sweep.json) directory."
     ),
+    fmt: str = typer.Option(
+        "reports",
+        "--format",
+        help="reports: report.md, report.html and the rest; vllm: vllm-bench-serve.json in "
+        "`vllm bench serve`'s layout, beside each run's metrics.json.",
+    ),
 ) -> None:
     """Re-render a saved run (report.md, report.html), repeat (repeat.html and each replicate's)
-    or sweep (sweep.md, sweep.html) from its JSON alone."""
+    or sweep (sweep.md, sweep.html) from its JSON alone; or write it in another tool's layout."""
     from loadtest.reporters import sweep_report, terminal
     from loadtest.results.model import ResultReadError, read_repeat, read_run, read_sweep
 
+    if fmt not in ("reports", "vllm"):
+        usage_error(f"--format {fmt}: reports or vllm")
     try:  # through the typed readers: a broken or hostile file is refused, never half-read
         sweep = read_sweep(run_dir / "sweep.json") if (run_dir / "sweep.json").exists() else None
         repeat = (
@@ -44,6 +52,16 @@ def report(
         )
     except ResultReadError as exc:
         usage_error(str(exc))
+    if fmt == "vllm":
+        runs = (
+            [run_dir / p.run_dir for p in sweep.points if p.metrics is not None]
+            if sweep is not None
+            else [run_dir / d for d in repeat.runs]
+            if repeat is not None
+            else [run_dir]
+        )
+        typer.echo("vllm layout: " + ", ".join(str(_vllm_file(d)) for d in runs))
+        raise typer.Exit(exit_codes.OK)
     if sweep is not None:
         sweep_report.render_terminal(sweep, make_console())
         typer.echo("report: " + ", ".join(str(p) for p in sweep_report.write(sweep, run_dir)))
@@ -119,3 +137,17 @@ def write_repeat_report(out: Path, doc: RepeatDoc) -> list[Path]:
     except (ResultReadError, OSError, ValueError, ImportError) as exc:
         error(f"{out}: repeat.html could not be written ({exc}); repeat.json is intact")
         return []
+
+
+def _vllm_file(run_dir: Path) -> Path:
+    """The run in ``vllm bench serve``'s layout, beside its metrics.json (exit 2 if unreadable)."""
+    from loadtest.core import atomic
+    from loadtest.reporters.vllm_layout import FILE, vllm_layout
+    from loadtest.results.model import ResultReadError, read_run
+
+    try:
+        metrics = read_run(run_dir / "metrics.json")
+    except ResultReadError as exc:
+        usage_error(str(exc))
+    atomic.write_json(run_dir / FILE, vllm_layout(metrics))
+    return run_dir / FILE
