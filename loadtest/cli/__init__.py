@@ -22,7 +22,8 @@ app = typer.Typer(
     help="LLM inference latency load tester.",
 )
 for command in (run.run, sweep.sweep, tools.validate, planning.plan, reports.report, gating.gate,
-                gating.compare, tools.env, tools.calibrate, tools.schema, tools.version):  # fmt: skip
+                gating.compare, tools.env, tools.calibrate, tools.schema, tools.version,
+                tools.mock_server):  # fmt: skip
     app.command(cls=help_style.Command, context_settings=HELP_NAMES)(command)
 
 

@@ -137,3 +137,36 @@ def version() -> None:
     from loadtest.core._version import __version__
 
     typer.echo(__version__)
+
+
+def mock_server(
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="0: any free port."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Where it listens (loopback; 0.0.0.0 in a container)."
+    ),
+    model: str = typer.Option("mock-model", "--model", help="The model /v1/models lists."),
+    ttft_ms: float = typer.Option(0.0, "--ttft-ms", min=0, help="Wait before the first token."),
+    itl_ms: float = typer.Option(0.0, "--itl-ms", min=0, help="Gap between a stream's tokens."),
+    step_ms: float | None = typer.Option(
+        None, "--step-ms", min=0.1, help="Instead: a token to every stream each step (batching)."
+    ),
+) -> None:
+    """An OpenAI-compatible server with no model (completions, chat, embeddings, /metrics), to
+    try a pipeline or a CI job with no GPU; until Ctrl-C."""
+    import asyncio
+    import contextlib
+
+    from loadtest.backends.openai.mock_server import MockSettings, serve
+
+    settings = MockSettings(model=model, ttft_ms=ttft_ms, itl_ms=itl_ms, step_ms=step_ms)
+
+    def ready(url: str) -> None:
+        typer.echo(f"mock server: {url} (model {model}); Ctrl-C stops it", err=True)
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(settings, host, port, ready))
+    except OSError as exc:
+        error(f"--port {port}: {exc}")
+        raise typer.Exit(exit_codes.USAGE) from None
+    raise typer.Exit(exit_codes.OK)
