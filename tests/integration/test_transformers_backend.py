@@ -62,7 +62,9 @@ def test_single_mode_stamps_every_token(tmp_path, tiny_model_dir):
         {"arrival": {"kind": "concurrency", "users": 1}, "requests": 6, "warmup_requests": 1},
     )
     assert m["status"] == "ok" and m["requests"]["completed"] == 6
-    assert m["stability"]["steady"] is True  # one closed-loop user: nothing to fall behind on
+    # one closed-loop user: nothing to fall behind on, but 6 requests are too few intervals to
+    # judge its latency's trend, so its steadiness is unknown, not claimed
+    assert m["stability"]["steady"] is None and m["stability"]["open_loop"] is False
     assert m["backend"]["architecture"] == "LlamaForCausalLM" and m["backend"]["warmup_s"] >= 0
     assert m["backend"]["warmup_compile_s"] == 0  # eager: nothing compiled
     assert 0 <= m["backend"]["warmup_gc_s"] <= m["backend"]["warmup_s"]
