@@ -68,11 +68,18 @@ def no_tokenizer_notice(model: str, tokenizer: Any) -> str:
         if isinstance(tokenizer, ScaledByteTokenizer)
         else "prompts are sized in bytes of text (a 256-token prompt is 256 bytes)"
     )
+    import importlib.util
+
+    reader = (
+        ""
+        if importlib.util.find_spec("transformers") is not None
+        else " (and install a tokenizer reader, without torch: pip install 'llm-loadtest[tokenizer]')"
+    )
     return (
         f"no tokenizer for {model!r} on this machine or the hub: {how}, and output "
         "is counted a token per chunk, reconciled to the server's usage; set "
         "backend.tokenizer to a local folder or a hub id to size prompts in the model's "
-        "own tokens"
+        f"own tokens{reader}"
     )
 
 
