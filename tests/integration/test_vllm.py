@@ -67,6 +67,7 @@ def test_a_url_run_finds_the_tokenizer_sizes_prompts_exactly_and_saves_what_ran(
         "--set", "outputs.requests_jsonl=true", "--set", "load.warmup_requests=4",
         "--set", "load.validity.max_dispatch_lag_p99=2s",
         "--set", "load.validity.max_loop_lag_p99=2s",
+        "--set", "load.validity.max_stamp_delay_share=1000",  # vLLM shares the client's cores
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "model: tiny" in r.stderr and "no tokenizer" not in r.stderr
