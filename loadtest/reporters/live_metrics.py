@@ -77,7 +77,7 @@ class MetricsEndpoint:
         server, thread = start_http_server(self.port, self.address, registry=registry)
         self._server, self._thread = server, thread
         self.port = server.server_port
-        if self.address in ("0.0.0.0", "::", ""):  # asked for: every interface, said so
+        if _every_interface(self.address):  # asked for: said so
             return f"http://127.0.0.1:{self.port}/metrics (listening on every interface)"
         return f"http://{self.address}:{self.port}/metrics"
 
@@ -240,3 +240,15 @@ def buckets(h: LatencyHistogram) -> list[tuple[str, float]]:
 
 def _le(under: list[int], count: int) -> list[tuple[str, float]]:
     return [*((f"{b:g}", float(n)) for b, n in zip(BUCKETS_S, under)), ("+Inf", float(count))]
+
+
+def _every_interface(address: str) -> bool:
+    """Whether ``address`` is the unspecified one (IPv4's or IPv6's): every interface."""
+    import ipaddress
+
+    if not address:
+        return True
+    try:
+        return ipaddress.ip_address(address).is_unspecified
+    except ValueError:  # a host name
+        return False

@@ -163,6 +163,7 @@ class MockServer:
         """The time ``tokens`` more tokens take: a gap each, or a step each."""
         for _ in range(tokens):
             if self.settings.step_ms:
+                # cannot hang: the ticker sets this event every step while the server runs
                 await self.state.tick.wait()
             elif self.settings.itl_ms:
                 await asyncio.sleep(self.settings.itl_ms / 1000)
