@@ -321,7 +321,3 @@ def _latency_checks(sla: Sla, evidence: Evidence) -> list[Check]:
             )
         checks.append(check)
     return checks
-
-
-def _fmt_pct(p: float) -> str:
-    return f"{p:g}"
