@@ -43,7 +43,8 @@ def ends(metric: str, pct: float, hists: dict[str, LatencyHistogram], share: Cli
         lo, shift = _tightest_low(hist, pct, delays, 2.0)
         hi = min(hist.percentile_ms(min(100.0, pct + 2 * f)) + x for f, x in delays)
         return Ends(min(observed, lo), max(observed, hi), max(observed, hi) - observed, hist, shift)
-    twin = hists.get(SERVICE_TWIN.get(metric, ""))
+    # a send held by a cap or ceiling: its twin leaves out a wait that is the figure's own
+    twin = None if share.held else hists.get(SERVICE_TWIN.get(metric, ""))
     if twin is not None and twin.count:
         lower, sent = twin, 0.0
     elif metric in FROM_INTENDED:

@@ -49,7 +49,11 @@ def run(
         "at once (a burst of --requests).",
     ),
     concurrency: int | None = typer.Option(
-        None, "--concurrency", help="--url: this many users in closed loop (default 1)."
+        None,
+        "--concurrency",
+        help="--url: this many users in closed loop (default 1); with --rate, the open loop's "
+        "cap on requests in flight (vLLM's --max-concurrency): the wait for a slot is its own "
+        "figure, slot_wait.",
     ),
     duration: str | None = typer.Option(
         None, "--duration", help="--url: the measured window (default 60s, after 5s of warm-up)."

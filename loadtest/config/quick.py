@@ -35,13 +35,12 @@ def scenario_from_flags(
     warmup: str | None = None,
 ) -> JsonObject:
     """The scenario mapping the flags describe. Open loop (Poisson at ``rate``; ``inf``: every
-    request at once, a burst of ``requests``) or closed loop (``concurrency`` users, one by
-    default); a window of ``duration`` (60 s by default, after 5 s of warm-up) or ``requests``
+    request at once, a burst of ``requests``), with ``concurrency`` its cap on requests in
+    flight where both are given; or closed loop (``concurrency`` users, one by default); a
+    window of ``duration`` (60 s by default, after 5 s of warm-up) or ``requests``
     (no warm-up, as vLLM's and AIPerf's request counts). ``warmup``: a duration or a request
     count, 0 for none. Synthetic prompts go through the completions API (a chat template would
     add tokens the plan did not count); a dataset of conversations through chat."""
-    if rate is not None and concurrency is not None:
-        raise ScenarioError(["give --rate (open loop) or --concurrency (closed loop), not both"])
     if duration is not None and requests is not None:
         raise ScenarioError(["give --duration or --requests, not both"])
     burst = rate is not None and rate == float("inf")
@@ -55,6 +54,8 @@ def scenario_from_flags(
         else {"kind": "concurrency", "users": concurrency or 1}
     )
     load: JsonObject = {"arrival": arrival}
+    if rate is not None and concurrency is not None:  # vLLM's --max-concurrency with a rate
+        load["max_in_flight"] = concurrency
     if requests is not None:
         load["requests"] = requests
     else:

@@ -11,7 +11,7 @@ import importlib.util
 from pydantic import Field, model_validator
 
 from loadtest.config.apis import api_of, api_problems
-from loadtest.config.arrivals import Arrival
+from loadtest.config.arrivals import MAX_USERS, Arrival
 from loadtest.config.backend_specs import BackendSpec, SimSpec
 from loadtest.config.objectives import Goodput, Pricing, Sla
 from loadtest.config.observing import Outputs, Profile, Telemetry
@@ -105,6 +105,16 @@ class Load(_Model):
     max_rate: Rate | None = Field(
         None, description="Ceiling on sends per second over any arrival process (a limiter)."
     )
+    max_in_flight: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_USERS,
+        description="Open loop: at most this many requests in flight (vLLM's --max-concurrency, "
+        "AIPerf's --concurrency with a rate). A request due while all are taken waits for one "
+        "to finish: that wait is in its TTFT and E2E (they count from the plan) and is its own "
+        "figure (slot_wait), never the client's lateness. A session holds one from its first "
+        "turn to its last.",
+    )
     validity: Validity = Field(
         default_factory=Validity, description="When the run is marked invalid."
     )
@@ -141,6 +151,16 @@ class Load(_Model):
         if self.arrival.kind == "burst" and (self.duration is not None or self.warmup is not None):
             raise ValueError(
                 "a burst sends everything at t0: give requests (and warmup_requests), not durations"
+            )
+        if self.max_in_flight is not None and self.arrival.kind == "concurrency":
+            raise ValueError(
+                "max_in_flight caps an open loop; a closed loop's users already are its cap "
+                "(give arrival.users)"
+            )
+        if self.max_in_flight is not None and self.max_in_flight < self.workers:
+            raise ValueError(
+                f"max_in_flight {self.max_in_flight} is shared by {self.workers} workers: each "
+                "needs at least one (fewer workers, or a higher cap)"
             )
         planned = self.planned_estimate()
         if planned is not None and planned > self.max_planned_requests:

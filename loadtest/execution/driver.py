@@ -86,14 +86,18 @@ class RequestDriver:
         intended: int,
         held_until: int,
         prompt_ids: list[int] | None = None,
+        slot_free_ns: int | None = None,
     ) -> RequestState:
-        # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go to
-        # when this task first runs (not when it was created: the loop may run others first). A
-        # backend that sees its bytes leave moves it later still (Sent).
+        # Latencies count from `intended`; dispatch lag from when the max_rate ceiling let go,
+        # or an in-flight slot came free (`slot_free_ns`; None: no cap), to when this task
+        # first runs (not when it was created: the loop may run others first). A backend that
+        # sees its bytes leave moves it later still (Sent).
         sent = self.clock.now_ns()
         self.unstarted -= 1
-        lag_from = max(intended, held_until)
+        lag_from = max(intended, held_until, slot_free_ns or 0)
         st = RequestState(req, intended, sent, lag_from_ns=lag_from, handed_ns=sent)
+        if slot_free_ns is not None:
+            st.slot_wait_ns = max(0, slot_free_ns - intended)
         if sent - lag_from > LATE_FLOOR_NS:
             st.cpu_wait_ns = self._watch.cpu_wait_since(lag_from)
         self.sent += 1

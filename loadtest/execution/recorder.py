@@ -38,6 +38,7 @@ WHOLE_ONLY_METRICS = (
     "e2e_service",
     "queue",
     "dispatch_lag",
+    "slot_wait",  # under an in-flight cap (load.max_in_flight), from the plan to a free slot
     "cancelled_ttft",  # of requests the plan cancelled (load.cancel), apart from the others
     "cancelled_at",  # when they were cancelled, from their intended send
 )
@@ -52,6 +53,7 @@ ALL_METRICS = (
     "e2e_service",
     "queue",
     "dispatch_lag",
+    "slot_wait",
 )
 
 
@@ -266,6 +268,8 @@ class Recorder:
         self.whole["dispatch_lag"].record_ns(lag)
         if lag >= LATE_FLOOR_NS and len(self.late_sends) < LATE_KEPT:
             self.late_sends.append(split_lateness(st, lag))
+        if st.slot_wait_ns >= 0:
+            self.whole["slot_wait"].record_ns(st.slot_wait_ns)
         if st.admitted_ns is not None:
             self.whole["queue"].record_ns(max(0, st.admitted_ns - intended))
 

@@ -56,7 +56,7 @@ class RequestState:
     output_tokens: int | None = None
     error: str | None = None
     lag_from_ns: int | None = (
-        None  # dispatch lag counts from here (intended, or the max_rate release)
+        None  # dispatch lag counts from here (intended, the max_rate release, a slot freed)
     )
     profiled: bool = False  # overlapped a profiler capture window
     response_id: str | None = None  # the server's id, where it gives one
@@ -75,6 +75,9 @@ class RequestState:
     unstamped_tokens: int = 0
     endpoint: str | None = None  # of several endpoints, the one it was sent to
     request_id: str | None = None  # the correlation id it carried (a header), where it did
+    # under an in-flight cap (load.max_in_flight), its wait for a slot from the plan's send
+    # (in its TTFT and E2E, not in its dispatch lag); -1: the run has no cap
+    slot_wait_ns: int = -1
 
     @property
     def token_count(self) -> int:
@@ -131,6 +134,7 @@ class RequestState:
             "e2e_ms": ms(self.done_ns, self.intended_ns),
             "queue_ms": ms(self.admitted_ns, self.intended_ns),
             "dispatch_lag_ms": ms(self.sent_ns, self.lag_from_ns or self.intended_ns),
+            "slot_wait_ms": None if self.slot_wait_ns < 0 else self.slot_wait_ns / 1e6,
             # the client's waits before the send: a pooled connection, a new one (its TCP and
             # TLS; 0 on a kept-alive one), the TLS handshake of it
             "pool_wait_ms": None if w is None else w.pool_ns / 1e6,

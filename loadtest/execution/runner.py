@@ -22,6 +22,7 @@ from loadtest.core.heap import collector_paused, settle_heap
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.backlog import RecordingBacklog
 from loadtest.execution.driver import RequestDriver
+from loadtest.execution.in_flight_cap import InFlightCap
 from loadtest.execution.live import LivePercentiles, LiveStats, OpenLoopDue
 from loadtest.execution.loop_watch import LoopWatch
 from loadtest.execution.prompts_ahead import PromptsAhead
@@ -111,7 +112,8 @@ class Runner:
         )
         self.requests.prompts = prompts
         ceiling = None if load.max_rate is None else RateCeiling(load.max_rate, clock)
-        self.sends = Sends(self.requests, ceiling)
+        cap = None if load.max_in_flight is None else InFlightCap(load.max_in_flight, clock)
+        self.sends = Sends(self.requests, ceiling, cap)
         self.users = Users(plan, clock, backend, tokenizer, self.sends)
         self._loop_lag = LatencyHistogram()  # the run's, once it runs
         self._due = OpenLoopDue(plan)  # an open loop's requests due (the live backlog)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from loadtest.core.clock import Clock
 from loadtest.execution.driver import RequestDriver
+from loadtest.execution.in_flight_cap import InFlightCap
 from loadtest.execution.rate_ceiling import RateCeiling
 from loadtest.execution.recorder import Recorder
 
@@ -23,10 +24,13 @@ T = TypeVar("T")
 class Sends:
     """A run's sending side, shared by its open-loop dispatcher and its users."""
 
-    def __init__(self, requests: RequestDriver, ceiling: RateCeiling | None) -> None:
+    def __init__(
+        self, requests: RequestDriver, ceiling: RateCeiling | None, cap: InFlightCap | None
+    ) -> None:
         self.requests = requests
         self.drive = requests.drive
         self.ceiling = ceiling  # a ceiling on top of the schedule, not the schedule
+        self.cap = cap  # an open loop's cap on what is in flight (load.max_in_flight)
         self.tasks: set[asyncio.Task] = set()
         self.next_due_ns: int | None = None  # the open-loop dispatcher's next deadline
         self._origin: tuple[int, Recorder] | None = None
@@ -64,16 +68,40 @@ class Sends:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def slot(self) -> int | None:
+        """Wait for an in-flight slot (``load.max_in_flight``): when it came free (0: never
+        held), or None where the run has no cap. Recording may use the wait: no send is due
+        before a request ends."""
+        if self.cap is None:
+            return None
+        due, self.next_due_ns = self.next_due_ns, None
+        try:
+            return await self.cap.acquire()
+        finally:
+            self.next_due_ns = due
+
+    async def in_slot(self, coro: Coroutine[Any, Any, T]) -> T:
+        """``coro`` holding its slot to its end."""
+        assert self.cap is not None
+        try:
+            return await coro
+        finally:
+            self.cap.release()
+
     async def open_loop(self, plan: Plan, clock: Clock, users: Users) -> None:
         """Each request (or multi-turn session) at ``t0 + offset``: an absolute time, never a
-        relative sleep, so lateness never accumulates."""
+        relative sleep, so lateness never accumulates; under a cap, in the plan's order as
+        slots free."""
         t0, _ = self.origin()
+        capped = self.cap is not None
         if plan.multi_turn:
             for turns in plan.sessions():
                 assert turns[0].offset_ns is not None  # a session starts at its arrival
                 intended = t0 + turns[0].offset_ns
                 await clock.sleep_until(intended)
-                self.spawn(users.session(turns, intended, None), request=False)
+                free = await self.slot()
+                session = users.session(turns, intended, None, slot_free_ns=free)
+                self.spawn(self.in_slot(session) if capped else session, request=False)
             return
         try:
             for req in plan.requests:
@@ -81,6 +109,8 @@ class Sends:
                 intended = self.next_due_ns = t0 + req.offset_ns
                 await clock.sleep_until(intended)
                 held_until = await self.throttle()
-                self.spawn(self.drive(req, intended, held_until))
+                free = await self.slot()
+                drive = self.drive(req, intended, held_until, slot_free_ns=free)
+                self.spawn(self.in_slot(drive) if capped else drive)
         finally:
             self.next_due_ns = None

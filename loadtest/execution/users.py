@@ -55,6 +55,7 @@ class Sender(Protocol):
         intended: int,
         held_until: int,
         prompt_ids: list[int] | None = None,
+        slot_free_ns: int | None = None,
     ) -> RequestState: ...
 
 
@@ -131,11 +132,14 @@ class Users:
         intended: int,
         counter: Iterator[int] | None,
         first_index: int | None = None,
+        slot_free_ns: int | None = None,
     ) -> int | None:
         """One multi-turn session: each turn sent ``turn_think`` after the previous reply, its
         prompt the history so far. A session belongs to the phase (warm-up or measured) of its
         first turn. Closed loop (``counter``): turns take their indexes from the users' counter;
-        returns when the session ended, or None when the plan's request count is reached."""
+        returns when the session ended, or None when the plan's request count is reached.
+        ``slot_free_ns``: under an in-flight cap, when the session's slot came free; it holds
+        it to its end, so only its first turn waits for it."""
         plan, counts = self.plan, self.sessions
         assert counts is not None and self._turn_think is not None  # a multi-turn plan
         t0, rec = self.sender.origin()
@@ -163,7 +167,10 @@ class Users:
                     self.backend.window_started()
                 rec.window.open_at(intended)
             counts.turns_sent += 1
-            task = self.sender.spawn(self.sender.drive(req, intended, held_until, prompt_ids))
+            slot = slot_free_ns if not k or slot_free_ns is None else 0  # held since turn 0
+            task = self.sender.spawn(
+                self.sender.drive(req, intended, held_until, prompt_ids, slot_free_ns=slot)
+            )
             st = await asyncio.shield(task)  # cancelled: the turn is left to the drain
             if st.error is not None:
                 counts.ended_by_failure += 1

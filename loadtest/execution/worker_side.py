@@ -28,6 +28,7 @@ from loadtest.core.errors import BackendError
 from loadtest.core.heap import settle_heap
 from loadtest.core.loop import read_pipe_on_loop
 from loadtest.core.otlp import sample_ratio
+from loadtest.execution.in_flight_cap import worker_share
 from loadtest.execution.live import LiveStats, LiveWants
 from loadtest.execution.prompts_ahead import PromptsAhead
 from loadtest.execution.request import RequestState
@@ -98,6 +99,9 @@ class WorkerSide:
         load = scenario.load
         if load.max_rate is not None:  # the ceiling is the run's: each worker holds its share
             load = load.model_copy(update={"max_rate": load.max_rate / self.count})
+        if load.max_in_flight is not None:  # the cap too: shares that add up to it
+            share = worker_share(load.max_in_flight, self.index, self.count)
+            load = load.model_copy(update={"max_in_flight": share})
         goodput = scenario.goodput
         self.runner = Runner(
             self._share,

@@ -32,13 +32,16 @@ class ClientShare:
     latency from the intended send may hold up to it), how late a token's stamp may be for the
     client's own loop (its lag histogram, where this client stamps the tokens: None where the
     engine stamps them; ``stamp_delay_ms`` its p99, or all that older results kept), and its
-    own failures (it ran out of file descriptors). Replicates: the worst of each, the lags
-    merged, the failures summed."""
+    own failures (it ran out of file descriptors). ``held``: sends waited for what the
+    scenario set (an in-flight cap's slot, a max_rate ceiling), a wait that is the figure's,
+    not the client's, and that a service-time figure leaves out. Replicates: the worst of
+    each, the lags merged, the failures summed."""
 
     dispatch_max_ms: float = 0.0
     stamp_delay_ms: float = 0.0
     failed: int = 0
     lag: LatencyHistogram | None = field(default=None, compare=False)
+    held: bool = False
 
     @classmethod
     def of_run(cls, result: RunMetrics) -> ClientShare:
@@ -53,7 +56,9 @@ class ClientShare:
         failed = sum(
             n for kind, n in result.requests.errors_by_type.items() if kind.startswith("client_")
         )
-        return cls((dispatch.max or 0.0) if dispatch else 0.0, stamp, failed, lag)
+        slot = result.latency_ms.get("slot_wait") if result.latency_ms else None
+        held = bool((harness and harness.throttled_requests) or (slot and slot.max))
+        return cls((dispatch.max or 0.0) if dispatch else 0.0, stamp, failed, lag, held)
 
     def worst(self, other: ClientShare) -> ClientShare:
         lag = None
@@ -67,6 +72,7 @@ class ClientShare:
             max(self.stamp_delay_ms, other.stamp_delay_ms),
             self.failed + other.failed,
             lag,
+            self.held or other.held,
         )
 
     def stamp_at(self, pct: float) -> float:

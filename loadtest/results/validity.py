@@ -102,6 +102,16 @@ def judge_validity(
         warnings.append(
             f"{outcome.throttled} requests held back by max_rate (latency counts from the plan)"
         )
+    slot = hists.get("slot_wait")
+    waited = 0 if slot is None or not slot.count else slot.count_above_us(0)
+    if slot is not None and waited:
+        warnings.append(
+            f"{waited} of {slot.count} requests waited for one of load.max_in_flight's "
+            f"{scenario.load.max_in_flight} slots, up to {slot.percentile_ms(100):.4g} ms "
+            f"(p99 {slot.percentile_ms(99):.4g} ms): the "
+            "wait is in TTFT and E2E (they count from the plan), and apart as slot_wait; it "
+            "is the cap's, not the client's lateness"
+        )
     return Validity(
         valid=not reasons,
         reasons=reasons,

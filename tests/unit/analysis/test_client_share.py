@@ -85,6 +85,21 @@ def test_a_figure_with_no_twin_takes_off_the_latest_send():
     assert check(1.0).verdict == FAIL
 
 
+def test_a_wait_the_scenario_set_is_the_figures_own_not_the_clients():
+    # TTFT 1.5 ms of which 1.0 ms was the wait for an in-flight slot (load.max_in_flight):
+    # from the actual send 0.5 ms, but the wait is no lateness of the client's, so only the
+    # latest send's own lateness (0.1 ms) comes off: 1.4 ms fails a 1.2 ms limit
+    hists = {"ttft": hist((600, 1500)), "ttft_service": hist((600, 500))}
+    held = ClientShare(dispatch_max_ms=0.1, held=True)
+    c = percentile_check("ttft_p99", hists["ttft"], 99, 1.2, 0.99, hists, held, "ttft")
+    assert (c.verdict, c.client_free) == (FAIL, pytest.approx(1.4))
+    free = percentile_check(
+        "ttft_p99", hists["ttft"], 99, 1.2, 0.99, hists, ClientShare(0.1), "ttft"
+    )
+    # not held: the twin would take the wait off as if it were the client's lateness
+    assert (free.verdict, free.client_free) == (INCONCLUSIVE, 0.5)
+
+
 def test_samples_over_the_limit_that_are_the_clients_say_so():
     # p99 within the limit as observed, 6 of 600 over it: too many for 99% confidence; from the
     # actual send none is over: the client's lateness decides whether the evidence suffices
