@@ -145,8 +145,16 @@ def mock_server(
         "127.0.0.1", "--host", help="Where it listens (loopback; 0.0.0.0 in a container)."
     ),
     model: str = typer.Option("mock-model", "--model", help="The model /v1/models lists."),
-    ttft_ms: float = typer.Option(0.0, "--ttft-ms", min=0, help="Wait before the first token."),
-    itl_ms: float = typer.Option(0.0, "--itl-ms", min=0, help="Gap between a stream's tokens."),
+    ttft_ms: float | None = typer.Option(
+        None, "--ttft-ms", min=0, help="Wait before the first token (default 50)."
+    ),
+    itl_ms: float | None = typer.Option(
+        None,
+        "--itl-ms",
+        min=0,
+        help="Gap between a stream's tokens (default 10; 0: as fast as it can write them, a "
+        "pace no client can stamp exactly).",
+    ),
     step_ms: float | None = typer.Option(
         None, "--step-ms", min=0.1, help="Instead: a token to every stream each step (batching)."
     ),
@@ -158,7 +166,13 @@ def mock_server(
 
     from loadtest.backends.openai.mock_server import MockSettings, serve
 
-    settings = MockSettings(model=model, ttft_ms=ttft_ms, itl_ms=itl_ms, step_ms=step_ms)
+    default = MockSettings()
+    settings = MockSettings(
+        model=model,
+        ttft_ms=default.ttft_ms if ttft_ms is None else ttft_ms,
+        itl_ms=default.itl_ms if itl_ms is None else itl_ms,
+        step_ms=step_ms,
+    )
 
     def ready(url: str) -> None:
         typer.echo(f"mock server: {url} (model {model}); Ctrl-C stops it", err=True)

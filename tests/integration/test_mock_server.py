@@ -51,6 +51,14 @@ def test_a_run_measures_the_timing_it_was_set(mock, tmp_path):
     assert m["backend"]["name"] and m["scenario"]["backend"]["model"] == "mock-model"
 
 
+def test_by_default_it_keeps_a_small_models_pace(mock, tmp_path):
+    """50 ms to the first token, then 10 ms a token: a pace the client can stamp, so a first
+    run on it is judged on the server's figures, not the client's."""
+    lat = run(mock, tmp_path / "run")["latency_ms"]
+    assert 50 <= lat["ttft_service"]["p50"] < 50 + 40
+    assert 10 <= lat["itl"]["p50"] < 10 + 10
+
+
 @pytest.mark.parametrize("mock", [["--step-ms", "20"]], indirect=True)
 def test_a_batching_step_paces_every_stream(mock, tmp_path):
     lat = run(mock, tmp_path / "run")["latency_ms"]

@@ -27,8 +27,9 @@ class MockSettings:
     """How the mock server answers."""
 
     model: str = "mock-model"
-    ttft_ms: float = 0.0
-    itl_ms: float = 0.0
+    # a small model's pace by default, so a first run's figures are ones a client can stamp
+    ttft_ms: float = 50.0
+    itl_ms: float = 10.0
     step_ms: float | None = None
     dimensions: int = 8  # an embedding's length
 
