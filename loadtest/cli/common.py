@@ -29,6 +29,24 @@ def error(*lines: str) -> None:
         typer.echo(f"error: {visible(secrets.scrub(str(line)))}", err=True)
 
 
+def say_environment_settings(ctx: typer.Context) -> list[str]:
+    """Tell stderr which of the command's settings came from ``LOADTEST_*`` environment
+    variables (names only: a URL may carry a password), so none acts unseen; returns them."""
+
+    def from_environment(name: str | None) -> bool:
+        source = ctx.get_parameter_source(name) if name else None
+        return getattr(source, "name", None) == "ENVIRONMENT"  # click's, or typer's own copy
+
+    said = [
+        f"{p.envvar} ({p.opts[0] if p.opts[0].startswith('-') else p.name})"
+        for p in ctx.command.params
+        if from_environment(p.name)
+    ]
+    if said:
+        typer.echo(f"loadtest: from the environment: {', '.join(said)}", err=True)
+    return said
+
+
 def usage_error(*lines: str) -> NoReturn:
     """The lines on stderr, and exit 2 (a usage error)."""
     error(*lines)

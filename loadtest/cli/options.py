@@ -13,6 +13,7 @@ Out = Annotated[
     typer.Option(
         "--out",
         "-o",
+        envvar="LOADTEST_OUT",
         help="Where to write the result: exactly this directory (default: under reports/).",
     ),
 ]
@@ -21,6 +22,7 @@ Set = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
+        envvar="LOADTEST_SET",
         help="Override a scenario field: dotted.key=value (repeatable).",
     ),
 ]
@@ -28,6 +30,7 @@ Workers = Annotated[
     int | None,
     typer.Option(
         "--workers",
+        envvar="LOADTEST_WORKERS",
         min=1,
         help="Client processes sharing the load (load.workers): more than one process can send.",
     ),
@@ -46,11 +49,15 @@ Overwrite = Annotated[
         "--overwrite", help="Replace an earlier loadtest result in --out (never other files)."
     ),
 ]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No live progress display.")]
+Quiet = Annotated[
+    bool,
+    typer.Option("--quiet", "-q", envvar="LOADTEST_QUIET", help="No live progress display."),
+]
 MetricsPort = Annotated[
     int | None,
     typer.Option(
         "--metrics-port",
+        envvar="LOADTEST_METRICS_PORT",
         min=0,
         max=65535,
         help="Serve live Prometheus metrics on this port while it runs (outputs.metrics_port; "
@@ -77,6 +84,7 @@ MinEffect = Annotated[
     float,
     typer.Option(
         "--min-effect",
+        envvar="LOADTEST_MIN_EFFECT",
         min=0.0,
         help="The smallest regression that fails, as a fraction (0.05: 5%).",
     ),

@@ -8,11 +8,12 @@ from pathlib import Path
 import typer
 
 from loadtest.cli import options
-from loadtest.cli.common import load_planned, usage_error
+from loadtest.cli.common import load_planned, say_environment_settings, usage_error
 from loadtest.core import exit_codes
 
 
 def plan(
+    ctx: typer.Context,
     scenario: Path = typer.Argument(..., help="Scenario file."),
     set_: options.Set = None,
     baseline: list[Path] | None = typer.Option(
@@ -35,6 +36,7 @@ def plan(
     from loadtest.cli.gating import metric_names
     from loadtest.results import runset
 
+    say_environment_settings(ctx)
     loaded, planned = load_planned(scenario, set_ or [])
     typer.echo(f"{scenario}: {describe_window(planned)}")
     sla = loaded.scenario.sla

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from loadtest.cli import options
-from loadtest.cli.common import claim, load, run_async, usage_error
+from loadtest.cli.common import claim, load, run_async, say_environment_settings, usage_error
 from loadtest.cli.from_url import scenario_source
 from loadtest.cli.gating import gate_and_report, gate_spec
 from loadtest.cli.reports import exit_code, write_repeat_report, write_reports
@@ -26,60 +26,84 @@ if TYPE_CHECKING:
 
 
 def run(
+    ctx: typer.Context,
     scenario: Path | None = typer.Argument(
-        None, help="Scenario YAML file (or none, with --url: a served model from flags)."
+        None,
+        envvar="LOADTEST_SCENARIO",
+        help="Scenario YAML file (or none, with --url: a served model from flags).",
     ),
     url: list[str] | None = typer.Option(
         None,
         "--url",
+        envvar="LOADTEST_URL",
         help="An OpenAI-compatible endpoint (http://host:8000/v1, unix:///run/vllm.sock:/v1): "
         "run it with no scenario file, or point the scenario's openai backend at it. Repeat it "
         "for several endpoints of one model (backend.endpoints; backend.routing spreads them).",
     ),
     model: str | None = typer.Option(
-        None, "--model", help="--url: the served model (default: the first /v1/models lists)."
+        None,
+        "--model",
+        envvar="LOADTEST_MODEL",
+        help="--url: the served model (default: the first /v1/models lists).",
     ),
     api: str | None = typer.Option(
-        None, "--api", help="--url: chat or completions (default: completions; chat for --dataset)."
+        None,
+        "--api",
+        envvar="LOADTEST_API",
+        help="--url: chat or completions (default: completions; chat for --dataset).",
     ),
     rate: float | None = typer.Option(
         None,
         "--rate",
+        envvar="LOADTEST_RATE",
         help="--url: Poisson arrivals at this many requests/s (open loop); inf: every request "
         "at once (a burst of --requests).",
     ),
     concurrency: int | None = typer.Option(
         None,
         "--concurrency",
+        envvar="LOADTEST_CONCURRENCY",
         help="--url: this many users in closed loop (default 1); with --rate, the open loop's "
         "cap on requests in flight (vLLM's --max-concurrency): the wait for a slot is its own "
         "figure, slot_wait.",
     ),
     duration: str | None = typer.Option(
-        None, "--duration", help="--url: the measured window (default 60s, after 5s of warm-up)."
+        None,
+        "--duration",
+        envvar="LOADTEST_DURATION",
+        help="--url: the measured window (default 60s, after 5s of warm-up).",
     ),
     requests: int | None = typer.Option(
         None,
         "--requests",
+        envvar="LOADTEST_REQUESTS",
         help="--url: measure this many requests instead of a duration, with no warm-up (as "
         "vllm bench serve's and AIPerf's counts); --warmup adds one.",
     ),
     warmup: str | None = typer.Option(
         None,
         "--warmup",
+        envvar="LOADTEST_WARMUP",
         help="--url: warm-up before the window, unmeasured: a duration (5s, the default with "
         "--duration) or a request count (10); 0 for none.",
     ),
     input_tokens: str | None = typer.Option(
         None,
         "--input-tokens",
+        envvar="LOADTEST_INPUT_TOKENS",
         help="--url: prompt length: 256, or {dist: lognormal, mean: 256, sigma: 0.4}.",
     ),
     output_tokens: str | None = typer.Option(
-        None, "--output-tokens", help="--url: output length, as --input-tokens (default 128)."
+        None,
+        "--output-tokens",
+        envvar="LOADTEST_OUTPUT_TOKENS",
+        help="--url: output length, as --input-tokens (default 128).",
     ),
     dataset: str | None = typer.Option(
-        None, "--dataset", help="--url: prompts from a JSONL file instead of synthetic ones."
+        None,
+        "--dataset",
+        envvar="LOADTEST_DATASET",
+        help="--url: prompts from a JSONL file instead of synthetic ones.",
     ),
     save_scenario: Path | None = typer.Option(
         None,
@@ -95,22 +119,37 @@ def run(
     repeat: int = typer.Option(
         1,
         "--repeat",
+        envvar="LOADTEST_REPEAT",
         min=1,
         help="Run N times with schedule seeds seed..seed+N-1 (model loaded "
         "once); report the median and spread (repeat.json).",
     ),
     gate_: bool = typer.Option(
-        False, "--gate", help="Gate the result inline, as `loadtest gate` would."
+        False,
+        "--gate",
+        envvar="LOADTEST_GATE",
+        help="Gate the result inline, as `loadtest gate` would.",
     ),
     sla: Path | None = typer.Option(
-        None, "--sla", help="--gate: SLA file (default: the scenario's sla: block)."
+        None,
+        "--sla",
+        envvar="LOADTEST_SLA",
+        help="--gate: SLA file (default: the scenario's sla: block).",
     ),
     baseline: list[Path] | None = typer.Option(
-        None, "--baseline", help="--gate: baseline run or repeat directory (repeatable)."
+        None,
+        "--baseline",
+        envvar="LOADTEST_BASELINE",
+        help="--gate: baseline run or repeat directory (repeatable).",
     ),
-    junit: Path | None = typer.Option(None, "--junit", help="--gate: write JUnit XML here."),
+    junit: Path | None = typer.Option(
+        None, "--junit", envvar="LOADTEST_JUNIT", help="--gate: write JUnit XML here."
+    ),
     markdown_out: Path | None = typer.Option(
-        None, "--markdown", help="--gate: write a Markdown summary here."
+        None,
+        "--markdown",
+        envvar="LOADTEST_MARKDOWN",
+        help="--gate: write a Markdown summary here.",
     ),
     min_effect: options.MinEffect = 0.05,
     overwrite: options.Overwrite = False,
@@ -125,6 +164,7 @@ def run(
     """Run one load test and write its run directory (metrics.json); --repeat N for replicates.
 
     ``loadtest run --url http://host:8000/v1`` runs a served model with no scenario file."""
+    say_environment_settings(ctx)
     flags = dict(
         api=api,
         rate=rate,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from loadtest.cli import options
-from loadtest.cli.common import claim, load, run_async, usage_error
+from loadtest.cli.common import claim, load, run_async, say_environment_settings, usage_error
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console, styled
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 
 def sweep(
+    ctx: typer.Context,
     scenario: Path = typer.Argument(..., help="Scenario YAML file."),
     batch_sizes: str | None = typer.Option(
         None, "--batch-sizes", help="backend.max_batch_size values: 1,2,4,8"
@@ -82,6 +83,7 @@ def sweep(
     from loadtest.reporters import sweep_report
 
     # every point's overrides: --workers, --ray, --metrics-port and --otel apply to each
+    say_environment_settings(ctx)
     set_ = (set_ or []) + options.workers_override(workers, ray, metrics_port, otel)
     loaded = load(scenario, set_)
     try:

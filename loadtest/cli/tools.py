@@ -8,17 +8,19 @@ from pathlib import Path
 import typer
 
 from loadtest.cli import options
-from loadtest.cli.common import error, load_planned
+from loadtest.cli.common import error, load_planned, say_environment_settings
 from loadtest.core import exit_codes
 from loadtest.reporters.console import make_console
 
 
 def validate(
+    ctx: typer.Context,
     files: list[Path] = typer.Argument(..., help="Scenario files."),
     set_: options.Set = None,
 ) -> None:
     """Check scenario files as a run would (datasets, traces and the plan too), without loading
     a model or touching a GPU."""
+    say_environment_settings(ctx)
     bad = 0
     for f in files:
         try:

@@ -4,6 +4,7 @@ user runs it, and measured by loadtest: its set timing is what the run reports."
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -77,3 +78,37 @@ def test_embeddings_metrics_and_an_unknown_path(mock):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(mock + "/nothing", timeout=10)
     assert e.value.code == 404
+
+
+def test_a_container_job_sets_the_common_flags_from_the_environment(mock, tmp_path):
+    """``LOADTEST_*`` variables stand for the common flags (a container job's settings); each
+    one used is named on stderr (never its value: a URL may carry a password), and a flag
+    typed beats its variable."""
+    env = {
+        **os.environ,
+        "LOADTEST_URL": mock.removesuffix("/v1"),
+        "LOADTEST_RATE": "40",
+        "LOADTEST_CONCURRENCY": "2",
+        "LOADTEST_REQUESTS": "12",
+        "LOADTEST_OUTPUT_TOKENS": "4",
+        "LOADTEST_OUT": str(tmp_path / "from-env"),
+        "LOADTEST_SET": "load.validity.max_stamp_delay_share=1000 outputs.requests_jsonl=true",
+        "LOADTEST_QUIET": "1",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "loadtest", "run", "--requests", "10", "--no-report"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode in (0, 3), r.stderr
+    said = next(x for x in r.stderr.splitlines() if x.startswith("loadtest: from the environment"))
+    assert "LOADTEST_URL (--url)" in said and "LOADTEST_SET (--set)" in said
+    assert "LOADTEST_REQUESTS" not in said and mock not in said  # typed; no value shown
+    m = json.loads((tmp_path / "from-env" / "metrics.json").read_text())
+    load = m["scenario"]["load"]
+    assert (load["arrival"]["rate"], load["max_in_flight"], load["requests"]) == (40.0, 2, 10)
+    assert m["scenario"]["outputs"]["requests_jsonl"] is True
+    bad = subprocess.run(
+        [sys.executable, "-m", "loadtest", "run"],
+        env={**env, "LOADTEST_RATE": "fast"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "LOADTEST_RATE" in bad.stderr
