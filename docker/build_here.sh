@@ -7,13 +7,22 @@
 #
 #     bash docker/build_here.sh    # as root, in the venv of the README (the test server needs
 #                                  # aiohttp); about 10 minutes, most of it the rootfs and pip
+#     bash docker/build_here.sh --light
+#         # CI's: the light client (EXTRAS=http: no torch), its mock server in one container
+#         # and a run against it in another, every setting from LOADTEST_* variables
 #
 # Users build the same Dockerfile the usual way (docker/README.md); nothing here is needed for it.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d /var/tmp/loadtest-image.XXXXXX)"
+mode="${1:-full}"
 server=""
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$work"; }
+mock=""
+cleanup() {
+    [ -n "$server" ] && kill "$server" 2>/dev/null
+    [ -n "$mock" ] && "${podman[@]}" rm -f "$mock" >/dev/null 2>&1
+    rm -rf "$work"
+}
 trap cleanup EXIT
 step() { echo "--- image: $*"; }
 for tool in podman mmdebstrap runc; do
@@ -35,6 +44,49 @@ mmdebstrap --quiet --variant=apt --include=python3,python3-pip,python3-venv,ca-c
     bookworm "$work/rootfs.tar"
 "${podman[@]}" import -q "$work/rootfs.tar" localhost/loadtest-base:bookworm >/dev/null
 
+free_port() {
+    "${PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+if [ "$mode" = --light ]; then
+    step "docker/Dockerfile on that base, the light client (EXTRAS=http)"
+    "${podman[@]}" build -q --network host "${limits[@]}" \
+        --build-arg BASE=localhost/loadtest-base:bookworm --build-arg EXTRAS=http \
+        -f "$repo/docker/Dockerfile" -t localhost/loadtest:light "$repo" >/dev/null
+    run=("${podman[@]}" run --rm --network host "${limits[@]}")
+    "${run[@]}" localhost/loadtest:light --version
+    step "its mock server in one container, a run against it in another, set from LOADTEST_*"
+    port="$(free_port)"
+    mock="$("${podman[@]}" run -d --network host "${limits[@]}" localhost/loadtest:light \
+        mock-server --port "$port")"
+    for _ in $(seq 60); do  # up within a minute, or the check fails below
+        "${PYTHON:-python3}" -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/v1/models', timeout=1)" 2>/dev/null && break
+        sleep 1
+    done
+    mkdir -p "$work/out"
+    code=0
+    "${run[@]}" -v "$work/out:/work" \
+        -e LOADTEST_URL="http://127.0.0.1:$port" -e LOADTEST_RATE=20 -e LOADTEST_CONCURRENCY=4 \
+        -e LOADTEST_REQUESTS=40 -e LOADTEST_OUTPUT_TOKENS=16 -e LOADTEST_QUIET=1 \
+        localhost/loadtest:light 2>"$work/run.log" || code=$?
+    cat "$work/run.log"
+    # 3: an invalid run (a busy machine's late client) is a result
+    { [ "$code" = 0 ] || [ "$code" = 3 ]; } || { echo "image: the run exited $code"; exit 1; }
+    grep -q "from the environment: LOADTEST_URL (--url)" "$work/run.log"
+    "${PYTHON:-python3}" - "$work/out/reports" <<'PY'
+import json, pathlib, sys
+(metrics,) = pathlib.Path(sys.argv[1]).glob("*/metrics.json")
+m = json.loads(metrics.read_text())
+load = m["scenario"]["load"]
+assert (load["arrival"], load["max_in_flight"]) == ({"kind": "poisson", "rate": 20.0}, 4), load
+assert m["requests"]["completed"] == 40, m["requests"]
+print(f"--- image: {metrics.parent.name}: {m['status']}, 40 requests, slot_wait p99 "
+      f"{m['latency_ms']['slot_wait']['p99']} ms")
+PY
+    echo "--- image: built and ran (light)"
+    exit 0
+fi
+
 step "docker/Dockerfile on that base, torch the CPU build from $links"
 "${podman[@]}" build -q --network host "${limits[@]}" -v "$links:$links:ro" \
     --build-arg BASE=localhost/loadtest-base:bookworm \
@@ -50,7 +102,7 @@ run=("${podman[@]}" run --rm --network host "${limits[@]}" -v "$work/out:/work"
 [ -s "$work/out/chat/metrics.json" ] && [ -s "$work/out/chat/report.html" ]
 
 step "and a served run against the fast test server on the host"
-port="$("${PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+port="$(free_port)"
 "${PYTHON:-python3}" "$repo/tests/fast_openai_server.py" --port "$port" --itl-ms 2 >"$work/server.log" 2>&1 &
 server=$!
 sleep 2
