@@ -261,8 +261,8 @@ def requests_line(r: Requests) -> str:
         parts.append(f"{r.interrupted} interrupted")
     if r.connection_retries:
         parts.append(
-            f"{r.connection_retries} sent again on a new connection (the server had closed "
-            "the kept-alive one)"
+            f"{r.connection_retries} sent on a new connection (the server had closed the "
+            "kept-alive one before they were written)"
         )
     return ", ".join(parts)
 

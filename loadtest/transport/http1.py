@@ -45,11 +45,34 @@ _IDLE, _HEAD, _CHUNKED, _LENGTH, _TO_CLOSE, _DONE = range(6)
 class HttpFailure(Exception):
     """A request that failed on the wire. ``kind`` is the result's error type (connect_error,
     tls_error, connect_timeout, read_timeout, server_disconnected, stream_cut,
-    connection_reset, bad_http); ``connecting``: it never connected (the server may be down)."""
+    connection_reset, bad_http); ``connecting``: it never connected (the server may be down);
+    ``unsent``: no byte of the request was written, so the server never had it."""
 
-    def __init__(self, kind: str, message: str, connecting: bool = False) -> None:
+    def __init__(
+        self, kind: str, message: str, connecting: bool = False, unsent: bool = False
+    ) -> None:
         super().__init__(message)
-        self.kind, self.connecting = kind, connecting
+        self.kind, self.connecting, self.unsent = kind, connecting, unsent
+
+
+# TCP states (Linux's tcp_states.h) of a connection whose peer has closed or reset it
+_PEER_GONE = frozenset({7, 8, 9})  # TCP_CLOSE, TCP_CLOSE_WAIT, TCP_LAST_ACK
+
+
+def peer_closed(sock: Any) -> bool:
+    """Whether the kernel already knows the peer closed (its FIN came) or reset this idle
+    connection, though the event loop has not read it yet: ``SO_ERROR``, and the TCP state
+    where the kernel gives it (``TCP_INFO``; elsewhere the loop's own view is all there is)."""
+    if sock is None:
+        return False
+    try:
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            return True
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and hasattr(socket, "TCP_INFO"):
+            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] in _PEER_GONE
+    except OSError:
+        return True
+    return False
 
 
 class Owner(Protocol):
@@ -105,10 +128,17 @@ class Connection(asyncio.Protocol):
         self.silent_from = 0
 
     async def exchange(
-        self, request: bytes, eager: bool, read_timeout_ns: int, wire: Wire | None = None
+        self,
+        request: bytes,
+        eager: bool,
+        read_timeout_ns: int,
+        wire: Wire | None = None,
+        reused: bool = False,
     ) -> Response:
         """Send ``request`` (whole: head and body) and wait for the response's head.
-        ``eager``: the body's batches come read by read. ``wire`` gets the send's stamp."""
+        ``eager``: the body's batches come read by read. ``wire`` gets the send's stamp.
+        ``reused``: the connection carried a request before; the server may have closed it
+        since, which is looked for before anything is written."""
         self._reset(1 if eager else BATCH_BYTES)
         self.state = _HEAD
         try:
@@ -116,8 +146,14 @@ class Connection(asyncio.Protocol):
                 raise HttpFailure(
                     "bad_http", f"not an HTTP status line: {self.unsolicited[:60]!r} (unasked)"
                 )
-            if self.lost or self.transport.is_closing():  # closed since it was pooled
-                raise HttpFailure("server_disconnected", "the server closed the connection")
+            if (
+                self.lost
+                or self.transport.is_closing()
+                or (reused and peer_closed(self.transport.get_extra_info("socket")))
+            ):  # closed since it was pooled: nothing is written, the request is the client's
+                raise HttpFailure(
+                    "server_disconnected", "the server had closed the connection", unsent=True
+                )
             # stamped as the bytes go: a write that wakes a server on this host may hand it
             # the core, and a stamp after the write would then carry the server's time
             if wire is not None:

@@ -1,7 +1,8 @@
 """A pool of kept-alive HTTP/1.1 connections (``http1``) to one origin, under one
 ``ClientSettings``, and the stamps it takes of each request on the way (``Wire``): its start,
-when its bytes left, its waits for a connection. A request sent onto a kept-alive connection
-the server had just closed is sent again, once, on a new one."""
+when its bytes left, its waits for a connection. A request whose kept-alive connection the
+server had closed before any byte of it was written is sent on a new one; once written, a
+request is never sent again: the server may have done its work."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from loadtest.transport.settings import ClientSettings
 from loadtest.transport.tls import tls_failure
 from loadtest.transport.wire import Wire
 
-# How a send onto a kept-alive connection the server had already closed fails, before any byte
-# of an answer: such a request is sent again, once, on a new connection.
+# How a fresh connection closed unanswered fails: under TLS, a handshake refused late
 STALE = frozenset({"server_disconnected", "connection_reset"})
 CLIENT_OUT_OF_FILES = "client_out_of_files"  # an error type that is the client's, not the server's
 
@@ -102,15 +102,16 @@ class ConnectionPool:
         )
         timeout = self.read_timeout_ns if read_timeout_ns is None else read_timeout_ns
         try:
-            return await conn.exchange(request, eager, timeout, wire)
+            return await conn.exchange(request, eager, timeout, wire, reused)
         except HttpFailure as exc:
             if not reused and self.ssl is not None and exc.kind in STALE and conn.answered_nothing:
                 raise await self.dialer.tls_diagnosis(exc) from None
-            # A kept-alive connection the server closed as this request went onto it (its
-            # keep-alive ran out, or it closes after every answer): the server never saw the
-            # request, so it is the client's to send again, once, on a new connection. The
-            # request's latency still runs from its intended send.
-            if not (reused and exc.kind in STALE and conn.answered_nothing):
+            # A kept-alive connection the server had closed (its keep-alive ran out, or it
+            # closes after every answer), found so before anything was written: the server
+            # never had the request, so it goes on a new connection, its latency still from
+            # its intended send. Once written, a lost connection is the server's failure: it
+            # may have done the work, and a second send would do it twice.
+            if not exc.unsent:
                 raise
         if wire is not None:
             wire.retries += 1

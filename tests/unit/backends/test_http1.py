@@ -347,23 +347,102 @@ def test_a_connection_the_server_closes_is_not_used_again():
     assert server.connections == 3 and server.requests == 3
 
 
-def test_a_request_sent_onto_a_kept_alive_connection_the_server_closed_is_sent_again_once():
-    # each connection answers one request and closes when the next comes on it, unread: every
-    # request after the first goes onto a closed connection, and is sent again on a new one
-    async def main():
-        server = Server(b"ok", close_after=1, drop_next=True)
-        async with server as url:
-            pool = _pool(url)
-            wires = [Wire() for _ in range(5)]
-            answers = [await _get(pool, url, w) for w in wires]
-            await pool.close()
-        return answers, wires, server
+class ThreadServer:
+    """A server in a thread of its own (so its close reaches the kernel while the client's
+    loop is busy): each connection answers its first request, then for the next one either
+    closes before it comes (``then="close"``) or reads it, works ``work_s`` and drops the
+    connection unanswered (``then="drop"``). Counts connections and requests received."""
 
-    answers, wires, server = asyncio.run(main())
-    assert answers == [b"ok"] * 5
-    assert [w.retries for w in wires] == [0, 1, 1, 1, 1]
-    assert server.requests == 5 and server.connections == 5  # each answered once, none twice
-    assert wires[1].sent().retries == 1
+    def __init__(self, then: str, work_s: float = 0.0) -> None:
+        import socket
+        import threading
+
+        self.then, self.work_s = then, work_s
+        self.connections = self.received = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1/x"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn) -> None:
+        with conn:
+            for k in range(2):
+                if k and self.then == "close":
+                    time.sleep(0.05)  # after the answer was read: the connection idle
+                    return  # the kept-alive connection closed
+                seen = b""
+                while b"\r\n\r\n" not in seen or not seen.endswith(b"{}"):
+                    got = conn.recv(65536)
+                    if not got:
+                        return
+                    seen += got
+                self.received += 1
+                if k:  # "drop": the request read, worked on, the connection dropped
+                    time.sleep(self.work_s)
+                    return
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_kept_alive_connection_found_closed_before_the_write_is_replaced_not_resent():
+    """The server closed the idle connection; the client's loop has not read its close yet
+    (it is busy), but the kernel knows: nothing is written onto it, and the request goes once,
+    on a new connection."""
+    server = ThreadServer("close")
+
+    async def main():
+        pool = _pool(server.url)
+        first, second = Wire(), Wire()
+        await _get(pool, server.url, first)
+        time.sleep(0.2)  # the loop busy: the server's close is in the kernel, unread
+        answer = await _get(pool, server.url, second)
+        await pool.close()
+        return answer, first, second
+
+    try:
+        answer, first, second = asyncio.run(main())
+    finally:
+        server.close()
+    assert answer == b"ok" and (first.retries, second.retries) == (0, 1)
+    assert server.received == 2 and server.connections == 2  # each request had once
+
+
+@pytest.mark.parametrize("work_s", [0.0, 0.3])
+def test_a_request_written_onto_a_connection_the_server_then_drops_fails_and_is_never_resent(
+    work_s,
+):
+    """Once written, the server may have the request (read, and perhaps worked on before it
+    dropped the connection): a second send could do the work twice, so it is the server's
+    failure, sent once."""
+    server = ThreadServer("drop", work_s=work_s)
+
+    async def main():
+        pool = _pool(server.url)
+        await _get(pool, server.url)
+        wire = Wire()
+        with pytest.raises(HttpFailure) as failed:
+            await _get(pool, server.url, wire)
+        await pool.close()
+        return failed.value, wire
+
+    try:
+        failure, wire = asyncio.run(main())
+    finally:
+        server.close()
+    assert failure.kind in ("server_disconnected", "connection_reset") and not failure.unsent
+    assert wire.retries == 0 and server.received == 2 and server.connections == 1
 
 
 def test_a_new_connection_closed_unanswered_fails_without_a_retry():
