@@ -57,6 +57,8 @@ class HttpFailure(Exception):
 
 # TCP states (Linux's tcp_states.h) of a connection whose peer has closed or reset it
 _PEER_GONE = frozenset({7, 8, 9})  # TCP_CLOSE, TCP_CLOSE_WAIT, TCP_LAST_ACK
+_TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)
+_TCP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 def peer_closed(sock: Any) -> bool:
@@ -65,14 +67,12 @@ def peer_closed(sock: Any) -> bool:
     where the kernel gives it (``TCP_INFO``; elsewhere the loop's own view is all there is)."""
     if sock is None:
         return False
-    try:
-        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-            return True
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and hasattr(socket, "TCP_INFO"):
-            return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] in _PEER_GONE
+    try:  # one call a reused request (~4 µs here): the TCP state tells a FIN and a reset alike
+        if _TCP_INFO is not None and sock.family in _TCP_FAMILIES:
+            return sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] in _PEER_GONE
+        return bool(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
     except OSError:
         return True
-    return False
 
 
 class Owner(Protocol):
