@@ -64,6 +64,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
     request.app["state"]["ttft_sum"] += 0.001
     request.app["state"]["ttft_count"] += 1
     kind = "chat.completion.chunk" if chat else "text_completion"
+    state = request.app["state"]
+    state["served"] += 1
+    answer_as = request.app["answer_as"]
+    model = answer_as[0] if answer_as and state["served"] > answer_as[1] else body["model"]
     for _i in range(n):
         choice = (
             {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
@@ -71,13 +75,13 @@ async def handle(request: web.Request) -> web.StreamResponse:
         await resp.write(
             b"data: "
             + json.dumps(
-                {"id": arrived, "object": kind, "model": body["model"], "choices": [choice]}
+                {"id": arrived, "object": kind, "model": model, "choices": [choice]}
             ).encode()
             + b"\n\n"
         )
         if itl:
             await asyncio.sleep(itl)
-    await resp.write(closing(arrived, kind, body["model"], chat, n))
+    await resp.write(closing(arrived, kind, model, chat, n))
     request.app["state"]["running"] -= 1
     await resp.write_eof()
     return resp
@@ -171,6 +175,10 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, help="a token to every stream each step")
     ap.add_argument("--stats-dir", help="with --step-ms: write each process's true gaps here")
     ap.add_argument("--text", default=" tok", help="with --step-ms: each token's text")
+    ap.add_argument("--answer-as", help="answers name this model, not the one asked for")
+    ap.add_argument(
+        "--answer-as-after", type=int, default=0, help="--answer-as: after this many answers"
+    )
     args = ap.parse_args()
     for _ in range(args.processes - 1):
         if os.fork() == 0:  # a child serves too, on the same port
@@ -178,6 +186,7 @@ def main() -> None:
     app = web.Application()
     app["itl_s"] = args.itl_ms / 1000
     app["ttft_s"] = args.ttft_ms / 1000
+    app["answer_as"] = (args.answer_as, args.answer_as_after) if args.answer_as else None
     app["engine"] = engine = (
         None if args.step_ms is None else Engine(args.step_ms / 1000, args.text)
     )
@@ -197,7 +206,7 @@ def main() -> None:
 
     app.router.add_get("/v1/models", models)
     # counters live in a dict of their own: a started app's own keys are frozen
-    app["state"] = {"running": 0, "ttft_sum": 0.0, "ttft_count": 0}
+    app["state"] = {"running": 0, "ttft_sum": 0.0, "ttft_count": 0, "served": 0}
 
     async def metrics(request: web.Request) -> web.Response:
         """vLLM's names: requests running now, a fixed KV-cache usage, the TTFT histogram's

@@ -114,6 +114,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
         self._bodies = RequestBodies(spec, tokenizer, fit=count is not None)
         probe = Probe(spec, self._bodies, self._tokens, self.clock, self._pooled)
         try:
+            await probe.each_lists_the_model(routes, key, self.settings)
             self._bodies.fixed_via = await probe.fixed_output(routes[0])
             await probe.the_others(routes, self._bodies.fixed_via)
         except BackendError:
@@ -234,6 +235,9 @@ class OpenAIBackend(Backend[OpenAISpec]):
         finally:
             router.done(route)
             self.server_model = self.server_model or stream.model
+            if stream.model and stream.model != self.server_model:  # not the model asked for
+                facts["other_model"] += 1
+                facts[f"other_model@{route.label}"] += 1
             if wire.queued_ns:
                 facts["connection_waits"] += 1
                 facts["connection_wait_ns"] += wire.queued_ns

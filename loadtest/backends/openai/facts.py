@@ -98,6 +98,17 @@ def report(
         connection_wait_ms=facts["connection_wait_ns"] / 1e6,
     )
     warnings = [text.format_map(values) for key, text in WARNINGS.items() if facts[key]]
+    if facts["other_model"]:
+        where = ", ".join(
+            f"{key.partition('@')[2]}: {n}"
+            for key, n in facts.items()
+            if key.startswith("other_model@")
+        )
+        warnings.append(
+            f"{facts['other_model']} answers named another model than the one the server "
+            f"answered as at start ({where}): their figures are another model's, pooled "
+            "with this one's"
+        )
     if warnings:
         out["warnings"] = warnings
     return out

@@ -9,6 +9,7 @@ import json
 from collections import Counter
 
 from loadtest.backends.openai.bodies import RequestBodies
+from loadtest.backends.openai.discovery import list_models
 from loadtest.backends.openai.events import BadResponse
 from loadtest.backends.openai.pooling import read_answer
 from loadtest.backends.openai.routes import Route
@@ -19,12 +20,15 @@ from loadtest.config.backend_specs import OpenAISpec
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.events import Failed
+from loadtest.core.loop import in_daemon_thread
 from loadtest.core.text import visible
 from loadtest.transport.calls import error_text
 from loadtest.transport.http1 import HttpFailure
+from loadtest.transport.settings import ClientSettings
 from loadtest.transport.wire import Wire
 
 PROBE_TOKENS = 2
+LIST_TIMEOUT_S = 10.0  # an endpoint's model list, asked at start
 
 
 class Probe:
@@ -42,6 +46,7 @@ class Probe:
         self.spec, self.bodies, self.tokens, self.clock = spec, bodies, tokens, clock
         self.pooled = pooled
         self.server_model: str | None = None
+        self.answered_as: str | None = None  # the model the latest probe's answer named
 
     async def fixed_output(self, route: Route) -> str:
         """Reach the server (a 2-token request) and find how it takes fixed output lengths;
@@ -76,12 +81,46 @@ class Probe:
         return "none"
 
     async def the_others(self, routes: list[Route], via: str) -> None:
-        """Every other endpoint answers the probe the first answered (the same model): one
-        that does not would fail its share of the run, so the run does not start."""
+        """Every other endpoint answers the probe the first answered, and as the same model:
+        one that fails it would fail its share of the run, and one that answers as another
+        model is another deployment, whose figures would be pooled with the first's as one
+        model's; either way the run does not start."""
+        first = self.answered_as
         for route in routes[1:]:
+            self.answered_as = None
             status, text = await self.once(None if via == "none" else via, route)
             if status >= 300:
                 raise BackendError(f"{route.url}: probe request failed: HTTP {status}: {text}")
+            if first and self.answered_as and self.answered_as != first:
+                raise BackendError(
+                    f"{route.label}: answers as model {visible(self.answered_as)!r}, where "
+                    f"{routes[0].label} answers as {visible(first)!r}: two deployments, not "
+                    "endpoints of one model (backend.endpoints lists endpoints of one model; "
+                    "run each deployment on its own to compare them)"
+                )
+
+    async def each_lists_the_model(
+        self, routes: list[Route], api_key: str | None, settings: ClientSettings
+    ) -> None:
+        """Several endpoints: each is asked what it serves (``/models``), and one that lists
+        models without the scenario's is refused (a server that answers any name as its own
+        model would otherwise pass the probe). One with no model list is judged by its
+        probe's answer alone."""
+        if len(routes) < 2:
+            return
+        for route in routes:
+            try:
+                listed = await in_daemon_thread(
+                    list_models, route.base, api_key, LIST_TIMEOUT_S, settings
+                )
+            except BackendError:
+                continue  # no model list there: the probe's answer is what there is
+            if listed and self.spec.model not in listed:
+                shown = ", ".join(repr(visible(m)) for m in listed[:5])
+                raise BackendError(
+                    f"{route.label}: serves {shown}, not {self.spec.model!r}: each of "
+                    "backend.endpoints must serve the scenario's model"
+                )
 
     async def once(self, via: str | None, route: Route) -> tuple[int, str]:
         """One probe request: its status, and the server's words where it refused."""
@@ -105,6 +144,7 @@ class Probe:
                 stream = Stream(self.spec.api, PROBE_TOKENS, keep_reply=False)
                 if not self.spec.stream:
                     await read_unstreamed(resp, stream, self.clock.now_ns)
+                    self.answered_as = stream.model
                     self.server_model = self.server_model or stream.model
                     return resp.status, ""
                 ended = await stream.read(resp.batch, self.clock.now_ns, None, resp.reads)
@@ -114,6 +154,7 @@ class Probe:
                         f"{url}: the probe's answer (HTTP {resp.status}, {kind}) is not an "
                         f"OpenAI stream: {ended.error_type}: {ended.message}"
                     )
+                self.answered_as = stream.model
                 self.server_model = self.server_model or stream.model
                 self.tokens.learn(stream.chunks, stream.usage)
                 return resp.status, ""
