@@ -64,6 +64,16 @@ MetricsPort = Annotated[
         "0: any free port; needs the prometheus extra).",
     ),
 ]
+MetricsBind = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-bind",
+        envvar="LOADTEST_METRICS_BIND",
+        metavar="ADDRESS",
+        help="The address the live metrics listen on (outputs.metrics_address; default "
+        "127.0.0.1, loopback only; 0.0.0.0: every interface, for a Prometheus elsewhere).",
+    ),
+]
 Otel = Annotated[
     bool,
     typer.Option(
@@ -106,10 +116,12 @@ def workers_override(
     ray: str | None = None,
     metrics_port: int | None = None,
     otel: bool = False,
+    metrics_bind: str | None = None,
 ) -> list[str]:
-    """``--workers``, ``--ray``, ``--metrics-port`` and ``--otel`` as the scenario overrides
-    they stand for."""
+    """``--workers``, ``--ray``, ``--metrics-port``, ``--metrics-bind`` and ``--otel`` as the
+    scenario overrides they stand for."""
     out = [] if workers is None else [f"load.workers={workers}"]
     out += [] if metrics_port is None else [f"outputs.metrics_port={metrics_port}"]
+    out += [] if metrics_bind is None else [f"outputs.metrics_address={metrics_bind}"]
     out += ["outputs.otel=true"] if otel else []
     return out + ([] if ray is None else [f"load.ray={ray}"])

@@ -115,6 +115,7 @@ def run(
     workers: options.Workers = None,
     ray: options.Ray = None,
     metrics_port: options.MetricsPort = None,
+    metrics_bind: options.MetricsBind = None,
     otel: options.Otel = False,
     repeat: int = typer.Option(
         1,
@@ -176,7 +177,9 @@ def run(
         dataset=dataset,
         warmup=warmup,
     )
-    overrides = (set_ or []) + options.workers_override(workers, ray, metrics_port, otel)
+    overrides = (set_ or []) + options.workers_override(
+        workers, ray, metrics_port, otel, metrics_bind
+    )
     path, overrides = scenario_source(
         scenario, overrides, url, model, flags, save_scenario, overwrite
     )

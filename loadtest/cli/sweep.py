@@ -73,6 +73,7 @@ def sweep(
     workers: options.Workers = None,
     ray: options.Ray = None,
     metrics_port: options.MetricsPort = None,
+    metrics_bind: options.MetricsBind = None,
     otel: options.Otel = False,
     overwrite: options.Overwrite = False,
     quiet: options.Quiet = False,
@@ -84,7 +85,7 @@ def sweep(
 
     # every point's overrides: --workers, --ray, --metrics-port and --otel apply to each
     say_environment_settings(ctx)
-    set_ = (set_ or []) + options.workers_override(workers, ray, metrics_port, otel)
+    set_ = (set_ or []) + options.workers_override(workers, ray, metrics_port, otel, metrics_bind)
     loaded = load(scenario, set_)
     try:
         axes = sweeps.parse_axes(batch_sizes, rates, concurrency, param or [])

@@ -20,13 +20,14 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.live import LiveStats, LiveTotals
 from loadtest.reporters.live_points import Labels, LivePoint, LivePoints, Polled
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.metrics_core import Metric
 
@@ -41,6 +42,10 @@ HISTOGRAMS = ("ttft", "itl", "tpot", "e2e")  # dispatch_lag: its quantiles only
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 PERCENTS = tuple(100 * q for q in QUANTILES)
 LABELS = ("scenario", "run", "point", "model")
+# Scrapers served at once; more are closed at once (each is a thread and a descriptor of the
+# run's own process), and one that sends nothing is dropped after SCRAPE_IDLE_S
+MAX_SCRAPERS = 8
+SCRAPE_IDLE_S = 10.0
 
 
 class MetricsEndpoint:
@@ -67,14 +72,16 @@ class MetricsEndpoint:
     def start(self) -> str:
         """Serve /metrics; returns the URL. ImportError names the extra; OSError the port."""
         try:
-            from prometheus_client import CollectorRegistry, start_http_server
+            from prometheus_client import CollectorRegistry
         except ImportError as exc:
             raise ImportError(
                 "outputs.metrics_port needs prometheus_client: pip install 'llm-loadtest[prometheus]'"
             ) from exc
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)  # a custom collector: collect() and describe()
-        server, thread = start_http_server(self.port, self.address, registry=registry)
+        server = _capped_server(self.port, self.address, registry)
+        thread = threading.Thread(target=server.serve_forever, daemon=True, name="metrics")
+        thread.start()
         self._server, self._thread = server, thread
         self.port = server.server_port
         if _every_interface(self.address):  # asked for: said so
@@ -240,6 +247,46 @@ def buckets(h: LatencyHistogram) -> list[tuple[str, float]]:
 
 def _le(under: list[int], count: int) -> list[tuple[str, float]]:
     return [*((f"{b:g}", float(n)) for b, n in zip(BUCKETS_S, under)), ("+Inf", float(count))]
+
+
+def _capped_server(port: int, address: str, registry: CollectorRegistry) -> Any:
+    """prometheus_client's WSGI app on a threading server that serves at most
+    ``MAX_SCRAPERS`` connections at once (more are closed unanswered) and drops one idle for
+    ``SCRAPE_IDLE_S``."""
+    import socket
+    import socketserver
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from prometheus_client import make_wsgi_app
+
+    class Quiet(WSGIRequestHandler):
+        timeout = SCRAPE_IDLE_S  # a scraper that sends nothing holds no thread for long
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # a scrape is not news on the run's terminal
+
+    class Capped(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        slots = threading.BoundedSemaphore(MAX_SCRAPERS)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            if not self.slots.acquire(blocking=False):
+                self.shutdown_request(request)  # full: closed, costing the run nothing more
+                return
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                self.slots.release()
+                raise
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self.slots.release()
+
+    return make_server(address, port, make_wsgi_app(registry), Capped, handler_class=Quiet)
 
 
 def _every_interface(address: str) -> bool:

@@ -19,6 +19,10 @@ from loadtest.results.validity import too_late
 
 Labels = tuple[str, str, str, str]  # scenario, run, point, model
 SNAPSHOT_TIMEOUT_S = 5.0  # a read waits this long for the event loop, then keeps the last
+# Running points are read on their loops at most once in this long: every scraper in it (and
+# scrapers at once, who wait for the one read) is served the same figures, so scrapes cost the
+# run the same whatever their number. Scrapers ask every few seconds: none sees staler figures.
+READ_EVERY_S = 1.0
 BACKLOG_SPAN_S = 10.0  # a live backlog's growth is judged over this long
 
 
@@ -78,6 +82,8 @@ class LivePoints:
         self._points: dict[Labels, LivePoint] = {}
         self._lock = threading.Lock()
         self.finished_at: float | None = None  # monotonic s: the last point's end, none running
+        self._reading = threading.Lock()  # one read of the loops at a time
+        self._read_at: float | None = None  # monotonic s of the latest read (None: stale)
 
     def watch(self, labels: Labels, source: Polled, limits: tuple[int, int] | None = None) -> None:
         """A point starts (on its event loop): its figures are read from ``source``, and
@@ -86,6 +92,7 @@ class LivePoints:
         with self._lock:
             self._points[labels] = point
             self.finished_at = None
+            self._read_at = None
 
     def done(self, labels: Labels, final: LiveStats, verdicts: dict[str, bool]) -> None:
         """A point ends: its final figures and verdicts, kept as they are from now on."""
@@ -101,9 +108,21 @@ class LivePoints:
 
     def read(self) -> list[LivePoint]:
         """Every point with its figures now (a running one's read on its loop, its rates
-        updated; one whose loop is busy past ``SNAPSHOT_TIMEOUT_S`` keeps its last)."""
-        with self._lock:
-            points = list(self._points.values())
+        updated; one whose loop is busy past ``SNAPSHOT_TIMEOUT_S`` keeps its last), or as
+        read less than ``READ_EVERY_S`` ago: callers at once wait for one read, not each
+        their own."""
+        with self._reading:
+            with self._lock:
+                points = list(self._points.values())
+                fresh = (
+                    self._read_at is not None and time.monotonic() - self._read_at < READ_EVERY_S
+                )
+            if not fresh:
+                self._read_loops(points)
+                self._read_at = time.monotonic()
+        return points
+
+    def _read_loops(self, points: list[LivePoint]) -> None:
         for point in points:
             stats = _snapshot(point)
             if stats is None:
@@ -114,7 +133,6 @@ class LivePoints:
                 point.last = stats
                 point.rate_now = point.rates.update(stats)
                 point.judge(stats)
-        return points
 
 
 def _snapshot(point: LivePoint) -> LiveStats | None:

@@ -205,3 +205,61 @@ def test_the_endpoint_listens_on_loopback_unless_asked():
         assert every.start().endswith("/metrics (listening on every interface)")
     finally:
         every._server.shutdown()  # type: ignore[attr-defined]
+
+
+def test_many_scrapers_at_once_cost_the_run_one_read_of_its_loop():
+    """30 scrapers at once, then 30 more, within a second: each served the point's figures,
+    from one read of the run's event loop (a read each would hold it 60 times)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from loadtest.reporters import live_points
+
+    source = _Source()
+
+    async def go() -> list[str]:
+        endpoint = MetricsEndpoint(0, "127.0.0.1", linger_s=0.0)
+        url = endpoint.start()
+        endpoint.watch(LABELS, source)
+        source.sent = 5
+
+        def scrapes() -> list[str]:
+            with ThreadPoolExecutor(max_workers=live_metrics.MAX_SCRAPERS) as pool:
+                return list(pool.map(_scrape, [url] * 60))
+
+        pages = await asyncio.to_thread(scrapes)
+        await endpoint.close()
+        return pages
+
+    from loadtest.reporters import live_metrics
+
+    started = time.monotonic()
+    pages = asyncio.run(go())
+    elapsed = time.monotonic() - started
+    assert len(pages) == 60 and all("loadtest_requests_sent_total" in p for p in pages)
+    # one read a READ_EVERY_S at most, however many scraped in it
+    assert source.reads <= 1 + int(elapsed / live_points.READ_EVERY_S)
+
+
+def test_scrapers_past_the_cap_are_closed_at_once():
+    """Each connection is a thread and a descriptor of the run's own process: past
+    MAX_SCRAPERS at once, a connection is closed unanswered, and the held ones are freed when
+    they go."""
+    import socket
+
+    from loadtest.reporters import live_metrics
+
+    endpoint = MetricsEndpoint(0, "127.0.0.1", linger_s=0.0)
+    url = endpoint.start()
+    port = endpoint.port
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(live_metrics.MAX_SCRAPERS)]
+    time.sleep(0.3)  # accepted, each holding a slot (they send nothing)
+    extra = socket.create_connection(("127.0.0.1", port))
+    extra.settimeout(5)
+    assert extra.recv(1) == b""  # closed unanswered, at once (not after the idle timeout)
+    for s in held:
+        s.close()
+    time.sleep(0.3)
+    with urllib.request.urlopen(url, timeout=10) as r:  # served again once they left
+        assert r.status == 200
+    extra.close()
+    asyncio.run(endpoint.close())
