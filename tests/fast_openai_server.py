@@ -68,10 +68,14 @@ async def handle(request: web.Request) -> web.StreamResponse:
     state["served"] += 1
     answer_as = request.app["answer_as"]
     model = answer_as[0] if answer_as and state["served"] > answer_as[1] else body["model"]
+    # a known-truth divergence: with more than --diverge-above in flight, the answer's third
+    # token on is another word (counted: the truth a test compares the client's figure with)
+    above = request.app["diverge_above"]
+    diverges = above is not None and state["running"] > above  # this one counted in it
+    state["diverged"] += diverges
     for _i in range(n):
-        choice = (
-            {"index": 0, "delta": {"content": " tok"}} if chat else {"index": 0, "text": " tok"}
-        )
+        word = " alt" if diverges and _i >= 2 else " tok"
+        choice = {"index": 0, "delta": {"content": word}} if chat else {"index": 0, "text": word}
         await resp.write(
             b"data: "
             + json.dumps(
@@ -177,6 +181,9 @@ def main() -> None:
     ap.add_argument("--text", default=" tok", help="with --step-ms: each token's text")
     ap.add_argument("--answer-as", help="answers name this model, not the one asked for")
     ap.add_argument(
+        "--diverge-above", type=int, help="with more than this many in flight, answers differ"
+    )
+    ap.add_argument(
         "--answer-as-after", type=int, default=0, help="--answer-as: after this many answers"
     )
     args = ap.parse_args()
@@ -187,6 +194,7 @@ def main() -> None:
     app["itl_s"] = args.itl_ms / 1000
     app["ttft_s"] = args.ttft_ms / 1000
     app["answer_as"] = (args.answer_as, args.answer_as_after) if args.answer_as else None
+    app["diverge_above"] = args.diverge_above
     app["engine"] = engine = (
         None if args.step_ms is None else Engine(args.step_ms / 1000, args.text)
     )
@@ -206,7 +214,7 @@ def main() -> None:
 
     app.router.add_get("/v1/models", models)
     # counters live in a dict of their own: a started app's own keys are frozen
-    app["state"] = {"running": 0, "ttft_sum": 0.0, "ttft_count": 0, "served": 0}
+    app["state"] = {"running": 0, "ttft_sum": 0.0, "ttft_count": 0, "served": 0, "diverged": 0}
 
     async def metrics(request: web.Request) -> web.Response:
         """vLLM's names: requests running now, a fixed KV-cache usage, the TTFT histogram's
@@ -223,6 +231,12 @@ def main() -> None:
         return web.Response(text=text, content_type="text/plain")
 
     app.router.add_get("/metrics", metrics)
+
+    async def stats(request: web.Request) -> web.Response:
+        """The server's own counts: answers served, and how many it made differ."""
+        return web.json_response(request.app["state"])
+
+    app.router.add_get("/stats", stats)
     web.run_app(
         app,
         host="127.0.0.1",

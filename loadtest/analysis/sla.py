@@ -28,6 +28,7 @@ from loadtest.analysis.figure_ends import ends
 from loadtest.analysis.verdicts import FAIL, INCONCLUSIVE, PASS, decide, overall
 from loadtest.config.objectives import Sla
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.core.proportion import wilson
 from loadtest.core.units import figure
 from loadtest.results.model import Check, Verdict
 from loadtest.results.model.judged import Undecided
@@ -208,6 +209,38 @@ def error_rate_check(
     )
 
 
+def answers_check(counts: tuple[int, int] | None, bound: float, confidence: float) -> Check:
+    """The share of answers under load that matched their reference at least ``bound``, on its
+    Wilson interval: PASS when the interval's lower end clears it, FAIL when its upper end
+    misses it, else too few compared to tell."""
+    name = "answers_match"
+    if counts is None or counts[0] == 0:
+        said = "no answer was compared" if counts else "answers: not checked in this run"
+        return _check(name, INCONCLUSIVE, None, bound, ">=", "", said, 0, undecided="not_measured")
+    compared, matched = counts
+    lo, hi = wilson(matched, compared, confidence)
+    rate = matched / compared
+    said = (
+        f"{matched} of {compared} answers matched their reference ({rate:.1%}; "
+        f"{lo:.1%}..{hi:.1%} at {confidence:.0%} confidence), floor {bound:.1%}"
+    )
+    if lo >= bound:
+        return _check(name, PASS, rate, bound, ">=", "", said, compared)
+    if hi < bound:
+        return _check(name, FAIL, rate, bound, ">=", "", said, compared)
+    return _check(
+        name,
+        INCONCLUSIVE,
+        rate,
+        bound,
+        ">=",
+        "",
+        f"{said}: too few compared to tell",
+        compared,
+        undecided="samples",
+    )
+
+
 def floor_check(
     name: str, observed: float | None, bound: float, unit: str, lost_share: float = 0.0
 ) -> Check:
@@ -269,6 +302,8 @@ def evaluate(sla: Sla, evidence: Evidence) -> Verdict:
         if bound is not None:
             checks.append(floor_check(name, observed, bound, unit, lost))
     checks += _latency_checks(sla, evidence)
+    if sla.answers_match_min is not None:
+        checks.append(answers_check(evidence.answers, sla.answers_match_min, confidence))
     # a model mix: each model's latencies and errors judged on their own too (a floor on the
     # run's throughput is the run's: the models share it)
     for model, own in evidence.by_model.items():

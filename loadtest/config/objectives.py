@@ -34,6 +34,14 @@ class SlaObjectives(_Model):
     requests_per_s: float | None = Field(
         None, ge=0, description="Completed requests/s must be at least this."
     )
+    answers_match_min: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="answers: the share of answers under load that match their reference "
+        "must be at least this (judged on its interval: PASS only when its lower end clears "
+        "it, FAIL when its upper end misses it).",
+    )
     confidence: float = Field(
         0.99,
         gt=0.5,

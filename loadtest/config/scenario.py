@@ -10,6 +10,7 @@ import importlib.util
 
 from pydantic import Field, model_validator
 
+from loadtest.config.answers import Answers, answers_problems
 from loadtest.config.apis import api_of, api_problems
 from loadtest.config.arrivals import MAX_USERS, Arrival
 from loadtest.config.backend_specs import BackendSpec, SimSpec
@@ -216,6 +217,20 @@ class Scenario(_Model):
     profile: Profile | None = Field(
         None, description="A torch.profiler capture window (transformers backend)."
     )
+    answers: Answers | None = Field(
+        None,
+        description="Each answer under load checked against the same request's answer alone "
+        "(a reference pass before the window, one in flight, greedy): its match rate.",
+    )
+
+    @model_validator(mode="after")
+    def _greedy_for_answers(self):
+        # answers compare greedy answers: a served model's requests say so, and the saved
+        # scenario shows it
+        body = getattr(self.backend, "extra_body", None)
+        if self.answers is not None and body is not None and "temperature" not in body:
+            body["temperature"] = 0
+        return self
 
     def combination_problems(self) -> list[Problem]:
         """Fields valid alone that do not go together: ``[(field_path, message)]``."""
@@ -244,6 +259,11 @@ class Scenario(_Model):
                 problems.append(
                     (where, "Ray is not installed: pip install 'llm-loadtest[distributed]'")
                 )
+        load = self.load
+        one_process = load.workers == 1 and load.ray is None
+        problems += answers_problems(
+            self.answers, self.backend, self.workload, one_process, load.cancel is not None
+        )
         problems += traffic_problems(
             self.backend, self.workload, self.load.arrival, self.load.cancel
         )

@@ -26,6 +26,7 @@ from loadtest.core.events import (
     Sent,
     Tokens,
 )
+from loadtest.execution.answer_check import AnswerCheck
 from loadtest.execution.backlog import RecordingBacklog
 from loadtest.execution.loop_watch import LoopWatch
 from loadtest.execution.prompts_ahead import PromptsAhead
@@ -75,6 +76,7 @@ class RequestDriver:
         self.unstarted = 0  # spawned requests whose first step has not run
         self.progress_ns = 0
         self.internal_error: str | None = None  # a bug in loadtest stopped the run
+        self.answers: AnswerCheck | None = None  # answers: whose answers come back to compare
 
     def _recording(self) -> RecordingBacklog:
         assert self.backlog is not None  # the run makes it before anything is dispatched
@@ -192,7 +194,10 @@ class RequestDriver:
         after_tokens = cancel.after_tokens if st.req.cancel and cancel is not None else None
         if self.backend.stops_itself:
             after_tokens = None  # the backend stops at the token, and says when (Cancelled)
-        stream = self.backend.submit(self._with_stop(st), prompt_ids)
+        req = self._with_stop(st)
+        if self.answers is not None and self.answers.wants(req):
+            req = replace(req, keep_answer=True)  # its answer is compared with its reference
+        stream = self.backend.submit(req, prompt_ids)
         try:
             await self._read(st, stream, after_tokens)
         finally:

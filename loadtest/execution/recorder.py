@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.core.histogram import merge as merge_histograms
 from loadtest.core.json_types import JsonObject
+from loadtest.execution.answer_check import AnswerCheck
 from loadtest.execution.live import LIVE_METRICS, TOTAL_METRICS, LiveTotals
 from loadtest.execution.request import (
     LATE_FLOOR_NS,
@@ -139,6 +140,7 @@ class Recorder:
         self.by_endpoint: dict[str, ModelTally] = {}  # several endpoints: each one's share
         self.records: list[dict] | None = None
         self.trace: Callable[[RequestState], None] | None = None  # each request, as a span
+        self.answers: AnswerCheck | None = None  # answers: each compared with its reference
         self.timeline = Timeline()  # every finished request's times: the stability judgement
         # every request's (first token ns, first token - sent ns), warm-up and profiled ones
         # too: a server's own TTFT histogram counts all of them, and is compared with these
@@ -160,6 +162,8 @@ class Recorder:
         """Record a finished request: its latencies, or its failure, and its tokens in the window."""
         if self.trace is not None:
             self.trace(st)
+        if self.answers is not None:
+            self.answers.observe(st)
         self.window.count(st, self.tallies)
         if st.wire is not None and st.wire.retries:
             self.connection_retries += st.wire.retries

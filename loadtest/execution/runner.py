@@ -20,6 +20,7 @@ from loadtest.config.scenario import Load
 from loadtest.core.clock import Clock, VirtualClock, busy_share_since, busy_start
 from loadtest.core.heap import collector_paused, settle_heap
 from loadtest.core.histogram import LatencyHistogram
+from loadtest.execution.answer_check import AnswerCheck
 from loadtest.execution.backlog import RecordingBacklog
 from loadtest.execution.driver import RequestDriver
 from loadtest.execution.in_flight_cap import InFlightCap
@@ -81,10 +82,13 @@ class Runner:
         goodput: tuple[int | None, int | None, int | None] | None = None,
         prompts: PromptsAhead | None = None,
         trace: Callable[[RequestState], None] | None = None,
+        answers: AnswerCheck | None = None,
     ) -> None:
         """``goodput``: per-request objectives in ns (ttft, tpot, e2e), or None; ``prompts``:
         the plan's prompts, made before t0 (else ``run`` makes them); ``trace``: called with
-        each finished request (its span, ``traces.SpanExport``)."""
+        each finished request (its span, ``traces.SpanExport``); ``answers``: the references
+        each answer under load is compared with (``answer_check``)."""
+        self.answers = answers
         self.trace = trace
         self.goodput = goodput
         self.profile = profile
@@ -111,6 +115,7 @@ class Runner:
             cancel_reason=lambda: self._cancel_reason,
         )
         self.requests.prompts = prompts
+        self.requests.answers = answers
         ceiling = None if load.max_rate is None else RateCeiling(load.max_rate, clock)
         cap = None if load.max_in_flight is None else InFlightCap(load.max_in_flight, clock)
         self.sends = Sends(self.requests, ceiling, cap)
@@ -211,6 +216,7 @@ class Runner:
         if self.keep_records:
             rec.records = []
         rec.trace = self.trace
+        rec.answers = self.answers
         rec.profile = self.profile
         return rec
 

@@ -8,6 +8,7 @@ from loadtest.config.apis import STREAM_METRICS
 from loadtest.execution.recorder import ALL_METRICS
 from loadtest.reporters.figures import text4, text_of
 from loadtest.results.model import (
+    AnswersResult,
     ApiResult,
     BackendFacts,
     Check,
@@ -376,3 +377,37 @@ CLIENT_NOTE = (
     "server's true figure lies between it and the observed one (* where that could change "
     "the verdict)"
 )
+
+
+def answers_rows(a: AnswersResult | None) -> list[tuple[str, str]]:
+    """The answer check: how many answers under load matched their reference alone, with
+    the interval, where the diverged ones parted, and what the reference pass cost."""
+    if a is None:
+        return []
+    if not a.compared or a.match_rate is None or a.match_interval is None:
+        rows = [("answers matched", f"none compared ({a.unanswered} failed under load)")]
+    else:
+        lo, hi = a.match_interval
+        rows = [
+            (
+                "answers matched",
+                f"{a.matched} of {a.compared} ({a.match_rate:.1%}; {lo:.1%}..{hi:.1%} at "
+                f"{a.confidence:.0%}), on their {a.compared_on}",
+            )
+        ]
+    if a.first_divergence:
+        d = a.first_divergence
+        rows.append(
+            (
+                "first divergence",
+                f"at character {d['min']:.0f} .. {d['max']:.0f} (median {d['p50']:.0f})",
+            )
+        )
+    for label, by in (("endpoint", a.by_endpoint), ("model", a.by_model)):
+        for name, t in (by or {}).items():
+            rows.append((f"  {label} {name}", f"{t.matched} of {t.compared} matched"))
+    share = "" if a.reference_share is None else f", {a.reference_share:.1%} of the run"
+    rows.append(
+        ("reference pass", f"{a.reference_requests} requests alone, {a.reference_s:.3g} s{share}")
+    )
+    return rows

@@ -29,6 +29,7 @@ def row_sections(m: RunMetrics) -> list[RowSection]:
         RowSection("Steps", insight.steps_rows(m.steps), "traffic"),
         RowSection("Traffic", insight.traffic_rows(m), "traffic"),
         RowSection("API", insight.api_rows(m.api, m.throughput), "traffic"),
+        RowSection("Answers", insight.answers_rows(m.answers), "summary"),
         RowSection("Goodput", insight.goodput_rows(m.goodput), "traffic"),
         RowSection("Cost (estimate)", cost.cost_rows(m.cost), "traffic"),
         RowSection("Sessions", insight.sessions_rows(m.sessions), "traffic"),

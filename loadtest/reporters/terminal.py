@@ -63,6 +63,7 @@ def render(metrics: RunMetrics, console: Console | None = None, sla: bool = True
             f"{t.total_tokens_per_s:.1f} total tok/s, {t.requests_per_s:.2f} req/s"
         )
     rows = insight.api_rows(m.api, None)[1:] + insight.steps_rows(m.steps)
+    rows += insight.answers_rows(m.answers)
     for label, value in rows + insight.traffic_rows(m):
         console.print(f"{label}: {value}")
     _render_traffic(m, console)

@@ -116,6 +116,8 @@ class Evidence:
     client_lateness_only: bool = False
     # a model mix: each model's own evidence (its histograms and counts)
     by_model: dict[str, Evidence] = field(default_factory=dict)
+    # answers: compared with their references, and matched (None: not checked)
+    answers: tuple[int, int] | None = None
 
     @classmethod
     def of_run(cls, result: RunMetrics) -> Evidence:
@@ -204,7 +206,16 @@ class RunSet:
             output_tokens_per_s=otps,
             requests_per_s=rps,
             by_model=by_model,
+            answers=_answers(measured),
         )
+
+
+def _answers(measured: list[RunMetrics]) -> tuple[int, int] | None:
+    """The replicates' answers compared and matched, summed (None: none checked them)."""
+    checked = [r.answers for r in measured if r.answers is not None]
+    if not checked:
+        return None
+    return sum(a.compared for a in checked), sum(a.matched for a in checked)
 
 
 def load(path: str | Path) -> RunSet:

@@ -22,6 +22,7 @@ from loadtest.core import rundir, secrets
 from loadtest.core.clock import Clock
 from loadtest.core.errors import BackendError
 from loadtest.core.text import visible
+from loadtest.execution.answer_check import AnswerCheck, reference_pass
 from loadtest.execution.live import LiveWants
 from loadtest.execution.runner import Runner, RunOutcome
 from loadtest.execution.workers import WorkerGroup
@@ -94,6 +95,7 @@ class Session(StopOnSignals):
         self._name: str | None = None  # what was loaded, for the result
         self.metrics = SessionMetrics()  # a live metrics endpoint, once a point asks for one
         self.traces = SessionTraces(clock)  # request spans, once a point asks for them
+        self._answers: AnswerCheck | None = None  # answers: the point's references
 
     async def close(self) -> dict:
         """Stop the backend (if loaded) and restore signal handlers; returns the backend's last
@@ -137,6 +139,9 @@ class Session(StopOnSignals):
             details["dataset_rows"] = len(plan.dataset)
             details["dataset_rows_cut"] = plan.dataset.cut
         details.update(await self.backend.prepare(plan))
+        self._answers = None
+        if scenario.answers is not None:  # before t0, inside the start's deadline
+            self._answers = await reference_pass(scenario, plan, self.backend, info.tokenizer)
         return plan, plan.planned_count, details
 
     async def run_point(
@@ -281,6 +286,7 @@ class Session(StopOnSignals):
             profile=window,
             goodput=None if goodput is None else (goodput.ttft, goodput.tpot, goodput.e2e),
             trace=self.traces.hook,
+            answers=self._answers,
         )
         return await self._drive(runner, runner.run, sampler)
 

@@ -46,6 +46,9 @@ class PlannedRequest:
     # many tokens; a backend that reads its stream in one go stops itself there
     stop_at_ns: int | None = None
     stop_after_tokens: int | None = None
+    # answers: its answer's text comes back with its end (the reference pass, and its twin
+    # under load), to be compared
+    keep_answer: bool = False
 
 
 def _sampler(spec) -> Callable[[random.Random], int]:

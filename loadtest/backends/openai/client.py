@@ -193,7 +193,7 @@ class OpenAIBackend(Backend[OpenAISpec]):
             self.spec.api,
             req.output_tokens,
             keep_reply=req.history is not None,
-            keep_answer=self._checks.active,
+            keep_answer=self._checks.active or req.keep_answer,
         )
         pooled: tuple[int | None, str | None] | None = None
         wire = Wire()

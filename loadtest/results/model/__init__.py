@@ -37,6 +37,8 @@ from loadtest.results.model.base import (
 from loadtest.results.model.judged import Check, Stability, Trend, Verdict
 from loadtest.results.model.reading import ResultReadError, read_repeat, read_run, read_sweep
 from loadtest.results.model.run import (
+    AnswersResult,
+    AnswerTally,
     ApiResult,
     Cost,
     GoodputResult,
@@ -100,6 +102,8 @@ from loadtest.telemetry.server_section import (
 )
 
 __all__ = [
+    "AnswersResult",
+    "AnswerTally",
     "ApiResult",
     "BackendFacts",
     "HEADLINE",

@@ -87,6 +87,34 @@ class Harness(_Doc):
     stamp_delay_ms: float | None = None
 
 
+class AnswerTally(_Doc):
+    """Answers compared with their references, and how many matched."""
+
+    compared: int
+    matched: int
+
+
+class AnswersResult(_Doc):
+    """``answers:``: the answers under load compared with the same requests' answers alone
+    (a reference pass before the window, one in flight, greedy). Counts and positions, never
+    the texts."""
+
+    compared_on: str  # text: the answers' text, character by character
+    reference_requests: int  # sent alone before the window
+    reference_s: float  # the reference pass's time
+    reference_share: float | None  # of the reference pass and the window together
+    compared: int
+    matched: int
+    match_rate: float | None
+    match_interval: list[float] | None  # Wilson, two-sided at ``confidence``
+    confidence: float
+    unanswered: int  # compared requests that failed, or were cut, under load
+    # where each diverged answer first parts from its reference, in characters
+    first_divergence: dict[str, float] | None = None
+    by_endpoint: dict[str, AnswerTally] | None = None
+    by_model: dict[str, AnswerTally] | None = None
+
+
 class ApiResult(_Doc):
     """What the API carried beyond a token stream: inputs a request (embeddings, rerank),
     reasoning, tool calls and structured answers checked, media sent."""
@@ -256,6 +284,7 @@ class RunMetrics(_Doc):
     cost: Cost | None = None  # where the scenario sets pricing
     sessions: SessionsResult | None = None
     api: ApiResult | None = None  # set where the API is not plain streamed chat or completions
+    answers: AnswersResult | None = None  # answers: compared with the references
     steps: StepsResult | None = None  # arrival: {kind: steps}
     traffic: TrafficResult | None = None
     workers: list[WorkerStats] | None = None  # load.workers > 1: each client process
