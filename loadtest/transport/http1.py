@@ -97,6 +97,7 @@ class Connection(asyncio.Protocol):
         self.transport: Any = None
         self.lost = False  # the connection is gone (either side closed it)
         self.counted = True  # in the pool's count of open connections
+        self.idle_since_ns = 0  # when it last went back to its pool, kept alive
         self.reusable = True  # may carry another request once this response is read
         self.state = _IDLE
         self.unsolicited = b""  # bytes the server sent with no request out (a banner): closed

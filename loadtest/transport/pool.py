@@ -23,6 +23,10 @@ from loadtest.transport.wire import Wire
 
 # How a fresh connection closed unanswered fails: under TLS, a handshake refused late
 STALE = frozenset({"server_disconnected", "connection_reset"})
+# Once the server was seen closing a connection idle for T, one idle for this share of T or
+# more is closed by the client rather than reused: a request written as the server's close
+# crosses it cannot be sent again (the server may have read it), so that race is kept away
+REUSE_SHARE_OF_SERVER_IDLE = 0.8
 CLIENT_OUT_OF_FILES = "client_out_of_files"  # an error type that is the client's, not the server's
 
 
@@ -68,6 +72,9 @@ class ConnectionPool:
         self._open = 0  # connections counted against the limit: in use, idle or connecting
         self._waiters: deque[asyncio.Future] = deque()
         self._all: set[Connection] = set()
+        # the shortest idle time after which the server was seen closing a kept-alive
+        # connection (its keep-alive, learned; 0: not seen)
+        self.server_idle_close_ns = 0
 
     async def request(
         self,
@@ -104,6 +111,8 @@ class ConnectionPool:
         try:
             return await conn.exchange(request, eager, timeout, wire, reused)
         except HttpFailure as exc:
+            if exc.unsent:
+                self._closed_idle(conn)
             if not reused and self.ssl is not None and exc.kind in STALE and conn.answered_nothing:
                 raise await self.dialer.tls_diagnosis(exc) from None
             # A kept-alive connection the server had closed (its keep-alive ran out, or it
@@ -143,8 +152,13 @@ class ConnectionPool:
         while True:
             while self._idle:
                 conn = self._idle.pop()
-                if not conn.lost:
-                    return conn, True
+                if conn.lost:
+                    continue
+                limit = self.server_idle_close_ns * REUSE_SHARE_OF_SERVER_IDLE
+                if limit and self.now() - conn.idle_since_ns >= limit:
+                    self.released(conn, keep=False)  # near the server's own keep-alive: closed
+                    continue
+                return conn, True
             if not self.limit or self._open < self.limit:
                 return await self._connect(wire), False
             waiter = asyncio.get_running_loop().create_future()
@@ -203,6 +217,7 @@ class ConnectionPool:
     def released(self, conn: Connection, keep: bool) -> None:
         """``conn``'s response is done with: kept for the next request, or closed."""
         if keep:
+            conn.idle_since_ns = self.now()
             self._idle.append(conn)
             self._wake()
             return
@@ -213,7 +228,15 @@ class ConnectionPool:
     def lost(self, conn: Connection) -> None:
         """``conn`` is gone (either side closed it)."""
         if conn.idle:  # an idle one the server closed (its keep-alive ran out)
+            self._closed_idle(conn)
             self._drop(conn)
+
+    def _closed_idle(self, conn: Connection) -> None:
+        """The server closed ``conn`` while it was idle: its keep-alive is at most that long."""
+        if conn.idle_since_ns and conn in self._all:
+            idle = self.now() - conn.idle_since_ns
+            if idle > 0 and (not self.server_idle_close_ns or idle < self.server_idle_close_ns):
+                self.server_idle_close_ns = idle
 
     def _drop(self, conn: Connection) -> None:
         self._all.discard(conn)

@@ -237,12 +237,14 @@ def _successes(vllm) -> float:
     )
 
 
-def test_users_who_think_as_long_as_vllm_keeps_a_connection_lose_no_request(vllm, tmp_path):
+def test_users_who_think_as_long_as_vllm_keeps_a_connection_are_never_sent_twice(vllm, tmp_path):
     """Users who think exactly as long as vLLM keeps an idle connection (2 s here) send as
-    vLLM closes it: a request found on a closed connection goes on a new one, one written as
-    the close crossed it is sent again (a connection retry), none fails, and vLLM finishes
-    each once (an earlier client failed 5 of 48 with vLLM's 5 s). The deterministic case, a
-    server that closes after every answer, is test_reliability's."""
+    vLLM closes it. A request whose connection is found closed before it is written goes on a
+    new one; once the client has seen vLLM close an idle connection it reuses none idle near
+    that long; and one written as the close crossed it is vLLM's failure, never sent again
+    (vLLM may have read it): vLLM finishes each request at most once, and at most one such
+    race a user, before the keep-alive is learned. The deterministic cases are test_http1's
+    and test_reliability's."""
     path = write_scenario(
         tmp_path,
         {
@@ -259,10 +261,13 @@ def test_users_who_think_as_long_as_vllm_keeps_a_connection_lose_no_request(vllm
     )
     before = _successes(vllm)
     r = cli("run", path, "-o", tmp_path / "run", "-q")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode in (0, 3), r.stderr
     req = metrics(tmp_path / "run")["requests"]
-    assert req["failed"] == 0 and req["completed"] == req["sent"] == 12, req
-    assert _successes(vllm) - before == req["sent"] + 1, req  # and the start-up probe's
+    assert req["completed"] + req["failed"] == req["sent"] == 12, req
+    assert req["failed"] <= 2, req  # a race a user at most, before the keep-alive is learned
+    assert set(req["errors_by_type"]) <= {"server_disconnected", "connection_reset"}, req
+    finished = _successes(vllm) - before - 1  # less the start-up probe's
+    assert req["completed"] <= finished <= req["sent"], req  # none finished twice
 
 
 def test_a_profile_window_runs_vllms_profiler(vllm, tmp_path):

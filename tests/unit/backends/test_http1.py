@@ -375,6 +375,8 @@ class ThreadServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn) -> None:
+        if self.then == "keepalive":
+            return self._keep_alive(conn)
         with conn:
             for k in range(2):
                 if k and self.then == "close":
@@ -392,8 +394,53 @@ class ThreadServer:
                     return
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
+    def _keep_alive(self, conn) -> None:
+        """Every request answered; a connection idle for ``work_s`` closed (a keep-alive)."""
+
+        conn.settimeout(self.work_s)
+        with conn:
+            while True:
+                seen = b""
+                try:
+                    while b"\r\n\r\n" not in seen or not seen.endswith(b"{}"):
+                        got = conn.recv(65536)
+                        if not got:
+                            return
+                        seen += got
+                except TimeoutError:
+                    return  # idle too long: closed
+                self.received += 1
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
     def close(self) -> None:
         self.sock.close()
+
+
+def test_a_connection_idle_near_the_servers_learned_keep_alive_is_not_reused():
+    """Seen closing a connection idle 0.2 s, the server's keep-alive is learned: one idle past
+    80% of it is closed by the client and the request goes on a new one (never onto the
+    server's close, where it could not be sent again); one idle less is reused."""
+    server = ThreadServer("keepalive", work_s=0.2)
+
+    async def main():
+        pool = _pool(server.url)
+        await _get(pool, server.url)
+        await asyncio.sleep(0.35)  # the server closes it at 0.2 s; the loop sees it
+        learned = pool.server_idle_close_ns / 1e9
+        await _get(pool, server.url)  # a new connection
+        await asyncio.sleep(0.85 * learned)  # past 80% of what was learned: not reused
+        await _get(pool, server.url)
+        await asyncio.sleep(0.02)  # well inside: reused
+        await _get(pool, server.url)
+        await pool.close()
+        return learned
+
+    try:
+        learned = asyncio.run(main())
+    finally:
+        server.close()
+    assert 0.19 <= learned <= 0.5  # the close, as the loop read it
+    assert server.received == 4 and server.connections == 3
 
 
 def test_a_kept_alive_connection_found_closed_before_the_write_is_replaced_not_resent():
