@@ -29,8 +29,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-MODES = ("off", "on", "scraped-1s", "scraped-0.25s", "otel")
-EVERY_S = {"scraped-1s": 1.0, "scraped-0.25s": 0.25}
+MODES = ("off", "on", "scraped-1s", "scraped-0.25s", "50-scrapers-1s", "otel")
+EVERY_S = {"scraped-1s": 1.0, "scraped-0.25s": 0.25, "50-scrapers-1s": 1.0}
+SCRAPERS = {"50-scrapers-1s": 50}  # scrapers at once (1 otherwise)
 
 
 def _free_port() -> int:
@@ -91,14 +92,17 @@ outputs: {{{outputs}interval: 1s}}
             except OSError:
                 pass  # not up yet, or gone
 
-    scraper = threading.Thread(target=scrape, daemon=True) if mode in EVERY_S else None
-    if scraper:
+    scrapers = [
+        threading.Thread(target=scrape, daemon=True)
+        for _ in range(SCRAPERS.get(mode, 1) if mode in EVERY_S else 0)
+    ]
+    for scraper in scrapers:
         scraper.start()
     cpu = _cpu_s()
     m = asyncio.run(run_scenario_async(loaded, tmp / f"{mode}-{i}", clock=MonotonicClock())).metrics
     cpu = _cpu_s() - cpu
     stop.set()
-    if scraper:
+    for scraper in scrapers:
         scraper.join(5)
     tokens = m["requests"]["output_tokens"] + 64 * m["requests"]["warmup"]
     return {

@@ -520,3 +520,34 @@ def test_a_traced_runs_request_spans_and_vllms_own_join_in_one_trace(
         if attributes(dp)["loadtest.scenario"] == "traced"
     ]
     assert pushed and pushed[-1].count == metrics(out)["latency_ms"]["e2e"]["count"] == 6
+
+
+def test_answers_under_concurrency_are_compared_with_vllms_own_alone(vllm, tmp_path):
+    """answers: against a real vLLM, 8 users at once: every sampled request's answer is
+    compared with vLLM's answer to it alone (greedy); the match rate is whatever vLLM gives
+    (docs/benchmarks.md has the figure), held inside its own interval, and the reference pass
+    kept out of the window."""
+    path = write_scenario(
+        tmp_path,
+        {
+            "name": "answers",
+            "backend": served(vllm, api="completions"),
+            "workload": {"input_tokens": 32, "output_tokens": 24},
+            "load": {
+                "arrival": {"kind": "concurrency", "users": 8},
+                "requests": 48,
+                "validity": LENIENT,
+            },
+            "answers": {"sample": 1.0},
+        },
+    )
+    r = cli("run", path, "-o", tmp_path / "run", "-q")
+    assert r.returncode in (0, 3), r.stderr
+    m = metrics(tmp_path / "run")
+    a = m["answers"]
+    assert a["reference_requests"] == 48 and a["compared"] + a["unanswered"] == 48, a
+    assert a["compared"] >= 40 and a["match_rate"] is not None
+    lo, hi = a["match_interval"]
+    assert lo <= a["match_rate"] <= hi
+    assert m["scenario"]["backend"]["extra_body"]["temperature"] == 0
+    assert m["requests"]["completed"] + m["requests"]["failed"] == 48  # the pass is not counted
