@@ -22,18 +22,23 @@ from loadtest.analysis import regression
 from loadtest.analysis.sla import evaluate
 from loadtest.analysis.verdicts import FAIL, INCONCLUSIVE, overall, verdict_reasons
 from loadtest.config.objectives import Sla
+from loadtest.core import outside
 from loadtest.core.errors import ScenarioError
 from loadtest.core.json_types import JsonObject
 from loadtest.core.units import figure
 from loadtest.results.model import GateResult, Regression, Replicates, RunMetrics
 from loadtest.results.runset import RunSet
 
+SLA_FILE_BYTES = 16 << 20  # an SLA file (or a whole scenario) read for gate: larger is refused
+
 
 def load_sla(path: Path) -> Sla:
     """The SLA file, validated by the scenario's own ``sla:`` model."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(outside.read_text(Path(path), SLA_FILE_BYTES))
+    except OSError as exc:
+        raise ScenarioError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except (outside.OutsideTextError, yaml.YAMLError) as exc:
         raise ScenarioError([f"{path}: {exc}"]) from None
     if isinstance(data, dict) and isinstance(data.get("sla"), dict):
         data = data["sla"]  # a whole scenario file works too

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from loadtest.config import yaml_source
 from loadtest.config.scenario import Scenario
 from loadtest.config.spec import Problem
+from loadtest.core import outside
 from loadtest.core.errors import ScenarioError
 
 
@@ -39,12 +40,12 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> LoadedScen
     """Read, override (``--set``) and validate a scenario file; every problem as ``file:line: field: message``."""
     path = Path(path)
     try:
-        if not path.is_file():  # a directory, a FIFO or a device would never end a read
-            raise ScenarioError(
-                [f"{path}: not a file" if path.exists() else f"{path}: no such file"]
-            )
-        with path.open("rb") as f:
+        if not path.exists():
+            raise ScenarioError([f"{path}: no such file"])
+        with outside.open_regular(path) as f:  # a folder, a FIFO or a device: refused
             raw = f.read(yaml_source.MAX_BYTES + 1)
+    except outside.OutsideTextError as exc:
+        raise ScenarioError([f"{path}: {exc}"]) from None
     except OSError as exc:
         raise ScenarioError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     return parse_scenario(yaml_source.decode(raw, path), path, list(overrides))

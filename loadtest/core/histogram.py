@@ -9,6 +9,10 @@ alone, so a histogram decoded from ``metrics.json`` reproduces every reported fi
 
 from __future__ import annotations
 
+import base64
+import binascii
+import struct
+import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -277,12 +281,49 @@ class LatencyHistogram:
 
     @classmethod
     def decode(cls, text: str, over_range: int = 0) -> LatencyHistogram:
-        """A histogram from its ``encode()`` text."""
-        return cls(HdrHistogram.decode(text.encode("ascii")), over_range)
+        """A histogram from its ``encode()`` text (``check_encoded``'s bounds first)."""
+        return cls(HdrHistogram.decode(check_encoded(text).encode("ascii")), over_range)
 
     def __reduce__(self) -> tuple[Any, tuple[str, int]]:
         # pickled as its lossless encoding: a worker process's histograms reach its parent
         return (LatencyHistogram.decode, (self.encode(), self.over_range))
+
+
+# An encoded histogram of loadtest's layout is at most a few hundred KB: each count a LEB128
+# word of at most 9 bytes, behind a 40-byte header, compressed, then base64
+_COUNTS = HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_FIGURES).counts_len
+MAX_DECODED_BYTES = 40 + 9 * _COUNTS
+MAX_ENCODED_CHARS = 4 * MAX_DECODED_BYTES  # base64 of zlib's worst case, and then some
+_PAYLOAD = struct.Struct(">IIIIqqd")  # hdrh's payload header
+
+
+def check_encoded(text: str) -> str:
+    """``text`` if it is a histogram of loadtest's layout whose counts fit that layout;
+    ``ValueError`` otherwise, before anything is inflated past that size (a small file can
+    hold a zlib bomb) or allocated for another layout's range."""
+    if not isinstance(text, str) or len(text) > MAX_ENCODED_CHARS:
+        raise ValueError(f"an encoded histogram over {MAX_ENCODED_CHARS:,} characters")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("an encoded histogram that is not base64") from None
+    if len(raw) < 8:
+        raise ValueError("an encoded histogram too short to hold its header")
+    inflate = zlib.decompressobj()
+    try:
+        payload = inflate.decompress(raw[8:], MAX_DECODED_BYTES + 1)
+    except zlib.error as exc:
+        raise ValueError(f"an encoded histogram that does not inflate: {exc}") from None
+    if len(payload) > MAX_DECODED_BYTES or inflate.unconsumed_tail:
+        raise ValueError(f"an encoded histogram that inflates past {MAX_DECODED_BYTES:,} bytes")
+    if len(payload) < _PAYLOAD.size:
+        raise ValueError("an encoded histogram too short to hold its header")
+    _, _, _, figures, lowest, highest, _ = _PAYLOAD.unpack_from(payload)
+    if (figures, lowest, highest) != (SIGNIFICANT_FIGURES, LOWEST_US, HIGHEST_US):
+        raise ValueError(
+            f"a histogram of another layout ({figures} figures, {lowest}..{highest} µs)"
+        )
+    return text
 
 
 def merge(histograms: Iterable[LatencyHistogram]) -> LatencyHistogram:

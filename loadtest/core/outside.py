@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from loadtest.core.errors import ScenarioError
 
@@ -23,13 +25,38 @@ class OutsideTextError(ValueError):
         self.line = line
 
 
-def read_text(path: Path, limit: int | None = None) -> str:
-    """The file as UTF-8 text; ``OutsideTextError`` for a binary file or one over ``limit``
-    bytes (``OSError`` as it comes, for the caller to name)."""
-    with Path(path).open("rb") as f:
-        data = f.read() if limit is None else f.read(limit + 1)
-    if limit is not None and len(data) > limit:
+MAX_RESULT_BYTES = 256 << 20  # of a result file read back (metrics.json, repeat.json, ...)
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file: ``OutsideTextError`` for anything
+    else (a FIFO, whose open would wait for a writer; a device such as /dev/zero, which never
+    ends; a folder); ``OSError`` as it comes, for the caller to name. Opened without waiting
+    and checked on the open file, so what is read is what was checked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OutsideTextError("not a regular file (a pipe, a device or a folder); not read")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: Path, limit: int) -> bytes:
+    """A regular file's bytes (``open_regular``), at most ``limit`` of them:
+    ``OutsideTextError`` for a file over ``limit``."""
+    with open_regular(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
         raise OutsideTextError(f"larger than {limit / 2**20:g} MiB; not read")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_RESULT_BYTES) -> str:
+    """The file as UTF-8 text (``read_bytes``' checks); ``OutsideTextError`` for a binary
+    file."""
+    data = read_bytes(path, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 from loadtest.config.content import ResponseFormat, Tools
 from loadtest.config.scenario import Scenario
+from loadtest.core import outside
 from loadtest.core.errors import ScenarioError
 
 MAX_CONTENT_FILE_BYTES = 16 << 20  # a tools or schema file: definitions, not data
@@ -173,12 +174,14 @@ def _schema_problem(schema: Any) -> str | None:
 
 
 def _read_json(path: Path, field: str) -> Any:
-    if not path.is_file():
+    if not path.exists():
         raise ScenarioError([f"{field}: file not found: {path}"])
-    if path.stat().st_size > MAX_CONTENT_FILE_BYTES:
-        raise ScenarioError([f"{path}: {field}: over {MAX_CONTENT_FILE_BYTES >> 20} MiB"])
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(outside.read_text(path, MAX_CONTENT_FILE_BYTES))
+    except OSError as exc:
+        raise ScenarioError([f"{path}: {field}: cannot read: {exc.strerror or exc}"]) from None
+    except outside.OutsideTextError as exc:
+        raise ScenarioError([f"{path}:{exc.line}: {field}: {exc}"]) from None
     except json.JSONDecodeError as exc:
         raise ScenarioError([f"{path}:{exc.lineno}: {field}: not JSON: {exc.msg}"]) from None
     except UnicodeDecodeError:

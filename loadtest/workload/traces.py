@@ -150,7 +150,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """The file's lines, numbered, read as they are needed (each decoded on its own, so a
     line that is not UTF-8 is named by its own number)."""
     try:
-        with open(path, "rb") as f:
+        with outside.open_regular(path) as f:
             for lineno in itertools.count(1):
                 raw = f.readline(MAX_LINE_BYTES + 1)
                 if not raw:
@@ -166,6 +166,8 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                         [f"{path}:{lineno}: not UTF-8 text (a binary file?)"]
                     ) from None
                 yield lineno, line
+    except outside.OutsideTextError as exc:
+        raise ScenarioError([f"{path}:1: cannot read the trace: {exc}"]) from None
     except OSError as exc:
         raise ScenarioError([f"{path}:1: cannot read the trace: {exc.strerror}"]) from None
 

@@ -3,9 +3,17 @@ and the strict base model (a misspelt or foreign field is an error, never droppe
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator
 
 from loadtest.core.document import Document
+from loadtest.core.histogram import check_encoded
+
+# An HDR histogram as a result holds it (hdrh's encoding, base64): checked as the file is read
+# (loadtest's layout, and no more bytes once inflated than that layout holds), so a result
+# that would inflate to gigabytes, or allocate another layout's range, is refused by name
+EncodedHistogram = Annotated[str, AfterValidator(check_encoded)]
 
 RUN_SCHEMA = "loadtest/metrics/v1"
 REPEAT_SCHEMA = "loadtest/repeat/v1"

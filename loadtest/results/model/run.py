@@ -14,7 +14,14 @@ from loadtest.results.model.backend_facts import (
     StructuredChecks,
     ToolCallChecks,
 )
-from loadtest.results.model.base import HEADLINE, RUN_SCHEMA, LatencySummary, RunStatus, _Doc
+from loadtest.results.model.base import (
+    HEADLINE,
+    RUN_SCHEMA,
+    EncodedHistogram,
+    LatencySummary,
+    RunStatus,
+    _Doc,
+)
 from loadtest.results.model.judged import Stability, Verdict
 from loadtest.results.model.traffic import StepsResult, TrafficResult
 from loadtest.telemetry.environment_section import Environment
@@ -237,7 +244,7 @@ class IntervalPoint(_Doc):
     completed: int
     failed: int
     output_tokens_per_s: float
-    histograms: dict[str, str] = Field(default_factory=dict)
+    histograms: dict[str, EncodedHistogram] = Field(default_factory=dict)
 
     def figure(self, name: str) -> float | None:
         """A field or one of the interval's ``<metric>_p50_ms`` / ``_p99_ms`` figures."""
@@ -289,9 +296,9 @@ class RunMetrics(_Doc):
     traffic: TrafficResult | None = None
     workers: list[WorkerStats] | None = None  # load.workers > 1: each client process
     timeseries: Timeseries | None = None
-    histograms: dict[str, str] | None = None
+    histograms: dict[str, EncodedHistogram] | None = None
     histograms_over_range: dict[str, int] | None = None
-    loop_lag_histogram: str | None = None
+    loop_lag_histogram: EncodedHistogram | None = None
     definitions: dict[str, str] | None = None
     # Flat headline keys for scripts, named for what they are.
     output_tokens_per_s: float | None = None

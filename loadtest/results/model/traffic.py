@@ -3,7 +3,7 @@ cancellations, a model mix's or several endpoints' shares, a replayed trace."""
 
 from __future__ import annotations
 
-from loadtest.results.model.base import LatencySummary, _Doc
+from loadtest.results.model.base import EncodedHistogram, LatencySummary, _Doc
 from loadtest.results.model.judged import Stability
 from loadtest.telemetry.server_section import ServerMetrics
 
@@ -68,7 +68,7 @@ class ModelResult(_Doc):
     requests_per_s: float | None = None
     output_tokens_per_s: float | None = None
     latency_ms: dict[str, LatencySummary]
-    histograms: dict[str, str]  # encoded, as the run's: SLA checks are judged on them
+    histograms: dict[str, EncodedHistogram]  # as the run's: SLA checks are judged on them
     # the server's own metrics of this model, where its series name their model (server.by_model)
     server: ServerMetrics | None = None
 
