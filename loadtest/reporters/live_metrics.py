@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from loadtest.core.histogram import LatencyHistogram
 from loadtest.execution.live import LiveStats, LiveTotals
-from loadtest.reporters.live_points import Labels, LivePoint, LivePoints, Polled
+from loadtest.reporters.live_points import READ_EVERY_S, Labels, LivePoint, LivePoints, Polled
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -79,7 +79,7 @@ class MetricsEndpoint:
             ) from exc
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)  # a custom collector: collect() and describe()
-        server = _capped_server(self.port, self.address, registry)
+        server = _capped_server(self.port, self.address, registry, self.points)
         thread = threading.Thread(target=server.serve_forever, daemon=True, name="metrics")
         thread.start()
         self._server, self._thread = server, thread
@@ -249,15 +249,13 @@ def _le(under: list[int], count: int) -> list[tuple[str, float]]:
     return [*((f"{b:g}", float(n)) for b, n in zip(BUCKETS_S, under)), ("+Inf", float(count))]
 
 
-def _capped_server(port: int, address: str, registry: CollectorRegistry) -> Any:
+def _capped_server(port: int, address: str, registry: CollectorRegistry, points: LivePoints) -> Any:
     """prometheus_client's WSGI app on a threading server that serves at most
     ``MAX_SCRAPERS`` connections at once (more are closed unanswered) and drops one idle for
     ``SCRAPE_IDLE_S``."""
     import socket
     import socketserver
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-
-    from prometheus_client import make_wsgi_app
 
     class Quiet(WSGIRequestHandler):
         timeout = SCRAPE_IDLE_S  # a scraper that sends nothing holds no thread for long
@@ -286,7 +284,36 @@ def _capped_server(port: int, address: str, registry: CollectorRegistry) -> Any:
             finally:
                 self.slots.release()
 
-    return make_server(address, port, make_wsgi_app(registry), Capped, handler_class=Quiet)
+    app = _cached_app(registry, points)
+    return make_server(address, port, app, Capped, handler_class=Quiet)
+
+
+def _cached_app(registry: CollectorRegistry, points: LivePoints) -> Callable[..., Iterable[bytes]]:
+    """A WSGI app serving the registry's exposition, formatted at most once a
+    ``READ_EVERY_S`` (formatting is the scrape's main cost: milliseconds of Python, each
+    holding the interpreter from the run's event loop) and again whenever a point starts or
+    ends (its final figures are served at once); every scraper in between gets those bytes."""
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+    lock = threading.Lock()
+    cached: list[tuple[float, int, bytes]] = []
+
+    def app(environ: dict[str, Any], start_response: Callable[..., object]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: /metrics is served here\n"]
+        with lock:  # scrapers at once wait for the one formatting
+            made, generation, body = cached[0] if cached else (0.0, -1, b"")
+            if generation != points.generation or time.monotonic() - made >= READ_EVERY_S:
+                generation = points.generation  # read first: a change meanwhile remakes it
+                cached[:] = [(time.monotonic(), generation, generate_latest(registry))]
+                body = cached[0][2]
+        start_response(
+            "200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))]
+        )
+        return [body]
+
+    return app
 
 
 def _every_interface(address: str) -> bool:

@@ -84,6 +84,7 @@ class LivePoints:
         self.finished_at: float | None = None  # monotonic s: the last point's end, none running
         self._reading = threading.Lock()  # one read of the loops at a time
         self._read_at: float | None = None  # monotonic s of the latest read (None: stale)
+        self.generation = 0  # counts the points' starts and ends: a view made before is stale
 
     def watch(self, labels: Labels, source: Polled, limits: tuple[int, int] | None = None) -> None:
         """A point starts (on its event loop): its figures are read from ``source``, and
@@ -93,6 +94,7 @@ class LivePoints:
             self._points[labels] = point
             self.finished_at = None
             self._read_at = None
+            self.generation += 1
 
     def done(self, labels: Labels, final: LiveStats, verdicts: dict[str, bool]) -> None:
         """A point ends: its final figures and verdicts, kept as they are from now on."""
@@ -101,6 +103,7 @@ class LivePoints:
             point.source, point.loop, point.last = None, None, final
             point.verdicts = dict(verdicts)
             self.finished_at = time.monotonic()
+            self.generation += 1
 
     def __bool__(self) -> bool:
         with self._lock:
