@@ -12,6 +12,7 @@ from pydantic import Field
 
 from loadtest.config.spec import Problem, Spec
 from loadtest.config.types import PositiveDuration, as_written
+from loadtest.core import outside
 
 
 class ContinuousSpec(Spec):
@@ -358,11 +359,14 @@ def _model_problems(spec: TransformersSpec, base_dir: Path) -> list[Problem]:
     ]
 
 
+CONFIG_BYTES = 16 << 20  # a model's config.json: larger is not a config
+
+
 def _read_config(path: Path) -> dict:
     import json
 
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(outside.read_text(path, CONFIG_BYTES))
     except (OSError, ValueError):
         return {}  # loading says what is wrong with it
     return config if isinstance(config, dict) else {}

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from loadtest.core import atomic
-from loadtest.telemetry.roofline import DATASHEET_PEAKS, calibration_path
+from loadtest.core import atomic, outside
+from loadtest.telemetry.roofline import CACHE_BYTES, DATASHEET_PEAKS, calibration_path
 
 
 class Peaks(BaseModel):
@@ -91,8 +91,8 @@ def save(result: Calibration) -> Path:
     """Cache a calibration where the roofline looks for this device's peaks; returns the path."""
     path = calibration_path()
     try:
-        cache = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        cache = json.loads(outside.read_text(path, CACHE_BYTES))
+    except (OSError, ValueError):
         cache = {}
     for key in {result.uuid, result.device_name} - {None}:
         cache[key] = result.model_dump()

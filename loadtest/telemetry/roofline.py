@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from loadtest.core import outside
 from loadtest.core.json_types import JsonObject
 from loadtest.core.step_accounting import StepAccounting
 from loadtest.telemetry.gpu_section import GpuSection
@@ -55,6 +56,9 @@ DATASHEET_PEAKS: tuple[tuple[str, float, float], ...] = (
 )
 
 
+CACHE_BYTES = 16 << 20  # the calibration cache: a few devices' peaks
+
+
 def calibration_path() -> Path:
     """The cache of measured peaks (``loadtest calibrate``), keyed by device inside."""
     base = os.getenv("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
@@ -64,8 +68,8 @@ def calibration_path() -> Path:
 def peaks_for(device_name: str | None, uuid: str | None = None) -> Peaks | None:
     """A device's peaks: calibrated if cached, else the datasheet."""
     try:
-        cached = json.loads(calibration_path().read_text())
-    except (OSError, json.JSONDecodeError):
+        cached = json.loads(outside.read_text(calibration_path(), CACHE_BYTES))
+    except (OSError, ValueError):  # absent, unreadable, not a file, not JSON: no cache
         cached = {}
     for key in (uuid, device_name):
         if key and key in cached:
