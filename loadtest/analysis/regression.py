@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from loadtest.analysis.answer_regression import answers_comparison, counts
 from loadtest.analysis.resample import (
     DEFAULT_METRICS,
     INTERVAL_METRICS,
@@ -137,9 +138,14 @@ def compare(
     base, cand = Sample(baseline_runs), Sample(candidate_runs)
     rng = np.random.default_rng(seed)
     wb, wc = base.resample(rng, resamples), cand.resample(rng, resamples)
-    tail = (1 - confidence) / len(metrics)  # Bonferroni
+    answers = counts(baseline_runs) is not None and counts(candidate_runs) is not None
+    tail = (1 - confidence) / (len(metrics) + answers)  # Bonferroni
     sides = Sides(evidence_of(baseline_runs), evidence_of(candidate_runs))
-    return [_check(name, base, cand, wb, wc, min_effect, tail, sides) for name in metrics]
+    out = [_check(name, base, cand, wb, wc, min_effect, tail, sides) for name in metrics]
+    matched = answers_comparison(baseline_runs, candidate_runs, min_effect, tail)
+    if matched is not None:  # both sides checked their answers: the match rate's drop too
+        out.append(Comparison(**matched))
+    return out
 
 
 def _check(
