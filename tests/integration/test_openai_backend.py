@@ -200,7 +200,12 @@ def test_server_death_mid_run_ends_with_partial_results(model_dir, tmp_path):
             {"arrival": {"kind": "poisson", "rate": 10}, "duration": "60s"},
         )
         run = start_run(path, tmp_path / "run", stderr=subprocess.STDOUT)
-        time.sleep(8)  # the probe, then a few seconds of traffic
+        # the probe, then some of the run's traffic answered (however long a busy machine
+        # takes to start it), before the server dies
+        log, deadline = tmp_path / "serve.log", time.monotonic() + 120
+        while log.read_text(errors="replace").count("POST /v1/completions") < 6:
+            assert time.monotonic() < deadline and run.poll() is None, "no traffic reached it"
+            time.sleep(0.2)
         srv.kill()  # the server dies
         out, _ = run.communicate(timeout=120)
     finally:
