@@ -15,4 +15,5 @@ def wilson(successes: int, n: int, confidence: float) -> tuple[float, float]:
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # it holds p itself, whatever the rounding (all successes: an upper end of exactly 1)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))

@@ -74,4 +74,5 @@ def test_the_wilson_interval_holds_hand_computed_values():
     lo, hi = wilson(45, 50, 0.95)
     assert (lo, hi) == (pytest.approx(0.786399, abs=1e-5), pytest.approx(0.956525, abs=1e-5))
     assert wilson(0, 0, 0.95) == (0.0, 1.0)
-    assert wilson(50, 50, 0.99)[1] == 1.0
+    assert wilson(50, 50, 0.99)[1] == 1.0 and wilson(96, 96, 0.95)[1] == 1.0  # exactly: it holds p
+    assert wilson(0, 30, 0.95)[0] == 0.0
