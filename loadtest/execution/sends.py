@@ -99,7 +99,7 @@ class Sends:
                 assert turns[0].offset_ns is not None  # a session starts at its arrival
                 intended = t0 + turns[0].offset_ns
                 await clock.sleep_until(intended)
-                free = await self.slot()
+                free = await self.slot() if capped else None
                 session = users.session(turns, intended, None, slot_free_ns=free)
                 self.spawn(self.in_slot(session) if capped else session, request=False)
             return
@@ -109,7 +109,7 @@ class Sends:
                 intended = self.next_due_ns = t0 + req.offset_ns
                 await clock.sleep_until(intended)
                 held_until = await self.throttle()
-                free = await self.slot()
+                free = await self.slot() if capped else None  # no coroutine a send uncapped
                 drive = self.drive(req, intended, held_until, slot_free_ns=free)
                 self.spawn(self.in_slot(drive) if capped else drive)
         finally:
