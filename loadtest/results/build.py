@@ -19,10 +19,9 @@ from loadtest.core.json_types import JsonValue
 from loadtest.execution.recorder import ALL_METRICS, TURN_BUCKETS, ModelTally, Recorder
 from loadtest.execution.runner import RunOutcome
 from loadtest.results import cost
+from loadtest.results.answers import answers_result
 from loadtest.results.finish import Observed, finish
 from loadtest.results.model import (
-    AnswersResult,
-    AnswerTally,
     ApiResult,
     BackendFacts,
     CancelResult,
@@ -139,7 +138,7 @@ def build_result(
         cost=cost.estimate(scenario.pricing, throughput, requests, goodput),
         sessions=_sessions(outcome),
         api=api,
-        answers=_answers(scenario, rec, window_s),
+        answers=answers_result(scenario, rec.answers, window_s),
         steps=_steps(scenario, outcome),
         traffic=_traffic(scenario, rec, planned_traffic, window_s),
         workers=workers,
@@ -410,46 +409,3 @@ def _points(rec: Recorder) -> list[IntervalPoint]:
             )
         )
     return points
-
-
-def _answers(scenario: Scenario, rec: Recorder, window_s: float | None) -> AnswersResult | None:
-    """The answers compared with their references, where ``answers:`` asked for it."""
-    check = rec.answers
-    if check is None:
-        return None
-    from loadtest.core.proportion import wilson
-    from loadtest.execution.answer_check import Tally
-
-    confidence = scenario.sla.confidence if scenario.sla is not None else 0.95
-    whole = check.whole
-    positions = sorted(check.positions)
-    spent = check.reference_s + (window_s or 0.0)
-
-    def tallies(by: dict[str, Tally]) -> dict[str, AnswerTally] | None:
-        return {
-            k: AnswerTally(compared=t.compared, matched=t.matched) for k, t in by.items()
-        } or None
-
-    return AnswersResult(
-        compared_on="text",
-        reference_requests=len(check.references),
-        reference_s=round(check.reference_s, 3),
-        reference_share=round(check.reference_s / spent, 4) if spent else None,
-        compared=whole.compared,
-        matched=whole.matched,
-        match_rate=whole.matched / whole.compared if whole.compared else None,
-        match_interval=list(wilson(whole.matched, whole.compared, confidence))
-        if whole.compared
-        else None,
-        confidence=confidence,
-        unanswered=check.unanswered,
-        first_divergence={
-            "min": float(positions[0]),
-            "p50": float(positions[len(positions) // 2]),
-            "max": float(positions[-1]),
-        }
-        if positions
-        else None,
-        by_endpoint=tallies(check.by_endpoint),
-        by_model=tallies(check.by_model),
-    )
